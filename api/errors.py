@@ -1,0 +1,90 @@
+"""Every error leaves the API as ``{"error": {code, message, request_id}}``, never with a stack trace."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import redis
+from flask import Flask, Response, g, jsonify, request
+from kombu.exceptions import OperationalError
+from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, Unavailable
+from tasks.schemas import invalid_from_validation
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: ErrorCode.bad_request,
+    401: ErrorCode.unauthorized,
+    404: ErrorCode.not_found,
+    410: ErrorCode.gone,
+    413: ErrorCode.payload_too_large,
+    429: ErrorCode.rate_limited,
+}
+BROKER_RETRY_AFTER_S = 2
+
+
+def request_id() -> str:
+    """The caller's X-Request-ID when it is sane, else a fresh one; echoed on every response."""
+    if "request_id" not in g:
+        given = request.headers.get("X-Request-ID", "")
+        g.request_id = given if 0 < len(given) <= 64 and given.isprintable() else uuid.uuid4().hex
+    return str(g.request_id)
+
+
+def error_response(
+    code: ErrorCode | str, message: str, status: int | None = None, *, field: str | None = None,
+    retry_after: int | None = None,
+) -> Response:
+    code = ErrorCode(code)
+    body: dict[str, object] = {"code": code.value, "message": message, "request_id": request_id()}
+    if field:
+        body["field"] = field
+    response = jsonify({"error": body})
+    response.status_code = status or HTTP_STATUS[code]
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
+def validation_error_response(exc: ValidationError) -> Response:
+    """flask-openapi3's hook: pydantic errors on body, path or headers become one 422 naming the fields."""
+    err = invalid_from_validation(exc)
+    return error_response(err.code, err.message, field=err.field)
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(GenqError)
+    def _genq(exc: GenqError) -> Response:
+        retry_after = exc.retry_after if isinstance(exc, Unavailable) else None
+        return error_response(exc.code, exc.message, field=exc.field, retry_after=retry_after)
+
+    @app.errorhandler(redis.exceptions.ConnectionError)
+    @app.errorhandler(redis.exceptions.TimeoutError)
+    @app.errorhandler(OperationalError)
+    def _broker(exc: Exception) -> Response:
+        log.warning("redis unavailable: %s", exc)
+        return error_response(ErrorCode.broker_unavailable, "the job queue is unreachable; retry shortly",
+                              retry_after=BROKER_RETRY_AFTER_S)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = _HTTP_CODES.get(status, ErrorCode.bad_request if status < 500 else ErrorCode.internal)
+        response = error_response(code, exc.description or exc.name, status)
+        if status == 405 and exc.get_response().headers.get("Allow"):
+            response.headers["Allow"] = exc.get_response().headers["Allow"]
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error (request %s)", request_id())
+        return error_response(ErrorCode.internal, "internal error; quote the request_id when reporting it")
+
+    @app.after_request
+    def _echo_request_id(response: Response) -> Response:
+        response.headers["X-Request-ID"] = request_id()
+        return response

@@ -1,0 +1,128 @@
+"""``/v1/jobs``: submit, read, fetch outputs, cancel."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import uuid
+
+from flask import Response, jsonify, make_response, request, url_for
+from flask_openapi3 import APIBlueprint, Tag
+from pydantic import BaseModel, Field
+
+from api.admission import admit
+from api.auth import current_owner
+from api.services import PUBLISH_RETRY_POLICY, services
+from tasks.constants import PRIORITY_VALUES, TASK_RUN
+from tasks.errors import Gone, NotFound
+from tasks.job_store import JobRecord
+from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus, validate_input
+
+jobs = APIBlueprint("jobs", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
+                    abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
+
+_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
+
+
+class JobPath(BaseModel):
+    job_id: str = Field(max_length=64)
+
+
+class OutputPath(JobPath):
+    n: int = Field(ge=0, le=1024)
+
+
+def prefer_wait_s() -> float:
+    """Seconds asked for with ``Prefer: wait=N`` (RFC 7240), capped; malformed preferences are ignored."""
+    match = _PREFER_WAIT.search(request.headers.get("Prefer", ""))
+    return min(float(match.group(1)), services().settings.wait_cap_s) if match else 0.0
+
+
+def job_response(record: JobRecord, status: int) -> Response:
+    response = make_response(jsonify(record.public().model_dump(mode="json")), status)
+    response.headers["Location"] = url_for("jobs.get_job", job_id=record.id)
+    if status == 200 and record.status == JobStatus.running:
+        response.headers["Retry-After"] = "1"
+    return response
+
+
+def owned_record(job_id: str) -> JobRecord:
+    """The caller's job, or 404 (someone else's job looks exactly like a missing one), or 410."""
+    store = services().store
+    record = store.get(job_id)
+    if record is None or record.owner != current_owner():
+        if record is None and store.was_known(job_id):
+            raise Gone(f"job {job_id} has expired")
+        raise NotFound(f"no job {job_id}")
+    return record
+
+
+@jobs.post("", responses={"202": Job, "200": Job})
+def create_job(body: JobCreate) -> Response:
+    """Submit a job; ``Prefer: wait=N`` blocks up to N s and answers 200 with the finished job."""
+    svc = services()
+    spec = svc.model(body.model)
+    inp = validate_input(spec.kind, body.input, spec.limits)
+    owner = current_owner()
+    admit(svc.store, spec)
+    deadline_s = body.deadline_s or spec.default_deadline_s
+    now = time.time()
+    record = JobRecord(
+        id=str(uuid.uuid4()), model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner,
+        priority=body.priority, created_at=now, deadline_at=now + deadline_s if deadline_s else None,
+        input=inp.model_dump(mode="json"), webhook=body.webhook, webhook_events=list(body.webhook_events),
+    )
+    svc.store.create(record)  # before the message: a job id the API handed out is never unknown
+    try:
+        svc.celery.send_task(
+            TASK_RUN, kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
+                    "deadline_at": record.deadline_at},
+            task_id=record.id, queue=spec.queue, priority=PRIORITY_VALUES[body.priority],
+            retry_policy=PUBLISH_RETRY_POLICY,
+        )
+    except Exception:
+        svc.store.delete(record.id)
+        raise
+    wait = prefer_wait_s()
+    if wait > 0:
+        record = svc.store.wait(record.id, wait) or record
+    return job_response(record, 200 if record.status.terminal else 202)
+
+
+@jobs.get("/<job_id>", responses={"200": Job, "410": ErrorBody})
+def get_job(path: JobPath) -> Response:
+    """The job object; ``Prefer: wait=N`` waits up to N s for it to finish."""
+    record = owned_record(path.job_id)
+    wait = prefer_wait_s()
+    if wait > 0 and not record.status.terminal:
+        record = services().store.wait(record.id, wait) or record
+    return job_response(record, 200)
+
+
+@jobs.get("/<job_id>/outputs/<int:n>", responses={"200": None, "410": ErrorBody})
+def get_output(path: OutputPath) -> Response:
+    """The n-th binary output (a PNG for images), with Content-Length and ETag."""
+    record = owned_record(path.job_id)
+    outputs = record.output if isinstance(record.output, list) else []
+    entry = outputs[path.n] if path.n < len(outputs) else None
+    if record.status != JobStatus.succeeded or not isinstance(entry, dict) or "media_type" not in entry:
+        raise NotFound(f"job {record.id} has no binary output {path.n}")
+    data = services().store.output(record.id, path.n)
+    if data is None:
+        raise Gone(f"output {path.n} of job {record.id} has expired")
+    response = Response(data, mimetype=entry["media_type"])
+    response.set_etag(hashlib.sha256(data).hexdigest()[:32])
+    response.headers["Cache-Control"] = "private, max-age=86400, immutable"
+    return response.make_conditional(request)
+
+
+@jobs.post("/<job_id>/cancel", responses={"200": Job})
+def cancel_job(path: JobPath) -> Response:
+    """Cancel a queued or running job; a canceled job never runs (its result, if any, is dropped)."""
+    record = owned_record(path.job_id)
+    store = services().store
+    if not record.status.terminal:
+        store.cancel(record.id)
+        record = store.get(record.id) or record
+    return job_response(record, 200)

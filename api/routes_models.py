@@ -1,0 +1,51 @@
+"""``/v1/models``, ``/healthz`` and ``/readyz``."""
+
+from __future__ import annotations
+
+from flask import Response, jsonify
+from flask_openapi3 import APIBlueprint, Tag
+
+from api.services import services
+from tasks.schemas import INPUT_SCHEMAS, BatchingInfo, ModelInfo, ModelList
+
+models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
+
+
+@models.get("/v1/models", responses={"200": ModelList})
+def list_models() -> Response:
+    """Models being served: kind, input schema, limits, batching, queue depth and workers online."""
+    svc = services()
+    infos = []
+    for spec in svc.models.models.values():
+        infos.append(ModelInfo(
+            id=spec.id, kind=spec.kind, input_schema=INPUT_SCHEMAS[spec.kind].model_json_schema(),
+            limits=spec.limits, max_queue_depth=spec.max_queue_depth,
+            batching=BatchingInfo(max_batch_size=spec.batching.max_batch_size,
+                                  max_wait_ms=spec.batching.max_wait_ms,
+                                  buffer_size=spec.batching.buffer_size,
+                                  run_when_idle=spec.batching.run_when_idle),
+            queue_depth=svc.store.queue_depth(spec.id), workers_online=svc.store.workers_online(spec.id),
+        ))
+    return jsonify(ModelList(models=infos).model_dump(mode="json"))
+
+
+@models.get("/healthz")
+def healthz() -> Response:
+    """Liveness: the process answers."""
+    return jsonify({"status": "ok"})
+
+
+@models.get("/readyz")
+def readyz() -> Response:
+    """Readiness: Redis answers and every configured model has a worker online."""
+    svc = services()
+    svc.store.redis.ping()
+    missing = [m for m in svc.models.models if svc.store.workers_online(m) == 0]
+    body = {"status": "ok" if not missing else "degraded", "models_without_workers": missing}
+    return make_json(body, 200 if not missing else 503)
+
+
+def make_json(body: dict[str, object], status: int) -> Response:
+    response = jsonify(body)
+    response.status_code = status
+    return response

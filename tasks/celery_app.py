@@ -1,0 +1,62 @@
+"""The Celery app factory shared by the API (which only sends) and the worker (which consumes)."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from tasks.constants import PRIORITY_STEPS
+from tasks.settings import Settings
+
+
+def redis_transport_options(settings: Settings) -> dict[str, object]:
+    """Connection options for every Redis client Celery opens: prefixed keys, bounded waits."""
+    return {
+        "global_keyprefix": settings.key_prefix,
+        "socket_timeout": settings.redis_timeout_s * 5,  # BRPOP waits inside the socket timeout
+        "socket_connect_timeout": settings.redis_timeout_s,
+        "retry_on_timeout": True,
+        "health_check_interval": 10,
+    }
+
+
+def create_celery(settings: Settings | None = None) -> Celery:
+    """A Celery app configured for genq: JSON only, late acks, priorities, a bounded visibility timeout."""
+    settings = settings or Settings.from_env()
+    app = Celery("genq", broker=settings.redis_url, backend=settings.redis_url)
+    app.conf.update(
+        # JSON only: a pickle message written into a queue is rejected, never executed.
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        # A job's message is acknowledged after its result is stored; a dead worker's jobs come back.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        result_expires=settings.result_ttl_s,
+        result_extended=True,
+        task_track_started=True,
+        task_send_sent_event=True,
+        worker_send_task_events=True,
+        task_default_priority=5,
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,  # keep reconnecting: Redis restarts must not kill workers
+        broker_transport_options={
+            **redis_transport_options(settings),
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_throttle": 1,  # NOTES.md: restores a dead worker's jobs in ~10 s, not ~100 s
+            "priority_steps": list(PRIORITY_STEPS),
+            "sep": ":",
+            "queue_order_strategy": "priority",
+        },
+        result_backend_transport_options={
+            **redis_transport_options(settings),
+            "retry_policy": {"timeout": 5.0},
+        },
+        redis_socket_timeout=settings.redis_timeout_s * 5,
+        redis_socket_connect_timeout=settings.redis_timeout_s,
+        redis_retry_on_timeout=True,
+        worker_hijack_root_logger=False,
+    )
+    return app

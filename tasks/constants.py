@@ -1,0 +1,56 @@
+"""Names shared by the API and the worker: tasks, queues, priorities and Redis keys."""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: The one Celery task every job runs as; the API sends it by name.
+TASK_RUN: Final = "genq.run"
+
+#: Every model gets its own queue so that a worker consumes only what its GPU holds.
+QUEUE_PREFIX: Final = "genq."
+
+#: Redis transport priorities: 0 is served first. Three steps keep LLEN reads cheap.
+PRIORITY_STEPS: Final = (0, 5, 9)
+PRIORITY_VALUES: Final = {"high": 0, "normal": 5, "low": 9}
+
+
+def queue_name(model_id: str) -> str:
+    """The Celery queue that carries jobs for ``model_id``."""
+    return f"{QUEUE_PREFIX}{model_id}"
+
+
+class Keys:
+    """Every Redis key genq writes, under one prefix (so tests and tenants can share a server)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}job:{job_id}"
+
+    def gone(self, job_id: str) -> str:
+        """Tombstone outliving the record, so an expired job answers 410 rather than 404."""
+        return f"{self.prefix}gone:{job_id}"
+
+    def output(self, job_id: str, index: int) -> str:
+        return f"{self.prefix}out:{job_id}:{index}"
+
+    def done_channel(self, job_id: str) -> str:
+        return f"{self.prefix}done:{job_id}"
+
+    def workers(self, model_id: str) -> str:
+        """Sorted set of worker names serving ``model_id``, scored by last heartbeat time."""
+        return f"{self.prefix}workers:{model_id}"
+
+    def buffered(self, model_id: str) -> str:
+        """Hash worker name -> messages held (buffer + running batch), for queue depth."""
+        return f"{self.prefix}buffered:{model_id}"
+
+    def completed(self, model_id: str, bucket: int) -> str:
+        """Jobs finished in one 10 s bucket: the recent service rate behind Retry-After."""
+        return f"{self.prefix}completed:{model_id}:{bucket}"
+
+    def load_count(self, model_id: str) -> str:
+        """How often a worker loaded ``model_id``: tests prove it is once per process."""
+        return f"{self.prefix}loads:{model_id}"

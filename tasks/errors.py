@@ -1,0 +1,102 @@
+"""One error-code enum and one exception root, mapped to HTTP statuses by the API."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    bad_request = "bad_request"
+    unauthorized = "unauthorized"
+    not_found = "not_found"
+    gone = "gone"
+    conflict = "conflict"
+    payload_too_large = "payload_too_large"
+    invalid_input = "invalid_input"
+    unknown_model = "unknown_model"
+    rate_limited = "rate_limited"
+    overloaded = "overloaded"
+    no_workers = "no_workers"
+    broker_unavailable = "broker_unavailable"
+    model_error = "model_error"
+    out_of_memory = "out_of_memory"
+    worker_lost = "worker_lost"
+    internal = "internal"
+
+
+#: HTTP status per code; codes that only ever describe a failed job map to 500 for completeness.
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.bad_request: 400,
+    ErrorCode.unauthorized: 401,
+    ErrorCode.not_found: 404,
+    ErrorCode.gone: 410,
+    ErrorCode.conflict: 409,
+    ErrorCode.payload_too_large: 413,
+    ErrorCode.invalid_input: 422,
+    ErrorCode.unknown_model: 422,
+    ErrorCode.rate_limited: 429,
+    ErrorCode.overloaded: 503,
+    ErrorCode.no_workers: 503,
+    ErrorCode.broker_unavailable: 503,
+    ErrorCode.model_error: 500,
+    ErrorCode.out_of_memory: 500,
+    ErrorCode.worker_lost: 500,
+    ErrorCode.internal: 500,
+}
+
+
+class GenqError(Exception):
+    """Root of every error genq raises on purpose; carries a stable code for clients."""
+
+    code: ErrorCode = ErrorCode.internal
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS[self.code]
+
+
+class BadRequest(GenqError):
+    code = ErrorCode.bad_request
+
+
+class NotFound(GenqError):
+    code = ErrorCode.not_found
+
+
+class Gone(GenqError):
+    code = ErrorCode.gone
+
+
+class InvalidInput(GenqError):
+    code = ErrorCode.invalid_input
+
+
+class UnknownModel(GenqError):
+    code = ErrorCode.unknown_model
+
+
+class Unavailable(GenqError):
+    """The service cannot take the job now; the client should retry after ``retry_after`` s."""
+
+    code = ErrorCode.overloaded
+
+    def __init__(self, message: str, *, retry_after: int = 1, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        if code is not None:
+            self.code = code
+
+
+class ModelError(GenqError):
+    """The model failed on a job: the job fails, the worker carries on."""
+
+    code = ErrorCode.model_error
+
+
+class OutOfMemory(ModelError):
+    code = ErrorCode.out_of_memory

@@ -1,0 +1,256 @@
+"""The job record in Redis: written before the message is sent, updated by the worker, read by the API.
+
+Every status change goes through one Lua script that checks the current status first, so a
+cancel and a worker's claim can never both win, a succeeded job is never claimed again, and
+a canceled job's late result is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+from pydantic import BaseModel
+
+from tasks.constants import PRIORITY_STEPS, Keys, queue_name
+from tasks.schemas import Job, JobErrorInfo, JobKind, JobMetrics, JobStatus, Priority, Progress, timestamp
+from tasks.settings import Settings
+
+_TRANSITION = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return {'', 0} end
+if not string.find(ARGV[1], ',' .. cur .. ',', 1, true) then return {cur, 0} end
+local attempts = 0
+if ARGV[4] == '1' then attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
+redis.call('HSET', KEYS[1], 'status', ARGV[2])
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+if ARGV[5] == '1' then redis.call('PUBLISH', KEYS[2], ARGV[2]) end
+return {cur, attempts}
+"""
+
+_ACTIVE = (JobStatus.queued, JobStatus.running)
+RATE_BUCKET_S = 10
+RATE_WINDOW_S = 60
+
+
+class JobRecord(BaseModel):
+    """Everything stored about a job; ``public()`` is what a client sees."""
+
+    id: str
+    model: str
+    kind: JobKind
+    status: JobStatus
+    owner: str = ""
+    priority: Priority = "normal"
+    created_at: float
+    started_at: float | None = None
+    completed_at: float | None = None
+    deadline_at: float | None = None
+    attempts: int = 0
+    input: dict[str, Any] = {}
+    progress: Progress | None = None
+    output: Any = None
+    error: JobErrorInfo | None = None
+    metrics: JobMetrics | None = None
+    webhook: str | None = None
+    webhook_events: list[str] = []
+
+    def public(self) -> Job:
+        return Job(
+            id=self.id, model=self.model, kind=self.kind, status=self.status, priority=self.priority,
+            created_at=timestamp(self.created_at),  # type: ignore[arg-type]
+            started_at=timestamp(self.started_at), completed_at=timestamp(self.completed_at),
+            deadline_at=timestamp(self.deadline_at),
+            progress=self.progress if self.status == JobStatus.running else None,
+            output=self.output, error=self.error, metrics=self.metrics,
+        )
+
+
+_JSON_FIELDS = ("input", "progress", "output", "error", "metrics", "webhook_events")
+
+
+def _encode(fields: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
+        out[key] = json.dumps(value) if key in _JSON_FIELDS else str(value)
+    return out
+
+
+def _decode(raw: dict[bytes, bytes]) -> JobRecord:
+    data: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
+    for key in _JSON_FIELDS:
+        if key in data:
+            data[key] = json.loads(data[key])
+    return JobRecord.model_validate(data)
+
+
+class JobStore:
+    """Job records, outputs and cancel/finish transitions in Redis."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._transition = client.register_script(_TRANSITION)
+
+    # --- records ---------------------------------------------------------------------
+
+    def create(self, record: JobRecord) -> None:
+        """Write the record (and its tombstone) before the message is sent."""
+        ttl = self.settings.result_ttl_s + int(max(0.0, (record.deadline_at or 0) - time.time()))
+        with self.redis.pipeline() as pipe:
+            pipe.hset(self.keys.job(record.id), mapping=_encode(record.model_dump(exclude_none=True)))
+            pipe.expire(self.keys.job(record.id), ttl)
+            pipe.set(self.keys.gone(record.id), 1, ex=self.settings.tombstone_ttl_s)
+            pipe.execute()
+
+    def delete(self, job_id: str) -> None:
+        """Remove a record whose message could not be sent (the client got an error, not a job)."""
+        self.redis.delete(self.keys.job(job_id), self.keys.gone(job_id))
+
+    def get(self, job_id: str) -> JobRecord | None:
+        raw = self.redis.hgetall(self.keys.job(job_id))
+        return _decode(raw) if raw else None  # type: ignore[arg-type]
+
+    def was_known(self, job_id: str) -> bool:
+        """True when the job existed but its record has expired (the API answers 410)."""
+        return bool(self.redis.exists(self.keys.gone(job_id)))
+
+    # --- transitions -------------------------------------------------------------------
+
+    def transition(
+        self,
+        job_id: str,
+        allowed: tuple[JobStatus, ...],
+        new: JobStatus,
+        *,
+        count_attempt: bool = False,
+        **fields: Any,
+    ) -> tuple[JobStatus | None, int]:
+        """Set ``new`` if the status is one of ``allowed``; return (status before, attempts)."""
+        ttl = self.settings.result_ttl_s if new.terminal else 0
+        args: list[Any] = [
+            "," + ",".join(allowed) + ",", new.value, ttl, int(count_attempt), int(new.terminal),
+        ]
+        for key, value in _encode(fields).items():
+            args += [key, value]
+        before, attempts = self._transition(keys=[self.keys.job(job_id), self.keys.done_channel(job_id)], args=args)
+        return (JobStatus(before.decode()) if before else None), int(attempts)
+
+    def claim(self, job_id: str) -> tuple[JobStatus | None, int]:
+        """Mark a job running before it runs; a re-delivered running job counts one more attempt."""
+        return self.transition(job_id, _ACTIVE, JobStatus.running, count_attempt=True, started_at=time.time())
+
+    def cancel(self, job_id: str) -> JobStatus | None:
+        """Cancel a queued or running job; returns the status it had."""
+        before, _ = self.transition(job_id, _ACTIVE, JobStatus.canceled, completed_at=time.time())
+        return before
+
+    def expire(self, job_id: str) -> JobStatus | None:
+        """Mark a job whose deadline passed before it started."""
+        before, _ = self.transition(
+            job_id, _ACTIVE, JobStatus.expired, completed_at=time.time(),
+            error=JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started"),
+        )
+        return before
+
+    def set_progress(self, job_id: str, step: int, total: int) -> None:
+        self.transition(job_id, (JobStatus.running,), JobStatus.running, progress=Progress(step=step, total=total))
+
+    def finish(
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        output: Any = None,
+        error: JobErrorInfo | None = None,
+        metrics: JobMetrics | None = None,
+        blobs: list[bytes] = (),  # type: ignore[assignment]
+    ) -> bool:
+        """Store outputs then the terminal status (only if the job is still running); True if stored."""
+        if blobs:
+            with self.redis.pipeline() as pipe:
+                for index, blob in enumerate(blobs):
+                    pipe.set(self.keys.output(job_id, index), blob, ex=self.settings.result_ttl_s)
+                pipe.execute()
+        before, _ = self.transition(
+            job_id, (JobStatus.running,), status,
+            completed_at=time.time(), output=output, error=error, metrics=metrics,
+        )
+        return before == JobStatus.running
+
+    def fail(self, job_id: str, code: str, message: str, **kw: Any) -> bool:
+        return self.finish(job_id, JobStatus.failed, error=JobErrorInfo(code=code, message=message), **kw)
+
+    def output(self, job_id: str, index: int) -> bytes | None:
+        return self.redis.get(self.keys.output(job_id, index))  # type: ignore[return-value]
+
+    # --- waiting -----------------------------------------------------------------------
+
+    def wait(self, job_id: str, timeout: float) -> JobRecord | None:
+        """Block until the job is terminal or ``timeout`` passes, on a pub/sub notification (no polling)."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(self.keys.done_channel(job_id))
+            record = self.get(job_id)  # subscribed first, so a finish in between is not missed
+            end = time.monotonic() + timeout
+            while record is not None and not record.status.terminal:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    break
+                if pubsub.get_message(timeout=min(remaining, 1.0)) is not None:
+                    record = self.get(job_id)
+            return record
+        finally:
+            pubsub.close()
+
+    # --- fleet -------------------------------------------------------------------------
+
+    def queue_depth(self, model_id: str) -> int:
+        """Messages waiting in Redis (every priority sub-queue) plus those held by workers."""
+        queue = self.keys.prefix + queue_name(model_id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for step in PRIORITY_STEPS:
+                pipe.llen(f"{queue}:{step}" if step else queue)
+            pipe.hvals(self.keys.buffered(model_id))
+            *lengths, held = pipe.execute()
+        return sum(lengths) + sum(int(v) for v in held)
+
+    def heartbeat(self, model_id: str, worker: str, held: int) -> None:
+        """Called by a worker every few seconds: it is online and holds ``held`` messages."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.workers(model_id), {worker: time.time()})
+            pipe.hset(self.keys.buffered(model_id), worker, held)
+            pipe.execute()
+
+    def worker_gone(self, model_id: str, worker: str) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.keys.workers(model_id), worker)
+            pipe.hdel(self.keys.buffered(model_id), worker)
+            pipe.execute()
+
+    def count_completed(self, model_id: str, n: int) -> None:
+        bucket = int(time.time()) // RATE_BUCKET_S
+        key = self.keys.completed(model_id, bucket)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.incrby(key, n)
+            pipe.expire(key, RATE_WINDOW_S * 2)
+            pipe.execute()
+
+    def service_rate(self, model_id: str) -> float:
+        """Jobs per second finished for ``model_id`` over the last minute (all workers)."""
+        now = int(time.time()) // RATE_BUCKET_S
+        buckets = range(now - RATE_WINDOW_S // RATE_BUCKET_S, now)
+        counts = self.redis.mget([self.keys.completed(model_id, b) for b in buckets])
+        return sum(int(c) for c in counts if c) / RATE_WINDOW_S
+
+    def workers_online(self, model_id: str) -> int:
+        cutoff = time.time() - self.settings.worker_ttl_s
+        return int(self.redis.zcount(self.keys.workers(model_id), cutoff, "+inf"))

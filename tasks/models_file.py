@@ -1,0 +1,99 @@
+"""The models file (TOML or YAML): which models a deployment serves, from where, with which limits."""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tasks.constants import queue_name
+from tasks.errors import GenqError
+from tasks.schemas import JobKind, ModelLimits
+
+DEFAULT_MAX_BATCH_SIZE = 8  # bench/README.md: the batch gain flattens past 8 for the demo models
+DEFAULT_MAX_WAIT_MS = 20.0  # a full batch rarely needs longer to gather under load; idle runs at once anyway
+DEFAULT_BUFFER_BATCHES = 2  # enough to pick the next batch while one runs, short enough to stay far below the visibility timeout
+DEFAULT_MAX_QUEUE_DEPTH = 256  # past this a new job would wait minutes: answer 503 instead
+
+
+class BatchingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch_size: int = Field(default=DEFAULT_MAX_BATCH_SIZE, ge=1, le=256)
+    max_wait_ms: float = Field(default=DEFAULT_MAX_WAIT_MS, ge=0)
+    buffer_batches: int = Field(default=DEFAULT_BUFFER_BATCHES, ge=1, le=8)
+    run_when_idle: bool = True
+
+    @property
+    def buffer_size(self) -> int:
+        """Messages a worker may hold at once (buffered + running)."""
+        return self.max_batch_size * (self.buffer_batches + 1)
+
+
+class ModelSpec(BaseModel):
+    """One entry of the models file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    kind: JobKind
+    source: str = Field(description="a hub id, a local folder, or package:NAME/sub/folder")
+    revision: str | None = None
+    runtime: str | None = Field(default=None, description="module:Class of a custom Runtime; the kind's default when absent")
+    limits: ModelLimits = Field(default_factory=ModelLimits)
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    max_queue_depth: int = Field(default=DEFAULT_MAX_QUEUE_DEPTH, ge=1)
+    default_deadline_s: float | None = Field(default=None, gt=0)
+    torch: dict[str, Any] = Field(default_factory=dict, description="overrides of the worker's torch settings")
+
+    @property
+    def queue(self) -> str:
+        return queue_name(self.id)
+
+    def resolved_source(self, base: Path) -> str:
+        """A local path (relative to the models file, or inside an installed package) or the hub id."""
+        if self.source.startswith("package:"):
+            package, _, sub = self.source.removeprefix("package:").partition("/")
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                raise GenqError(f"model {self.id}: package {package!r} is not installed")
+            return str(Path(next(iter(spec.submodule_search_locations))) / sub)
+        if self.source.startswith((".", "/", "~")):
+            return str((base / Path(self.source).expanduser()).resolve())
+        return self.source
+
+
+class ModelsFile(BaseModel):
+    path: Path
+    models: dict[str, ModelSpec]
+
+    def get(self, model_id: str) -> ModelSpec | None:
+        return self.models.get(model_id)
+
+    def source_of(self, model_id: str) -> str:
+        return self.models[model_id].resolved_source(self.path.parent)
+
+
+def load_models_file(path: str | Path) -> ModelsFile:
+    """Read ``[models.<id>]`` tables from TOML (or a ``models:`` mapping from YAML)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise GenqError(f"cannot read models file {path}: {exc.strerror}") from None
+    raw: dict[str, Any]
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        raw = yaml.safe_load(text) or {}
+    else:
+        raw = tomllib.loads(text)
+    entries = raw.get("models") or {}
+    try:
+        models = {mid: ModelSpec.model_validate({"id": mid, **body}) for mid, body in entries.items()}
+    except ValidationError as exc:
+        raise GenqError(f"invalid models file {path}: {exc}") from None
+    return ModelsFile(path=path.resolve(), models=models)

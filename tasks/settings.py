@@ -1,0 +1,65 @@
+"""Process settings, read once from ``GENQ_*`` environment variables; every default named and explained."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_KEY_PREFIX = "genq:"
+DEFAULT_MODELS_FILE = "models.toml"
+DEFAULT_RESULT_TTL_S = 24 * 3600  # long enough for a client to come back the next day
+DEFAULT_TOMBSTONE_TTL_S = 7 * 24 * 3600  # after the result expires, answer 410 (not 404) for a week
+DEFAULT_VISIBILITY_TIMEOUT_S = 600  # several times the worst hold (buffer + batch); also the crash-recovery delay
+DEFAULT_REDIS_TIMEOUT_S = 2.0  # an outage becomes a 503 within seconds, never a hung request
+DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
+DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
+DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
+DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as worker_lost
+
+
+def _env_bool(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = DEFAULT_REDIS_URL
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    models_file: Path = Path(DEFAULT_MODELS_FILE)
+    result_ttl_s: int = DEFAULT_RESULT_TTL_S
+    tombstone_ttl_s: int = DEFAULT_TOMBSTONE_TTL_S
+    visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
+    redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    wait_cap_s: float = DEFAULT_WAIT_CAP_S
+    max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
+    worker_ttl_s: float = DEFAULT_WORKER_TTL_S
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    api_keys_file: Path | None = None
+    model: str | None = None  # the model a worker serves (worker only)
+    gpu: str | None = None  # the GPU a worker owns (worker only)
+    flower_user: str = "genq"
+    flower_password: str = field(default="", repr=False)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        """Build settings from ``GENQ_<FIELD>`` variables; unset ones keep their defaults."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"GENQ_{f.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            kind = str(f.type)
+            if "Path" in kind:
+                values[f.name] = Path(raw)
+            elif kind == "int":
+                values[f.name] = int(raw)
+            elif kind == "float":
+                values[f.name] = float(raw)
+            elif kind == "bool":
+                values[f.name] = _env_bool(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,148 @@
+"""Runs batches of jobs on a runtime: admit, predict with failure isolation, store each result.
+
+Knows nothing of Celery or torch, so the batching rules and failure handling are testable with
+a fake runtime and a real (or fake) job store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tasks.errors import ErrorCode, GenqError, OutOfMemory
+from tasks.job_store import JobStore
+from tasks.models_file import ModelSpec
+from tasks.schemas import JobMetrics, JobStatus, validate_input
+from worker.job import WorkItem
+from worker.runtimes.base import Prediction, Runtime
+from worker.store_retry import with_retries
+
+log = logging.getLogger(__name__)
+PROGRESS_INTERVAL_S = 0.25  # progress writes at most 4 times a second per batch
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch.cuda.OutOfMemoryError and friends, recognised without importing torch."""
+    return isinstance(exc, OutOfMemory) or type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    )
+
+
+class Executor:
+    def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.runtime = runtime
+        self.spec = spec
+        self.store = store
+        self.max_attempts = max_attempts
+        self.clock = clock
+
+    # --- before a batch --------------------------------------------------------------
+
+    def parse(self, item: WorkItem) -> bool:
+        """Validate the input again in the worker (the API is not the only writer of a queue)."""
+        try:
+            item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits)
+            return True
+        except GenqError as exc:
+            item.fail(exc.code.value, exc.message)
+            return False
+
+    def admit(self, item: WorkItem) -> bool:
+        """Claim the job (queued/running -> running) unless it was canceled, expired, or already done."""
+        if item.deadline_at is not None and self.clock() > item.deadline_at:
+            before = with_retries(self.store.expire, item.job_id)
+            item.status = JobStatus.expired if before in (JobStatus.queued, JobStatus.running) else before
+            return False
+        before, attempts = with_retries(self.store.claim, item.job_id)
+        if before is None or before.terminal:
+            item.status = before  # canceled, already succeeded (a redelivery) or unknown: never run
+            return False
+        if attempts > self.max_attempts:
+            item.fail(ErrorCode.worker_lost.value,
+                      f"the worker died {attempts - 1} times while running this job; giving up")
+            self._store_failure(item, None)
+            return False
+        return self.parse(item) or self._store_failure(item, None)
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(self, items: list[WorkItem], on_start: Callable[[list[WorkItem]], Any] | None = None) -> None:
+        """Admit ``items``, run the admitted ones as one batch, and record every outcome."""
+        batch = [item for item in items if self.admit(item)]
+        if not batch:
+            return
+        if on_start:
+            on_start(batch)
+        started = time.perf_counter()
+        self._predict_isolated(batch, len(batch), started)
+
+    def _predict_isolated(self, batch: list[WorkItem], batch_size: int, started: float) -> None:
+        try:
+            predictions = self.runtime.predict([i.parsed for i in batch], self._progress(batch))  # type: ignore[misc]
+            if len(predictions) != len(batch):
+                raise RuntimeError(f"runtime returned {len(predictions)} results for {len(batch)} inputs")
+        except Exception as exc:
+            if len(batch) > 1 and is_out_of_memory(exc):
+                log.warning("out of memory on a batch of %d: splitting in halves", len(batch))
+                half = len(batch) // 2
+                self._predict_isolated(batch[:half], batch_size, started)
+                self._predict_isolated(batch[half:], batch_size, started)
+            elif len(batch) > 1:
+                log.warning("batch of %d failed (%s): retrying item by item", len(batch), exc)
+                for item in batch:
+                    self._predict_isolated([item], batch_size, started)
+            else:
+                code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
+                log.exception("job %s failed", batch[0].job_id)
+                batch[0].fail(code.value, f"{type(exc).__name__}: {exc}"[:500])
+                self._store_failure(batch[0], self._metrics(batch[0], batch_size, started))
+            return
+        inference_ms = (time.perf_counter() - started) * 1000
+        for item, prediction in zip(batch, predictions, strict=True):
+            self._store_success(item, prediction, self._metrics(item, batch_size, started, inference_ms))
+        with_retries(self.store.count_completed, self.spec.id, len(batch))
+
+    # --- results ---------------------------------------------------------------------
+
+    def _metrics(self, item: WorkItem, batch_size: int, started: float, inference_ms: float | None = None
+                 ) -> JobMetrics:
+        if inference_ms is None:
+            inference_ms = (time.perf_counter() - started) * 1000
+        queue_ms = (self.clock() - item.created_at) * 1000 - inference_ms if item.created_at else None
+        return JobMetrics(queue_ms=None if queue_ms is None else round(max(0.0, queue_ms), 2),
+                          inference_ms=round(inference_ms, 2), batch_size=batch_size)
+
+    def _store_success(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> None:
+        output = prediction.output
+        if prediction.blobs:
+            output = [{"url": f"/v1/jobs/{item.job_id}/outputs/{n}", "media_type": b.media_type, "seed": b.seed}
+                      for n, b in enumerate(prediction.blobs)]
+        stored = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=output, metrics=metrics,
+                              blobs=[b.data for b in prediction.blobs])
+        # Not stored means it was canceled while running: its result is dropped, as promised.
+        item.status = JobStatus.succeeded if stored else JobStatus.canceled
+        item.extra["metrics"] = metrics
+
+    def _store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
+        with_retries(self.store.fail, item.job_id, item.error_code or "internal", item.error_message or "",
+                     metrics=metrics)
+        return False
+
+    def _progress(self, batch: list[WorkItem]) -> Callable[[int, int], None]:
+        last = [0.0]
+
+        def report(step: int, total: int) -> None:
+            now = time.monotonic()
+            if step < total and now - last[0] < PROGRESS_INTERVAL_S:
+                return
+            last[0] = now
+            for item in batch:
+                try:
+                    self.store.set_progress(item.job_id, step, total)
+                except Exception:  # progress is best effort; the result write is what matters
+                    log.debug("progress write failed", exc_info=True)
+
+        return report

@@ -1,0 +1,39 @@
+"""Announces a worker (once its model is loaded) so the API can tell whether anyone serves a model."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from tasks.job_store import JobStore
+
+log = logging.getLogger(__name__)
+HEARTBEAT_INTERVAL_S = 2.0  # well inside the API's worker TTL (15 s)
+
+
+class Heartbeat:
+    """A daemon thread: it keeps beating while the model thread is busy with a long batch."""
+
+    def __init__(self, store: JobStore, model_id: str, worker: str, held: Callable[[], int]) -> None:
+        self.store, self.model_id, self.worker, self.held = store, model_id, worker, held
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="genq-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.store.heartbeat(self.model_id, self.worker, self.held())
+            except Exception as exc:  # Redis down: keep trying, the worker itself reconnects
+                log.warning("heartbeat failed: %s", exc)
+            self._stop.wait(HEARTBEAT_INTERVAL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self.store.worker_gone(self.model_id, self.worker)
+        except Exception:
+            log.warning("could not deregister worker %s", self.worker)

@@ -1,0 +1,27 @@
+"""A job as the worker sees it: the message's fields plus where it is in its life."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks.schemas import AnyInput, JobStatus
+
+
+@dataclass
+class WorkItem:
+    job_id: str
+    raw_input: dict[str, Any]
+    created_at: float | None = None
+    deadline_at: float | None = None
+    priority: int = 5  # Redis transport priority: 0 first
+    arrived: float = 0.0  # monotonic time the worker received the message
+    handle: Any = None  # whatever the consumer needs to ack it (a Celery request)
+    parsed: AnyInput | None = None
+    status: JobStatus | None = None  # terminal status once decided
+    error_code: str | None = None
+    error_message: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, code: str, message: str) -> None:
+        self.status, self.error_code, self.error_message = JobStatus.failed, code, message

@@ -1,0 +1,52 @@
+"""Loads the worker's one model, once per process, and keeps it with what runs it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from tasks.errors import GenqError
+from tasks.job_store import JobStore
+from tasks.models_file import ModelSpec, load_models_file
+from tasks.redis_client import connect
+from tasks.settings import Settings
+from worker.executor import Executor
+from worker.runtimes import Runtime, create_runtime
+from worker.torch_settings import TorchOptions, apply_global
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Loaded:
+    spec: ModelSpec
+    runtime: Runtime
+    store: JobStore
+    executor: Executor
+    device: str
+    load_seconds: float
+
+
+def load_model(settings: Settings) -> Loaded:
+    """Read the models file, build the runtime for ``settings.model``, load it and count the load."""
+    from worker.device import select_device
+
+    if not settings.model:
+        raise GenqError("no model: start the worker with --model ID (or GENQ_MODEL)")
+    models = load_models_file(settings.models_file)
+    spec = models.get(settings.model)
+    if spec is None:
+        raise GenqError(f"model {settings.model!r} is not in {models.path} (has: {', '.join(models.models)})")
+    options = TorchOptions.from_env().with_overrides(spec.torch)
+    device = select_device()
+    apply_global(options, device)
+    runtime = create_runtime(spec, models.source_of(spec.id), options)
+    started = time.perf_counter()
+    runtime.load(device)
+    seconds = time.perf_counter() - started
+    store = JobStore(connect(settings), settings)
+    store.redis.incr(store.keys.load_count(spec.id))
+    log.info("loaded model %s (%s) on %s in %.2f s", spec.id, spec.kind, device, seconds)
+    executor = Executor(runtime, spec, store, settings.max_attempts)
+    return Loaded(spec, runtime, store, executor, device, seconds)

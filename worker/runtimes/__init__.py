@@ -1,0 +1,33 @@
+"""Model runtimes by job kind; imported lazily so that importing ``worker`` never loads torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tasks.models_file import ModelSpec
+from tasks.schemas import JobKind
+from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
+
+DEFAULT_RUNTIMES: dict[JobKind, str] = {
+    JobKind.fill_mask: "worker.runtimes.fill_mask:FillMaskRuntime",
+    JobKind.text_generation: "worker.runtimes.text_generation:TextGenerationRuntime",
+    JobKind.embedding: "worker.runtimes.embedding:EmbeddingRuntime",
+    JobKind.text_to_image: "worker.runtimes.text_to_image:TextToImageRuntime",
+}
+
+
+def runtime_class(spec: ModelSpec) -> type[Runtime]:
+    """The runtime class for ``spec``: its own ``runtime = "module:Class"`` or the kind's default."""
+    module_name, _, class_name = (spec.runtime or DEFAULT_RUNTIMES[spec.kind]).partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, Runtime)):
+        raise TypeError(f"{spec.runtime} is not a worker.runtimes.base.Runtime")
+    return cls
+
+
+def create_runtime(spec: ModelSpec, source: str, options: Any) -> Runtime:
+    return runtime_class(spec)(spec, source, options)
+
+
+__all__ = ["Blob", "Prediction", "ProgressFn", "Runtime", "create_runtime", "runtime_class"]
