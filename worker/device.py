@@ -8,6 +8,9 @@ import sys
 
 log = logging.getLogger(__name__)
 
+#: What pin_gpu did, reported once logging is up (Celery configures it after ``celeryd_init``).
+pinned: str | None = None
+
 
 def pin_gpu(gpu: str | None) -> None:
     """Expose only ``gpu`` to this process; must run before torch is imported."""
@@ -17,7 +20,8 @@ def pin_gpu(gpu: str | None) -> None:
         # CUDA may already be initialised with every device visible: pinning now would be a lie.
         raise RuntimeError("--gpu must be applied before torch is imported")
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    log.info("pinned to GPU %s: CUDA_VISIBLE_DEVICES=%s (torch not yet imported)", gpu, gpu)
+    global pinned
+    pinned = f"pinned to GPU {gpu}: CUDA_VISIBLE_DEVICES={gpu} (torch not yet imported)"
 
 
 def select_device() -> str:

