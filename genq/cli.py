@@ -51,3 +51,7 @@ def hash_key(owner: str) -> None:
     key = "gq_" + secrets.token_urlsafe(32)
     click.echo(f"key (give to {owner}, shown once): {key}")
     click.echo(f"keys-file line: {hashlib.sha256(key.encode()).hexdigest()} {owner}")
+
+
+if __name__ == "__main__":
+    main()

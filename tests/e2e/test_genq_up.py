@@ -1,0 +1,116 @@
+"""`genq up` as a user runs it: gunicorn API, a worker per model, Flower with basic auth, Ctrl-C stops all."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from genq.redis_server import free_port
+from tests.harness import ROOT, worker_env
+
+FLOWER_AUTH = ("genq", "test-password")
+
+
+@dataclass
+class Stack:
+    api: str
+    flower: str
+    proc: subprocess.Popen[str]
+
+
+def wait_ready(url: str, timeout: float = 180) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("stack not ready")
+
+
+@pytest.fixture(scope="module")
+def stack(settings, tmp_path_factory) -> Iterator[Stack]:
+    """`genq up --models bert-demo,sd-demo` on spare ports, with this run's Redis prefix."""
+    state = tmp_path_factory.mktemp("stack")
+    api_port, flower_port = free_port(), free_port()
+    env = worker_env(settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2")
+    # The stack lists only the models it serves, so /readyz can say ready.
+    models_file = state / "models.toml"
+    models_file.write_text("\n".join(
+        block for block in settings.models_file.read_text().split("\n\n")
+        if "[models.bert-demo]" in block or "[models.sd-demo]" in block))
+    env["GENQ_MODELS_FILE"] = str(models_file)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "genq.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
+         "--state-dir", str(state)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    api = f"http://127.0.0.1:{api_port}"
+    try:
+        wait_ready(api)
+        yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+
+
+def test_seed_example_with_prefer_wait(stack):
+    response = httpx.post(f"{stack.api}/v1/jobs", headers={"Prefer": "wait=30"}, timeout=40,
+                          json={"model": "bert-demo", "input": {"text": "test [MASK]"}})
+    assert response.status_code == 200
+    job = response.json()
+    assert job["status"] == "succeeded"
+    assert {"score", "token", "token_str", "sequence"} <= set(job["output"][0])
+
+
+def test_seed_example_submit_then_poll(stack):
+    response = httpx.post(f"{stack.api}/v1/jobs", json={"model": "bert-demo", "input": {"text": "test [MASK]"}})
+    assert response.status_code == 202
+    location = response.headers["Location"]
+    for _ in range(200):
+        job = httpx.get(f"{stack.api}{location}").json()
+        if job["status"] == "succeeded":
+            break
+        time.sleep(0.1)
+    assert job["status"] == "succeeded"
+
+
+def test_image_session_saves_a_png(stack):
+    job = httpx.post(f"{stack.api}/v1/jobs", headers={"Prefer": "wait=60"}, timeout=70,
+                     json={"model": "sd-demo", "input": {"prompt": "a red fox", "seed": 1}}).json()
+    assert job["status"] == "succeeded", job
+    png = httpx.get(f"{stack.api}{job['output'][0]['url']}")
+    assert png.headers["content-type"] == "image/png" and png.content.startswith(b"\x89PNG")
+
+
+def test_flower_needs_credentials_and_lists_worker_and_jobs(stack):
+    assert httpx.get(f"{stack.flower}/api/workers", timeout=10).status_code == 401
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        workers = httpx.get(f"{stack.flower}/api/workers?refresh=1", auth=FLOWER_AUTH, timeout=10).json()
+        tasks = httpx.get(f"{stack.flower}/api/tasks", auth=FLOWER_AUTH, timeout=10).json()
+        if any(name.startswith("bert-demo@") for name in workers) and tasks:
+            break
+        time.sleep(1)
+    assert any(name.startswith("bert-demo@") for name in workers), workers
+    assert any(t["name"] == "genq.run" and t["state"] == "SUCCESS" for t in tasks.values())
+
+
+def test_ctrl_c_stops_everything(stack):
+    stack.proc.send_signal(signal.SIGINT)
+    assert stack.proc.wait(60) == 0
+    output = stack.proc.stdout.read() if stack.proc.stdout else ""
+    assert "Flower" in output and "stopping" in output
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{stack.api}/healthz", timeout=2)
+    flower = subprocess.run(["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"],
+                            capture_output=True, text=True).stdout.split()
+    assert flower == []
