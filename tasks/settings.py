@@ -16,6 +16,7 @@ DEFAULT_REDIS_TIMEOUT_S = 2.0  # an outage becomes a 503 within seconds, never a
 DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
 DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
+DEFAULT_SHUTDOWN_TIMEOUT_S = 120  # SIGTERM lets the running batch finish this long; keep the orchestrator's grace above it
 DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as worker_lost
 
 
@@ -36,6 +37,7 @@ class Settings:
     max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
     worker_ttl_s: float = DEFAULT_WORKER_TTL_S
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     api_keys_file: Path | None = None
     model: str | None = None  # the model a worker serves (worker only)
     gpu: str | None = None  # the GPU a worker owns (worker only)

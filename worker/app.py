@@ -12,22 +12,24 @@ import os
 from typing import Any
 
 import click
-from celery import Task, signals
-from celery.exceptions import Ignore
+from celery import Task, bootsteps, signals
+from celery.worker import state as celery_state
 
 from tasks.celery_app import create_celery
 from tasks.constants import TASK_RUN
+from tasks.models_file import load_models_file
 from tasks.settings import Settings
+from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.heartbeat import Heartbeat
-from worker.job import WorkItem
 from worker.loader import Loaded, load_model
+from worker.model_thread import ModelThread
 
 log = logging.getLogger("genq.worker")
 
 settings = Settings.from_env()
 app = create_celery(settings)
-app.conf.worker_prefetch_multiplier = 1
+app.conf.task_ignore_result = True  # results live in the job store; one source of truth
 app.user_options["worker"].add(click.Option(["--model"], default=None, help="genq: the model id to serve"))
 app.user_options["worker"].add(click.Option(["--gpu"], default=None, help="genq: the GPU index this worker owns"))
 
@@ -36,13 +38,11 @@ class WorkerState:
     settings: Settings = settings
     loaded: Loaded | None = None
     heartbeat: Heartbeat | None = None
+    batching: BatchingConsumer | None = None
+    model_thread: ModelThread | None = None
 
 
 state = WorkerState()
-
-
-class JobFailed(Exception):
-    """Raised after a failed job's status is stored, so Celery and Flower show it as FAILURE."""
 
 
 @signals.celeryd_init.connect
@@ -54,6 +54,11 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
         os.environ["GENQ_MODEL"] = model  # the pool's process reads the same settings
         if not options.get("queues"):
             conf.task_default_queue = f"genq.{model}"
+        spec = load_models_file(state.settings.models_file).get(model)
+        if spec is not None:
+            # Prefetch credit = the buffer: enough to fill the next batch while one runs, and
+            # small enough that no message waits near the visibility timeout (NOTES.md).
+            conf.worker_prefetch_multiplier = spec.batching.buffer_size
     pin_gpu(gpu)
 
 
@@ -70,7 +75,8 @@ def _load(**_: Any) -> None:
 @signals.worker_ready.connect
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
-        state.heartbeat = Heartbeat(state.loaded.store, state.loaded.spec.id, sender.hostname, lambda: 0)
+        state.heartbeat = Heartbeat(state.loaded.store, state.loaded.spec.id, sender.hostname,
+                                    lambda: state.batching.held() if state.batching else 0)
         state.heartbeat.start()
 
 
@@ -80,16 +86,36 @@ def _deregister(**_: Any) -> None:
         state.heartbeat.stop()
 
 
-@app.task(name=TASK_RUN, bind=True)
-def run_job(self: Task, job_id: str, input: dict[str, Any], created_at: float | None = None,
-            deadline_at: float | None = None) -> dict[str, Any]:
-    """One job through the executor (the batching consumer calls the executor directly)."""
+def batching_strategy(task: Task, app: Any, consumer: Any, **_: Any) -> Any:
+    """Celery's per-task strategy hook: called at consumer start and on every reconnect."""
     if state.loaded is None:
         raise RuntimeError("model not loaded")
-    item = WorkItem(job_id=job_id, raw_input=input, created_at=created_at, deadline_at=deadline_at)
-    state.loaded.executor.run([item])
-    if item.status is None:
-        raise Ignore()
-    if item.status.value == "failed":
-        raise JobFailed(f"{item.error_code}: {item.error_message}")
-    return {"status": item.status.value}
+    if state.model_thread is None:
+        state.model_thread = ModelThread()
+    batching = BatchingConsumer(state.loaded, consumer, state.model_thread)
+    if state.batching is not None:
+        state.batching.retire(batching)
+    state.batching = batching
+    return batching.on_message
+
+
+class DrainOnShutdown(bootsteps.StartStopStep):
+    """Warm shutdown (SIGTERM): finish and ack the running batch; buffered jobs go back to the queue."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def stop(self, consumer: Any) -> None:
+        shutting_down = celery_state.should_stop is not None or celery_state.should_terminate is not None
+        if shutting_down and state.batching is not None:
+            state.batching.drain(state.settings.shutdown_timeout_s)
+
+    shutdown = stop
+
+
+app.steps["consumer"].add(DrainOnShutdown)
+
+
+@app.task(name=TASK_RUN, bind=True, Strategy="worker.app:batching_strategy")
+def run_job(self: Task, **_: Any) -> None:
+    """Never called: the batching strategy runs genq jobs. Kept so Celery knows the task's name."""
+    raise RuntimeError("genq.run is executed by the batching consumer, not called directly")

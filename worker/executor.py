@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
 from tasks.job_store import JobStore
@@ -43,6 +42,8 @@ class Executor:
 
     def parse(self, item: WorkItem) -> bool:
         """Validate the input again in the worker (the API is not the only writer of a queue)."""
+        if item.parsed is not None:
+            return True
         try:
             item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits)
             return True
@@ -50,15 +51,23 @@ class Executor:
             item.fail(exc.code.value, exc.message)
             return False
 
+    def reject_invalid(self, item: WorkItem) -> None:
+        """Record the failure of a job whose input does not parse (it never reaches the model)."""
+        before, _ = with_retries(self.store.claim, item.job_id)
+        if before is None or before.terminal:
+            item.settle(before)
+        else:
+            self._store_failure(item, None)
+
     def admit(self, item: WorkItem) -> bool:
         """Claim the job (queued/running -> running) unless it was canceled, expired, or already done."""
         if item.deadline_at is not None and self.clock() > item.deadline_at:
             before = with_retries(self.store.expire, item.job_id)
-            item.status = JobStatus.expired if before in (JobStatus.queued, JobStatus.running) else before
+            item.settle(JobStatus.expired if before in (JobStatus.queued, JobStatus.running) else before)
             return False
         before, attempts = with_retries(self.store.claim, item.job_id)
         if before is None or before.terminal:
-            item.status = before  # canceled, already succeeded (a redelivery) or unknown: never run
+            item.settle(before)  # canceled, already succeeded (a redelivery) or unknown: never run
             return False
         if attempts > self.max_attempts:
             item.fail(ErrorCode.worker_lost.value,
@@ -69,15 +78,18 @@ class Executor:
 
     # --- running -------------------------------------------------------------------------
 
-    def run(self, items: list[WorkItem], on_start: Callable[[list[WorkItem]], Any] | None = None) -> None:
-        """Admit ``items``, run the admitted ones as one batch, and record every outcome."""
-        batch = [item for item in items if self.admit(item)]
-        if not batch:
-            return
-        if on_start:
-            on_start(batch)
-        started = time.perf_counter()
-        self._predict_isolated(batch, len(batch), started)
+    def admit_all(self, items: list[WorkItem]) -> list[WorkItem]:
+        """The items that may run now; the others are marked (canceled, expired, done, failed)."""
+        return [item for item in items if self.admit(item)]
+
+    def execute(self, batch: list[WorkItem]) -> None:
+        """Predict ``batch`` (already admitted) and store every job's result on its own."""
+        if batch:
+            self._predict_isolated(batch, len(batch), time.perf_counter())
+
+    def run(self, items: list[WorkItem]) -> None:
+        """Admit then execute: the whole life of a batch, in one thread."""
+        self.execute(self.admit_all(items))
 
     def _predict_isolated(self, batch: list[WorkItem], batch_size: int, started: float) -> None:
         try:
@@ -123,12 +135,13 @@ class Executor:
         stored = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=output, metrics=metrics,
                               blobs=[b.data for b in prediction.blobs])
         # Not stored means it was canceled while running: its result is dropped, as promised.
-        item.status = JobStatus.succeeded if stored else JobStatus.canceled
+        item.settle(JobStatus.succeeded if stored else JobStatus.canceled)
         item.extra["metrics"] = metrics
 
     def _store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
-        with_retries(self.store.fail, item.job_id, item.error_code or "internal", item.error_message or "",
-                     metrics=metrics)
+        stored = with_retries(self.store.fail, item.job_id, item.error_code or "internal", item.error_message or "",
+                              metrics=metrics)
+        item.settle(JobStatus.failed if stored else JobStatus.canceled)
         return False
 
     def _progress(self, batch: list[WorkItem]) -> Callable[[int, int], None]:

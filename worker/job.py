@@ -21,7 +21,11 @@ class WorkItem:
     status: JobStatus | None = None  # terminal status once decided
     error_code: str | None = None
     error_message: str | None = None
+    settled: bool = False  # its outcome is recorded (or there is none to record): safe to ack
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fail(self, code: str, message: str) -> None:
         self.status, self.error_code, self.error_message = JobStatus.failed, code, message
+
+    def settle(self, status: JobStatus | None) -> None:
+        self.status, self.settled = status, True

@@ -1,0 +1,194 @@
+"""The batching consumer: a Celery task strategy that buffers messages and feeds the model thread batches.
+
+Celery calls our handler once per message in its event-loop thread. The handler buffers the job;
+whenever the model is idle the batcher picks a batch; jobs are claimed in the loop thread, run on
+the model thread, and each job's result is stored there; back in the loop thread each job gets its
+Flower event and its message is acknowledged, after its result is stored (never before).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from tasks.constants import TASK_RUN
+from tasks.schemas import JobStatus
+from worker.batcher import Batcher
+from worker.job import WorkItem
+from worker.loader import Loaded
+from worker.model_thread import ModelThread
+
+log = logging.getLogger("genq.batching")
+KWARGS_REPR_MAX = 400
+
+
+class BatchingConsumer:
+    def __init__(self, loaded: Loaded, consumer: Any, model: ModelThread) -> None:
+        self.loaded, self.consumer = loaded, consumer
+        self.retired = False  # replaced after a reconnect: its buffered messages died with the old channel
+        self.executor = loaded.executor
+        self.runtime = loaded.runtime
+        batching = loaded.spec.batching
+        self.batcher: Batcher[WorkItem] = Batcher(batching.max_batch_size, batching.max_wait_ms / 1000,
+                                                   batching.run_when_idle)
+        self.model = model  # one per process, shared across reconnects: one batch at a time, ever
+        self.running: list[WorkItem] = []
+        self.successor: BatchingConsumer | None = None
+        self._timer_generation = 0
+        self._timer_deadline: float | None = None
+
+    # --- Celery's side: one call per message ---------------------------------------------
+
+    def on_message(self, message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **_: Any) -> None:
+        item = self._to_item(message)
+        if item is None:
+            message.ack()  # not a genq job anyone can run: drop it rather than loop on it forever
+            return
+        self._send("task-received", uuid=item.job_id, name=TASK_RUN, args="()",
+                   kwargs=repr(item.raw_input)[:KWARGS_REPR_MAX], root_id=item.job_id, parent_id=None, retries=0)
+        if not self.executor.parse(item):
+            self.executor.reject_invalid(item)
+            self._settle([item])
+            return
+        self.batcher.add(item, self.runtime.batch_key(item.parsed), self.runtime.weight(item.parsed),  # type: ignore[arg-type]
+                         item.priority)
+        self.maybe_run()
+
+    def _to_item(self, message: Any) -> WorkItem | None:
+        try:
+            _, kwargs, _ = message.decode()
+            return WorkItem(job_id=message.headers["id"], raw_input=kwargs["input"],
+                            created_at=kwargs.get("created_at"), deadline_at=kwargs.get("deadline_at"),
+                            priority=int(message.properties.get("priority") or 5),
+                            arrived=time.monotonic(), handle=message)
+        except Exception:
+            log.exception("dropping a message that is not a genq job: %r", getattr(message, "headers", None))
+            return None
+
+    # --- choosing and running batches ----------------------------------------------------
+
+    def held(self) -> int:
+        """Messages this worker holds unacknowledged (for queue depth and the heartbeat)."""
+        return len(self.batcher) + len(self.running)
+
+    def maybe_run(self) -> None:
+        """If the model is idle, start the batch the rules pick, or arm the deadline timer."""
+        while not self.retired and not self.running and not self.model.busy and len(self.batcher):
+            batch = self.batcher.next_batch(more_coming=self._more_coming())
+            if not batch:
+                self._arm_timer()
+                return
+            self._cancel_revoked(batch)
+            admitted = self.executor.admit_all(batch)
+            self._settle([item for item in batch if item not in admitted])
+            if admitted:
+                self._start(admitted)
+
+    def _start(self, batch: list[WorkItem]) -> None:
+        for item in batch:
+            self._send("task-started", uuid=item.job_id)
+        self._flush_events()  # events are buffered until the next loop turn otherwise
+        self.running = batch
+        self.model.submit(lambda: self.executor.execute(batch), self._batch_done_threadsafe)
+
+    def _batch_done_threadsafe(self) -> None:
+        self.consumer.controller.hub.call_soon(self._batch_done)
+
+    def _batch_done(self) -> None:
+        batch, self.running = self.running, []
+        self._settle(batch)
+        if self.successor is not None:
+            self.successor.maybe_run()
+        else:
+            self.maybe_run()
+
+    def _more_coming(self) -> bool:
+        """More messages will arrive soon: some wait in Redis and prefetch credit lets them in."""
+        try:
+            channel = self.consumer.task_consumer.channel
+            if not channel.qos.can_consume():
+                return False
+            return any(channel._size(q.name) for q in self.consumer.task_consumer.queues)
+        except Exception:
+            log.debug("cannot read the queue length", exc_info=True)
+            return False
+
+    def _arm_timer(self) -> None:
+        deadline = self.batcher.deadline()
+        if deadline is None or deadline == self._timer_deadline:
+            return
+        self._timer_generation += 1
+        self._timer_deadline = deadline
+        generation = self._timer_generation
+        delay = max(0.001, deadline - time.monotonic())
+        self.consumer.timer.call_after(delay, self._on_timer, (generation,))
+
+    def _on_timer(self, generation: int) -> None:
+        if generation == self._timer_generation and not self.retired:  # stale timers (after a reconnect or a rearm) do nothing
+            self._timer_deadline = None
+            self.maybe_run()
+
+    def _cancel_revoked(self, batch: list[WorkItem]) -> None:
+        """Honour Celery revokes (Flower's button) as cancels; the API's cancel flag is checked at claim."""
+        revoked = self.consumer.controller.state.revoked
+        for item in batch:
+            if item.job_id in revoked:
+                self.executor.store.cancel(item.job_id)
+
+    # --- after a job: event, then ack --------------------------------------------------
+
+    def _settle(self, items: list[WorkItem]) -> None:
+        for item in items:
+            if not item.settled:
+                # Its outcome could not be stored (Redis gone for longer than the retries): keep the
+                # message unacknowledged so that it comes back, rather than lose the job.
+                log.error("job %s: outcome not stored; leaving its message for redelivery", item.job_id)
+                continue
+            self._send_outcome(item)
+            try:
+                item.handle.ack()
+            except Exception as exc:  # the channel died under us: Redis gives the message back, claim dedupes
+                log.warning("job %s: ack failed (%s); it will be redelivered and skipped", item.job_id, exc)
+        self._flush_events()
+
+    def _send_outcome(self, item: WorkItem) -> None:
+        if item.status == JobStatus.succeeded:
+            metrics = item.extra.get("metrics")
+            runtime = metrics.inference_ms / 1000 if metrics and metrics.inference_ms else 0.0
+            self._send("task-succeeded", uuid=item.job_id, result=repr({"status": "succeeded"}), runtime=runtime)
+        elif item.status == JobStatus.failed:
+            self._send("task-failed", uuid=item.job_id, exception=f"{item.error_code}: {item.error_message}",
+                       traceback="")
+        elif item.status in (JobStatus.canceled, JobStatus.expired):
+            self._send("task-revoked", uuid=item.job_id, terminated=False, signum=None,
+                       expired=item.status == JobStatus.expired)
+
+    def _send(self, event: str, **fields: Any) -> None:
+        dispatcher = self.consumer.event_dispatcher
+        if dispatcher is not None and dispatcher.enabled:
+            dispatcher.send(event, **fields)
+
+    def _flush_events(self) -> None:
+        dispatcher = self.consumer.event_dispatcher
+        if dispatcher is not None and dispatcher.enabled:
+            dispatcher.flush()
+
+    def retire(self, successor: BatchingConsumer) -> None:
+        self.retired, self.successor = True, successor
+
+    # --- warm shutdown -----------------------------------------------------------------
+
+    def drain(self, timeout: float) -> None:
+        """Finish the running batch and ack it; buffered messages go back to the queue unacknowledged."""
+        if self.running:
+            log.info("warm shutdown: finishing the running batch of %d", len(self.running))
+            if not self.model.wait(timeout):
+                log.warning("running batch did not finish in %.0f s; its jobs will be redelivered", timeout)
+                return
+            self._batch_done_inline()
+        log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher))
+
+    def _batch_done_inline(self) -> None:
+        batch, self.running = self.running, []
+        self._settle(batch)

@@ -1,0 +1,36 @@
+"""Small random-weight demo models built by code, loaded through the real ``from_pretrained`` paths."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+
+DEMO_MODELS = ("bert-demo", "gpt2-demo", "sd-demo")
+
+#: Which module builds each model; each has ``build(path: Path) -> None``.
+_BUILDERS = {
+    "bert-demo": "worker.demo_models.bert",
+    "gpt2-demo": "worker.demo_models.gpt2",
+    "sd-demo": "worker.demo_models.stable_diffusion",
+}
+
+#: Written last: a folder without it is a build that was interrupted, and is built again.
+COMPLETE_MARKER = ".complete"
+
+
+def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...] = DEMO_MODELS) -> dict[str, Path]:
+    """Build each missing demo model into ``root/<name>``; return every model's folder by name."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    folders = {}
+    for name in names:
+        folder = root / name
+        if force or not (folder / COMPLETE_MARKER).exists():
+            if folder.exists():  # leftovers of an interrupted build (or force): start clean
+                shutil.rmtree(folder)
+            # Imported here: builders need torch/transformers/diffusers, and `import worker` must stay light.
+            importlib.import_module(_BUILDERS[name]).build(folder)
+            (folder / COMPLETE_MARKER).write_text("")
+        folders[name] = folder
+    return folders

@@ -1,0 +1,175 @@
+"""Text to image with a diffusers pipeline (SD 1.x/2.x, SDXL, turbo): one pipeline call per batch.
+
+Every image gets its own ``torch.Generator`` seeded ``seed + j``, so a job's pixels do not depend
+on which other jobs shared its batch, and image j of a job can be reproduced alone with its seed.
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+from collections.abc import Hashable
+from typing import Any
+
+from tasks.errors import ModelError
+from tasks.models_file import ModelSpec
+from tasks.schemas import SEED_MAX, JobKind, TextToImageInput
+from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
+from worker.torch_settings import apply_to_pipeline, inference_context
+
+#: Scheduler names of the contract (tasks.schemas.SCHEDULERS) -> diffusers classes; "default" = as shipped.
+SCHEDULER_CLASSES: dict[str, str] = {
+    "euler": "EulerDiscreteScheduler",
+    "euler_a": "EulerAncestralDiscreteScheduler",
+    "ddim": "DDIMScheduler",
+    "pndm": "PNDMScheduler",
+    "lms": "LMSDiscreteScheduler",
+    "dpm++_2m": "DPMSolverMultistepScheduler",  # its defaults are DPM-Solver++ of order 2
+    "unipc": "UniPCMultistepScheduler",
+}
+#: A random seed leaves room for seed + j of every image of a job without wrapping.
+RANDOM_SEED_MAX = SEED_MAX - 16
+WARM_UP_STEPS = 1  # one step runs every kernel (text encoder, UNet, VAE) once
+
+
+def image_seeds(inp: TextToImageInput) -> list[int]:
+    """The seed of each image of a job: ``seed + j`` (wrapping at 2**32), a random base when absent."""
+    base = inp.seed if inp.seed is not None else secrets.randbelow(RANDOM_SEED_MAX + 1)
+    return [(base + j) % (SEED_MAX + 1) for j in range(inp.num_images)]
+
+
+def png_bytes(image: Any) -> bytes:
+    """Encode a PIL image as PNG."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _has_safety_checker(source: str, revision: str | None) -> bool:
+    """Whether the checkpoint's pipeline has a safety_checker slot (SD 1.x/2.x do, SDXL does not)."""
+    from diffusers import DiffusionPipeline
+
+    config = DiffusionPipeline.load_config(source, revision=revision)
+    return "safety_checker" in config
+
+
+class TextToImageRuntime(Runtime):
+    """A diffusers text-to-image pipeline; one PNG Blob (with its seed) per image."""
+
+    kind = JobKind.text_to_image
+
+    def __init__(self, spec: ModelSpec, source: str, options: Any) -> None:
+        super().__init__(spec, source, options)
+        self.pipe: Any = None
+        self.device = "cpu"
+        self._schedulers: dict[str, Any] = {}
+
+    def load(self, device: str) -> None:
+        """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
+        from diffusers import AutoPipelineForText2Image
+
+        kwargs: dict[str, Any] = {
+            # diffusers 0.42 deprecates torch_dtype (a FutureWarning) in favour of dtype.
+            "dtype": self.options.resolve_dtype(device),
+            "use_safetensors": True,
+            "revision": self.spec.revision,
+        }
+        if _has_safety_checker(self.source, self.spec.revision):
+            # Serving returns what the model made; passing None also skips loading the checker's weights.
+            kwargs.update(safety_checker=None, requires_safety_checker=False)
+        pipe = AutoPipelineForText2Image.from_pretrained(self.source, **kwargs)
+        pipe.to(device)
+        apply_to_pipeline(pipe, self.options, device)
+        pipe.set_progress_bar_config(disable=True)
+        self.pipe, self.device = pipe, device
+        self._schedulers = {"default": pipe.scheduler}
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One small call at the default size, so the first job pays no first-call costs."""
+        limits = self.spec.limits
+        warm = TextToImageInput(
+            prompt="warm up",
+            width=limits.default_width,
+            height=limits.default_height,
+            num_inference_steps=WARM_UP_STEPS,
+            seed=0,
+        )
+        self.predict([warm])
+
+    def batch_key(self, inp: Any) -> Hashable:
+        """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler."""
+        return (inp.width, inp.height, inp.num_inference_steps, round(inp.guidance_scale, 4), inp.scheduler)
+
+    def weight(self, inp: Any) -> int:
+        """Each image takes one slot of the batch."""
+        return int(inp.num_images)
+
+    def scheduler(self, name: str) -> Any:
+        """The scheduler called ``name``, built once from the shipped scheduler's config."""
+        if name not in self._schedulers:
+            import diffusers
+
+            default = self._schedulers["default"]
+            try:
+                cls = getattr(diffusers, SCHEDULER_CLASSES[name])
+                self._schedulers[name] = cls.from_config(default.config)
+            except KeyError:
+                raise ModelError(f"unknown scheduler {name!r}") from None
+            except ImportError as exc:  # e.g. LMS needs scipy
+                reason = " ".join(str(exc).split())
+                raise ModelError(f"scheduler {name!r} is not available on this worker: {reason}") from None
+        return self._schedulers[name]
+
+    def predict(self, inputs: list[Any], progress: ProgressFn | None = None) -> list[Prediction]:
+        """Run all images of all inputs in one pipeline call; inputs share one batch key."""
+        import torch
+
+        first = inputs[0]
+        seeds = [image_seeds(inp) for inp in inputs]
+        prompts, negatives, generators = [], [], []
+        for inp, job_seeds in zip(inputs, seeds, strict=True):
+            prompts += [inp.prompt] * len(job_seeds)
+            negatives += [inp.negative_prompt or ""] * len(job_seeds)
+            generators += [torch.Generator(self.device).manual_seed(s) for s in job_seeds]
+        steps = int(first.num_inference_steps)
+        # The batch key guarantees one scheduler per batch; set it per call since batches alternate.
+        self.pipe.scheduler = self.scheduler(first.scheduler)
+        with inference_context(self.options):
+            images = self.pipe(
+                prompt=prompts,
+                negative_prompt=negatives,
+                width=first.width,
+                height=first.height,
+                num_inference_steps=steps,
+                guidance_scale=first.guidance_scale,
+                generator=generators,
+                output_type="pil",
+                callback_on_step_end=_step_callback(steps, progress) if progress else None,
+            ).images
+        predictions, at = [], 0
+        for job_seeds in seeds:
+            blobs = [Blob(png_bytes(images[at + j]), "image/png", seed=s) for j, s in enumerate(job_seeds)]
+            predictions.append(Prediction(output=None, blobs=blobs))
+            at += len(job_seeds)
+        return predictions
+
+
+def _step_callback(steps: int, progress: ProgressFn) -> Any:
+    """A ``callback_on_step_end`` reporting (step, steps) as the job asked for them.
+
+    Some schedulers run more timesteps than steps (PNDM runs steps + 1, Heun 2x): scale to ``steps``
+    and report only increases, so clients see 1..steps ending exactly at ``steps``.
+    """
+    reported = 0
+
+    def on_step_end(pipe: Any, index: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+        nonlocal reported
+        total = max(int(getattr(pipe, "num_timesteps", steps) or steps), 1)
+        step = min((index + 1) * steps // total, steps)
+        if step > reported:
+            reported = step
+            progress(step, steps)
+        return tensors
+
+    return on_step_end
