@@ -38,8 +38,8 @@ TERMINAL_STATUSES = frozenset(s for s in JobStatus if s.terminal)
 Priority = Literal["high", "normal", "low"]
 
 #: Schedulers that can be swapped into a Stable Diffusion pipeline from its config safely.
-SCHEDULERS = ("default", "euler", "euler_a", "ddim", "pndm", "lms", "dpm++_2m", "unipc")
-Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "lms", "dpm++_2m", "unipc"]
+SCHEDULERS = ("default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc")
+Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc"]
 
 
 class _Input(BaseModel):
@@ -231,6 +231,7 @@ class JobMetrics(BaseModel):
     queue_ms: float | None = None
     inference_ms: float | None = None
     batch_size: int | None = None
+    batch_id: str | None = Field(default=None, description="jobs that ran in one model call share it")
 
 
 class Job(BaseModel):

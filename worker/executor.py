@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
@@ -85,13 +86,15 @@ class Executor:
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""
         if batch:
-            self._predict_isolated(batch, len(batch), time.perf_counter())
+            self._predict_isolated(batch, time.perf_counter())
+
 
     def run(self, items: list[WorkItem]) -> None:
         """Admit then execute: the whole life of a batch, in one thread."""
         self.execute(self.admit_all(items))
 
-    def _predict_isolated(self, batch: list[WorkItem], batch_size: int, started: float) -> None:
+    def _predict_isolated(self, batch: list[WorkItem], started: float) -> None:
+        batch_id = uuid.uuid4().hex[:12]
         try:
             predictions = self.runtime.predict([i.parsed for i in batch], self._progress(batch))  # type: ignore[misc]
             if len(predictions) != len(batch):
@@ -100,32 +103,32 @@ class Executor:
             if len(batch) > 1 and is_out_of_memory(exc):
                 log.warning("out of memory on a batch of %d: splitting in halves", len(batch))
                 half = len(batch) // 2
-                self._predict_isolated(batch[:half], batch_size, started)
-                self._predict_isolated(batch[half:], batch_size, started)
+                self._predict_isolated(batch[:half], started)
+                self._predict_isolated(batch[half:], started)
             elif len(batch) > 1:
                 log.warning("batch of %d failed (%s): retrying item by item", len(batch), exc)
                 for item in batch:
-                    self._predict_isolated([item], batch_size, started)
+                    self._predict_isolated([item], started)
             else:
                 code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
                 log.exception("job %s failed", batch[0].job_id)
                 batch[0].fail(code.value, f"{type(exc).__name__}: {exc}"[:500])
-                self._store_failure(batch[0], self._metrics(batch[0], batch_size, started))
+                self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000
         for item, prediction in zip(batch, predictions, strict=True):
-            self._store_success(item, prediction, self._metrics(item, batch_size, started, inference_ms))
+            self._store_success(item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
         with_retries(self.store.count_completed, self.spec.id, len(batch))
 
     # --- results ---------------------------------------------------------------------
 
-    def _metrics(self, item: WorkItem, batch_size: int, started: float, inference_ms: float | None = None
-                 ) -> JobMetrics:
+    def _metrics(self, item: WorkItem, batch_size: int, started: float, batch_id: str,
+                 inference_ms: float | None = None) -> JobMetrics:
         if inference_ms is None:
             inference_ms = (time.perf_counter() - started) * 1000
         queue_ms = (self.clock() - item.created_at) * 1000 - inference_ms if item.created_at else None
         return JobMetrics(queue_ms=None if queue_ms is None else round(max(0.0, queue_ms), 2),
-                          inference_ms=round(inference_ms, 2), batch_size=batch_size)
+                          inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id)
 
     def _store_success(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> None:
         output = prediction.output

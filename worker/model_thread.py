@@ -18,11 +18,11 @@ class ModelThread:
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="genq-model")
         self._current: Future[None] | None = None
-        self._lock = threading.Lock()
+        self._busy = threading.Event()
 
     @property
     def busy(self) -> bool:
-        return self._current is not None and not self._current.done()
+        return self._busy.is_set()
 
     def submit(self, work: Callable[[], None], done: Callable[[], None]) -> None:
         """Run ``work`` on the model thread, then ``done`` (which must hand itself back to the loop)."""
@@ -33,10 +33,11 @@ class ModelThread:
             except BaseException:
                 log.exception("batch crashed outside the executor's isolation")
             finally:
+                self._busy.clear()  # before done(): the loop may pick the next batch at once
                 done()
 
-        with self._lock:
-            self._current = self._pool.submit(run)
+        self._busy.set()
+        self._current = self._pool.submit(run)
 
     def wait(self, timeout: float | None) -> bool:
         """Block until the running batch is finished; False if ``timeout`` passed first."""

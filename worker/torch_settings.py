@@ -93,15 +93,13 @@ def inference_context(options: TorchOptions) -> Any:
 def apply_to_pipeline(pipe: Any, options: TorchOptions, device: str) -> None:
     """Per-pipeline settings for a diffusers pipeline: attention kernels, memory layout, VAE, compile."""
     import torch
-    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
-    denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+    denoiser = getattr(pipe, "unet", None)
+    if denoiser is None:
+        denoiser = getattr(pipe, "transformer", None)
     vae = getattr(pipe, "vae", None)
-    # Set explicitly rather than trusting the default: a checkpoint's config may pin the classic processor.
-    processor = AttnProcessor2_0() if options.sdpa else AttnProcessor()
     for module in (denoiser, vae):
-        if module is not None and hasattr(module, "set_attn_processor"):
-            module.set_attn_processor(processor)
+        _set_attention(module, options.sdpa)
     if options.attention_slicing:
         pipe.enable_attention_slicing()  # after SDPA: slicing replaces the processors
     if options.use_channels_last(device):
@@ -115,3 +113,14 @@ def apply_to_pipeline(pipe: Any, options: TorchOptions, device: str) -> None:
             vae.enable_tiling()
     if options.compile and denoiser is not None:
         denoiser.compile()  # in place, so the pipeline still sees a UNet with its .config
+
+
+def _set_attention(module: Any, sdpa: bool) -> None:
+    """SDPA or classic attention, set explicitly: a checkpoint's config may pin the classic processor."""
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
+
+    if module is None or not hasattr(module, "set_attn_processor"):
+        return
+    # Other processors (SD3/Flux joint attention, IP-Adapter, added-KV) are model-specific: leave them.
+    if all(type(p) in (AttnProcessor, AttnProcessor2_0) for p in module.attn_processors.values()):
+        module.set_attn_processor(AttnProcessor2_0() if sdpa else AttnProcessor())

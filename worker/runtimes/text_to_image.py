@@ -23,7 +23,6 @@ SCHEDULER_CLASSES: dict[str, str] = {
     "euler_a": "EulerAncestralDiscreteScheduler",
     "ddim": "DDIMScheduler",
     "pndm": "PNDMScheduler",
-    "lms": "LMSDiscreteScheduler",
     "dpm++_2m": "DPMSolverMultistepScheduler",  # its defaults are DPM-Solver++ of order 2
     "unipc": "UniPCMultistepScheduler",
 }
@@ -75,7 +74,7 @@ class TextToImageRuntime(Runtime):
             "revision": self.spec.revision,
         }
         if _has_safety_checker(self.source, self.spec.revision):
-            # Serving returns what the model made; passing None also skips loading the checker's weights.
+            # No checker model: None skips loading its weights, and the flag silences diffusers' warning.
             kwargs.update(safety_checker=None, requires_safety_checker=False)
         pipe = AutoPipelineForText2Image.from_pretrained(self.source, **kwargs)
         pipe.to(device)

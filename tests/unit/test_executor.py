@@ -1,0 +1,149 @@
+"""The executor's failure isolation and admission, with a fake runtime and the real job store."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tasks.errors import OutOfMemory
+from tasks.job_store import JobRecord, JobStore
+from tasks.models_file import ModelSpec
+from tasks.redis_client import connect
+from tasks.schemas import JobKind, JobStatus
+from tasks.settings import Settings
+from worker.executor import Executor
+from worker.job import WorkItem
+from worker.runtimes.base import Prediction, Runtime
+
+
+class ScriptedRuntime(Runtime):
+    """Echoes texts; fails batches holding 'bad'; runs out of memory on batches above ``fits``."""
+
+    kind = JobKind.fill_mask
+
+    def __init__(self, fits: int = 100) -> None:
+        super().__init__(ModelSpec(id="fake", kind=JobKind.fill_mask, source="x"), "x", None)
+        self.fits, self.calls = fits, []
+
+    def load(self, device: str) -> None:
+        pass
+
+    def predict(self, inputs, progress=None):
+        texts = [i.text for i in inputs]
+        self.calls.append(texts)
+        if len(inputs) > self.fits:
+            raise OutOfMemory("CUDA out of memory")
+        if any("bad" in t for t in texts):
+            raise ValueError("cannot handle bad")
+        if progress:
+            progress(1, 1)
+        return [Prediction(output=t.upper()) for t in texts]
+
+
+@pytest.fixture
+def store(key_prefix):
+    """A job store under this run's private prefix."""
+    settings = Settings(key_prefix=key_prefix + "exec:")
+    return JobStore(connect(settings), settings)
+
+
+def items(store: JobStore, texts: list[str], **kw) -> list[WorkItem]:
+    out = []
+    for text in texts:
+        job_id = str(uuid.uuid4())
+        store.create(JobRecord(id=job_id, model="fake", kind=JobKind.fill_mask, status=JobStatus.queued,
+                               created_at=time.time()))
+        out.append(WorkItem(job_id=job_id, raw_input={"text": f"{text} [MASK]"}, created_at=time.time(), **kw))
+    return out
+
+
+def run(store: JobStore, runtime: Runtime, batch: list[WorkItem]) -> None:
+    Executor(runtime, runtime.spec, store, max_attempts=3).run(batch)
+
+
+def test_batch_results_are_stored_per_job_with_metrics(store):
+    runtime = ScriptedRuntime()
+    batch = items(store, ["a", "b", "c"])
+    run(store, runtime, batch)
+    for item in batch:
+        record = store.get(item.job_id)
+        assert record.status == JobStatus.succeeded and item.settled
+        assert record.output == item.raw_input["text"].upper()
+        assert record.metrics.batch_size == 3 and record.metrics.queue_ms is not None
+    assert runtime.calls == [["a [MASK]", "b [MASK]", "c [MASK]"]]
+
+
+def test_one_bad_item_fails_alone(store):
+    runtime = ScriptedRuntime()
+    batch = items(store, ["ok1", "bad", "ok2"])
+    run(store, runtime, batch)
+    statuses = [store.get(i.job_id).status for i in batch]
+    assert statuses == [JobStatus.succeeded, JobStatus.failed, JobStatus.succeeded]
+    error = store.get(batch[1].job_id).error
+    assert error.code == "model_error" and "cannot handle bad" in error.message
+
+
+def test_out_of_memory_splits_the_batch_in_halves(store):
+    runtime = ScriptedRuntime(fits=2)
+    batch = items(store, [str(i) for i in range(8)])
+    run(store, runtime, batch)
+    assert all(store.get(i.job_id).status == JobStatus.succeeded for i in batch)
+    assert [len(c) for c in runtime.calls] == [8, 4, 2, 2, 4, 2, 2]
+
+
+def test_out_of_memory_on_a_single_job_fails_it_clearly(store):
+    runtime = ScriptedRuntime(fits=0)
+    [item] = items(store, ["x"])
+    run(store, runtime, [item])
+    assert store.get(item.job_id).error.code == "out_of_memory"
+
+
+def test_canceled_and_expired_jobs_are_dropped_before_the_batch(store):
+    runtime = ScriptedRuntime()
+    live, canceled = items(store, ["live", "canceled"])
+    [expired] = items(store, ["expired"], deadline_at=time.time() - 1)
+    store.cancel(canceled.job_id)
+    run(store, runtime, [live, canceled, expired])
+    assert runtime.calls == [["live [MASK]"]]
+    assert store.get(canceled.job_id).status == JobStatus.canceled and canceled.settled
+    assert store.get(expired.job_id).status == JobStatus.expired and expired.settled
+
+
+def test_a_succeeded_job_is_not_run_again(store):
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["once"])
+    run(store, runtime, [item])
+    redelivered = WorkItem(job_id=item.job_id, raw_input=item.raw_input)
+    run(store, runtime, [redelivered])
+    assert runtime.calls == [["once [MASK]"]] and redelivered.status == JobStatus.succeeded
+
+
+def test_a_job_that_keeps_killing_its_worker_fails_as_worker_lost(store):
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["poison"])
+    for _ in range(3):
+        store.claim(item.job_id)  # three deliveries whose worker died mid-batch
+    run(store, runtime, [WorkItem(job_id=item.job_id, raw_input=item.raw_input)])
+    record = store.get(item.job_id)
+    assert record.status == JobStatus.failed and record.error.code == "worker_lost"
+    assert runtime.calls == []
+
+
+def test_worker_side_validation_catches_what_bypassed_the_api(store):
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["x"])
+    item.raw_input = {"text": "no mask here"}
+    run(store, runtime, [item])
+    assert store.get(item.job_id).error.code == "invalid_input" and runtime.calls == []
+
+
+def test_a_result_for_a_job_canceled_while_running_is_dropped(store):
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["late"])
+    executor = Executor(runtime, runtime.spec, store, max_attempts=3)
+    admitted = executor.admit_all([item])
+    store.cancel(item.job_id)
+    executor.execute(admitted)
+    assert store.get(item.job_id).status == JobStatus.canceled and store.get(item.job_id).output is None
