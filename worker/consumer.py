@@ -125,7 +125,8 @@ class BatchingConsumer:
         self.consumer.timer.call_after(delay, self._on_timer, (generation,))
 
     def _on_timer(self, generation: int) -> None:
-        if generation == self._timer_generation and not self.retired:  # stale timers (after a reconnect or a rearm) do nothing
+        # Stale timers (armed before a reconnect or a rearm) do nothing.
+        if generation == self._timer_generation and not self.retired:
             self._timer_deadline = None
             self.maybe_run()
 

@@ -29,7 +29,7 @@ class Loaded:
     load_seconds: float
 
 
-def load_model(settings: Settings) -> Loaded:
+def load_model(settings: Settings, worker_name: str) -> Loaded:
     """Read the models file, build the runtime for ``settings.model``, load it and count the load."""
     from worker import device as devices
 
@@ -50,7 +50,7 @@ def load_model(settings: Settings) -> Loaded:
     runtime.load(device)
     seconds = time.perf_counter() - started
     store = JobStore(connect(settings), settings)
-    store.redis.incr(store.keys.load_count(spec.id))
+    store.redis.hincrby(store.keys.load_count(spec.id), worker_name, 1)
     log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
     executor = Executor(runtime, spec, store, settings.max_attempts)

@@ -47,7 +47,7 @@ def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     models_file = state / "models.toml"
     models_file.write_text("\n".join(
         block for block in settings.models_file.read_text().split("\n\n")
-        if "[models.bert-demo]" in block or "[models.sd-demo]" in block))
+        if "[models.bert-demo" in block or "[models.sd-demo" in block))
     env["GENQ_MODELS_FILE"] = str(models_file)
     proc = subprocess.Popen(
         [sys.executable, "-m", "genq.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
