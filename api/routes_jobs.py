@@ -10,6 +10,7 @@ import uuid
 from flask import Response, jsonify, make_response, request, url_for
 from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api.admission import admit
 from api.auth import current_owner
@@ -101,7 +102,7 @@ def get_job(path: JobPath) -> Response:
 
 
 @jobs.get("/<job_id>/outputs/<int:n>", responses={"200": None, "410": ErrorBody})
-def get_output(path: OutputPath) -> Response:
+def get_output(path: OutputPath) -> WerkzeugResponse:
     """The n-th binary output (a PNG for images), with Content-Length and ETag."""
     record = owned_record(path.job_id)
     outputs = record.output if isinstance(record.output, list) else []

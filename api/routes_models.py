@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from flask import Response, jsonify
 from flask_openapi3 import APIBlueprint, Tag
 
@@ -45,7 +47,7 @@ def readyz() -> Response:
     return make_json(body, 200 if not missing else 503)
 
 
-def make_json(body: dict[str, object], status: int) -> Response:
+def make_json(body: Mapping[str, object], status: int) -> Response:
     response = jsonify(body)
     response.status_code = status
     return response

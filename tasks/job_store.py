@@ -61,7 +61,7 @@ class JobRecord(BaseModel):
     def public(self) -> Job:
         return Job(
             id=self.id, model=self.model, kind=self.kind, status=self.status, priority=self.priority,
-            created_at=timestamp(self.created_at),  # type: ignore[arg-type]
+            created_at=timestamp(self.created_at),
             started_at=timestamp(self.started_at), completed_at=timestamp(self.completed_at),
             deadline_at=timestamp(self.deadline_at),
             progress=self.progress if self.status == JobStatus.running else None,
@@ -106,7 +106,8 @@ class JobStore:
         """Write the record (and its tombstone) before the message is sent."""
         ttl = self.settings.result_ttl_s + int(max(0.0, (record.deadline_at or 0) - time.time()))
         with self.redis.pipeline() as pipe:
-            pipe.hset(self.keys.job(record.id), mapping=_encode(record.model_dump(exclude_none=True)))
+            mapping: dict[Any, Any] = _encode(record.model_dump(exclude_none=True))
+            pipe.hset(self.keys.job(record.id), mapping=mapping)
             pipe.expire(self.keys.job(record.id), ttl)
             pipe.set(self.keys.gone(record.id), 1, ex=self.settings.tombstone_ttl_s)
             pipe.execute()
@@ -196,7 +197,7 @@ class JobStore:
 
     def wait(self, job_id: str, timeout: float) -> JobRecord | None:
         """Block until the job is terminal or ``timeout`` passes, on a pub/sub notification (no polling)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.subscribe(self.keys.done_channel(job_id))
             record = self.get(job_id)  # subscribed first, so a finish in between is not missed
@@ -221,7 +222,7 @@ class JobStore:
                 pipe.llen(f"{queue}:{step}" if step else queue)
             pipe.hvals(self.keys.buffered(model_id))
             *lengths, held = pipe.execute()
-        return sum(lengths) + sum(int(v) for v in held)
+        return int(sum(lengths)) + sum(int(v) for v in held)
 
     def heartbeat(self, model_id: str, worker: str, held: int) -> None:
         """Called by a worker every few seconds: it is online and holds ``held`` messages."""
@@ -253,4 +254,5 @@ class JobStore:
 
     def workers_online(self, model_id: str) -> int:
         cutoff = time.time() - self.settings.worker_ttl_s
-        return int(self.redis.zcount(self.keys.workers(model_id), cutoff, "+inf"))
+        count: int = self.redis.zcount(self.keys.workers(model_id), cutoff, "+inf")
+        return count

@@ -36,6 +36,7 @@ class JobStatus(StrEnum):
 TERMINAL_STATUSES = frozenset(s for s in JobStatus if s.terminal)
 
 Priority = Literal["high", "normal", "low"]
+WebhookEvent = Literal["start", "completed"]
 
 #: Schedulers that can be swapped into a Stable Diffusion pipeline from its config safely.
 SCHEDULERS = ("default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc")
@@ -208,7 +209,7 @@ class JobCreate(BaseModel):
     deadline_s: float | None = Field(default=None, gt=0, le=7 * 86400,
                                      description="seconds from now; a job not started by then expires")
     webhook: str | None = Field(default=None, max_length=2048)
-    webhook_events: list[Literal["start", "completed"]] = Field(default_factory=lambda: ["completed"])
+    webhook_events: list[WebhookEvent] = Field(default_factory=lambda: list[WebhookEvent](["completed"]))
 
 
 class Progress(BaseModel):
