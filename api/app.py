@@ -8,6 +8,8 @@ from flask import request
 from flask_openapi3 import Info, OpenAPI
 
 from api.errors import error_response, register_error_handlers, validation_error_response
+from api.limits import create_limiter
+from api.metrics import register_metrics
 from api.routes_jobs import jobs
 from api.routes_models import models
 from api.services import Services
@@ -32,6 +34,8 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["genq"] = Services.build(settings)
     register_error_handlers(app)
+    register_metrics(app)  # before the other request hooks, so every request is timed
+    create_limiter(app, settings)
 
     @app.before_request
     def _require_json_body():  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """gunicorn settings: threaded workers, because ``Prefer: wait`` holds a request open."""
 
 import os
+from typing import Any
 
 bind = os.environ.get("GENQ_API_BIND", "0.0.0.0:8000")
 workers = int(os.environ.get("GENQ_API_WORKERS", "2"))
@@ -10,3 +11,11 @@ timeout = 120  # above the Prefer: wait cap, so a waiting request is never kille
 graceful_timeout = 30
 keepalive = 5
 accesslog = "-"
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A dead worker's live gauges leave /metrics; its counters stay (api/metrics.py adds up the files)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

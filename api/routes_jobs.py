@@ -6,19 +6,23 @@ import hashlib
 import re
 import time
 import uuid
+from typing import Any
 
-from flask import Response, jsonify, make_response, request, url_for
+from flask import Response, current_app, jsonify, make_response, request, url_for
 from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api.admission import admit
 from api.auth import current_owner
-from api.services import PUBLISH_RETRY_POLICY, services
+from api.idempotency import IdempotencyGuard, body_digest, requested_key
+from api.services import PUBLISH_RETRY_POLICY, Services, services
 from tasks.constants import PRIORITY_VALUES, TASK_RUN
 from tasks.errors import Gone, NotFound
 from tasks.job_store import JobRecord
+from tasks.models_file import ModelSpec
 from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus, validate_input
+from tasks.webhooks import check_webhook_url
 
 jobs = APIBlueprint("jobs", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
                     abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
@@ -59,36 +63,60 @@ def owned_record(job_id: str) -> JobRecord:
     return record
 
 
-@jobs.post("", responses={"202": Job, "200": Job})
+@jobs.post("", responses={"202": Job, "200": Job, "409": ErrorBody, "429": ErrorBody})
 def create_job(body: JobCreate) -> Response:
     """Submit a job; ``Prefer: wait=N`` blocks up to N s and answers 200 with the finished job."""
     svc = services()
-    spec = svc.model(body.model)
-    inp = validate_input(spec.kind, body.input, spec.limits)
     owner = current_owner()
+    with current_app.extensions["genq_submission_limit"]:
+        spec = svc.model(body.model)
+        inp = validate_input(spec.kind, body.input, spec.limits)
+        if body.webhook:
+            check_webhook_url(body.webhook, svc.settings, field="webhook")
+        job_id = str(uuid.uuid4())
+        key = requested_key()
+        guard = IdempotencyGuard(svc.store, svc.settings.idempotency_ttl_s, owner, key,
+                                 body_digest(body.model_dump(mode="json"))) if key else None
+        existing = guard.existing_job(job_id) if guard else None
+        if existing is not None:
+            record = svc.store.get(existing)
+        else:
+            try:
+                record = submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner)
+            except Exception:
+                if guard:
+                    guard.release()
+                raise
+    assert record is not None
+    wait = prefer_wait_s()
+    if wait > 0 and not record.status.terminal:
+        record = svc.store.wait(record.id, wait) or record
+    return job_response(record, 200 if record.status.terminal else 202)
+
+
+def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,
+           owner: str) -> JobRecord:
+    """Admit, write the record, then send the message (the record first: an id handed out is never unknown)."""
     admit(svc.store, spec)
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
     record = JobRecord(
-        id=str(uuid.uuid4()), model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner,
+        id=job_id, model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner,
         priority=body.priority, created_at=now, deadline_at=now + deadline_s if deadline_s else None,
-        input=inp.model_dump(mode="json"), webhook=body.webhook, webhook_events=list(body.webhook_events),
+        input=inp, webhook=body.webhook, webhook_events=list(body.webhook_events) if body.webhook else [],
     )
-    svc.store.create(record)  # before the message: a job id the API handed out is never unknown
+    svc.store.create(record)
     try:
         svc.celery.send_task(
-            TASK_RUN, kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
-                    "deadline_at": record.deadline_at},
-            task_id=record.id, queue=spec.queue, priority=PRIORITY_VALUES[body.priority],
+            TASK_RUN, task_id=record.id, queue=spec.queue, priority=PRIORITY_VALUES[body.priority],
+            kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
+                    "deadline_at": record.deadline_at, "webhook_events": record.webhook_events},
             retry_policy=PUBLISH_RETRY_POLICY,
         )
     except Exception:
         svc.store.delete(record.id)
         raise
-    wait = prefer_wait_s()
-    if wait > 0:
-        record = svc.store.wait(record.id, wait) or record
-    return job_response(record, 200 if record.status.terminal else 202)
+    return record
 
 
 @jobs.get("/<job_id>", responses={"200": Job, "410": ErrorBody})

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from flask import Response, jsonify
 from flask_openapi3 import APIBlueprint, Tag
 
+from api.auth import current_owner
 from api.services import services
 from tasks.schemas import INPUT_SCHEMAS, BatchingInfo, ModelInfo, ModelList
 
@@ -16,6 +17,7 @@ models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
 @models.get("/v1/models", responses={"200": ModelList})
 def list_models() -> Response:
     """Models being served: kind, input schema, limits, batching, queue depth and workers online."""
+    current_owner()  # with keys configured, queue depths are for callers only
     svc = services()
     infos = []
     for spec in svc.models.models.values():

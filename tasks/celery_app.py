@@ -5,12 +5,15 @@ from __future__ import annotations
 from celery import Celery
 
 from tasks.constants import PRIORITY_STEPS
+from tasks.redis_client import is_sentinel
 from tasks.settings import Settings
 
 
 def redis_transport_options(settings: Settings) -> dict[str, object]:
     """Connection options for every Redis client Celery opens: prefixed keys, bounded waits."""
+    sentinel = {"master_name": settings.redis_sentinel_master} if is_sentinel(settings.redis_url) else {}
     return {
+        **sentinel,  # broker and result backend both find the master through Sentinel
         "global_keyprefix": settings.key_prefix,
         "socket_timeout": settings.redis_timeout_s * 5,  # BRPOP waits inside the socket timeout
         "socket_connect_timeout": settings.redis_timeout_s,

@@ -51,6 +51,9 @@ class Keys:
         """Jobs finished in one 10 s bucket: the recent service rate behind Retry-After."""
         return f"{self.prefix}completed:{model_id}:{bucket}"
 
+    def idempotency(self, owner: str, key_digest: str) -> str:
+        return f"{self.prefix}idem:{owner}:{key_digest}"
+
     def load_count(self, model_id: str) -> str:
         """Hash worker name -> how often it loaded ``model_id``: tests prove it is once per process."""
         return f"{self.prefix}loads:{model_id}"

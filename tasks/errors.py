@@ -72,6 +72,10 @@ class Gone(GenqError):
     code = ErrorCode.gone
 
 
+class Conflict(GenqError):
+    code = ErrorCode.conflict
+
+
 class InvalidInput(GenqError):
     code = ErrorCode.invalid_input
 

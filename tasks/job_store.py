@@ -231,6 +231,10 @@ class JobStore:
             pipe.hset(self.keys.buffered(model_id), worker, held)
             pipe.execute()
 
+    def set_held(self, model_id: str, worker: str, held: int) -> None:
+        """A worker's held count changed: admission sees it at once, not at the next heartbeat."""
+        self.redis.hset(self.keys.buffered(model_id), worker, held)
+
     def worker_gone(self, model_id: str, worker: str) -> None:
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.zrem(self.keys.workers(model_id), worker)

@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
-import redis
+from typing import Any
+from urllib.parse import urlparse
 
+import redis
+import redis.sentinel
+
+from tasks.errors import GenqError
 from tasks.settings import Settings
+
+SENTINEL_SCHEME = "sentinel://"
+DEFAULT_SENTINEL_PORT = 26379
 
 
 def connect(settings: Settings, *, timeout: float | None = None) -> redis.Redis:
     """A client with connect and socket timeouts; ``timeout`` widens the socket one for blocking reads."""
-    return redis.Redis.from_url(
-        settings.redis_url,
-        socket_connect_timeout=settings.redis_timeout_s,
-        socket_timeout=timeout or settings.redis_timeout_s,
-        health_check_interval=10,
-        retry_on_timeout=False,
-    )
+    options: dict[str, Any] = {
+        "socket_connect_timeout": settings.redis_timeout_s,
+        "socket_timeout": timeout or settings.redis_timeout_s,
+        "health_check_interval": 10,
+        "retry_on_timeout": False,
+    }
+    if is_sentinel(settings.redis_url):
+        return sentinel_master(settings, options)
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith(SENTINEL_SCHEME)
+
+
+def sentinel_master(settings: Settings, options: dict[str, Any]) -> redis.Redis:
+    """The current master behind Sentinel URLs in Celery's form: ``sentinel://[:pw@]host:port[/db];sentinel://...``.
+
+    The password (and db) of the first URL are the master's, as in kombu; Sentinels themselves are
+    asked without one. The client follows a failover on its next reconnect.
+    """
+    if not settings.redis_sentinel_master:
+        raise GenqError("a sentinel:// Redis URL needs GENQ_REDIS_SENTINEL_MASTER (the monitored master's name)")
+    urls = [urlparse(part) for part in settings.redis_url.split(";") if part]
+    hosts = [(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in urls]
+    timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+    sentinel = redis.sentinel.Sentinel(hosts, sentinel_kwargs=timeouts)
+    first = urls[0]
+    return sentinel.master_for(settings.redis_sentinel_master, db=int(first.path.strip("/") or 0),
+                               username=first.username or None, password=first.password or None, **options)

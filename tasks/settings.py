@@ -12,13 +12,15 @@ DEFAULT_MODELS_FILE = "models.toml"
 DEFAULT_RESULT_TTL_S = 24 * 3600  # long enough for a client to come back the next day
 DEFAULT_TOMBSTONE_TTL_S = 7 * 24 * 3600  # after the result expires, answer 410 (not 404) for a week
 DEFAULT_VISIBILITY_TIMEOUT_S = 600  # several times the worst hold (buffer + batch); also the crash-recovery delay
-DEFAULT_REDIS_TIMEOUT_S = 2.0  # an outage becomes a 503 within seconds, never a hung request
+DEFAULT_REDIS_TIMEOUT_S = 1.0  # an outage becomes a 503 within ~1 s, never a hung request
 DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
 DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
 # SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 120
 DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as worker_lost
+DEFAULT_RATE_LIMIT = "600/minute"  # submissions per API key; a key's own `rate=` overrides it
+DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600  # the same Idempotency-Key returns the same job for a day
 
 
 def _env_bool(value: str) -> bool:
@@ -28,6 +30,7 @@ def _env_bool(value: str) -> bool:
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = DEFAULT_REDIS_URL
+    redis_sentinel_master: str | None = None  # the master's name when redis_url is sentinel://...
     key_prefix: str = DEFAULT_KEY_PREFIX
     models_file: Path = Path(DEFAULT_MODELS_FILE)
     result_ttl_s: int = DEFAULT_RESULT_TTL_S
@@ -40,8 +43,14 @@ class Settings:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     api_keys_file: Path | None = None
+    rate_limit: str = DEFAULT_RATE_LIMIT
+    idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S
+    webhook_secret: str = field(default="", repr=False)  # HMAC key for webhook signatures
+    webhook_allow_http: bool = False  # https only unless told otherwise
+    webhook_allow_private: bool = False  # never loopback/private/link-local targets unless told (tests, dev)
     model: str | None = None  # the model a worker serves (worker only)
     gpu: str | None = None  # the GPU a worker owns (worker only)
+    metrics_port: int | None = None  # a worker's Prometheus /metrics and /healthz port (worker only)
     flower_user: str = "genq"
     flower_password: str = field(default="", repr=False)
 
@@ -57,7 +66,7 @@ class Settings:
             kind = str(f.type)
             if "Path" in kind:
                 values[f.name] = Path(raw)
-            elif kind == "int":
+            elif kind in ("int", "int | None"):
                 values[f.name] = int(raw)
             elif kind == "float":
                 values[f.name] = float(raw)

@@ -87,6 +87,30 @@ max_images = 4
 kind = "fill-mask"
 source = "fake://?sleep_ms=300&log={tmp / 'fake-exec.log'}"
 runtime = "tests.fake_runtime:FakeRuntime"
+
+[models.echo]
+kind = "fill-mask"
+source = "fake://?log={tmp / 'echo-exec.log'}"
+runtime = "tests.fake_runtime:FakeRuntime"
+batching = {{ max_batch_size = 32 }}
+
+[models.tiny-queue]
+kind = "fill-mask"
+source = "fake://?sleep_ms=1500&log={tmp / 'tiny-exec.log'}"
+runtime = "tests.fake_runtime:FakeRuntime"
+max_queue_depth = 4
+batching = {{ max_batch_size = 1, buffer_batches = 1 }}
+
+[models.prio]
+kind = "fill-mask"
+source = "fake://?sleep_ms=150&log={tmp / 'prio-exec.log'}"
+runtime = "tests.fake_runtime:FakeRuntime"
+batching = {{ max_batch_size = 2, buffer_batches = 1 }}
+
+[models.nobody]
+kind = "fill-mask"
+source = "fake://"
+runtime = "tests.fake_runtime:FakeRuntime"
 """)
     return path
 
@@ -112,6 +136,16 @@ def api(settings: Settings):  # type: ignore[no-untyped-def]
     from api import create_app
 
     return create_app(settings).test_client()
+
+
+@pytest.fixture(scope="session")
+def live_api(settings: Settings) -> Iterator[str]:
+    """The real app served over HTTP (werkzeug, threaded), for HTTP clients: the genq client, a browser."""
+    from api import create_app
+    from tests.live_server import LiveServer
+
+    with LiveServer(create_app(settings)) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ class BatchingConsumer:
             return
         self.batcher.add(item, self.runtime.batch_key(item.parsed), self.runtime.weight(item.parsed),  # type: ignore[arg-type]
                          item.priority)
+        self._report_held()
         self.maybe_run()
 
     def _to_item(self, message: Any) -> WorkItem | None:
@@ -61,7 +62,8 @@ class BatchingConsumer:
             return WorkItem(job_id=message.headers["id"], raw_input=kwargs["input"],
                             created_at=kwargs.get("created_at"), deadline_at=kwargs.get("deadline_at"),
                             priority=int(message.properties.get("priority") or 5),
-                            arrived=time.monotonic(), handle=message)
+                            arrived=time.monotonic(), handle=message,
+                            webhook_events=list(kwargs.get("webhook_events") or []))
         except Exception:
             log.exception("dropping a message that is not a genq job: %r", getattr(message, "headers", None))
             return None
@@ -88,6 +90,8 @@ class BatchingConsumer:
     def _start(self, batch: list[WorkItem]) -> None:
         for item in batch:
             self._send("task-started", uuid=item.job_id)
+            if "start" in item.webhook_events:
+                self.loaded.webhooks.enqueue(item.job_id, "start")
         self._flush_events()  # events are buffered until the next loop turn otherwise
         self.running = batch
         self.model.submit(lambda: self.executor.execute(batch), self._batch_done_threadsafe)
@@ -151,7 +155,16 @@ class BatchingConsumer:
                 item.handle.ack()
             except Exception as exc:  # the channel died under us: Redis gives the message back, claim dedupes
                 log.warning("job %s: ack failed (%s); it will be redelivered and skipped", item.job_id, exc)
+            if "completed" in item.webhook_events and item.status is not None:
+                self.loaded.webhooks.enqueue(item.job_id, "completed")
         self._flush_events()
+        self._report_held()
+
+    def _report_held(self) -> None:
+        try:
+            self.executor.store.set_held(self.loaded.spec.id, self.consumer.hostname, self.held())
+        except Exception:  # Redis down: the heartbeat reports it again once it is back
+            log.debug("cannot report held count", exc_info=True)
 
     def _send_outcome(self, item: WorkItem) -> None:
         if item.status == JobStatus.succeeded:

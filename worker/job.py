@@ -16,7 +16,8 @@ class WorkItem:
     deadline_at: float | None = None
     priority: int = 5  # Redis transport priority: 0 first
     arrived: float = 0.0  # monotonic time the worker received the message
-    handle: Any = None  # whatever the consumer needs to ack it (a Celery request)
+    handle: Any = None  # the kombu message, acknowledged once the outcome is stored
+    webhook_events: list[str] = field(default_factory=list)
     parsed: AnyInput | None = None
     status: JobStatus | None = None  # terminal status once decided
     error_code: str | None = None

@@ -15,6 +15,7 @@ from tasks.settings import Settings
 from worker.executor import Executor
 from worker.runtimes import Runtime, create_runtime
 from worker.torch_settings import TorchOptions, apply_global
+from worker.webhooks import WebhookSender
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class Loaded:
     runtime: Runtime
     store: JobStore
     executor: Executor
+    webhooks: WebhookSender
     device: str
     load_seconds: float
 
@@ -54,4 +56,4 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
     executor = Executor(runtime, spec, store, settings.max_attempts)
-    return Loaded(spec, runtime, store, executor, device, seconds)
+    return Loaded(spec, runtime, store, executor, WebhookSender(store), device, seconds)
