@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from flask import Response, jsonify
 from flask_openapi3 import APIBlueprint, Tag
+from pydantic import BaseModel
 
 from api.auth import current_owner
 from api.services import services
@@ -33,15 +34,24 @@ def list_models() -> Response:
     return jsonify(ModelList(models=infos).model_dump(mode="json"))
 
 
-@models.get("/healthz")
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    status: str
+    models_without_workers: list[str]
+
+
+@models.get("/healthz", responses={"200": Health})
 def healthz() -> Response:
     """Liveness: the process answers."""
     return jsonify({"status": "ok"})
 
 
-@models.get("/readyz")
+@models.get("/readyz", responses={"200": Readiness, "503": Readiness})
 def readyz() -> Response:
-    """Readiness: Redis answers and every configured model has a worker online."""
+    """Readiness: Redis answers and every configured model has a worker online (503 otherwise)."""
     svc = services()
     svc.store.redis.ping()
     missing = [m for m in svc.models.models if svc.store.workers_online(m) == 0]

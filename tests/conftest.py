@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from genq.redis_server import free_port
 from tasks.job_store import JobStore
 from tasks.redis_client import connect
 from tasks.settings import Settings
@@ -107,6 +108,11 @@ source = "fake://?sleep_ms=150&log={tmp / 'prio-exec.log'}"
 runtime = "tests.fake_runtime:FakeRuntime"
 batching = {{ max_batch_size = 2, buffer_batches = 1 }}
 
+[models.hooks]
+kind = "fill-mask"
+source = "fake://?log={tmp / 'hooks-exec.log'}"
+runtime = "tests.fake_runtime:FakeRuntime"
+
 [models.nobody]
 kind = "fill-mask"
 source = "fake://"
@@ -169,7 +175,7 @@ def worker_for(workers: dict[str, WorkerProcess], settings: Settings, log_dir: P
 
     def start(model: str) -> WorkerProcess:
         if model not in workers or workers[model].proc is None or workers[model].proc.poll() is not None:
-            workers[model] = WorkerProcess(settings, model, log_dir).start()
+            workers[model] = WorkerProcess(settings, model, log_dir, metrics_port=free_port()).start()
         return workers[model]
 
     return start
