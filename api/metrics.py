@@ -104,7 +104,7 @@ class _DefaultRegistry(Collector):
 def build_registry(app: Flask) -> CollectorRegistry:
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        MultiProcessCollector(registry)
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(_DefaultRegistry())
     registry.register(FleetCollector(app))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from tasks.models_file import load_models_file
 from tasks.settings import Settings
 
 STOP_TIMEOUT_S = 30.0  # a worker finishes its running batch on SIGTERM; give it that long
+WORKER_METRICS_PORT = 9101  # the first worker's /metrics port, the next one +1 ... (GENQ_METRICS_PORT moves it)
 
 
 @dataclass
@@ -70,6 +72,13 @@ def build_demo_models(models_file: Path, env: dict[str, str]) -> None:
         subprocess.run([sys.executable, "-m", "worker.demo_models", str(demo_dir)], env=env, check=True)
 
 
+def fresh_dir(path: Path) -> Path:
+    """An empty directory: gunicorn's metric files from an earlier run must not be added to this one's."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
 def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[str] | None,
        state_dir: Path, flower_address: str) -> int:
     """Run the whole stack in the foreground until Ctrl-C; returns an exit code."""
@@ -99,8 +108,10 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     env["GENQ_FLOWER_PASSWORD"] = flower_password
     models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
     py = sys.executable
+    api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus"))}  # the API's only
     stack.start("api", [py, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"0.0.0.0:{api_port}",
-                        "api.wsgi:app"], env, state_dir)
+                        "api.wsgi:app"], api_env, state_dir)
+    metrics_ports: list[int] = []
     for model in models:
         for gpu in gpus or [None]:
             name = f"{model}-gpu{gpu}" if gpu is not None else model
@@ -108,6 +119,8 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
                    "-Q", queue_name(model), "--model", model, "-n", f"{name}@%h", "--loglevel", "INFO"]
             if gpu is not None:
                 cmd += ["--gpu", gpu]
+            metrics_ports.append((settings.metrics_port or WORKER_METRICS_PORT) + len(metrics_ports))
+            cmd += ["--metrics-port", str(metrics_ports[-1])]
             stack.start(f"worker-{name}", cmd, env, state_dir)
     stack.start("flower", [py, "-m", "celery", "-A", "worker", "flower", f"--port={flower_port}",
                            f"--address={flower_address}", f"--basic-auth={flower_user}:{flower_password}"],
@@ -119,6 +132,8 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     print(f"  Playground  {api_url}/")
     print(f"  Flower      http://{flower_address}:{flower_port}   user {flower_user!r} password {flower_password!r}")
     print(f"  Redis       {redis_url}")
+    print(f"  Metrics     {api_url}/metrics, http://{flower_address}:{flower_port}/metrics, workers "
+          + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in metrics_ports))
     print(f"  Workers     {', '.join(n for n in stack.procs if n.startswith('worker-'))} (loading models)")
     print("Ctrl-C stops everything.", flush=True)
     code = 0

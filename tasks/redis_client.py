@@ -43,7 +43,9 @@ def sentinel_master(settings: Settings, options: dict[str, Any]) -> redis.Redis:
     urls = [urlparse(part) for part in settings.redis_url.split(";") if part]
     hosts = [(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in urls]
     timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
-    sentinel = redis.sentinel.Sentinel(hosts, sentinel_kwargs=timeouts)
+    sentinel = redis.sentinel.Sentinel(hosts, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
     first = urls[0]
-    return sentinel.master_for(settings.redis_sentinel_master, db=int(first.path.strip("/") or 0),
-                               username=first.username or None, password=first.password or None, **options)
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        settings.redis_sentinel_master, db=int(first.path.strip("/") or 0),
+        username=first.username or None, password=first.password or None, **options)
+    return master

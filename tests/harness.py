@@ -41,23 +41,33 @@ class WorkerProcess:
     """``celery -A worker worker --pool solo -c 1 -Q genq.<model> --model <model>`` as a child process."""
 
     def __init__(self, settings: Settings, model: str, log_dir: Path, *, name: str | None = None,
-                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 metrics_port: int | None = None) -> None:
         self.settings, self.model = settings, model
         self.name = name or f"{model}-{uuid.uuid4().hex[:6]}"
         self.log_path = log_dir / f"worker-{self.name}.log"
         self.extra_args, self.extra_env = extra_args, env or {}
+        self.metrics_port = metrics_port
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, wait: bool = True, timeout: float = 120) -> WorkerProcess:
         cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
                "-Q", queue_name(self.model), "--model", self.model, "-n", f"{self.name}@%h",
                "--loglevel", "INFO", "--without-mingle", "--without-gossip", *self.extra_args]
+        if self.metrics_port is not None:
+            cmd += ["--metrics-port", str(self.metrics_port)]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.settings, **self.extra_env),
                                      stdout=log, stderr=subprocess.STDOUT)
         if wait:
             self.wait_online(timeout)
         return self
+
+    @property
+    def metrics_url(self) -> str:
+        """The worker's metrics port (started with ``metrics_port``); ``/healthz`` lives beside ``/metrics``."""
+        assert self.metrics_port is not None, "start the worker with metrics_port"
+        return f"http://127.0.0.1:{self.metrics_port}"
 
     @property
     def pid(self) -> int:

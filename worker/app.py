@@ -21,8 +21,10 @@ from tasks.models_file import load_models_file
 from tasks.settings import Settings
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
+from worker.health import LoopTick, liveness
 from worker.heartbeat import Heartbeat
 from worker.loader import Loaded, load_model
+from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
 
 log = logging.getLogger("genq.worker")
@@ -32,6 +34,8 @@ app = create_celery(settings)
 app.conf.task_ignore_result = True  # results live in the job store; one source of truth
 app.user_options["worker"].add(click.Option(["--model"], default=None, help="genq: the model id to serve"))
 app.user_options["worker"].add(click.Option(["--gpu"], default=None, help="genq: the GPU index this worker owns"))
+app.user_options["worker"].add(click.Option(["--metrics-port"], type=int, default=None,
+                                            help="genq: serve /metrics and /healthz on this port"))
 
 
 class WorkerState:
@@ -50,7 +54,8 @@ state = WorkerState()
 def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, Any], **_: Any) -> None:
     model = options.get("model") or settings.model
     gpu = options.get("gpu") if options.get("gpu") is not None else settings.gpu
-    state.settings = dataclasses.replace(settings, model=model, gpu=gpu)
+    metrics_port = options.get("metrics_port") or settings.metrics_port
+    state.settings = dataclasses.replace(settings, model=model, gpu=gpu, metrics_port=metrics_port)
     state.hostname = sender
     if model:
         os.environ["GENQ_MODEL"] = model  # the pool's process reads the same settings
@@ -80,6 +85,9 @@ def _announce(sender: Any, **_: Any) -> None:
         state.heartbeat = Heartbeat(state.loaded.store, state.loaded.spec.id, sender.hostname,
                                     lambda: state.batching.held() if state.batching else 0)
         state.heartbeat.start()
+        liveness.heartbeat = state.heartbeat
+        if state.settings.metrics_port:
+            serve_metrics(state.loaded.spec, state.loaded.load_seconds, state.settings.metrics_port, liveness.healthy)
 
 
 @signals.worker_shutdown.connect
@@ -115,6 +123,7 @@ class DrainOnShutdown(bootsteps.StartStopStep):
 
 
 app.steps["consumer"].add(DrainOnShutdown)
+app.steps["consumer"].add(LoopTick)
 
 
 @app.task(name=TASK_RUN, bind=True, Strategy="worker.app:batching_strategy")

@@ -17,6 +17,7 @@ from tasks.schemas import JobStatus
 from worker.batcher import Batcher
 from worker.job import WorkItem
 from worker.loader import Loaded
+from worker.metrics import record_job
 from worker.model_thread import ModelThread
 
 log = logging.getLogger("genq.batching")
@@ -155,6 +156,7 @@ class BatchingConsumer:
                 item.handle.ack()
             except Exception as exc:  # the channel died under us: Redis gives the message back, claim dedupes
                 log.warning("job %s: ack failed (%s); it will be redelivered and skipped", item.job_id, exc)
+            record_job(self.loaded.spec, item.status)
             if "completed" in item.webhook_events and item.status is not None:
                 self.loaded.webhooks.enqueue(item.job_id, "completed")
         self._flush_events()

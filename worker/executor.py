@@ -16,6 +16,7 @@ from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobMetrics, JobStatus, validate_input
 from worker.job import WorkItem
+from worker.metrics import record_batch
 from worker.runtimes.base import Prediction, Runtime
 from worker.store_retry import with_retries
 
@@ -86,7 +87,9 @@ class Executor:
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""
         if batch:
-            self._predict_isolated(batch, time.perf_counter())
+            started, started_at = time.perf_counter(), self.clock()
+            self._predict_isolated(batch, started)
+            record_batch(self.spec, self.runtime, batch, started_at, time.perf_counter() - started)
 
 
     def run(self, items: list[WorkItem]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from tasks.job_store import JobStore
@@ -19,17 +20,23 @@ class Heartbeat:
         self.store, self.model_id, self.worker, self.held = store, model_id, worker, held
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="genq-heartbeat", daemon=True)
+        self.beat_at = time.monotonic()  # last turn of the loop, whether or not Redis answered
 
     def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self.beat_at = time.monotonic()
             try:
                 self.store.heartbeat(self.model_id, self.worker, self.held())
             except Exception as exc:  # Redis down: keep trying, the worker itself reconnects
                 log.warning("heartbeat failed: %s", exc)
             self._stop.wait(HEARTBEAT_INTERVAL_S)
+
+    def beating(self) -> bool:
+        """The thread runs and turned recently (a Redis outage alone does not stop it)."""
+        return self._thread.is_alive() and time.monotonic() - self.beat_at < 3 * HEARTBEAT_INTERVAL_S
 
     def stop(self) -> None:
         self._stop.set()

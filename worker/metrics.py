@@ -1,0 +1,129 @@
+"""Prometheus metrics of a worker, served with ``/healthz`` on the worker's own port (``--metrics-port``).
+
+The port opens once the model is loaded (in ``worker_ready``), so a health check on it also means
+"loaded". torch is imported only inside functions: importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
+
+from tasks.schemas import JobStatus
+
+if TYPE_CHECKING:
+    from tasks.models_file import ModelSpec
+    from worker.job import WorkItem
+    from worker.runtimes.base import Runtime
+
+log = logging.getLogger(__name__)
+
+#: Containers and Prometheus reach the port from outside; it carries numbers only, no job data.
+METRICS_ADDRESS = "0.0.0.0"
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+BATCH_SIZE = Histogram("genq_worker_batch_size", "Jobs per batch run", ["model"],
+                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+BATCH_FILL = Histogram("genq_worker_batch_fill_ratio", "Batch weight (images, texts) / max_batch_size", ["model"],
+                       buckets=(0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0))
+INFERENCE = Histogram("genq_worker_inference_seconds", "Seconds per batch: the model, then storing its results",
+                      ["model"], buckets=_SECONDS)
+QUEUE_WAIT = Histogram("genq_worker_queue_wait_seconds", "Seconds from submission to the start of the job's batch",
+                       ["model"], buckets=_SECONDS)
+JOBS = Counter("genq_worker_jobs", "Jobs this worker settled, by kind and final status", ["model", "kind", "status"])
+ITEMS = Counter("genq_worker_items", "Items (images, texts, sequences) of succeeded jobs", ["model"])
+ITEMS_PER_SECOND = Gauge("genq_worker_items_per_second", "Items per second of the last batch", ["model"])
+MODEL_LOAD = Gauge("genq_worker_model_load_seconds", "Seconds the model took to load", ["model"])
+GPU_MEMORY_ALLOCATED = "genq_worker_gpu_memory_allocated_bytes"
+GPU_MEMORY_RESERVED = "genq_worker_gpu_memory_reserved_bytes"
+
+
+def record_batch(spec: ModelSpec, runtime: Runtime, batch: list[WorkItem], started_at: float, seconds: float) -> None:
+    """One batch run (``started_at`` is wall time, comparable with the API's ``created_at``)."""
+    model = spec.id
+    weights = [runtime.weight(item.parsed) for item in batch]  # type: ignore[arg-type]
+    BATCH_SIZE.labels(model).observe(len(batch))
+    BATCH_FILL.labels(model).observe(sum(weights) / spec.batching.max_batch_size)
+    INFERENCE.labels(model).observe(seconds)
+    for item in batch:
+        if item.created_at is not None:
+            QUEUE_WAIT.labels(model).observe(max(0.0, started_at - item.created_at))
+    done = sum(w for w, item in zip(weights, batch, strict=True) if item.status == JobStatus.succeeded)
+    ITEMS.labels(model).inc(done)
+    if seconds > 0:
+        ITEMS_PER_SECOND.labels(model).set(done / seconds)
+
+
+def record_job(spec: ModelSpec, status: str | None) -> None:
+    """A job's final status, once its outcome is stored and its message acknowledged."""
+    JOBS.labels(spec.id, spec.kind.value, status or "unknown").inc()
+
+
+def register_gpu_gauges(model: str) -> bool:
+    """GPU memory gauges read at scrape time, when this process has torch with CUDA (never imports torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return False
+    Gauge(GPU_MEMORY_ALLOCATED, "Bytes of GPU memory held by tensors", ["model"]).labels(model).set_function(
+        torch.cuda.memory_allocated)
+    Gauge(GPU_MEMORY_RESERVED, "Bytes of GPU memory reserved by the caching allocator", ["model"]).labels(
+        model).set_function(torch.cuda.memory_reserved)
+    return True
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._answer(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            ok = self.server.healthy()
+            self._answer(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain; charset=utf-8")
+        else:
+            self._answer(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # scrapes every few seconds: keep the log quiet
+        pass
+
+
+class MetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, healthy: Callable[[], bool], address: str = METRICS_ADDRESS) -> None:
+        super().__init__((address, port), _Handler)
+        self.healthy = healthy
+
+
+def start_metrics_server(port: int, healthy: Callable[[], bool], address: str = METRICS_ADDRESS) -> MetricsServer:
+    """Serve ``/metrics`` and ``/healthz`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
+    server = MetricsServer(port, healthy, address)
+    threading.Thread(target=server.serve_forever, name="genq-metrics", daemon=True).start()
+    return server
+
+
+def serve_metrics(spec: ModelSpec, load_seconds: float, port: int, healthy: Callable[[], bool]) -> MetricsServer | None:
+    """The worker's metrics, once its model is loaded; a busy port is logged, not fatal (jobs still run)."""
+    MODEL_LOAD.labels(spec.id).set(load_seconds)
+    register_gpu_gauges(spec.id)
+    try:
+        server = start_metrics_server(port, healthy)
+    except OSError as exc:
+        log.error("cannot serve metrics on port %d: %s", port, exc)
+        return None
+    log.info("metrics on http://%s:%d/metrics, health on /healthz", METRICS_ADDRESS, port)
+    return server
