@@ -1,0 +1,110 @@
+"""``genq.Client``: the synchronous Python client of the genq REST API (httpx; never torch).
+
+    with Client("http://127.0.0.1:8000") as client:        # or GENQ_URL / GENQ_API_KEY
+        job = client.generate("sd-demo", prompt="a red fox", seed=1)
+        image = client.outputs(job)[0]                       # a PIL image (bytes without Pillow)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypeVar
+
+import httpx
+
+from genq import flows
+from genq.protocol import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    MAX_RETRY_WAIT_S,
+    Config,
+    Flow,
+    Outcome,
+    Request,
+    RetryHook,
+    Sleep,
+)
+from tasks.schemas import Job, ModelInfo
+
+T = TypeVar("T")
+
+
+def merge_input(input: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """``submit("m", {"prompt": "x"}, seed=1)`` and ``submit("m", prompt="x", seed=1)`` mean the same."""
+    return {**(input or {}), **fields}
+
+
+class Client:
+    """Submit jobs, wait for them, fetch their outputs. Retries 503/429 after their Retry-After."""
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES,
+                 max_retry_wait_s: float = MAX_RETRY_WAIT_S, on_retry: RetryHook | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.config = Config.resolve(base_url, api_key, timeout=timeout, max_retries=max_retries,
+                                     max_retry_wait_s=max_retry_wait_s, on_retry=on_retry)
+        self._http = httpx.Client(transport=transport, **self.config.http_options())
+
+    def _send(self, request: Request) -> Outcome:
+        try:
+            return self._http.request(request.method, request.path, json=request.json, headers=request.headers,
+                                      timeout=request.timeout or self.config.timeout)
+        except httpx.TransportError as exc:
+            return exc
+
+    def _run(self, flow: Flow[T]) -> T:
+        outcome: Outcome | None = None
+        try:
+            while True:
+                step = flow.send(outcome)
+                if isinstance(step, Sleep):
+                    time.sleep(step.seconds)
+                    outcome = None
+                else:
+                    outcome = self._send(step)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def submit(self, model: str, input: dict[str, Any] | None = None, /, *, priority: str | None = None,
+               deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
+               **fields: Any) -> Job:
+        """Queue a job: ``submit("sd-demo", prompt="a fox", width=64)``; returns it at once (status queued)."""
+        return self._run(flows.submit(self.config, model, merge_input(input, fields), priority=priority,
+                                      deadline_s=deadline_s, webhook=webhook, idempotency_key=idempotency_key))
+
+    def get(self, job_id: str) -> Job:
+        """The job as it is now."""
+        return self._run(flows.get(self.config, job_id))
+
+    def wait(self, job_id: str, timeout: float | None = flows.DEFAULT_WAIT_S,
+             on_update: flows.OnUpdate | None = None) -> Job:
+        """Block until the job is done; JobFailed if it did not succeed, WaitTimeout after ``timeout`` s."""
+        return self._run(flows.wait(self.config, job_id, timeout, on_update))
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a queued or running job (a finished one is returned unchanged)."""
+        return self._run(flows.cancel(self.config, job_id))
+
+    def outputs(self, job: Job | str, *, raw: bool = False) -> list[Any]:
+        """The job's binary outputs: PIL images when Pillow is installed (else bytes); bytes if ``raw``."""
+        return self._run(flows.outputs(self.config, job, raw))
+
+    def generate(self, model: str, input: dict[str, Any] | None = None, /, *,
+                 timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
+                 priority: str | None = None, deadline_s: float | None = None, **fields: Any) -> Job:
+        """Submit and wait: the finished job (text outputs inline in ``job.output``; images via ``outputs``)."""
+        return self._run(flows.generate(self.config, model, merge_input(input, fields), timeout=timeout,
+                                        on_update=on_update, priority=priority, deadline_s=deadline_s))
+
+    def models(self) -> list[ModelInfo]:
+        """The models being served, with their input schema, limits and workers online."""
+        return self._run(flows.models(self.config))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,144 @@
+"""The client's operations as I/O-free flows (see ``genq.protocol``): submit, get, wait, cancel, outputs.
+
+Each returns what the public method returns; ``Client`` and ``AsyncClient`` only run them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from genq.errors import JobFailed, WaitTimeout
+from genq.protocol import Config, Flow, Request, Sleep, call
+from tasks.schemas import Job, JobStatus, ModelInfo, ModelList
+
+LONG_POLL_S = 30.0  # one `Prefer: wait` request; below the API's cap and gunicorn's worker timeout
+PROGRESS_POLL_S = 0.5  # with an on_update callback: fresh progress twice a second
+HTTP_SLACK_S = 10.0  # a long poll's read timeout is its wait plus this
+MIN_POLL_S, MAX_POLL_S = 0.1, 2.0  # backoff when the server answers without holding the request
+DEFAULT_WAIT_S = 600.0  # how long wait() and generate() wait unless told otherwise
+
+Clock = Callable[[], float]
+OnUpdate = Callable[[Job], None]
+
+
+def job_path(job_id: str) -> str:
+    return f"/v1/jobs/{quote(job_id, safe='')}"
+
+
+def _prefer(wait_s: float) -> dict[str, str]:
+    return {"Prefer": f"wait={wait_s:.3g}"} if wait_s > 0 else {}
+
+
+def _job(response: Any) -> Job:
+    return Job.model_validate(response.json())
+
+
+def submit(config: Config, model: str, input: dict[str, Any], *, priority: str | None = None,
+           deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
+           wait_s: float = 0.0) -> Flow[Job]:
+    body: dict[str, Any] = {"model": model, "input": input}
+    for name, value in (("priority", priority), ("deadline_s", deadline_s), ("webhook", webhook)):
+        if value is not None:
+            body[name] = value
+    # A fresh key per submit: a retried POST (lost answer, 503) can never create the job twice.
+    headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex, **_prefer(wait_s)}
+    timeout = wait_s + HTTP_SLACK_S if wait_s > 0 else None
+    response = yield from call(config, Request("POST", "/v1/jobs", json=body, headers=headers, timeout=timeout))
+    return _job(response)
+
+
+def get(config: Config, job_id: str, wait_s: float = 0.0) -> Flow[Job]:
+    timeout = wait_s + HTTP_SLACK_S if wait_s > 0 else None
+    response = yield from call(config, Request("GET", job_path(job_id), headers=_prefer(wait_s), timeout=timeout))
+    return _job(response)
+
+
+def cancel(config: Config, job_id: str) -> Flow[Job]:
+    response = yield from call(config, Request("POST", f"{job_path(job_id)}/cancel"))
+    return _job(response)
+
+
+def models(config: Config) -> Flow[list[ModelInfo]]:
+    response = yield from call(config, Request("GET", "/v1/models"))
+    return ModelList.model_validate(response.json()).models
+
+
+def check(job: Job) -> Job:
+    """The job if it succeeded (or is still going); JobFailed if it failed, was canceled or expired."""
+    if job.status in (JobStatus.failed, JobStatus.canceled, JobStatus.expired):
+        raise JobFailed(job)
+    return job
+
+
+def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on_update: OnUpdate | None = None,
+         clock: Clock = time.monotonic) -> Flow[Job]:
+    """Long-poll with ``Prefer: wait`` until the job is terminal; poll with backoff if the server won't hold."""
+    deadline = None if timeout is None else clock() + timeout
+    chunk_max = PROGRESS_POLL_S if on_update else LONG_POLL_S
+    backoff = MIN_POLL_S
+    while True:
+        remaining = LONG_POLL_S if deadline is None else max(0.0, deadline - clock())
+        chunk = min(chunk_max, remaining)
+        asked = clock()
+        job = yield from get(config, job_id, chunk)
+        if on_update is not None:
+            on_update(job)
+        if job.status.terminal:
+            return check(job)
+        remaining = LONG_POLL_S if deadline is None else deadline - clock()
+        if remaining <= 0:
+            raise WaitTimeout(job, timeout or 0.0)
+        if clock() - asked < chunk / 2:  # answered early and unfinished: this server ignores Prefer: wait
+            yield Sleep(min(backoff, remaining))
+            backoff = min(backoff * 2, MAX_POLL_S)
+
+
+def generate(config: Config, model: str, input: dict[str, Any], *, timeout: float | None = DEFAULT_WAIT_S,
+             on_update: OnUpdate | None = None, clock: Clock = time.monotonic, **options: Any) -> Flow[Job]:
+    """Submit, then wait: short jobs finish within the submit itself (``Prefer: wait``), one round trip."""
+    start = clock()
+    first = 0.0 if on_update else min(LONG_POLL_S, LONG_POLL_S if timeout is None else timeout)
+    job = yield from submit(config, model, input, wait_s=first, **options)
+    if on_update is not None:
+        on_update(job)
+    if job.status.terminal:
+        return check(job)
+    left = None if timeout is None else max(0.0, timeout - (clock() - start))
+    return (yield from wait(config, job.id, left, on_update, clock))
+
+
+def binary_outputs(job: Job) -> list[dict[str, Any]]:
+    """The job's binary output entries (``url``, ``media_type``, ``seed``); none for inline outputs."""
+    entries = job.output if isinstance(job.output, list) else []
+    return [e for e in entries if isinstance(e, dict) and "url" in e and "media_type" in e]
+
+
+def decode(data: bytes, media_type: str) -> Any:
+    """An image as a PIL image when Pillow is installed; anything else as bytes."""
+    if media_type.startswith("image/"):
+        try:
+            import io
+
+            from PIL import Image
+        except ImportError:
+            return data
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        return image
+    return data
+
+
+def outputs(config: Config, job: Job | str, raw: bool = False) -> Flow[list[Any]]:
+    """Fetch every binary output (relative URLs resolve against the base URL); decoded unless ``raw``."""
+    if isinstance(job, str):
+        job = yield from get(config, job)
+    result = []
+    for entry in binary_outputs(job):
+        response = yield from call(config, Request("GET", entry["url"]))
+        data = response.content
+        result.append(data if raw else decode(data, entry["media_type"]))
+    return result
