@@ -9,10 +9,15 @@ from pathlib import Path
 
 import click
 
+from genq import cli_jobs
+
 
 @click.group()
 def main() -> None:
     """genq: task-queue inference for generative models."""
+
+
+cli_jobs.register(main)  # submit, get, cancel, models
 
 
 @main.command()

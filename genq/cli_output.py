@@ -1,0 +1,102 @@
+"""What the job commands show: a progress bar while a job runs, a summary when it ends, outputs saved to disk."""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from genq.client import Client
+from genq.flows import OnUpdate, binary_outputs
+from tasks.schemas import Job, JobKind, ModelInfo
+
+out = Console(highlight=False, markup=False, soft_wrap=True)  # results: stdout, for pipes and scripts
+err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)  # progress, notes and errors: stderr
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[OnUpdate]:
+    """A rich progress bar on stderr fed by job updates: the status, then the job's own steps."""
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err)
+    task = bar.add_task(f"{label} queued", total=None)
+
+    def update(job: Job) -> None:
+        total, step = (job.progress.total, job.progress.step) if job.progress else (None, 0)
+        if job.status == "succeeded":
+            total = total or 1
+            step = total
+        bar.update(task, description=f"{label} {job.status.value}", total=total, completed=step)
+
+    with bar:
+        yield update
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def summary(job: Job) -> None:
+    """The finished (or current) job in a few lines: status, metrics, text outputs."""
+    out.print(f"job {job.id} {job.status.value} ({job.model}, {job.kind.value})")
+    if job.metrics is not None:
+        m = job.metrics
+        out.print(f"  queue {_ms(m.queue_ms)} · inference {_ms(m.inference_ms)} · batch of {m.batch_size or '-'}")
+    if job.progress is not None and not job.status.terminal:
+        out.print(f"  step {job.progress.step}/{job.progress.total}")
+    if job.error is not None:
+        out.print(f"  {job.error.code}: {job.error.message}")
+    if job.status != "succeeded" or job.output is None:
+        return
+    if job.kind == JobKind.fill_mask:
+        table = Table("token", "score", "sequence", box=None, padding=(0, 2))
+        for row in job.output:
+            table.add_row(Text(str(row.get("token_str"))), f"{row.get('score', 0):.4f}", Text(str(row.get("sequence"))))
+        out.print(table)
+    elif job.kind == JobKind.text_generation:
+        out.print(job.output.get("text", ""))
+    elif job.kind == JobKind.embedding:
+        vectors = job.output.get("embeddings", [])
+        out.print(f"  {len(vectors)} embeddings of dimension {job.output.get('dim')} (--json prints them)")
+
+
+def save_outputs(client: Client, job: Job, directory: Path) -> list[Path]:
+    """Binary outputs as ``<id>-<n>.<ext>``; a job with inline output as ``<id>.json``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = binary_outputs(job)
+    if not entries:
+        path = directory / f"{job.id}.json"
+        path.write_text(json.dumps(job.output, indent=2) + "\n")
+        out.print(f"  saved {path}")
+        return [path]
+    paths = []
+    for n, (entry, data) in enumerate(zip(entries, client.outputs(job, raw=True), strict=True)):
+        ext = mimetypes.guess_extension(entry["media_type"]) or ".bin"
+        path = directory / f"{job.id}-{n}{ext}"
+        path.write_bytes(data)
+        paths.append(path)
+        seed = f", seed {entry['seed']}" if entry.get("seed") is not None else ""
+        out.print(f"  saved {path} ({len(data)} bytes{seed})")
+    return paths
+
+
+def models_table(models: list[ModelInfo]) -> None:
+    table = Table("model", "kind", "workers", "queued", "inputs", box=None, padding=(0, 2))
+    for m in models:
+        inputs = ", ".join(m.input_schema.get("properties", {}))
+        table.add_row(m.id, m.kind.value, str(m.workers_online), str(m.queue_depth), inputs)
+    out.print(table)
+
+
+def dump(value: Any) -> None:
+    """JSON on stdout, for ``--json``."""
+    click.echo(json.dumps(value, indent=2))
