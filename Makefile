@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: install install-dev run test test-fast lint bench clean
+.PHONY: install install-dev browser run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,15 @@ install-dev: $(VENV)/.installed-dev
 run: install
 	$(BIN)/genq up
 
-test: install-dev
+# The browser test drives Debian's Chromium: installed here when missing and possible (root, apt); else it skips.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; }; } || \
+	  echo "no Chromium (it needs root and apt-get): the browser test will be skipped"
+
+test: install-dev browser
 	$(BIN)/python -m pytest
 
 lint: install-dev

@@ -10,6 +10,7 @@ from flask_openapi3 import Info, OpenAPI
 from api.errors import error_response, register_error_handlers, validation_error_response
 from api.limits import create_limiter
 from api.metrics import register_metrics
+from api.playground import playground
 from api.routes_jobs import jobs
 from api.routes_models import models
 from api.services import Services
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
 
     app.register_api(jobs)
     app.register_api(models)
+    app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
     app.add_url_rule("/openapi.json", "openapi_json", lambda: app.api_doc)
     logging.getLogger(__name__).info("genq API serving %d models", len(app.extensions["genq"].models.models))
     return app

@@ -1,0 +1,105 @@
+// Showing a job: status, progress, metrics, and its output (images fetched with the API key, text inline).
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, attrs = {}) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+function ms(value) {
+  if (value === null || value === undefined) return "–";
+  return value >= 1000 ? `${(value / 1000).toFixed(2)} s` : `${Math.round(value)} ms`;
+}
+
+export function showStatus(job) {
+  $("empty").hidden = true;
+  $("job-view").hidden = false;
+  $("job-id").textContent = job.id;
+  const status = $("status");
+  status.textContent = job.status;
+  status.className = `status ${job.status}`;
+  const bar = $("progress");
+  const done = !["queued", "running"].includes(job.status);
+  let note = "";
+  if (job.progress && !done) {
+    bar.max = job.progress.total;
+    bar.value = job.progress.step;
+    note = `step ${job.progress.step} of ${job.progress.total}`;
+  } else if (done) {
+    bar.max = 1;
+    bar.value = 1;
+  } else {
+    bar.removeAttribute("value"); // indeterminate while queued
+    note = job.status === "queued" ? "waiting for a worker" : "running";
+  }
+  const started = Date.parse(job.created_at);
+  const ended = job.completed_at ? Date.parse(job.completed_at) : Date.now();
+  const seconds = ((ended - started) / 1000).toFixed(1);
+  $("progress-text").textContent = done ? `${job.status} ${seconds} s after it was submitted` : `${note} · ${seconds} s`;
+  $("cancel").hidden = done;
+}
+
+export function showMetrics(job) {
+  const list = $("metrics");
+  list.replaceChildren();
+  const m = job.metrics || {};
+  const rows = [["model", `${job.model} (${job.kind})`], ["queue time", ms(m.queue_ms)],
+    ["inference time", ms(m.inference_ms)], ["batch size", m.batch_size ?? "–"]];
+  if (job.error) rows.push(["error", `${job.error.code}: ${job.error.message}`]);
+  for (const [name, value] of rows) {
+    const dd = el("dd", value);
+    dd.dataset.metric = name.replace(/ /g, "_");
+    list.append(el("dt", name), dd);
+  }
+}
+
+function table(headers, rows) {
+  const t = el("table");
+  const head = el("tr");
+  for (const h of headers) head.append(el("th", h));
+  t.append(head);
+  for (const row of rows) {
+    const tr = el("tr");
+    for (const cell of row) tr.append(el("td", cell));
+    t.append(tr);
+  }
+  return t;
+}
+
+async function image(entry, n, job, fetchBlob) {
+  const figure = el("figure");
+  const img = el("img", null, { alt: `output ${n} of job ${job.id}` });
+  const caption = el("figcaption", "loading…");
+  figure.append(img, caption);
+  const blob = await fetchBlob(entry.url);
+  const url = URL.createObjectURL(blob);
+  img.addEventListener("load", () => {
+    const seed = entry.seed !== undefined && entry.seed !== null ? ` · seed ${entry.seed}` : "";
+    caption.textContent = `${img.naturalWidth}×${img.naturalHeight}${seed} · `;
+    caption.append(el("a", "download", { href: url, download: `${job.id}-${n}.png` }));
+  }, { once: true });
+  img.src = url;
+  return figure;
+}
+
+export async function showResult(job, fetchBlob) {
+  const box = $("result");
+  box.replaceChildren();
+  if (job.status !== "succeeded") return;
+  const out = job.output;
+  if (Array.isArray(out) && out.length && out[0].url) {
+    for (const [n, entry] of out.entries()) box.append(await image(entry, n, job, fetchBlob));
+  } else if (job.kind === "fill-mask" && Array.isArray(out)) {
+    box.append(table(["token", "score", "sequence"], out.map((r) => [r.token_str, r.score.toFixed(4), r.sequence])));
+  } else if (job.kind === "text-generation" && out && typeof out.text === "string") {
+    box.append(el("pre", out.text), el("p", `${out.tokens ?? "?"} tokens · seed ${out.seed ?? "–"}`, { class: "hint" }));
+  } else if (job.kind === "embedding" && out && Array.isArray(out.embeddings)) {
+    box.append(el("p", `${out.embeddings.length} embeddings of dimension ${out.dim}`));
+    box.append(el("pre", out.embeddings.map((v) => `[${v.slice(0, 6).map((x) => x.toFixed(4)).join(", ")}, …]`).join("\n")));
+  } else {
+    box.append(el("pre", JSON.stringify(out, null, 2)));
+  }
+}

@@ -1,0 +1,120 @@
+"""The playground and Flower in headless Chromium: submit a prompt, see the image, find the worker in Flower.
+
+Needs Debian's ``chromium`` (``make test`` installs it when it runs as root) and the ``playwright`` package
+(the ``dev`` extra), which drives that Chromium; Playwright's own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from genq.redis_server import free_port
+from tests.harness import ROOT, worker_env
+
+FLOWER_AUTH = ("genq", "browser-test")
+# As the machine notes say: no sandbox as root, no GPU, and none of Chromium's own calls home (refused here).
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+DOCS_SCREENSHOT = ROOT / "docs" / "playground.png"
+
+if CHROMIUM is None:
+    pytest.skip("no Chromium on PATH: install Debian's chromium (`make test` does so when run as root) "
+                "to run the browser test", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package (dev extra) is not installed")
+
+
+@pytest.fixture(scope="module")
+def flower(settings, tmp_path_factory) -> Iterator[str]:
+    """Flower with basic auth, watching this run's Redis prefix; stopped by pid."""
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("flower") / "flower.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "worker", "flower", f"--port={port}",
+                             "--address=127.0.0.1", f"--basic-auth={':'.join(FLOWER_AUTH)}"],
+                            cwd=ROOT, env=worker_env(settings), stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                if httpx.get(f"{url}/healthcheck", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    """A headless Chromium context with a fresh profile, allowed into Flower with its credentials."""
+    with sync_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1360, "height": 820}, device_scale_factor=1,
+            http_credentials={"username": FLOWER_AUTH[0], "password": FLOWER_AUTH[1]})
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def test_playground_makes_an_image_and_flower_lists_the_worker(live_api, worker_for, flower, browser, out_dir):
+    worker = worker_for("sd-demo")
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda msg: msg.type == "error" and problems.append(msg.text))
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    outside = []
+    page.on("request", lambda req: req.url.startswith(live_api) or req.url.startswith("blob:")
+            or outside.append(req.url))
+
+    page.goto(f"{live_api}/")
+    page.wait_for_selector("#model option[value=sd-demo]", state="attached")
+    page.select_option("#model", "sd-demo")
+    page.fill("textarea[name=prompt]", "a red fox in the snow, watercolor")
+    page.fill("input[name=width]", "128")
+    page.fill("input[name=height]", "128")
+    page.fill("input[name=seed]", "7")
+    page.click("#submit")
+    page.wait_for_function("() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }",
+                           timeout=120_000)
+
+    size = page.eval_on_selector("#result img", "i => [i.naturalWidth, i.naturalHeight]")
+    assert size == [128, 128]
+    assert page.text_content("#status") == "succeeded"
+    assert page.text_content("[data-metric=batch_size]") not in ("", "–")
+    assert "ms" in page.text_content("[data-metric=inference_time]")
+    page.wait_for_selector("#result figcaption >> text=128×128")
+    recent = page.evaluate("() => JSON.parse(localStorage.getItem('genq.playground.recent'))")
+    assert recent[0]["model"] == "sd-demo" and recent[0]["status"] == "succeeded"
+    assert "sd-demo · succeeded" in page.text_content("#recent")
+    assert problems == [] and outside == []  # no script errors, no CSP violations, nothing fetched from elsewhere
+    page.screenshot(path=str(out_dir / "playground.png"))
+    if os.environ.get("GENQ_UPDATE_DOCS") == "1":  # the README's picture: refreshed on demand, not every run
+        DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
+        shutil.copyfile(out_dir / "playground.png", DOCS_SCREENSHOT)
+
+    flower_page = browser.new_page()
+    worker_name = f"{worker.name}@{os.uname().nodename}"
+    for _ in range(30):  # Flower learns of workers from their heartbeats: give it a few
+        flower_page.goto(f"{flower}/workers")
+        if worker_name in (flower_page.text_content("body") or ""):
+            break
+        time.sleep(1)
+    assert worker_name in flower_page.text_content("body")
+    flower_page.screenshot(path=str(out_dir / "flower.png"))

@@ -1,0 +1,46 @@
+"""The playground page as files: served at /, self-contained (works offline), outside the OpenAPI spec."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from api import create_app
+from tasks.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def client():  # type: ignore[no-untyped-def]
+    """A test client of the app with the repository's models file (no request here touches Redis)."""
+    return create_app(Settings(models_file=ROOT / "models.toml")).test_client()
+
+
+def test_page_is_served_at_the_root_with_a_strict_policy(client):
+    response = client.get("/")
+    assert response.status_code == 200 and response.mimetype == "text/html"
+    policy = response.headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "script-src 'self'" in policy
+    assert b"genq playground" in response.data
+
+
+def test_every_asset_is_local_and_served(client):
+    html = client.get("/").get_data(as_text=True)
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert assets and not [a for a in assets if "//" in a]  # nothing from elsewhere: works offline
+    scripts = [a for a in assets if a.endswith(".js")]
+    for asset in [a for a in assets if a.startswith("playground/")]:
+        assert client.get("/" + asset).status_code == 200, asset
+    for script in scripts:  # modules it imports are local too
+        for name in re.findall(r'from "\./([^"]+)"', client.get("/" + script).get_data(as_text=True)):
+            assert client.get(f"/playground/{name}").status_code == 200, name
+
+
+def test_page_is_not_in_the_spec_and_never_500s(client):
+    assert "/" not in client.get("/openapi.json").json["paths"]
+    assert client.get("/?x=%ff%00").status_code == 200
+    assert client.post("/").status_code == 405
+    assert client.get("/playground/../api/app.py").status_code == 404
