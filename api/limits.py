@@ -8,6 +8,7 @@ from flask import Flask, request
 from flask_limiter import Limiter
 
 from api.auth import Unauthorized, current_key
+from tasks.redis_client import SentinelURL, is_sentinel
 from tasks.settings import Settings
 
 
@@ -25,6 +26,19 @@ def redis_timeouts(settings: Settings) -> dict[str, Any]:
     return {"socket_connect_timeout": timeout, "socket_timeout": timeout}
 
 
+def limiter_storage(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The same Redis for the limits library; behind Sentinel it wants ``redis+sentinel://h:p,h:p/master``."""
+    options = redis_timeouts(settings)
+    if not is_sentinel(settings.redis_url):
+        return settings.redis_url, options
+    url = SentinelURL.parse(settings.redis_url)
+    hosts = ",".join(f"{host}:{port}" for host, port in url.hosts)
+    return f"redis+sentinel://{hosts}/{settings.redis_sentinel_master}", {
+        **options, "db": url.db, "password": url.password, "use_replicas": False,
+        "sentinel_kwargs": {**options, "password": None},  # the password is the master's, as in Celery's URL
+    }
+
+
 def create_limiter(app: Flask, settings: Settings) -> Limiter:
     def submission_limit() -> str:
         try:
@@ -32,9 +46,10 @@ def create_limiter(app: Flask, settings: Settings) -> Limiter:
         except Unauthorized:
             return settings.rate_limit
 
+    storage_uri, storage_options = limiter_storage(settings)
     limiter = Limiter(
-        _limit_key, app=app, storage_uri=settings.redis_url, key_prefix=f"{settings.key_prefix}ratelimit",
-        storage_options=redis_timeouts(settings),
+        _limit_key, app=app, storage_uri=storage_uri, key_prefix=f"{settings.key_prefix}ratelimit",
+        storage_options=storage_options,
         headers_enabled=True,
         swallow_errors=True,  # Redis down: the job store answers 503; the limiter must not turn it into 500
         strategy="moving-window",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -32,20 +33,34 @@ def is_sentinel(url: str) -> bool:
     return url.startswith(SENTINEL_SCHEME)
 
 
-def sentinel_master(settings: Settings, options: dict[str, Any]) -> redis.Redis:
-    """The current master behind Sentinel URLs in Celery's form: ``sentinel://[:pw@]host:port[/db];sentinel://...``.
+@dataclass(frozen=True)
+class SentinelURL:
+    """Celery's Sentinel URL form, ``sentinel://[:pw@]host:port[/db];sentinel://host:port...``.
 
-    The password (and db) of the first URL are the master's, as in kombu; Sentinels themselves are
-    asked without one. The client follows a failover on its next reconnect.
+    As in kombu, the password (and db) of the first URL are the master's; Sentinels are asked without one.
     """
+
+    hosts: list[tuple[str, int]]
+    db: int
+    username: str | None
+    password: str | None
+
+    @classmethod
+    def parse(cls, url: str) -> SentinelURL:
+        parts = [urlparse(part) for part in url.split(";") if part]
+        first = parts[0]
+        return cls(hosts=[(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in parts],
+                   db=int(first.path.strip("/") or 0), username=first.username or None,
+                   password=first.password or None)
+
+
+def sentinel_master(settings: Settings, options: dict[str, Any]) -> redis.Redis:
+    """The current master named ``GENQ_REDIS_SENTINEL_MASTER``; the client follows a failover on reconnect."""
     if not settings.redis_sentinel_master:
         raise GenqError("a sentinel:// Redis URL needs GENQ_REDIS_SENTINEL_MASTER (the monitored master's name)")
-    urls = [urlparse(part) for part in settings.redis_url.split(";") if part]
-    hosts = [(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in urls]
+    url = SentinelURL.parse(settings.redis_url)
     timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
-    sentinel = redis.sentinel.Sentinel(hosts, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
-    first = urls[0]
+    sentinel = redis.sentinel.Sentinel(url.hosts, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
     master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        settings.redis_sentinel_master, db=int(first.path.strip("/") or 0),
-        username=first.username or None, password=first.password or None, **options)
+        settings.redis_sentinel_master, db=url.db, username=url.username, password=url.password, **options)
     return master

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from genq.redis_server import free_port
 from tests.harness import ROOT, worker_env
@@ -23,6 +24,7 @@ class Stack:
     api: str
     flower: str
     proc: subprocess.Popen[str]
+    workers: list[str]  # each worker's metrics port: GENQ_METRICS_PORT, +1, ...
 
 
 def wait_ready(url: str, timeout: float = 180) -> None:
@@ -41,8 +43,9 @@ def wait_ready(url: str, timeout: float = 180) -> None:
 def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     """`genq up --models bert-demo,sd-demo` on spare ports, with this run's Redis prefix."""
     state = tmp_path_factory.mktemp("stack")
-    api_port, flower_port = free_port(), free_port()
-    env = worker_env(settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2")
+    api_port, flower_port, metrics_port = free_port(), free_port(), free_port()
+    env = worker_env(settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2",
+                     GENQ_METRICS_PORT=str(metrics_port))
     # The stack lists only the models it serves, so /readyz can say ready.
     models_file = state / "models.toml"
     models_file.write_text("\n".join(
@@ -55,7 +58,8 @@ def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     api = f"http://127.0.0.1:{api_port}"
     try:
         wait_ready(api)
-        yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc)
+        yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc,
+                    workers=[f"http://127.0.0.1:{metrics_port + i}" for i in range(2)])
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -102,6 +106,28 @@ def test_flower_needs_credentials_and_lists_worker_and_jobs(stack):
         time.sleep(1)
     assert any(name.startswith("bert-demo@") for name in workers), workers
     assert any(t["name"] == "genq.run" and t["state"] == "SUCCESS" for t in tasks.values())
+
+
+def samples(url: str) -> list[tuple[str, dict[str, str], float]]:
+    response = httpx.get(f"{url}/metrics", timeout=10)
+    assert response.status_code == 200, url
+    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(response.text) for s in f.samples]
+
+
+def test_metrics_of_the_api_every_worker_and_flower(stack):
+    api = samples(stack.api)  # gunicorn's two workers, added up
+    assert sum(v for n, lbl, v in api if n == "genq_api_jobs_accepted_total" and lbl["model"] == "bert-demo") >= 2
+    assert any(n == "genq_queue_depth" and lbl["model"] == "sd-demo" for n, lbl, _ in api)
+    succeeded = 0.0
+    for url in stack.workers:
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        worker = samples(url)
+        assert any(n == "genq_worker_model_load_seconds" for n, _, _ in worker)
+        succeeded += sum(v for n, lbl, v in worker if n == "genq_worker_jobs_total" and lbl["model"] == "bert-demo"
+                         and lbl["status"] == "succeeded")
+    assert succeeded >= 2
+    flower = samples(stack.flower)  # no credentials: Prometheus scrapes it as is
+    assert any(n.startswith("flower_") for n, _, _ in flower)
 
 
 def test_ctrl_c_stops_everything(stack):
