@@ -12,33 +12,17 @@ from typing import Any, TypeVar
 import httpx
 
 from genq import flows
-from genq.client import merge_input
-from genq.protocol import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    MAX_RETRY_WAIT_S,
-    Config,
-    Flow,
-    Outcome,
-    Request,
-    RetryHook,
-    Sleep,
-)
+from genq.protocol import ClientBase, Flow, Outcome, Request, Sleep
 from tasks.schemas import Job, ModelInfo
 
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(ClientBase[httpx.AsyncClient]):
     """Every method of ``Client``, as a coroutine; one instance serves many concurrent jobs."""
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
-                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES,
-                 max_retry_wait_s: float = MAX_RETRY_WAIT_S, on_retry: RetryHook | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.config = Config.resolve(base_url, api_key, timeout=timeout, max_retries=max_retries,
-                                     max_retry_wait_s=max_retry_wait_s, on_retry=on_retry)
-        self._http = httpx.AsyncClient(transport=transport, **self.config.http_options())
+    def _open(self, transport: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=transport, **self.config.http_options())
 
     async def _send(self, request: Request) -> Outcome:
         try:
@@ -64,7 +48,7 @@ class AsyncClient:
                      deadline_s: float | None = None, webhook: str | None = None,
                      idempotency_key: str | None = None, **fields: Any) -> Job:
         """See ``Client.submit``."""
-        flow = flows.submit(self.config, model, merge_input(input, fields), priority=priority,
+        flow = flows.submit(self.config, model, flows.merge_input(input, fields), priority=priority,
                             deadline_s=deadline_s, webhook=webhook, idempotency_key=idempotency_key)
         return await self._run(flow)
 
@@ -89,7 +73,7 @@ class AsyncClient:
                        timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
                        priority: str | None = None, deadline_s: float | None = None, **fields: Any) -> Job:
         """See ``Client.generate``."""
-        flow = flows.generate(self.config, model, merge_input(input, fields), timeout=timeout,
+        flow = flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
                               on_update=on_update, priority=priority, deadline_s=deadline_s)
         return await self._run(flow)
 

@@ -8,7 +8,16 @@ from typing import Any
 import click
 
 from genq import cli_output as show
-from genq.cli_support import EXIT_CODES, collect_input, connection, finish, input_options, make_client, reports_errors
+from genq.cli_support import (
+    EXIT_CODES,
+    F,
+    collect_input,
+    connection,
+    finish,
+    input_options,
+    make_client,
+    reports_errors,
+)
 from genq.flows import DEFAULT_WAIT_S
 
 wait_option = click.option("--wait/--no-wait", default=False, help="wait for the job, with a progress bar")
@@ -18,16 +27,20 @@ out_option = click.option("--out", type=click.Path(file_okay=False, path_type=Pa
 json_option = click.option("--json", "as_json", is_flag=True, help="print the job object as JSON")
 
 
+def shows_job(command: F) -> F:
+    """--wait, --timeout, --out and --json."""
+    for option in (json_option, out_option, timeout_option, wait_option):
+        command = option(command)
+    return command
+
+
 @click.command(epilog=EXIT_CODES)
 @click.argument("model")
 @input_options
 @click.option("-i", "--input", "extra", multiple=True, metavar="KEY=VALUE", help="any input field (JSON value)")
 @click.option("--priority", type=click.Choice(["high", "normal", "low"]), help="queue priority")
 @click.option("--deadline", type=float, help="seconds: a job not started by then expires")
-@wait_option
-@timeout_option
-@out_option
-@json_option
+@shows_job
 @connection
 @reports_errors
 def submit(model: str, extra: tuple[str, ...], priority: str | None, deadline: float | None, wait: bool,
@@ -51,10 +64,7 @@ def submit(model: str, extra: tuple[str, ...], priority: str | None, deadline: f
 
 @click.command(epilog=EXIT_CODES)
 @click.argument("job_id")
-@wait_option
-@timeout_option
-@out_option
-@json_option
+@shows_job
 @connection
 @reports_errors
 def get(job_id: str, wait: bool, timeout: float, out: Path | None, as_json: bool, url: str, api_key: str | None,

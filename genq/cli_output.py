@@ -29,12 +29,15 @@ def progress_bar(label: str) -> Iterator[OnUpdate]:
     bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=err)
     task = bar.add_task(f"{label} queued", total=None)
+    steps: list[int] = []  # the job's step count, once it has told us (a finished job no longer says)
 
     def update(job: Job) -> None:
-        total, step = (job.progress.total, job.progress.step) if job.progress else (None, 0)
+        if job.progress is not None:
+            steps[:] = [job.progress.total]
+        total = steps[0] if steps else None
+        step = job.progress.step if job.progress is not None else 0
         if job.status == "succeeded":
-            total = total or 1
-            step = total
+            total = step = total or 1
         bar.update(task, description=f"{label} {job.status.value}", total=total, completed=step)
 
     with bar:

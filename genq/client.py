@@ -13,37 +13,17 @@ from typing import Any, TypeVar
 import httpx
 
 from genq import flows
-from genq.protocol import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    MAX_RETRY_WAIT_S,
-    Config,
-    Flow,
-    Outcome,
-    Request,
-    RetryHook,
-    Sleep,
-)
+from genq.protocol import ClientBase, Flow, Outcome, Request, Sleep
 from tasks.schemas import Job, ModelInfo
 
 T = TypeVar("T")
 
 
-def merge_input(input: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-    """``submit("m", {"prompt": "x"}, seed=1)`` and ``submit("m", prompt="x", seed=1)`` mean the same."""
-    return {**(input or {}), **fields}
-
-
-class Client:
+class Client(ClientBase[httpx.Client]):
     """Submit jobs, wait for them, fetch their outputs. Retries 503/429 after their Retry-After."""
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
-                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES,
-                 max_retry_wait_s: float = MAX_RETRY_WAIT_S, on_retry: RetryHook | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self.config = Config.resolve(base_url, api_key, timeout=timeout, max_retries=max_retries,
-                                     max_retry_wait_s=max_retry_wait_s, on_retry=on_retry)
-        self._http = httpx.Client(transport=transport, **self.config.http_options())
+    def _open(self, transport: Any) -> httpx.Client:
+        return httpx.Client(transport=transport, **self.config.http_options())
 
     def _send(self, request: Request) -> Outcome:
         try:
@@ -69,7 +49,7 @@ class Client:
                deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
                **fields: Any) -> Job:
         """Queue a job: ``submit("sd-demo", prompt="a fox", width=64)``; returns it at once (status queued)."""
-        return self._run(flows.submit(self.config, model, merge_input(input, fields), priority=priority,
+        return self._run(flows.submit(self.config, model, flows.merge_input(input, fields), priority=priority,
                                       deadline_s=deadline_s, webhook=webhook, idempotency_key=idempotency_key))
 
     def get(self, job_id: str) -> Job:
@@ -93,7 +73,7 @@ class Client:
                  timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
                  priority: str | None = None, deadline_s: float | None = None, **fields: Any) -> Job:
         """Submit and wait: the finished job (text outputs inline in ``job.output``; images via ``outputs``)."""
-        return self._run(flows.generate(self.config, model, merge_input(input, fields), timeout=timeout,
+        return self._run(flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
                                         on_update=on_update, priority=priority, deadline_s=deadline_s))
 
     def models(self) -> list[ModelInfo]:

@@ -25,6 +25,11 @@ Clock = Callable[[], float]
 OnUpdate = Callable[[Job], None]
 
 
+def merge_input(input: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """``submit("m", {"prompt": "x"}, seed=1)`` and ``submit("m", prompt="x", seed=1)`` mean the same."""
+    return {**(input or {}), **fields}
+
+
 def job_path(job_id: str) -> str:
     return f"/v1/jobs/{quote(job_id, safe='')}"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -18,6 +18,7 @@ from genq.errors import APIError, RateLimited, Unavailable, error_from_response
 from tasks.errors import ErrorCode
 
 T = TypeVar("T")
+H = TypeVar("H")  # the httpx client: httpx.Client or httpx.AsyncClient
 
 DEFAULT_URL = "http://127.0.0.1:8000"  # where `genq up` serves the API
 DEFAULT_TIMEOUT_S = 30.0  # one plain request; long polls get their wait on top
@@ -113,3 +114,19 @@ def call(config: Config, request: Request) -> Flow[httpx.Response]:
             config.on_retry(error, delay)
         attempt += 1
         yield Sleep(delay)
+
+
+class ClientBase(Generic[H]):
+    """What ``Client`` and ``AsyncClient`` share: their options, their ``config``, their httpx client."""
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES,
+                 max_retry_wait_s: float = MAX_RETRY_WAIT_S, on_retry: RetryHook | None = None,
+                 transport: Any = None) -> None:
+        """``transport``: an httpx transport of the client's kind (tests pass ``httpx.MockTransport``)."""
+        self.config = Config.resolve(base_url, api_key, timeout=timeout, max_retries=max_retries,
+                                     max_retry_wait_s=max_retry_wait_s, on_retry=on_retry)
+        self._http: H = self._open(transport)
+
+    def _open(self, transport: Any) -> H:
+        raise NotImplementedError
