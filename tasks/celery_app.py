@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from tasks.constants import PRIORITY_STEPS
+from tasks.redis_transport import transport_for
 from tasks.redis_client import is_sentinel
 from tasks.settings import Settings
 
@@ -27,6 +28,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
     app = Celery("genq", broker=settings.redis_url, backend=settings.redis_url)
     app.conf.update(
+        broker_transport=transport_for(settings.redis_url),
         # JSON only: a pickle message written into a queue is rejected, never executed.
         task_serializer="json",
         result_serializer="json",

@@ -220,9 +220,11 @@ class JobStore:
         with self.redis.pipeline(transaction=False) as pipe:
             for step in PRIORITY_STEPS:
                 pipe.llen(f"{queue}:{step}" if step else queue)
-            pipe.hvals(self.keys.buffered(model_id))
-            *lengths, held = pipe.execute()
-        return int(sum(lengths)) + sum(int(v) for v in held)
+            pipe.hgetall(self.keys.buffered(model_id))
+            pipe.zrangebyscore(self.keys.workers(model_id), time.time() - self.settings.worker_ttl_s, "+inf")
+            *lengths, held, online = pipe.execute()
+        # A dead worker's count is stale: its messages are back in the queue (or soon will be).
+        return int(sum(lengths)) + sum(int(n) for worker, n in held.items() if worker in online)
 
     def heartbeat(self, model_id: str, worker: str, held: int) -> None:
         """Called by a worker every few seconds: it is online and holds ``held`` messages."""
@@ -230,6 +232,10 @@ class JobStore:
             pipe.zadd(self.keys.workers(model_id), {worker: time.time()})
             pipe.hset(self.keys.buffered(model_id), worker, held)
             pipe.execute()
+
+    def attempts(self, job_id: str) -> int:
+        """How many times a worker has started this job (0: it never ran)."""
+        return int(self.redis.hget(self.keys.job(job_id), "attempts") or 0)
 
     def set_held(self, model_id: str, worker: str, held: int) -> None:
         """A worker's held count changed: admission sees it at once, not at the next heartbeat."""

@@ -50,11 +50,12 @@ class Batcher(Generic[T]):
         self._seq += 1
         self._pending.append(Pending(item, key, max(1, weight), priority, self.clock(), self._seq))
 
-    def remove(self, predicate: Callable[[T], bool]) -> list[T]:
-        """Take out the items ``predicate`` selects (canceled or expired while buffered)."""
-        gone = [p.item for p in self._pending if predicate(p.item)]
-        self._pending = [p for p in self._pending if not predicate(p.item)]
-        return gone
+    def adopt(self, other: Batcher[T]) -> None:
+        """Take over another batcher's pending requests, keeping their arrival times."""
+        for p in other._pending:
+            self._seq += 1
+            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq))
+        other._pending = []
 
     def deadline(self) -> float | None:
         """When the oldest request's wait runs out (clock time), or None when empty."""

@@ -34,6 +34,11 @@ class BatchingConsumer:
         self.batcher: Batcher[WorkItem] = Batcher(batching.max_batch_size, batching.max_wait_ms / 1000,
                                                    batching.run_when_idle)
         self.model = model  # one per process, shared across reconnects: one batch at a time, ever
+        # Prefetch credit = the buffer (NOTES.md). Setting worker_prefetch_multiplier in celeryd_init is
+        # too late: the CLI has already resolved --prefetch-multiplier to the conf's 4, which wins, and
+        # credit 4 capped batches at 4 (measured: batches of 3 and 1 with 28 jobs waiting). Celery's Tasks
+        # step reads this right after building the strategies, on every (re)connect.
+        consumer.initial_prefetch_count = batching.buffer_size
         self.running: list[WorkItem] = []
         self.successor: BatchingConsumer | None = None
         self._timer_generation = 0
@@ -52,10 +57,19 @@ class BatchingConsumer:
             self.executor.reject_invalid(item)
             self._settle([item])
             return
-        self.batcher.add(item, self.runtime.batch_key(item.parsed), self.runtime.weight(item.parsed),  # type: ignore[arg-type]
-                         item.priority)
+        self.batcher.add(item, self._key(item), self.runtime.weight(item.parsed), item.priority)  # type: ignore[arg-type]
         self._report_held()
         self.maybe_run()
+
+    def _key(self, item: WorkItem) -> Any:
+        """The runtime's compatibility key; a job that was running when its worker died runs alone.
+
+        Isolating suspects means a job that kills its worker takes down no batch-mates a second time:
+        they succeed on their next try while it alone burns through its attempts to ``worker_lost``.
+        """
+        if item.redelivered and self.executor.store.attempts(item.job_id) > 0:
+            return ("suspect", item.job_id)
+        return self.runtime.batch_key(item.parsed)  # type: ignore[arg-type]
 
     def _to_item(self, message: Any) -> WorkItem | None:
         try:
@@ -64,7 +78,8 @@ class BatchingConsumer:
                             created_at=kwargs.get("created_at"), deadline_at=kwargs.get("deadline_at"),
                             priority=int(message.properties.get("priority") or 5),
                             arrived=time.monotonic(), handle=message,
-                            webhook_events=list(kwargs.get("webhook_events") or []))
+                            webhook_events=list(kwargs.get("webhook_events") or []),
+                            redelivered=bool(message.delivery_info.get("redelivered")))
         except Exception:
             log.exception("dropping a message that is not a genq job: %r", getattr(message, "headers", None))
             return None
@@ -89,24 +104,28 @@ class BatchingConsumer:
                 self._start(admitted)
 
     def _start(self, batch: list[WorkItem]) -> None:
+        self.running = batch
+        self.model.submit(lambda: self.executor.execute(batch), self._batch_done_threadsafe)
+        # Events after the model has its batch: each is a Redis round trip, and the model need not wait
+        # for them. The batch's task-succeeded events still come after these (they run in this thread).
         for item in batch:
             self._send("task-started", uuid=item.job_id)
             if "start" in item.webhook_events:
                 self.loaded.webhooks.enqueue(item.job_id, "start")
         self._flush_events()  # events are buffered until the next loop turn otherwise
-        self.running = batch
-        self.model.submit(lambda: self.executor.execute(batch), self._batch_done_threadsafe)
 
     def _batch_done_threadsafe(self) -> None:
         self.consumer.controller.hub.call_soon(self._batch_done)
 
     def _batch_done(self) -> None:
         batch, self.running = self.running, []
-        self._settle(batch)
+        # The next batch first, then the finished batch's events and acks (a Redis round trip each): the
+        # model idles for none of them. Its results are already stored, so acking a moment later is safe.
         if self.successor is not None:
             self.successor.maybe_run()
         else:
             self.maybe_run()
+        self._settle(batch)
 
     def _more_coming(self) -> bool:
         """More messages will arrive soon: some wait in Redis and prefetch credit lets them in."""
@@ -191,7 +210,14 @@ class BatchingConsumer:
             dispatcher.flush()
 
     def retire(self, successor: BatchingConsumer) -> None:
+        """Hand over to the consumer of a new connection, buffered jobs included.
+
+        The buffered messages' channel is gone, so acking them will fail, but the jobs must still
+        run: a message popped just before Redis died exists nowhere else. Copies that Redis restores
+        later are skipped by the claim.
+        """
         self.retired, self.successor = True, successor
+        successor.batcher.adopt(self.batcher)
 
     # --- warm shutdown -----------------------------------------------------------------
 

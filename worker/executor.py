@@ -82,7 +82,15 @@ class Executor:
 
     def admit_all(self, items: list[WorkItem]) -> list[WorkItem]:
         """The items that may run now; the others are marked (canceled, expired, done, failed)."""
-        return [item for item in items if self.admit(item)]
+        admitted: list[WorkItem] = []
+        seen: set[str] = set()
+        for item in items:
+            if item.job_id in seen:  # one job delivered twice (a redelivery met its original): run it once
+                item.settle(None)
+            elif self.admit(item):
+                admitted.append(item)
+            seen.add(item.job_id)
+        return admitted
 
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""

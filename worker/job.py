@@ -18,6 +18,7 @@ class WorkItem:
     arrived: float = 0.0  # monotonic time the worker received the message
     handle: Any = None  # the kombu message, acknowledged once the outcome is stored
     webhook_events: list[str] = field(default_factory=list)
+    redelivered: bool = False  # Redis gave this message back (a worker died or shut down holding it)
     parsed: AnyInput | None = None
     status: JobStatus | None = None  # terminal status once decided
     error_code: str | None = None

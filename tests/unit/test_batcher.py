@@ -111,12 +111,15 @@ def test_a_request_larger_than_the_batch_still_runs_alone():
     assert b.next_batch(more_coming=True) == ["big"]
 
 
-def test_remove_takes_out_selected_items():
-    b, _ = make()
-    for name in ("keep", "drop", "keep2"):
-        b.add(name, key="k")
-    assert b.remove(lambda item: item == "drop") == ["drop"]
-    assert b.items() == ["keep", "keep2"]
+def test_adopt_keeps_arrival_times_and_deadline():
+    old, clock = make(wait_s=0.5)
+    old.add("buffered", key="k")
+    clock.now += 0.3
+    new = Batcher(4, 0.5, True, clock=clock)
+    new.add("fresh", key="k")
+    new.adopt(old)
+    assert len(old) == 0 and sorted(new.items()) == ["buffered", "fresh"]
+    assert new.deadline() == 100.5  # the adopted request is still the oldest
 
 
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.sampled_from([0, 5, 9]),

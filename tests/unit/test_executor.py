@@ -147,3 +147,11 @@ def test_a_result_for_a_job_canceled_while_running_is_dropped(store):
     store.cancel(item.job_id)
     executor.execute(admitted)
     assert store.get(item.job_id).status == JobStatus.canceled and store.get(item.job_id).output is None
+
+
+def test_the_same_job_twice_in_one_batch_runs_once(store):
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["twice"])
+    copy = WorkItem(job_id=item.job_id, raw_input=item.raw_input)
+    run(store, runtime, [item, copy])
+    assert runtime.calls == [["twice [MASK]"]] and copy.settled and item.status == JobStatus.succeeded

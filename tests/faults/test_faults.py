@@ -1,0 +1,145 @@
+"""Nothing lost: every accepted job ends in one terminal status through kills, shutdowns and Redis restarts.
+
+Short forms for `make test`; `bench/chaos.py` runs the long forms and prints a table.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.faults.cluster import Cluster
+
+
+@pytest.fixture
+def cluster(tmp_path) -> Iterator[Cluster]:
+    """A cluster with its own Redis, torn down after the test."""
+    c = Cluster.start(tmp_path)
+    yield c
+    c.stop()
+
+
+def submit_all(cluster: Cluster, texts: list[str]) -> list[str]:
+    ids = []
+    for text in texts:
+        status, job_id = cluster.submit(text)
+        assert status == 202 and job_id
+        ids.append(job_id)
+    return ids
+
+
+def test_sigkill_mid_batch_loses_nothing(cluster):
+    worker = cluster.worker()
+    ids = submit_all(cluster, [f"job-{i}" for i in range(200)])
+    kills = 5
+    for kill in range(kills):
+        if kill:
+            worker = cluster.worker()
+        cluster.wait_executed(sum(cluster.executions().values()) + 8)
+        time.sleep(random.uniform(0.0, 0.1))  # most of a batch's time is inside predict: mid-batch
+        worker.signal(signal.SIGKILL)
+        worker.proc.wait()
+    cluster.worker()
+    statuses = cluster.wait_terminal(ids)
+    lost = [i for i, s in statuses.items() if s not in ("succeeded", "failed")]
+    duplicates = sum(n - 1 for n in cluster.executions().values())
+    print(f"\nkills={kills} lost={len(lost)} duplicates={duplicates}")
+    assert lost == []
+    assert duplicates <= kills * 8  # only the running batch of each kill can run again
+
+
+def test_sigterm_under_load_loses_and_repeats_nothing(cluster):
+    worker = cluster.worker()
+    ids = submit_all(cluster, [f"job-{i}" for i in range(150)])
+    for round_ in range(3):
+        if round_:
+            worker = cluster.worker()
+        cluster.wait_executed(sum(cluster.executions().values()) + 8)
+        started = time.monotonic()
+        worker.signal(signal.SIGTERM)
+        assert worker.proc.wait(timeout=cluster.settings.shutdown_timeout_s + 10) == 0
+        assert time.monotonic() - started < cluster.settings.shutdown_timeout_s
+    cluster.worker()
+    statuses = cluster.wait_terminal(ids)
+    assert set(statuses.values()) == {"succeeded"}
+    executions = cluster.executions()
+    assert sum(executions.values()) == 150 and max(executions.values()) == 1
+
+
+def test_redis_killed_and_restarted_with_aof_loses_no_accepted_job(cluster):
+    cluster.worker()
+    accepted: list[str] = []
+    unavailable = 0
+    stop = threading.Event()
+
+    def load() -> None:
+        nonlocal unavailable
+        n = 0
+        while not stop.is_set():
+            status, job_id = cluster.submit(f"load-{n}")
+            n += 1
+            if status == 202:
+                accepted.append(job_id)
+            else:
+                assert status == 503, status
+                unavailable += 1
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    try:
+        for _ in range(2):
+            time.sleep(1.5)
+            cluster.redis.kill()
+            time.sleep(1.5)
+            cluster.redis.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        thread.join()
+    statuses = cluster.wait_terminal(accepted, timeout=120)
+    lost = [i for i, s in statuses.items() if s != "succeeded"]
+    print(f"\naccepted={len(accepted)} 503s={unavailable} lost={len(lost)}")
+    assert unavailable > 0 and lost == []
+
+
+def test_poison_job_fails_as_worker_lost_and_its_batch_mates_succeed(tmp_path):
+    cluster = Cluster.start(tmp_path, max_attempts=2)
+    try:
+        cluster.worker()
+        ids = submit_all(cluster, [f"ok-{i}" for i in range(7)])
+        [poison] = submit_all(cluster, ["poison"])
+        ids += submit_all(cluster, [f"ok-{i}" for i in range(7, 14)])
+        deaths = 0
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            statuses = cluster.statuses([*ids, poison])
+            if all(s in ("succeeded", "failed") for s in statuses.values()):
+                break
+            if cluster.workers[-1].proc.poll() is not None:
+                deaths += 1
+                cluster.worker()
+            time.sleep(0.2)
+        record = cluster.store.get(poison)
+        assert record.status.value == "failed" and record.error.code == "worker_lost"
+        assert all(cluster.store.get(i).status.value == "succeeded" for i in ids)
+        assert deaths == 2  # once in a batch, once alone; the third delivery is refused
+    finally:
+        cluster.stop()
+
+
+def test_workers_resume_on_their_own_after_redis_pauses(cluster):
+    worker = cluster.worker()
+    before = submit_all(cluster, [f"before-{i}" for i in range(20)])
+    redis.Redis.from_url(cluster.settings.redis_url).execute_command("CLIENT", "PAUSE", "5000", "ALL")
+    time.sleep(5.5)
+    after = submit_all(cluster, [f"after-{i}" for i in range(20)])
+    statuses = cluster.wait_terminal(before + after, timeout=30)
+    assert set(statuses.values()) == {"succeeded"}
+    assert worker.proc.poll() is None  # the same process carried on
