@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import Celery
 
 from tasks.constants import PRIORITY_STEPS
-from tasks.redis_transport import transport_for
 from tasks.redis_client import is_sentinel
+from tasks.redis_transport import transport_for
 from tasks.settings import Settings
 
 

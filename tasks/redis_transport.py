@@ -22,7 +22,7 @@ class ClosedAware:
     def _connparams(self, asynchronous: bool = False) -> Any:
         if self.connection is None or self.connection.client is None:
             raise redis.exceptions.ConnectionError("connection already closed")
-        return super()._connparams(asynchronous)
+        return super()._connparams(asynchronous)  # type: ignore[misc]
 
 
 class Channel(ClosedAware, kombu_redis.Channel):
