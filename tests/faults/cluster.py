@@ -42,6 +42,7 @@ class Cluster:
 
     @classmethod
     def start(cls, folder: Path, **overrides: Any) -> Cluster:
+        folder.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(folder / "redis").start()
         settings = Settings(redis_url=redis.url, key_prefix="faults:", models_file=models_file(folder),
                             visibility_timeout_s=5, worker_ttl_s=6, **overrides)

@@ -143,3 +143,18 @@ def test_workers_resume_on_their_own_after_redis_pauses(cluster):
     statuses = cluster.wait_terminal(before + after, timeout=30)
     assert set(statuses.values()) == {"succeeded"}
     assert worker.proc.poll() is None  # the same process carried on
+
+
+def test_records_and_outputs_expire_on_schedule_and_answer_410(tmp_path):
+    cluster = Cluster.start(tmp_path, result_ttl_s=2)
+    try:
+        cluster.worker()
+        [job_id] = submit_all(cluster, ["short-lived"])
+        assert cluster.wait_terminal([job_id], timeout=30)[job_id] == "succeeded"
+        assert cluster.api.get(f"/v1/jobs/{job_id}").status_code == 200
+        time.sleep(3)
+        response = cluster.api.get(f"/v1/jobs/{job_id}")
+        assert response.status_code == 410 and response.json["error"]["code"] == "gone"
+        assert cluster.store.redis.ttl(cluster.store.keys.gone(job_id)) > 0  # the tombstone outlives it
+    finally:
+        cluster.stop()

@@ -155,3 +155,46 @@ def test_the_same_job_twice_in_one_batch_runs_once(store):
     copy = WorkItem(job_id=item.job_id, raw_input=item.raw_input)
     run(store, runtime, [item, copy])
     assert runtime.calls == [["twice [MASK]"]] and copy.settled and item.status == JobStatus.succeeded
+
+
+def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
+    import redis
+
+    import worker.store_retry
+
+    monkeypatch.setattr(worker.store_retry, "RETRY_DELAYS_S", (0.01, 0.01, 0.01))
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["blip"])
+    real_finish, failures = store.finish, []
+
+    def flaky_finish(*args, **kwargs):
+        if len(failures) < 2:
+            failures.append(1)
+            raise redis.exceptions.ConnectionError("blip")
+        return real_finish(*args, **kwargs)
+
+    monkeypatch.setattr(store, "finish", flaky_finish)
+    run(store, runtime, [item])
+    record = store.get(item.job_id)
+    assert len(failures) == 2 and record.status == JobStatus.succeeded and record.output == "BLIP [MASK]"
+
+
+def test_a_result_that_cannot_be_stored_leaves_the_job_unsettled(store, monkeypatch):
+    import redis
+
+    import worker.store_retry
+
+    monkeypatch.setattr(worker.store_retry, "RETRY_DELAYS_S", (0.01,))
+    runtime = ScriptedRuntime()
+    [item] = items(store, ["down"])
+    executor = Executor(runtime, runtime.spec, store, max_attempts=3)
+    admitted = executor.admit_all([item])
+
+    def down(*args, **kwargs):
+        raise redis.exceptions.ConnectionError("down")
+
+    monkeypatch.setattr(store, "finish", down)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        executor.execute(admitted)
+    assert not item.settled  # so its message is not acked and the job comes back
+    assert store.get(item.job_id).status == JobStatus.running

@@ -1,0 +1,139 @@
+"""The long form of the fault suite: thousands of jobs through kills, shutdowns and Redis restarts.
+
+    .venv/bin/python bench/chaos.py [--jobs 1000] [--kills 10] [--terms 5] [--redis-restarts 3]
+
+Prints one table: jobs accepted, faults injected, lost, duplicate executions, the longest
+recovery (fault to the next job finishing) and the 503s answered while Redis was down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.faults.cluster import Cluster  # noqa: E402
+
+
+def submit_all(cluster: Cluster, texts: list[str]) -> list[str]:
+    ids = []
+    for text in texts:
+        status, job_id = cluster.submit(text)
+        assert status == 202 and job_id, status
+        ids.append(job_id)
+    return ids
+
+
+def time_to_progress(cluster: Cluster, since: float) -> float:
+    """Seconds from ``since`` until one more job executes."""
+    before = sum(cluster.executions().values())
+    cluster.wait_executed(before + 1, timeout=120)
+    return time.monotonic() - since
+
+
+def worker_faults(folder: Path, jobs: int, kills: int, sig: signal.Signals) -> dict[str, object]:
+    cluster = Cluster.start(folder)
+    try:
+        worker = cluster.worker()
+        ids = submit_all(cluster, [f"{sig.name}-{i}" for i in range(jobs)])
+        recovery = 0.0
+        for _ in range(kills):
+            cluster.wait_executed(sum(cluster.executions().values()) + 8)
+            time.sleep(random.uniform(0.0, 0.1))
+            faulted = time.monotonic()
+            worker.signal(sig)
+            worker.proc.wait(timeout=180)
+            worker = cluster.worker()
+            recovery = max(recovery, time_to_progress(cluster, faulted))
+        statuses = cluster.wait_terminal(ids, timeout=600)
+        return row(f"worker {sig.name}", cluster, ids, statuses, kills, recovery, 0)
+    finally:
+        cluster.stop()
+
+
+def redis_faults(folder: Path, restarts: int, outage_s: float) -> dict[str, object]:
+    cluster = Cluster.start(folder)
+    try:
+        cluster.worker()
+        accepted: list[str] = []
+        unavailable = [0]
+        stop = threading.Event()
+
+        def load() -> None:
+            n = 0
+            while not stop.is_set():
+                status, job_id = cluster.submit(f"redis-{n}")
+                n += 1
+                if status == 202 and job_id:
+                    accepted.append(job_id)
+                else:
+                    unavailable[0] += 1
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=load)
+        thread.start()
+        recovery = 0.0
+        try:
+            for _ in range(restarts):
+                time.sleep(3)
+                cluster.redis.kill()
+                time.sleep(outage_s)
+                cluster.redis.start()
+                recovery = max(recovery, time_to_progress(cluster, time.monotonic()) + outage_s)
+            time.sleep(2)
+        finally:
+            stop.set()
+            thread.join()
+        statuses = cluster.wait_terminal(accepted, timeout=600)
+        return row("Redis SIGKILL + restart (AOF)", cluster, accepted, statuses, restarts, recovery, unavailable[0])
+    finally:
+        cluster.stop()
+
+
+def row(name: str, cluster: Cluster, ids: list[str], statuses: dict[str, str | None], faults: int,
+        recovery: float, unavailable: int) -> dict[str, object]:
+    executions = cluster.executions()
+    return {"scenario": name, "jobs": len(ids), "faults": faults,
+            "lost": sum(1 for s in statuses.values() if s not in ("succeeded", "failed")),
+            "failed": sum(1 for s in statuses.values() if s == "failed"),
+            "duplicates": sum(n - 1 for n in executions.values()),
+            "recovery_max_s": round(recovery, 1), "503s": unavailable}
+
+
+def print_table(rows: list[dict[str, object]]) -> None:
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    print(" | ".join(c.ljust(widths[c]) for c in columns))
+    print("-|-".join("-" * widths[c] for c in columns))
+    for r in rows:
+        print(" | ".join(str(r[c]).ljust(widths[c]) for c in columns))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--terms", type=int, default=5)
+    parser.add_argument("--redis-restarts", type=int, default=3)
+    parser.add_argument("--outage-s", type=float, default=2.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        rows = [
+            worker_faults(folder / "kill", args.jobs, args.kills, signal.SIGKILL),
+            worker_faults(folder / "term", args.jobs, args.terms, signal.SIGTERM),
+            redis_faults(folder / "redis", args.redis_restarts, args.outage_s),
+        ]
+    print_table(rows)
+    sys.exit(1 if any(r["lost"] for r in rows) else 0)
+
+
+if __name__ == "__main__":
+    main()
