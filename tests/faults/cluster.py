@@ -44,8 +44,9 @@ class Cluster:
     def start(cls, folder: Path, **overrides: Any) -> Cluster:
         folder.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(folder / "redis").start()
+        options: dict[str, Any] = {"visibility_timeout_s": 5, "worker_ttl_s": 6, "rate_limit": "1000000/minute"}
         settings = Settings(redis_url=redis.url, key_prefix="faults:", models_file=models_file(folder),
-                            visibility_timeout_s=5, worker_ttl_s=6, **overrides)
+                            **{**options, **overrides})
         cluster = cls(folder, redis, settings)
         cluster.api = create_app(settings).test_client()
         cluster.store = JobStore(connect(settings), settings)

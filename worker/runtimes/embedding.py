@@ -8,7 +8,7 @@ from typing import Any
 
 from tasks.schemas import EmbeddingInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
-from worker.runtimes.fill_mask import max_input_length
+from worker.runtimes.hf_loading import load_pretrained, max_input_length
 
 
 class EmbeddingRuntime(Runtime):
@@ -18,20 +18,10 @@ class EmbeddingRuntime(Runtime):
 
     def load(self, device: str) -> None:
         """Load tokenizer and encoder from ``self.source`` onto ``device`` and warm up."""
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
         self.device = device
-        revision = self.spec.revision
-        self.tokenizer = AutoTokenizer.from_pretrained(self.source, revision=revision, trust_remote_code=False)
-        self.model = AutoModel.from_pretrained(
-            self.source,
-            revision=revision,
-            use_safetensors=True,
-            trust_remote_code=False,
-            dtype=self.options.resolve_dtype(device),
-            attn_implementation="sdpa" if self.options.sdpa else "eager",
-        )
-        self.model.to(device).eval()
+        self.tokenizer, self.model = load_pretrained(self, AutoModel, device)
         self.max_length = max_input_length(self.tokenizer, self.model.config)
         trained = _sentence_transformers_max_length(self.source)
         if trained:  # sentence-transformers models were trained (and are meant to be used) at this length

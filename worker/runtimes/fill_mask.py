@@ -7,6 +7,7 @@ from typing import Any
 
 from tasks.schemas import FillMaskInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
+from worker.runtimes.hf_loading import load_pretrained, max_input_length
 
 
 class FillMaskRuntime(Runtime):
@@ -16,22 +17,12 @@ class FillMaskRuntime(Runtime):
 
     def load(self, device: str) -> None:
         """Load tokenizer and masked LM from ``self.source`` onto ``device`` and warm up."""
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoModelForMaskedLM
 
         self.device = device
-        revision = self.spec.revision
-        self.tokenizer = AutoTokenizer.from_pretrained(self.source, revision=revision, trust_remote_code=False)
+        self.tokenizer, self.model = load_pretrained(self, AutoModelForMaskedLM, device)
         if self.tokenizer.mask_token is None:
             raise ValueError(f"model {self.spec.id}: its tokenizer has no mask token")
-        self.model = AutoModelForMaskedLM.from_pretrained(
-            self.source,
-            revision=revision,
-            use_safetensors=True,
-            trust_remote_code=False,
-            dtype=self.options.resolve_dtype(device),
-            attn_implementation="sdpa" if self.options.sdpa else "eager",
-        )
-        self.model.to(device).eval()
         self.max_length = max_input_length(self.tokenizer, self.model.config)
         self.predict([FillMaskInput(text=f"warm {self.tokenizer.mask_token} up", top_k=1)])
 
@@ -100,10 +91,3 @@ class FillMaskRuntime(Runtime):
             "token_str": self.tokenizer.decode([token]),
             "sequence": self.tokenizer.decode(filled, skip_special_tokens=True),
         }
-
-
-def max_input_length(tokenizer: Any, config: Any) -> int:
-    """The longest input the model takes: its position table, or the tokenizer's limit if smaller."""
-    limits = [getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
-    usable = [n for n in limits if isinstance(n, int) and 0 < n < 1_000_000]  # tokenizers say 1e30 for "none"
-    return min(usable) if usable else 512

@@ -15,7 +15,7 @@ from typing import Any
 
 from tasks.schemas import SEED_MAX, JobKind, TextGenerationInput
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
-from worker.runtimes.fill_mask import max_input_length
+from worker.runtimes.hf_loading import load_pretrained, max_input_length
 
 
 @dataclass
@@ -39,24 +39,12 @@ class TextGenerationRuntime(Runtime):
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         self.device = device
-        revision = self.spec.revision
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            self.source, revision=revision, trust_remote_code=False, padding_side="left"
-        )
+        self.tokenizer, self.model = load_pretrained(self, AutoModelForCausalLM, device, padding_side="left")
         if self.tokenizer.pad_token is None:  # GPT-2 has none; padded positions are masked anyway
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(
-            self.source,
-            revision=revision,
-            use_safetensors=True,
-            trust_remote_code=False,
-            dtype=self.options.resolve_dtype(device),
-            attn_implementation="sdpa" if self.options.sdpa else "eager",
-        )
-        self.model.to(device).eval()
         self.max_length = max_input_length(self.tokenizer, self.model.config)
         eos = self.model.generation_config.eos_token_id
         eos = self.tokenizer.eos_token_id if eos is None else eos
