@@ -128,6 +128,8 @@ def test_metrics_of_the_api_every_worker_and_flower(stack):
     assert succeeded >= 2
     flower = samples(stack.flower)  # no credentials: Prometheus scrapes it as is
     assert any(n.startswith("flower_") for n, _, _ in flower)
+    tasks = httpx.get(f"{stack.flower}/api/tasks", auth=FLOWER_AUTH, timeout=10).json()
+    assert any(t["state"] == "SUCCESS" and (t.get("runtime") or 0) > 0 for t in tasks.values())  # each job's runtime
 
 
 def test_ctrl_c_stops_everything(stack):
