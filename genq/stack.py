@@ -108,7 +108,8 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     env["GENQ_FLOWER_PASSWORD"] = flower_password
     models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
     py = sys.executable
-    api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus"))}  # the API's only
+    # gunicorn's processes add up their metrics in this folder; workers and Flower serve their own.
+    api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus"))}
     stack.start("api", [py, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"0.0.0.0:{api_port}",
                         "api.wsgi:app"], api_env, state_dir)
     metrics_ports: list[int] = []
