@@ -114,7 +114,7 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
             retry_policy=PUBLISH_RETRY_POLICY,
         )
     except Exception:
-        svc.store.delete(record.id)
+        svc.store.delete(record)
         raise
     return record
 

@@ -51,6 +51,13 @@ class Keys:
         """Jobs finished in one 10 s bucket: the recent service rate behind Retry-After."""
         return f"{self.prefix}completed:{model_id}:{bucket}"
 
+    def active(self, model_id: str) -> str:
+        """Sorted set of a model's jobs not yet terminal, by creation time: the sweeper's index."""
+        return f"{self.prefix}active:{model_id}"
+
+    def sweep_lock(self, model_id: str) -> str:
+        return f"{self.prefix}sweep:{model_id}"
+
     def idempotency(self, owner: str, key_digest: str) -> str:
         return f"{self.prefix}idem:{owner}:{key_digest}"
 

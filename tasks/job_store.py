@@ -25,9 +25,12 @@ if not string.find(ARGV[1], ',' .. cur .. ',', 1, true) then return {cur, 0} end
 local attempts = 0
 if ARGV[4] == '1' then attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
 redis.call('HSET', KEYS[1], 'status', ARGV[2])
-for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
-if ARGV[5] == '1' then redis.call('PUBLISH', KEYS[2], ARGV[2]) end
+if ARGV[5] == '1' then
+  redis.call('PUBLISH', KEYS[2], ARGV[2])
+  redis.call('ZREM', ARGV[6] .. redis.call('HGET', KEYS[1], 'model'), redis.call('HGET', KEYS[1], 'id'))
+end
 return {cur, attempts}
 """
 
@@ -110,11 +113,15 @@ class JobStore:
             pipe.hset(self.keys.job(record.id), mapping=mapping)
             pipe.expire(self.keys.job(record.id), ttl)
             pipe.set(self.keys.gone(record.id), 1, ex=self.settings.tombstone_ttl_s)
+            pipe.zadd(self.keys.active(record.model), {record.id: record.created_at})
             pipe.execute()
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, record: JobRecord) -> None:
         """Remove a record whose message could not be sent (the client got an error, not a job)."""
-        self.redis.delete(self.keys.job(job_id), self.keys.gone(job_id))
+        with self.redis.pipeline() as pipe:
+            pipe.delete(self.keys.job(record.id), self.keys.gone(record.id))
+            pipe.zrem(self.keys.active(record.model), record.id)
+            pipe.execute()
 
     def get(self, job_id: str) -> JobRecord | None:
         raw = self.redis.hgetall(self.keys.job(job_id))
@@ -139,6 +146,7 @@ class JobStore:
         ttl = self.settings.result_ttl_s if new.terminal else 0
         args: list[Any] = [
             "," + ",".join(allowed) + ",", new.value, ttl, int(count_attempt), int(new.terminal),
+            self.keys.active(""),
         ]
         for key, value in _encode(fields).items():
             args += [key, value]
@@ -192,6 +200,12 @@ class JobStore:
 
     def output(self, job_id: str, index: int) -> bytes | None:
         return self.redis.get(self.keys.output(job_id, index))  # type: ignore[return-value]
+
+    def stale_queued(self, model_id: str, older_than: float) -> list[JobRecord]:
+        """Jobs of ``model_id`` created before ``older_than`` that no worker has started."""
+        ids: list[bytes] = self.redis.zrangebyscore(self.keys.active(model_id), 0, older_than)  # type: ignore[assignment]
+        records = [self.get(i.decode()) for i in ids]
+        return [r for r in records if r is not None and r.status == JobStatus.queued]
 
     # --- waiting -----------------------------------------------------------------------
 

@@ -19,6 +19,9 @@ DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts
 # SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 120
 DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as worker_lost
+# A job still queued this long after submission, whose message is in no queue and held by no worker, is
+# re-published (a message kombu popped just before its worker died, or one the API never got to send).
+DEFAULT_ORPHAN_GRACE_S = 60
 DEFAULT_RATE_LIMIT = "600/minute"  # submissions per API key; a key's own `rate=` overrides it
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600  # the same Idempotency-Key returns the same job for a day
 
@@ -42,6 +45,7 @@ class Settings:
     worker_ttl_s: float = DEFAULT_WORKER_TTL_S
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
     api_keys_file: Path | None = None
     rate_limit: str = DEFAULT_RATE_LIMIT
     idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S

@@ -30,6 +30,7 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
         "GENQ_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
         "GENQ_MAX_ATTEMPTS": str(settings.max_attempts),
         "GENQ_RESULT_TTL_S": str(settings.result_ttl_s),
+        "GENQ_ORPHAN_GRACE_S": str(settings.orphan_grace_s),
         "GENQ_TOMBSTONE_TTL_S": str(settings.tombstone_ttl_s),
         "GENQ_TORCH_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",

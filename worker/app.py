@@ -26,6 +26,7 @@ from worker.heartbeat import Heartbeat
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
+from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
 
@@ -82,8 +83,9 @@ def _load(**_: Any) -> None:
 @signals.worker_ready.connect
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
+        sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
         state.heartbeat = Heartbeat(state.loaded.store, state.loaded.spec.id, sender.hostname,
-                                    lambda: state.batching.held() if state.batching else 0)
+                                    lambda: state.batching.held() if state.batching else 0, sweeper.maybe_sweep)
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
         if state.settings.metrics_port:

@@ -16,8 +16,10 @@ HEARTBEAT_INTERVAL_S = 2.0  # well inside the API's worker TTL (15 s)
 class Heartbeat:
     """A daemon thread: it keeps beating while the model thread is busy with a long batch."""
 
-    def __init__(self, store: JobStore, model_id: str, worker: str, held: Callable[[], int]) -> None:
+    def __init__(self, store: JobStore, model_id: str, worker: str, held: Callable[[], int],
+                 on_beat: Callable[[], object] | None = None) -> None:
         self.store, self.model_id, self.worker, self.held = store, model_id, worker, held
+        self.on_beat = on_beat  # periodic upkeep riding on the same thread (the orphan sweeper)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="genq-heartbeat", daemon=True)
         self.beat_at = time.monotonic()  # last turn of the loop, whether or not Redis answered
@@ -30,6 +32,8 @@ class Heartbeat:
             self.beat_at = time.monotonic()
             try:
                 self.store.heartbeat(self.model_id, self.worker, self.held())
+                if self.on_beat is not None:
+                    self.on_beat()
             except Exception as exc:  # Redis down: keep trying, the worker itself reconnects
                 log.warning("heartbeat failed: %s", exc)
             self._stop.wait(HEARTBEAT_INTERVAL_S)

@@ -44,7 +44,8 @@ class Cluster:
     def start(cls, folder: Path, **overrides: Any) -> Cluster:
         folder.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(folder / "redis").start()
-        options: dict[str, Any] = {"visibility_timeout_s": 5, "worker_ttl_s": 6, "rate_limit": "1000000/minute"}
+        options: dict[str, Any] = {"visibility_timeout_s": 5, "worker_ttl_s": 6, "rate_limit": "1000000/minute",
+                                   "orphan_grace_s": 8}
         settings = Settings(redis_url=redis.url, key_prefix="faults:", models_file=models_file(folder),
                             **{**options, **overrides})
         cluster = cls(folder, redis, settings)

@@ -158,3 +158,19 @@ def test_records_and_outputs_expire_on_schedule_and_answer_410(tmp_path):
         assert cluster.store.redis.ttl(cluster.store.keys.gone(job_id)) > 0  # the tombstone outlives it
     finally:
         cluster.stop()
+
+
+def test_a_job_whose_message_vanished_is_sent_again(cluster):
+    """As if the API died after writing the record, or kombu popped the message and its worker died."""
+    import uuid
+
+    from tasks.job_store import JobRecord
+    from tasks.schemas import JobKind, JobStatus
+
+    cluster.worker()
+    job_id = str(uuid.uuid4())
+    cluster.store.create(JobRecord(id=job_id, model="work", kind=JobKind.fill_mask, status=JobStatus.queued,
+                                   created_at=time.time(), input={"text": "orphan [MASK]"}))
+    statuses = cluster.wait_terminal([job_id], timeout=cluster.settings.orphan_grace_s * 3)
+    assert statuses[job_id] == "succeeded"
+    assert cluster.executions()["orphan"] == 1

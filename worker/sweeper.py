@@ -1,0 +1,75 @@
+"""Re-publishes orphaned jobs: still queued after a grace period, yet in no queue and held by no worker.
+
+kombu's Redis transport pops a message (BRPOP) before it records it as unacknowledged; a worker
+killed in between takes the message with it. The API can likewise die between writing a job's
+record and sending its message. The record holds everything the message did, so a worker of the
+model rebuilds the message and sends it again. A copy that turns out to be a duplicate is
+harmless: the claim lets a job run to one terminal status only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tasks.constants import PRIORITY_STEPS, PRIORITY_VALUES, TASK_RUN
+from tasks.job_store import JobStore
+from tasks.models_file import ModelSpec
+
+log = logging.getLogger(__name__)
+UNACKED_KEY = "unacked"  # kombu's hash of unacknowledged messages (under the global key prefix)
+
+
+class Sweeper:
+    def __init__(self, store: JobStore, spec: ModelSpec, send_task: Callable[..., Any]) -> None:
+        self.store, self.spec, self.send_task = store, spec, send_task
+        self.grace_s = store.settings.orphan_grace_s
+        self.interval_s = max(2.0, self.grace_s / 2)
+        self._next = time.monotonic() + self.interval_s
+
+    def maybe_sweep(self) -> int:
+        """Sweep if it is time and no other worker of the model is sweeping; returns jobs re-sent."""
+        if time.monotonic() < self._next:
+            return 0
+        self._next = time.monotonic() + self.interval_s
+        lock = self.store.keys.sweep_lock(self.spec.id)
+        if not self.store.redis.set(lock, 1, nx=True, ex=max(1, int(self.interval_s))):
+            return 0
+        return self.sweep()
+
+    def sweep(self) -> int:
+        stale = self.store.stale_queued(self.spec.id, time.time() - self.grace_s)
+        if not stale:
+            return 0
+        present = self._messages_in_redis()
+        orphans = [r for r in stale if r.id not in present]
+        for record in orphans:
+            log.warning("job %s was queued %.0f s ago but its message is gone: sending it again",
+                        record.id, time.time() - record.created_at)
+            self.send_task(
+                TASK_RUN, task_id=record.id, queue=self.spec.queue, priority=PRIORITY_VALUES[record.priority],
+                kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
+                        "deadline_at": record.deadline_at, "webhook_events": record.webhook_events})
+        return len(orphans)
+
+    def _messages_in_redis(self) -> set[str]:
+        """Job ids of every message waiting in the model's queues or held unacknowledged."""
+        queue = self.store.keys.prefix + self.spec.queue
+        with self.store.redis.pipeline(transaction=False) as pipe:
+            for step in PRIORITY_STEPS:
+                pipe.lrange(f"{queue}:{step}" if step else queue, 0, -1)
+            pipe.hvals(self.store.keys.prefix + UNACKED_KEY)
+            *queued, unacked = pipe.execute()
+        ids = set()
+        for raw in [m for q in queued for m in q]:
+            ids.add(_job_id(json.loads(raw)))
+        for raw in unacked:
+            ids.add(_job_id(json.loads(raw)[0]))
+        return ids
+
+
+def _job_id(message: dict[str, Any]) -> str:
+    return str(message.get("headers", {}).get("id", ""))
