@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
-from flask import Flask, request
-from flask_limiter import Limiter
+from flask import Flask, Response, request
+from flask_limiter import Limiter, RateLimitExceeded
 
 from api.auth import Unauthorized, current_key
+from api.errors import error_response
+from tasks.errors import ErrorCode
 from tasks.redis_client import SentinelURL, is_sentinel
 from tasks.settings import Settings
 
@@ -50,9 +54,18 @@ def create_limiter(app: Flask, settings: Settings) -> Limiter:
     limiter = Limiter(
         _limit_key, app=app, storage_uri=storage_uri, key_prefix=f"{settings.key_prefix}ratelimit",
         storage_options=storage_options,
-        headers_enabled=True,
+        # Off: the limiter would stamp Retry-After on every answer, and over admission's own on a 503.
+        headers_enabled=False,
         swallow_errors=True,  # Redis down: the job store answers 503; the limiter must not turn it into 500
         strategy="moving-window",
     )
     app.extensions["genq_submission_limit"] = limiter.limit(submission_limit, methods=["POST"])
+
+    @app.errorhandler(RateLimitExceeded)
+    def _rate_limited(exc: RateLimitExceeded) -> Response:
+        window = limiter.current_limit
+        wait = window.reset_at - time.time() if window is not None else exc.limit.limit.get_expiry()
+        return error_response(ErrorCode.rate_limited, f"rate limit exceeded ({exc.limit.limit}); retry later",
+                              retry_after=max(1, math.ceil(wait)))
+
     return limiter

@@ -52,8 +52,9 @@ def test_jobs_of_one_key_are_invisible_to_another(keyed):
 
 
 def test_rate_limit_per_key_answers_429_with_retry_after(keyed):
-    statuses = [submit_as(keyed, KEY_SLOW).status_code for _ in range(4)]
-    assert statuses == [202, 202, 202, 429]
+    responses = [submit_as(keyed, KEY_SLOW) for _ in range(4)]
+    assert [r.status_code for r in responses] == [202, 202, 202, 429]
+    assert "Retry-After" not in responses[0].headers  # only refusals say when to come back
     limited = submit_as(keyed, KEY_SLOW)
     assert limited.json["error"]["code"] == "rate_limited" and int(limited.headers["Retry-After"]) > 0
     assert submit_as(keyed, KEY_B).status_code == 202  # other keys are unaffected
