@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -14,6 +16,7 @@ from genq.redis_server import free_port
 from tasks.job_store import JobStore
 from tasks.redis_client import connect
 from tasks.settings import Settings
+from tests.harness import ROOT
 from tests.unit.test_executor import ScriptedRuntime, items
 from worker import metrics
 from worker.executor import Executor
@@ -110,3 +113,20 @@ def test_healthy_needs_a_beating_heartbeat_and_a_turning_loop():
 def test_metrics_port_setting_reads_from_env():
     assert Settings.from_env({"GENQ_METRICS_PORT": "9101"}).metrics_port == 9101
     assert Settings.from_env({}).metrics_port is None
+
+
+def test_gpu_gauges_read_torch_cuda_at_scrape_time():
+    # A stand-in torch in a child process: no CUDA here, and the gauges would stay registered.
+    code = """
+import sys, types
+from prometheus_client import REGISTRY
+cuda = types.SimpleNamespace(is_available=lambda: True, memory_allocated=lambda: 1024, memory_reserved=lambda: 4096)
+sys.modules["torch"] = types.SimpleNamespace(cuda=cuda)
+from worker import metrics
+assert metrics.register_gpu_gauges("m")
+print(REGISTRY.get_sample_value(metrics.GPU_MEMORY_ALLOCATED, {"model": "m"}),
+      REGISTRY.get_sample_value(metrics.GPU_MEMORY_RESERVED, {"model": "m"}))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1024.0", "4096.0"]
