@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "genq:"
@@ -26,8 +28,30 @@ DEFAULT_RATE_LIMIT = "600/minute"  # submissions per API key; a key's own `rate=
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600  # the same Idempotency-Key returns the same job for a day
 
 
-def _env_bool(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on")
+def env_fields(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Values for the dataclass ``cls`` from ``<prefix><FIELD>`` variables, parsed by the field's type."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        name = f"{prefix}{f.name.upper()}"
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        kind = str(f.type)
+        try:
+            if "Path" in kind:
+                values[f.name] = Path(raw)
+            elif kind.startswith("bool"):
+                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif kind.startswith("int"):
+                values[f.name] = int(raw)
+            elif kind.startswith("float"):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not a valid {kind}") from None
+    return values
 
 
 @dataclass(frozen=True)
@@ -59,23 +83,6 @@ class Settings:
     flower_password: str = field(default="", repr=False)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from ``GENQ_<FIELD>`` variables; unset ones keep their defaults."""
-        env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = env.get(f"GENQ_{f.name.upper()}")
-            if raw is None or raw == "":
-                continue
-            kind = str(f.type)
-            if "Path" in kind:
-                values[f.name] = Path(raw)
-            elif kind in ("int", "int | None"):
-                values[f.name] = int(raw)
-            elif kind == "float":
-                values[f.name] = float(raw)
-            elif kind == "bool":
-                values[f.name] = _env_bool(raw)
-            else:
-                values[f.name] = raw
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**env_fields(cls, "GENQ_", environ))

@@ -6,9 +6,10 @@ Nothing here imports torch at module level: ``import worker`` must stay light.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
+
+from tasks.settings import env_fields
 
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 
@@ -55,19 +56,8 @@ class TorchOptions:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> TorchOptions:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(f"GENQ_TORCH_{f.name.upper()}")
-            if raw is None or raw == "":
-                continue
-            if f.type in ("bool",):
-                values[f.name] = raw.lower() in ("1", "true", "yes", "on")
-            elif "int" in str(f.type):
-                values[f.name] = int(raw)
-            else:
-                values[f.name] = raw
-        return cls(**values)
+        """Options from ``GENQ_TORCH_<NAME>`` variables; unset ones keep their defaults."""
+        return cls(**env_fields(cls, "GENQ_TORCH_", environ))
 
 
 def apply_global(options: TorchOptions, device: str) -> None:

@@ -74,3 +74,19 @@ def test_api_never_imports_worker():
                             env={"GENQ_MODELS_FILE": str(Path(__file__).parents[2] / "models.toml"),
                                  "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
+
+
+def test_a_bad_environment_value_names_the_variable():
+    with pytest.raises(ValueError, match="GENQ_RESULT_TTL_S='soon'"):
+        Settings.from_env({"GENQ_RESULT_TTL_S": "soon"})
+
+
+def test_torch_options_read_their_own_prefix():
+    from worker.torch_settings import TorchOptions
+
+    options = TorchOptions.from_env({"GENQ_TORCH_NUM_THREADS": "1", "GENQ_TORCH_COMPILE": "yes",
+                                     "GENQ_TORCH_DTYPE": "bfloat16", "GENQ_NUM_THREADS": "7"})
+    assert (options.num_threads, options.compile, options.dtype) == (1, True, "bfloat16")
+    assert options.with_overrides({"attention_slicing": True}).attention_slicing
+    with pytest.raises(ValueError, match="unknown torch settings: warp"):
+        options.with_overrides({"warp": 9})
