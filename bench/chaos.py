@@ -123,14 +123,15 @@ def main() -> None:
     parser.add_argument("--terms", type=int, default=5)
     parser.add_argument("--redis-restarts", type=int, default=3)
     parser.add_argument("--outage-s", type=float, default=2.0)
+    parser.add_argument("--only", choices=["kill", "term", "redis"], action="append", help="run only these")
     args = parser.parse_args()
+    scenarios = {
+        "kill": lambda folder: worker_faults(folder, args.jobs, args.kills, signal.SIGKILL),
+        "term": lambda folder: worker_faults(folder, args.jobs, args.terms, signal.SIGTERM),
+        "redis": lambda folder: redis_faults(folder, args.redis_restarts, args.outage_s),
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        rows = [
-            worker_faults(folder / "kill", args.jobs, args.kills, signal.SIGKILL),
-            worker_faults(folder / "term", args.jobs, args.terms, signal.SIGTERM),
-            redis_faults(folder / "redis", args.redis_restarts, args.outage_s),
-        ]
+        rows = [run(Path(tmp) / name) for name, run in scenarios.items() if not args.only or name in args.only]
     print_table(rows)
     sys.exit(1 if any(r["lost"] for r in rows) else 0)
 

@@ -18,7 +18,6 @@ def redis_transport_options(settings: Settings) -> dict[str, object]:
         "global_keyprefix": settings.key_prefix,
         "socket_timeout": settings.redis_timeout_s * 5,  # BRPOP waits inside the socket timeout
         "socket_connect_timeout": settings.redis_timeout_s,
-        "retry_on_timeout": True,
         "health_check_interval": 10,
     }
 
@@ -61,7 +60,6 @@ def create_celery(settings: Settings | None = None) -> Celery:
         },
         redis_socket_timeout=settings.redis_timeout_s * 5,
         redis_socket_connect_timeout=settings.redis_timeout_s,
-        redis_retry_on_timeout=True,
         worker_hijack_root_logger=False,
     )
     return app
