@@ -30,6 +30,10 @@ install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev
 
+$(VENV)/.installed-bench: $(VENV)/.installed-dev
+	$(PIP) install -q -e '.[worker,embedded,dev,bench]'
+	touch $@
+
 run: install
 	$(BIN)/genq up
 
@@ -48,8 +52,9 @@ lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: install-dev
-	$(BIN)/python bench/batching.py
+# ~10 minutes; `make bench BENCH_ARGS=--quick` for a ~2 minute smoke run.
+bench: $(VENV)/.installed-bench
+	$(BIN)/python bench/batching.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .genq

@@ -1,0 +1,143 @@
+"""Closed-loop HTTP clients: each thread submits a job with ``Prefer: wait``, waits, and submits the next.
+
+A point runs ``warmup_s`` unmeasured, then ``duration_s`` measured: a request counts when it
+finishes inside the measured window; throughput is those requests over the window's length.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from bench.workload import job_input
+
+WAIT_S = 60  # Prefer: wait=60, the API's cap: a job that is not done by then counts as an error
+CLIENT_TIMEOUT_S = WAIT_S + 30
+
+
+@dataclass
+class Sample:
+    started: float
+    ended: float
+    ok: bool
+    batch_size: int | None
+    queue_ms: float | None
+    inference_ms: float | None
+
+
+@dataclass
+class Point:
+    """One measured point: a model configuration under ``concurrency`` closed-loop clients."""
+
+    label: str  # what the row is: "closed loop", "max_wait 5 ms", "locust 8 users"...
+    model: str
+    max_batch_size: int
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    rps: float
+    mean_ms: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_batch: float
+    mean_inference_ms: float = float("nan")  # the model call of the request's batch (metrics.inference_ms)
+    load_avg: tuple[float, float, float] = field(default_factory=lambda: os.getloadavg())
+    # The raw runtime measured right before and after this point (mean), by batch size: the reference
+    # for this point's targets, taken under the same background load.
+    raw_items_per_s: dict[int, float] = field(default_factory=dict)
+    raw_median_ms: dict[int, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) with linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(samples: list[Sample], window: tuple[float, float], *, label: str, model: str,
+              max_batch_size: int, concurrency: int) -> Point:
+    """The point's numbers from the samples that finished inside ``window``."""
+    start, end = window
+    inside = [s for s in samples if start <= s.ended <= end]
+    ok = [s for s in inside if s.ok]
+    latencies = [(s.ended - s.started) * 1000 for s in ok]
+    sizes = [s.batch_size for s in ok if s.batch_size]
+    inference = [s.inference_ms for s in ok if s.inference_ms is not None]
+    seconds = end - start
+    return Point(
+        label=label, model=model, max_batch_size=max_batch_size, concurrency=concurrency,
+        requests=len(ok), errors=len(inside) - len(ok), seconds=seconds, rps=len(ok) / seconds,
+        mean_ms=sum(latencies) / len(latencies) if latencies else float("nan"),
+        p50_ms=percentile(latencies, 50), p90_ms=percentile(latencies, 90), p95_ms=percentile(latencies, 95),
+        p99_ms=percentile(latencies, 99), mean_batch=sum(sizes) / len(sizes) if sizes else float("nan"),
+        mean_inference_ms=sum(inference) / len(inference) if inference else float("nan"),
+    )
+
+
+def submit_and_wait(client: httpx.Client, model: str, kind: str, n: int) -> Sample:
+    """One request: POST /v1/jobs with ``Prefer: wait``; ok when it answers 200 with a succeeded job."""
+    started = time.perf_counter()
+    try:
+        response = client.post("/v1/jobs", json={"model": model, "input": job_input(kind, n)},
+                               headers={"Prefer": f"wait={WAIT_S}"})
+        ended = time.perf_counter()
+        job = response.json() if response.status_code == 200 else {}
+    except httpx.HTTPError:
+        return Sample(started, time.perf_counter(), False, None, None, None)
+    metrics = job.get("metrics") or {}
+    return Sample(started, ended, job.get("status") == "succeeded", metrics.get("batch_size"),
+                  metrics.get("queue_ms"), metrics.get("inference_ms"))
+
+
+def closed_loop(url: str, model: str, kind: str, concurrency: int, warmup_s: float,
+                duration_s: float) -> tuple[list[Sample], tuple[float, float]]:
+    """Run ``concurrency`` clients for warmup + duration; return every sample and the measured window."""
+    samples: list[Sample] = []
+    lock = threading.Lock()
+    counter = iter(range(10**9))
+    ready = threading.Barrier(concurrency + 1)
+    times: dict[str, float] = {}
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+            ready.wait()
+            while time.perf_counter() < times["stop"]:
+                with lock:
+                    n = next(counter)
+                sample = submit_and_wait(client, model, kind, n)
+                with lock:
+                    samples.append(sample)
+
+    threads = [threading.Thread(target=client_loop, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    now = time.perf_counter()
+    times["measure"] = now + warmup_s
+    times["stop"] = times["measure"] + duration_s
+    ready.wait()
+    for thread in threads:
+        thread.join()
+    return samples, (times["measure"], times["stop"])
+
+
+def measure_point(url: str, model: str, kind: str, max_batch_size: int, concurrency: int, warmup_s: float,
+                  duration_s: float, label: str = "closed loop") -> Point:
+    samples, window = closed_loop(url, model, kind, concurrency, warmup_s, duration_s)
+    return summarize(samples, window, label=label, model=model, max_batch_size=max_batch_size,
+                     concurrency=concurrency)

@@ -1,0 +1,130 @@
+"""The stack a benchmark runs against: a private Redis, a generated models file, gunicorn, one worker at a time.
+
+Every model configuration under test is its own entry of the models file (``gpt2-b1``, ``gpt2-b8``...,
+all pointing at the same demo folder), so the API serves all of them and a configuration's worker
+is started only while it is measured: on a 2-core machine two workers would compete for the cores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tasks.settings import Settings
+from tests.harness import ROOT, RedisServer, WorkerProcess, worker_env
+
+KEY_PREFIX = "genqbench:"
+API_THREADS = 64  # every closed-loop client holds one gunicorn thread while it waits
+API_WORKERS = 2
+START_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One entry of the generated models file: a demo model with the batching settings under test."""
+
+    id: str
+    demo: str  # "gpt2-demo" or "sd-demo"
+    max_batch_size: int
+    max_wait_ms: float
+    run_when_idle: bool = True
+
+    def toml(self, demo_dir: Path) -> str:
+        kind = "text-generation" if self.demo.startswith("gpt2") else "text-to-image"
+        idle = "true" if self.run_when_idle else "false"
+        lines = [
+            f"[models.{self.id}]",
+            f'kind = "{kind}"',
+            f'source = "{demo_dir / self.demo}"',
+            f"batching = {{ max_batch_size = {self.max_batch_size}, max_wait_ms = {self.max_wait_ms}, "
+            f"run_when_idle = {idle} }}",
+        ]
+        if kind == "text-to-image":
+            lines.append("limits = { default_width = 64, default_height = 64, default_steps = 4, "
+                         "max_width = 256, max_height = 256, max_pixels = 65536 }")
+        return "\n".join(lines) + "\n"
+
+
+class BenchStack:
+    """Redis + API for the whole run; ``worker(model)`` runs one configuration's worker at a time."""
+
+    def __init__(self, configs: list[ModelConfig], demo_dir: Path, work_dir: Path) -> None:
+        self.configs, self.demo_dir, self.work_dir = configs, demo_dir, work_dir
+        self.redis = RedisServer(work_dir / "redis")
+        self.api_port = 0
+        self.api: subprocess.Popen[bytes] | None = None
+        self.settings: Settings | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def env(self) -> dict[str, str]:
+        """What the API, the workers and Locust share: the private Redis and models file, no rate limit."""
+        assert self.settings is not None
+        return worker_env(self.settings, GENQ_RATE_LIMIT="1000000/minute", GENQ_API_THREADS=str(API_THREADS),
+                          GENQ_API_WORKERS=str(API_WORKERS))
+
+    def start(self) -> BenchStack:
+        from genq.redis_server import free_port
+
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.redis.start()
+        models_file = self.work_dir / "models.toml"
+        models_file.write_text("\n".join(c.toml(self.demo_dir) for c in self.configs))
+        self.settings = Settings(redis_url=self.redis.url, key_prefix=KEY_PREFIX, models_file=models_file)
+        self.api_port = free_port()
+        log = open(self.work_dir / "api.log", "ab")
+        cmd = [sys.executable, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b",
+               f"127.0.0.1:{self.api_port}", "api.wsgi:app"]  # access log on, as deployed
+        self.api = subprocess.Popen(cmd, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < end:
+            if self.api.poll() is not None:
+                raise RuntimeError(f"the API exited; see {self.work_dir / 'api.log'}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("the API did not come up")
+
+    @contextmanager
+    def worker(self, model: str) -> Iterator[WorkerProcess]:
+        """A real ``celery -A worker worker`` for ``model`` (1 torch thread), stopped (warm) on exit."""
+        assert self.settings is not None
+        proc = WorkerProcess(self.settings, model, self.work_dir, env=self.env())
+        proc.start(timeout=START_TIMEOUT_S)
+        try:
+            yield proc
+        finally:
+            proc.stop()
+
+    def stop(self) -> None:
+        if self.api is not None and self.api.poll() is None:
+            self.api.terminate()
+            try:
+                self.api.wait(30)
+            except subprocess.TimeoutExpired:
+                self.api.kill()
+        self.redis.stop()
+
+    def __enter__(self) -> BenchStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages (the machine is shared: report them with every result)."""
+    return os.getloadavg()
