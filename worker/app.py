@@ -17,7 +17,6 @@ from celery.worker import state as celery_state
 
 from tasks.celery_app import create_celery
 from tasks.constants import TASK_RUN
-from tasks.models_file import load_models_file
 from tasks.settings import Settings
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
@@ -62,12 +61,7 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
         os.environ["GENQ_MODEL"] = model  # the pool's process reads the same settings
         if not options.get("queues"):
             conf.task_default_queue = f"genq.{model}"
-        spec = load_models_file(state.settings.models_file).get(model)
-        if spec is not None:
-            # Prefetch credit = the buffer: enough to fill the next batch while one runs, and
-            # small enough that no message waits near the visibility timeout (NOTES.md).
-            conf.worker_prefetch_multiplier = spec.batching.buffer_size
-    pin_gpu(gpu)
+    pin_gpu(gpu)  # the prefetch credit is set by the batching consumer (worker/consumer.py)
 
 
 @signals.worker_process_init.connect
