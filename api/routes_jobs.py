@@ -19,9 +19,10 @@ from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.services import PUBLISH_RETRY_POLICY, Services, services
 from tasks.constants import PRIORITY_VALUES, TASK_RUN
 from tasks.errors import Gone, NotFound
+from tasks.inputs import validate_input
 from tasks.job_store import JobRecord
 from tasks.models_file import ModelSpec
-from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus, validate_input
+from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus
 from tasks.webhooks import check_webhook_url
 
 jobs = APIBlueprint("jobs", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],

@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from api.auth import current_owner
 from api.services import services
-from tasks.schemas import INPUT_SCHEMAS, BatchingInfo, ModelInfo, ModelList
+from tasks.inputs import INPUT_SCHEMAS
+from tasks.schemas import BatchingInfo, ModelInfo, ModelList
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
 

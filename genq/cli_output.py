@@ -17,7 +17,8 @@ from rich.text import Text
 
 from genq.client import Client
 from genq.flows import OnUpdate, binary_outputs
-from tasks.schemas import Job, JobKind, ModelInfo
+from tasks.inputs import JobKind
+from tasks.schemas import Job, ModelInfo
 
 out = Console(highlight=False, markup=False, soft_wrap=True)  # results: stdout, for pipes and scripts
 err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)  # progress, notes and errors: stderr

@@ -26,7 +26,8 @@ from genq.errors import (
     WaitTimeout,
 )
 from genq.protocol import DEFAULT_URL
-from tasks.schemas import INPUT_SCHEMAS, Job
+from tasks.inputs import INPUT_SCHEMAS
+from tasks.schemas import Job
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API_ERROR, EXIT_UNAVAILABLE, EXIT_SERVER_ERROR = range(6)
 EXIT_CODES = """\b

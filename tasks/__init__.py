@@ -2,7 +2,8 @@
 
 from tasks.constants import TASK_RUN, queue_name
 from tasks.errors import ErrorCode, GenqError
-from tasks.schemas import JobKind, JobStatus
+from tasks.inputs import JobKind
+from tasks.schemas import JobStatus
 from tasks.settings import Settings
 
 __all__ = ["TASK_RUN", "ErrorCode", "GenqError", "JobKind", "JobStatus", "Settings", "queue_name"]

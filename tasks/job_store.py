@@ -15,7 +15,8 @@ import redis
 from pydantic import BaseModel
 
 from tasks.constants import PRIORITY_STEPS, Keys, queue_name
-from tasks.schemas import Job, JobErrorInfo, JobKind, JobMetrics, JobStatus, Priority, Progress, timestamp
+from tasks.inputs import JobKind
+from tasks.schemas import Job, JobErrorInfo, JobMetrics, JobStatus, Priority, Progress, timestamp
 from tasks.settings import Settings
 
 _TRANSITION = """

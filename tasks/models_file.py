@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.constants import queue_name
 from tasks.errors import GenqError
-from tasks.schemas import JobKind, ModelLimits
+from tasks.inputs import JobKind, ModelLimits
 
 DEFAULT_MAX_BATCH_SIZE = 8  # bench/README.md: the batch gain flattens past 8 for the demo models
 DEFAULT_MAX_WAIT_MS = 20.0  # a full batch rarely needs longer to gather under load; idle runs at once anyway

@@ -11,7 +11,7 @@ from collections.abc import Hashable
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tasks.schemas import AnyInput, JobKind
+from tasks.inputs import AnyInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
 
 

@@ -12,9 +12,10 @@ import uuid
 from collections.abc import Callable
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
+from tasks.inputs import validate_input
 from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec
-from tasks.schemas import JobMetrics, JobStatus, validate_input
+from tasks.schemas import JobMetrics, JobStatus
 from worker.job import WorkItem
 from worker.metrics import record_batch
 from worker.runtimes.base import Prediction, Runtime

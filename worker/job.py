@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.schemas import AnyInput, JobStatus
+from tasks.inputs import AnyInput
+from tasks.schemas import JobStatus
 
 
 @dataclass

@@ -164,8 +164,9 @@ def test_a_job_whose_message_vanished_is_sent_again(cluster):
     """As if the API died after writing the record, or kombu popped the message and its worker died."""
     import uuid
 
+    from tasks.inputs import JobKind
     from tasks.job_store import JobRecord
-    from tasks.schemas import JobKind, JobStatus
+    from tasks.schemas import JobStatus
 
     cluster.worker()
     job_id = str(uuid.uuid4())

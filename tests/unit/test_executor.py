@@ -8,10 +8,11 @@ import uuid
 import pytest
 
 from tasks.errors import OutOfMemory
+from tasks.inputs import JobKind
 from tasks.job_store import JobRecord, JobStore
 from tasks.models_file import ModelSpec
 from tasks.redis_client import connect
-from tasks.schemas import JobKind, JobStatus
+from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from worker.executor import Executor
 from worker.job import WorkItem

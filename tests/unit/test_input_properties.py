@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks.errors import InvalidInput
-from tasks.schemas import (
+from tasks.inputs import (
     EmbeddingInput,
     FillMaskInput,
     JobKind,

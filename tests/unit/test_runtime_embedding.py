@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tasks.inputs import EmbeddingInput, JobKind
 from tasks.models_file import ModelSpec
-from tasks.schemas import EmbeddingInput, JobKind
 from worker.runtimes.embedding import EmbeddingRuntime
 from worker.torch_settings import TorchOptions, apply_global
 

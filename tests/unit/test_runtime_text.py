@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tasks.inputs import SEED_MAX, FillMaskInput, JobKind, TextGenerationInput
 from tasks.models_file import ModelSpec
-from tasks.schemas import SEED_MAX, FillMaskInput, JobKind, TextGenerationInput
 from worker.demo_models import build_demo_models
 from worker.runtimes.fill_mask import FillMaskRuntime
 from worker.runtimes.text_generation import TextGenerationRuntime

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tasks.inputs import SEED_MAX, JobKind, ModelLimits, TextToImageInput, validate_input
 from tasks.models_file import ModelSpec
-from tasks.schemas import SEED_MAX, JobKind, ModelLimits, TextToImageInput, validate_input
 from worker.runtimes.base import Blob
 from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
@@ -133,7 +133,7 @@ def test_scheduler_gives_valid_images(runtime: TextToImageRuntime, name: str) ->
 
 
 def test_every_scheduler_of_the_contract_is_available() -> None:
-    from tasks.schemas import SCHEDULERS
+    from tasks.inputs import SCHEDULERS
     from worker.runtimes.text_to_image import SCHEDULER_CLASSES
 
     assert set(SCHEDULERS) == {"default", *SCHEDULER_CLASSES}  # the API never accepts one a worker lacks

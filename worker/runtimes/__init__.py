@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from tasks.inputs import JobKind
 from tasks.models_file import ModelSpec
-from tasks.schemas import JobKind
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
 
 DEFAULT_RUNTIMES: dict[JobKind, str] = {

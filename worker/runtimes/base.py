@@ -7,8 +7,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from tasks.inputs import AnyInput, JobKind
 from tasks.models_file import ModelSpec
-from tasks.schemas import AnyInput, JobKind
 
 #: Called with (step, total) while a batch runs; the executor fans it out to the batch's jobs.
 ProgressFn = Callable[[int, int], None]

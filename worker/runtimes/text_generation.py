@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.schemas import SEED_MAX, JobKind, TextGenerationInput
+from tasks.inputs import SEED_MAX, JobKind, TextGenerationInput
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 

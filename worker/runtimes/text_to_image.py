@@ -12,8 +12,8 @@ from collections.abc import Hashable
 from typing import Any
 
 from tasks.errors import ModelError
+from tasks.inputs import SEED_MAX, JobKind, TextToImageInput
 from tasks.models_file import ModelSpec
-from tasks.schemas import SEED_MAX, JobKind, TextToImageInput
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
 from worker.torch_settings import apply_to_pipeline, inference_context
 
