@@ -48,6 +48,10 @@ browser:
 test: install-dev browser
 	$(BIN)/python -m pytest
 
+# Seconds, not minutes: the unit tests only (no workers, no browser).
+test-fast: install-dev
+	$(BIN)/python -m pytest tests/unit
+
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy
