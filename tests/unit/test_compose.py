@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -17,7 +18,8 @@ from tasks.settings import DEFAULT_SHUTDOWN_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
-SCHEMA = ROOT.parent / "shared" / "compose-spec.json"
+# The schema sits beside the checkout (../shared); GENQ_COMPOSE_SPEC points elsewhere, e.g. from a clone in /tmp.
+SCHEMA = Path(os.environ.get("GENQ_COMPOSE_SPEC", ROOT.parent / "shared" / "compose-spec.json"))
 REDIS_URL = "redis://:${REDIS_PASSWORD}@redis:6379/0"
 MODELS_MOUNT = "/etc/genq/models.toml"
 
