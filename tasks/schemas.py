@@ -24,8 +24,6 @@ class JobStatus(StrEnum):
         return self not in (JobStatus.queued, JobStatus.running)
 
 
-TERMINAL_STATUSES = frozenset(s for s in JobStatus if s.terminal)
-
 Priority = Literal["high", "normal", "low"]
 WebhookEvent = Literal["start", "completed"]
 
@@ -47,12 +45,6 @@ class JobCreate(BaseModel):
 class Progress(BaseModel):
     step: int
     total: int
-
-
-class BinaryOutput(BaseModel):
-    url: str
-    media_type: str
-    seed: int | None = None
 
 
 class JobErrorInfo(BaseModel):
