@@ -87,6 +87,11 @@ def _encode(fields: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _transition_result(reply: Any) -> tuple[JobStatus | None, int]:
+    before, attempts = reply
+    return (JobStatus(before.decode()) if before else None), int(attempts)
+
+
 def _decode(raw: dict[bytes, bytes]) -> JobRecord:
     data: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
     for key in _JSON_FIELDS:
@@ -144,6 +149,11 @@ class JobStore:
         **fields: Any,
     ) -> tuple[JobStatus | None, int]:
         """Set ``new`` if the status is one of ``allowed``; return (status before, attempts)."""
+        return _transition_result(self._queue_transition(job_id, allowed, new, count_attempt, fields))
+
+    def _queue_transition(self, job_id: str, allowed: tuple[JobStatus, ...], new: JobStatus, count_attempt: bool,
+                          fields: dict[str, Any], client: Any = None) -> Any:
+        """Run the transition script now, or queue it on ``client`` (a pipeline) to run with others."""
         ttl = self.settings.result_ttl_s if new.terminal else 0
         args: list[Any] = [
             "," + ",".join(allowed) + ",", new.value, ttl, int(count_attempt), int(new.terminal),
@@ -151,12 +161,20 @@ class JobStore:
         ]
         for key, value in _encode(fields).items():
             args += [key, value]
-        before, attempts = self._transition(keys=[self.keys.job(job_id), self.keys.done_channel(job_id)], args=args)
-        return (JobStatus(before.decode()) if before else None), int(attempts)
+        return self._transition(keys=[self.keys.job(job_id), self.keys.done_channel(job_id)], args=args,
+                                client=client)
 
     def claim(self, job_id: str) -> tuple[JobStatus | None, int]:
         """Mark a job running before it runs; a re-delivered running job counts one more attempt."""
-        return self.transition(job_id, _ACTIVE, JobStatus.running, count_attempt=True, started_at=time.time())
+        return self.claim_many([job_id])[0]
+
+    def claim_many(self, job_ids: list[str]) -> list[tuple[JobStatus | None, int]]:
+        """Claim a batch's jobs in one round trip; one (status before, attempts) per job, in order."""
+        now = time.time()
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                self._queue_transition(job_id, _ACTIVE, JobStatus.running, True, {"started_at": now}, pipe)
+            return [_transition_result(r) for r in pipe.execute()]
 
     def cancel(self, job_id: str) -> JobStatus | None:
         """Cancel a queued or running job; returns the status it had."""
@@ -171,8 +189,13 @@ class JobStore:
         )
         return before
 
-    def set_progress(self, job_id: str, step: int, total: int) -> None:
-        self.transition(job_id, (JobStatus.running,), JobStatus.running, progress=Progress(step=step, total=total))
+    def set_progress(self, job_ids: list[str], step: int, total: int) -> None:
+        """Progress of a running batch, for all its jobs in one round trip."""
+        fields = {"progress": Progress(step=step, total=total)}
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                self._queue_transition(job_id, (JobStatus.running,), JobStatus.running, False, fields, pipe)
+            pipe.execute()
 
     def finish(
         self,
@@ -184,16 +207,13 @@ class JobStore:
         metrics: JobMetrics | None = None,
         blobs: list[bytes] = (),  # type: ignore[assignment]
     ) -> bool:
-        """Store outputs then the terminal status (only if the job is still running); True if stored."""
-        if blobs:
-            with self.redis.pipeline() as pipe:
-                for index, blob in enumerate(blobs):
-                    pipe.set(self.keys.output(job_id, index), blob, ex=self.settings.result_ttl_s)
-                pipe.execute()
-        before, _ = self.transition(
-            job_id, (JobStatus.running,), status,
-            completed_at=time.time(), output=output, error=error, metrics=metrics,
-        )
+        """Store outputs and the terminal status (only if the job is still running) in one transaction."""
+        fields = {"completed_at": time.time(), "output": output, "error": error, "metrics": metrics}
+        with self.redis.pipeline() as pipe:
+            for index, blob in enumerate(blobs):
+                pipe.set(self.keys.output(job_id, index), blob, ex=self.settings.result_ttl_s)
+            self._queue_transition(job_id, (JobStatus.running,), status, False, fields, pipe)
+            before, _ = _transition_result(pipe.execute()[-1])
         return before == JobStatus.running
 
     def fail(self, job_id: str, code: str, message: str, **kw: Any) -> bool:

@@ -62,36 +62,35 @@ class Executor:
         else:
             self._store_failure(item, None)
 
-    def admit(self, item: WorkItem) -> bool:
-        """Claim the job (queued/running -> running) unless it was canceled, expired, or already done."""
-        if item.deadline_at is not None and self.clock() > item.deadline_at:
-            before = with_retries(self.store.expire, item.job_id)
-            item.settle(JobStatus.expired if before in (JobStatus.queued, JobStatus.running) else before)
-            return False
-        before, attempts = with_retries(self.store.claim, item.job_id)
+    # --- running -------------------------------------------------------------------------
+
+    def admit_all(self, items: list[WorkItem]) -> list[WorkItem]:
+        """The items that may run now, claimed in one round trip; the others are marked and settled."""
+        live: list[WorkItem] = []
+        seen: set[str] = set()
+        for item in items:
+            if item.job_id in seen:  # one job delivered twice (a redelivery met its original): run it once
+                item.settle(None)
+            elif item.deadline_at is not None and self.clock() > item.deadline_at:
+                before = with_retries(self.store.expire, item.job_id)
+                item.settle(JobStatus.expired if before in (JobStatus.queued, JobStatus.running) else before)
+            else:
+                live.append(item)
+            seen.add(item.job_id)
+        claims = with_retries(self.store.claim_many, [item.job_id for item in live]) if live else []
+        return [item for item, (before, attempts) in zip(live, claims, strict=True)
+                if self._admit_claimed(item, before, attempts)]
+
+    def _admit_claimed(self, item: WorkItem, before: JobStatus | None, attempts: int) -> bool:
+        """After the claim (queued/running -> running): run it, unless it was canceled, done or is poison."""
         if before is None or before.terminal:
             item.settle(before)  # canceled, already succeeded (a redelivery) or unknown: never run
             return False
         if attempts > self.max_attempts:
             item.fail(ErrorCode.worker_lost.value,
                       f"the worker died {attempts - 1} times while running this job; giving up")
-            self._store_failure(item, None)
-            return False
+            return self._store_failure(item, None)
         return self.parse(item) or self._store_failure(item, None)
-
-    # --- running -------------------------------------------------------------------------
-
-    def admit_all(self, items: list[WorkItem]) -> list[WorkItem]:
-        """The items that may run now; the others are marked (canceled, expired, done, failed)."""
-        admitted: list[WorkItem] = []
-        seen: set[str] = set()
-        for item in items:
-            if item.job_id in seen:  # one job delivered twice (a redelivery met its original): run it once
-                item.settle(None)
-            elif self.admit(item):
-                admitted.append(item)
-            seen.add(item.job_id)
-        return admitted
 
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""
@@ -99,7 +98,6 @@ class Executor:
             started, started_at = time.perf_counter(), self.clock()
             self._predict_isolated(batch, started)
             record_batch(self.spec, self.runtime, batch, started_at, time.perf_counter() - started)
-
 
     def run(self, items: list[WorkItem]) -> None:
         """Admit then execute: the whole life of a batch, in one thread."""
@@ -167,10 +165,9 @@ class Executor:
             if step < total and now - last[0] < PROGRESS_INTERVAL_S:
                 return
             last[0] = now
-            for item in batch:
-                try:
-                    self.store.set_progress(item.job_id, step, total)
-                except Exception:  # progress is best effort; the result write is what matters
-                    log.debug("progress write failed", exc_info=True)
+            try:
+                self.store.set_progress([item.job_id for item in batch], step, total)
+            except Exception:  # progress is best effort; the result write is what matters
+                log.debug("progress write failed", exc_info=True)
 
         return report
