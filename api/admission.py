@@ -13,11 +13,10 @@ NO_WORKERS_RETRY_AFTER_S = 10  # a worker loading a model takes seconds to minut
 
 def admit(store: JobStore, spec: ModelSpec) -> None:
     """Raise Unavailable when no worker serves ``spec`` or its queue is at ``max_queue_depth``."""
-    workers = store.workers_online(spec.id)
+    depth, workers = store.fleet(spec.id)
     if workers == 0:
         raise Unavailable(f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S,
                           code=ErrorCode.no_workers)
-    depth = store.queue_depth(spec.id)
     if depth >= spec.max_queue_depth:
         raise Unavailable(
             f"model {spec.id!r} is overloaded ({depth} jobs queued); retry later",

@@ -76,8 +76,9 @@ class FleetCollector(Collector):
         svc = self.app.extensions["genq"]
         try:
             for model in svc.models.models:
-                depth.add_metric([model], svc.store.queue_depth(model))
-                workers.add_metric([model], svc.store.workers_online(model))
+                fleet = svc.store.fleet(model)
+                depth.add_metric([model], fleet.queue_depth)
+                workers.add_metric([model], fleet.workers_online)
         except redis.RedisError as exc:
             log.warning("metrics: cannot read the fleet from Redis: %s", exc)
             up.add_metric([], 0)

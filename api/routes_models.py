@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from api.auth import current_owner
 from api.services import services
-from tasks.inputs import INPUT_SCHEMAS
+from tasks.inputs import input_json_schema
 from tasks.schemas import BatchingInfo, ModelInfo, ModelList
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
@@ -24,13 +24,13 @@ def list_models() -> Response:
     infos = []
     for spec in svc.models.models.values():
         infos.append(ModelInfo(
-            id=spec.id, kind=spec.kind, input_schema=INPUT_SCHEMAS[spec.kind].model_json_schema(),
+            id=spec.id, kind=spec.kind, input_schema=input_json_schema(spec.kind),
             limits=spec.limits, max_queue_depth=spec.max_queue_depth,
             batching=BatchingInfo(max_batch_size=spec.batching.max_batch_size,
                                   max_wait_ms=spec.batching.max_wait_ms,
                                   buffer_size=spec.batching.buffer_size,
                                   run_when_idle=spec.batching.run_when_idle),
-            queue_depth=svc.store.queue_depth(spec.id), workers_online=svc.store.workers_online(spec.id),
+            **svc.store.fleet(spec.id)._asdict(),
         ))
     return jsonify(ModelList(models=infos).model_dump(mode="json"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -74,6 +75,12 @@ INPUT_SCHEMAS: dict[JobKind, type[_Input]] = {
     JobKind.fill_mask: FillMaskInput,
     JobKind.embedding: EmbeddingInput,
 }
+
+@functools.cache
+def input_json_schema(kind: JobKind) -> dict[str, Any]:
+    """The JSON schema of a kind's input (built once: it never changes while a process runs)."""
+    return INPUT_SCHEMAS[kind].model_json_schema()
+
 
 AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
 

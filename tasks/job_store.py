@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from pydantic import BaseModel
@@ -38,6 +38,11 @@ return {cur, attempts}
 _ACTIVE = (JobStatus.queued, JobStatus.running)
 RATE_BUCKET_S = 10
 RATE_WINDOW_S = 60
+
+
+class Fleet(NamedTuple):
+    queue_depth: int
+    workers_online: int
 
 
 class JobRecord(BaseModel):
@@ -249,8 +254,8 @@ class JobStore:
 
     # --- fleet -------------------------------------------------------------------------
 
-    def queue_depth(self, model_id: str) -> int:
-        """Messages waiting in Redis (every priority sub-queue) plus those held by workers."""
+    def fleet(self, model_id: str) -> Fleet:
+        """Queue depth (messages in Redis plus those online workers hold) and workers online, in one trip."""
         queue = self.keys.prefix + queue_name(model_id)
         with self.redis.pipeline(transaction=False) as pipe:
             for step in PRIORITY_STEPS:
@@ -259,7 +264,11 @@ class JobStore:
             pipe.zrangebyscore(self.keys.workers(model_id), time.time() - self.settings.worker_ttl_s, "+inf")
             *lengths, held, online = pipe.execute()
         # A dead worker's count is stale: its messages are back in the queue (or soon will be).
-        return int(sum(lengths)) + sum(int(n) for worker, n in held.items() if worker in online)
+        depth = int(sum(lengths)) + sum(int(n) for worker, n in held.items() if worker in online)
+        return Fleet(queue_depth=depth, workers_online=len(online))
+
+    def queue_depth(self, model_id: str) -> int:
+        return self.fleet(model_id).queue_depth
 
     def heartbeat(self, model_id: str, worker: str, held: int) -> None:
         """Called by a worker every few seconds: it is online and holds ``held`` messages."""
