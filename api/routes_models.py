@@ -29,7 +29,7 @@ def list_models() -> Response:
             batching=BatchingInfo(max_batch_size=spec.batching.max_batch_size,
                                   max_wait_ms=spec.batching.max_wait_ms,
                                   buffer_size=spec.batching.buffer_size,
-                                  run_when_idle=spec.batching.run_when_idle),
+                                  policy=spec.batching.policy),
             **svc.store.fleet(spec.id)._asdict(),
         ))
     return jsonify(ModelList(models=infos).model_dump(mode="json"))

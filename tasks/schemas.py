@@ -92,7 +92,7 @@ class BatchingInfo(BaseModel):
     max_batch_size: int
     max_wait_ms: float
     buffer_size: int
-    run_when_idle: bool
+    policy: str
 
 
 class ModelInfo(BaseModel):

@@ -1,21 +1,35 @@
-"""Chooses the next batch from the worker's buffer: pure logic, a clock, no Celery, no torch.
+"""Chooses the next batch from the worker's buffer: pure logic on a clock, no Celery, no torch.
 
-Rules (DESIGN.md, "Worker"), applied whenever the model is idle:
-1. requests are grouped by their runtime's compatibility key; a batch never mixes keys;
-2. a group holding ``max_batch_size`` worth of requests runs at once (highest priority, then oldest);
-3. otherwise the group holding the oldest request runs once that request has waited ``max_wait``,
-   a single deadline from the oldest arrival that later arrivals never reset;
-4. when nothing more is about to arrive (queue empty, or no prefetch credit left) and
-   ``run_when_idle`` is on, the best group runs at once instead of waiting.
+Requests are grouped by their runtime's compatibility key (a batch never mixes keys); a group worth
+``max_batch_size`` runs at once, highest priority then oldest first. Otherwise the policy decides,
+whenever the model is idle and again on every arrival:
+
+- ``greedy``: fetch what Redis already holds, then run whatever is buffered;
+- ``fixed``: wait until ``max_wait`` has passed since the oldest arrival (a lone request pays it all);
+- ``adaptive`` (the default): fetch what Redis holds, then wait only when the arrivals expected soon
+  (the learned echoes of jobs that just finished) raise the expected goodput ``n / (t + L(n))`` by
+  ``WAIT_MARGIN``, never longer than ``max_wait``, never past a job's deadline slack (BATCHING.md).
+
+``max_wait`` bounds the wait the policy adds: it counts from the later of the oldest arrival and the
+moment the model became free. Time spent behind a running batch is not a wait the policy chose, and
+counting it would make a split cohort (half the clients arriving while the other half runs) unable
+to ever merge once a batch takes longer than ``max_wait``.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from tasks.models_file import BatchPolicy as Policy
+from worker.batch_learning import CostModel, EchoModel
+
 T = TypeVar("T")
+WAIT_MARGIN = 1.05  # waiting must promise 5% more goodput than running now: noise never buys a wait
+ECHO_HORIZON_WAITS = 2  # echoes are learned up to twice max_wait after a completion: late ones still count
 
 
 @dataclass
@@ -26,19 +40,46 @@ class Pending(Generic[T]):
     priority: int  # 0 first (Redis transport priorities)
     arrived: float  # clock time of arrival
     seq: int  # arrival order, to break ties between equal clock readings
+    deadline: float | None = None  # clock time by which the job must have finished, if any
+
+
+@dataclass(frozen=True)
+class Decision(Generic[T]):
+    """Run ``batch`` now, or (empty batch) decide again at ``wake_at`` or on the next arrival."""
+
+    batch: list[T] = field(default_factory=list)
+    wake_at: float | None = None
+    waiting: bool = False  # True when the policy chose to wait for arrivals it expects
+
+
+@dataclass(frozen=True)
+class BatcherStats:
+    """What the policy has learned, for metrics."""
+
+    cost_a_s: float
+    cost_b_s: float
+    return_share: float
+    echo_delay_p90_s: float | None
+    background_rate: float
+    waited_s: float  # total time the model sat idle by choice, with work buffered
 
 
 class Batcher(Generic[T]):
-    def __init__(self, max_batch_size: int, max_wait_s: float, run_when_idle: bool = True,
+    def __init__(self, max_batch_size: int, max_wait_s: float, policy: Policy = "adaptive",
                  clock: Callable[[], float] | None = None) -> None:
-        import time
-
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
-        self.run_when_idle = run_when_idle
+        self.policy: Policy = policy
         self.clock = clock or time.monotonic
+        self.cost = CostModel()
+        self.echoes = EchoModel(horizon_s=ECHO_HORIZON_WAITS * max_wait_s)
         self._pending: list[Pending[T]] = []
         self._seq = 0
+        self._idle_since = -math.inf
+        self._wait_until: float | None = None
+        self._waiting_since: float | None = None
+        self._waited_s = 0.0
+        self._weight_mean = 1.0
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -46,38 +87,100 @@ class Batcher(Generic[T]):
     def items(self) -> list[T]:
         return [p.item for p in self._pending]
 
-    def add(self, item: T, key: Hashable, weight: int = 1, priority: int = 5) -> None:
+    # --- what happens to the worker ------------------------------------------------------
+
+    def add(self, item: T, key: Hashable, weight: int = 1, priority: int = 5, deadline: float | None = None) -> None:
+        now = self.clock()
         self._seq += 1
-        self._pending.append(Pending(item, key, max(1, weight), priority, self.clock(), self._seq))
+        self._pending.append(Pending(item, key, max(1, weight), priority, now, self._seq, deadline))
+        self.echoes.on_arrival(now)
+        self._weight_mean += 0.1 * (max(1, weight) - self._weight_mean)
 
     def adopt(self, other: Batcher[T]) -> None:
-        """Take over another batcher's pending requests, keeping their arrival times."""
+        """Take over another batcher's pending requests and what it learned (a reconnect, not a new model)."""
         for p in other._pending:
             self._seq += 1
-            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq))
+            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq, p.deadline))
         other._pending = []
+        self.cost, self.echoes, self._weight_mean = other.cost, other.echoes, other._weight_mean
+        self._waited_s = other._waited_s
 
-    def deadline(self) -> float | None:
-        """When the oldest request's wait runs out (clock time), or None when empty."""
-        if not self._pending:
-            return None
-        return min(p.arrived for p in self._pending) + self.max_wait_s
+    def batch_done(self, weight: float, seconds: float) -> None:
+        """A batch of ``weight`` finished after keeping the model busy ``seconds``: learn, and the model is free."""
+        now = self.clock()
+        self.cost.observe(weight, seconds)
+        self.echoes.on_completion(now, weight / self._weight_mean)
+        self._idle_since = now
 
-    def next_batch(self, *, more_coming: bool) -> list[T]:
-        """The batch to run now (removed from the buffer), or [] to keep waiting."""
+    def stats(self) -> BatcherStats:
+        return BatcherStats(self.cost.a, self.cost.b, self.echoes.share, self.echoes.delay_quantile(0.9),
+                            self.echoes.background_rate, self._waited_s)
+
+    # --- deciding --------------------------------------------------------------------------
+
+    def decide(self, *, fetchable: bool | Callable[[], bool]) -> Decision[T]:
+        """The model is idle: the batch to run now (removed from the buffer), or when to look again.
+
+        ``fetchable``: messages wait in Redis and prefetch credit lets them in, so they are fetched
+        before anything else is decided (each arrival calls ``decide`` again). A callable is asked
+        only when the answer matters (it costs the worker a Redis round trip).
+        """
         groups = self._groups()
         if not groups:
-            return []
-        full = [g for g in groups if sum(p.weight for p in g) >= self.max_batch_size]
+            return Decision()
+        now = self.clock()
+        full = [g for g in groups if _weight(g) >= self.max_batch_size]
         if full:
-            return self._take(min(full, key=_rank))
+            return self._run(min(full, key=_rank), now)
         oldest = min(self._pending, key=lambda p: (p.arrived, p.seq))
-        if self.clock() - oldest.arrived >= self.max_wait_s:
-            # The deadline belongs to the oldest request: its group runs, whatever its priority.
-            return self._take(next(g for g in groups if oldest in g))
-        if self.run_when_idle and not more_coming:
-            return self._take(min(groups, key=_rank))
-        return []
+        if self.policy == "fixed":
+            due = oldest.arrived + self.max_wait_s  # the same sum as the timer's: a timer that fires is due
+            if now >= due:
+                return self._run(next(g for g in groups if oldest in g), now)
+            return Decision(wake_at=due)
+        group = min(groups, key=_rank)
+        start = max(min(p.arrived for p in group), self._idle_since)
+        cap = start + self.max_wait_s
+        if now < cap and (fetchable() if callable(fetchable) else fetchable):
+            return Decision(wake_at=cap)
+        if self.policy == "greedy":
+            return self._run(group, now)
+        return self._adaptive(group, now, cap)
+
+    def _adaptive(self, group: list[Pending[T]], now: float, cap: float) -> Decision[T]:
+        if self._wait_until is not None and now >= self._wait_until:
+            return self._run(group, now)  # the wait chosen has passed: run what came
+        n = _weight(group)
+        horizon = min(cap - now, self._slack(group, now))
+        if horizon <= 0 or not self.cost.ready:
+            return self._run(group, now)
+        best_t, best_goodput = 0.0, n / max(self.cost.cost(n), 1e-9)
+        threshold = WAIT_MARGIN * best_goodput
+        for t in [*self.echoes.candidate_waits(now), horizon]:
+            if 0 < t <= horizon:
+                expected = min(float(self.max_batch_size), n + self.echoes.expected(now, t) * self._weight_mean)
+                goodput = expected / (t + self.cost.cost(expected))
+                if goodput > best_goodput:
+                    best_t, best_goodput = t, goodput
+        if best_t > 0 and best_goodput >= threshold:
+            self._wait_until = now + best_t
+            if self._waiting_since is None:
+                self._waiting_since = now
+            return Decision(wake_at=self._wait_until, waiting=True)
+        return self._run(group, now)
+
+    def _slack(self, group: list[Pending[T]], now: float) -> float:
+        """How long the group can wait and still finish a full batch before its earliest deadline."""
+        deadlines = [p.deadline for p in group if p.deadline is not None]
+        if not deadlines:
+            return math.inf
+        return min(deadlines) - now - self.cost.cost(self.max_batch_size)
+
+    def _run(self, group: Iterable[Pending[T]], now: float) -> Decision[T]:
+        if self._waiting_since is not None:
+            self._waited_s += now - self._waiting_since
+        self._waiting_since = self._wait_until = None
+        return Decision(batch=self._take(group))
 
     def _groups(self) -> list[list[Pending[T]]]:
         by_key: dict[Hashable, list[Pending[T]]] = {}
@@ -97,6 +200,10 @@ class Batcher(Generic[T]):
         ids = {id(p) for p in chosen}
         self._pending = [p for p in self._pending if id(p) not in ids]
         return [p.item for p in chosen]
+
+
+def _weight(group: list[Pending[T]]) -> int:
+    return sum(p.weight for p in group)
 
 
 def _rank(group: list[Pending[T]]) -> tuple[int, float, int]:

@@ -17,7 +17,7 @@ from tasks.schemas import JobStatus
 from worker.batcher import Batcher
 from worker.job import WorkItem
 from worker.loader import Loaded
-from worker.metrics import record_job
+from worker.metrics import record_job, record_policy
 from worker.model_thread import ModelThread
 
 log = logging.getLogger("genq.batching")
@@ -32,7 +32,7 @@ class BatchingConsumer:
         self.runtime = loaded.runtime
         batching = loaded.spec.batching
         self.batcher: Batcher[WorkItem] = Batcher(batching.max_batch_size, batching.max_wait_ms / 1000,
-                                                   batching.run_when_idle)
+                                                   batching.policy)
         self.model = model  # one per process, shared across reconnects: one batch at a time, ever
         # Prefetch credit = the buffer (NOTES.md). Setting worker_prefetch_multiplier in celeryd_init is
         # too late: the CLI has already resolved --prefetch-multiplier to the conf's 4, which wins, and
@@ -43,6 +43,7 @@ class BatchingConsumer:
         self.successor: BatchingConsumer | None = None
         self._timer_generation = 0
         self._timer_deadline: float | None = None
+        self._busy_s = 0.0
 
     # --- Celery's side: one call per message ---------------------------------------------
 
@@ -57,9 +58,17 @@ class BatchingConsumer:
             self.executor.reject_invalid(item)
             self._settle([item])
             return
-        self.batcher.add(item, self._key(item), self.runtime.weight(item.parsed), item.priority)  # type: ignore[arg-type]
+        self.batcher.add(item, self._key(item), self.runtime.weight(item.parsed), item.priority,  # type: ignore[arg-type]
+                         deadline=self._monotonic_deadline(item))
         self._report_held()
         self.maybe_run()
+
+    @staticmethod
+    def _monotonic_deadline(item: WorkItem) -> float | None:
+        """The job's deadline on the batcher's clock (the record's is wall time)."""
+        if item.deadline_at is None:
+            return None
+        return item.arrived + (item.deadline_at - time.time())
 
     def _key(self, item: WorkItem) -> Any:
         """The runtime's compatibility key; a job that was running when its worker died runs alone.
@@ -93,9 +102,10 @@ class BatchingConsumer:
     def maybe_run(self) -> None:
         """If the model is idle, start the batch the rules pick, or arm the deadline timer."""
         while not self.retired and not self.running and not self.model.busy and len(self.batcher):
-            batch = self.batcher.next_batch(more_coming=self._more_coming())
+            decision = self.batcher.decide(fetchable=self._more_coming)
+            batch = decision.batch
             if not batch:
-                self._arm_timer()
+                self._arm_timer(decision.wake_at)
                 return
             self._cancel_revoked(batch)
             admitted = self.executor.admit_all(batch)
@@ -105,7 +115,7 @@ class BatchingConsumer:
 
     def _start(self, batch: list[WorkItem]) -> None:
         self.running = batch
-        self.model.submit(lambda: self.executor.execute(batch), self._batch_done_threadsafe)
+        self.model.submit(lambda: self._execute_timed(batch), self._batch_done_threadsafe)
         # Events after the model has its batch: each is a Redis round trip, and the model need not wait
         # for them. The batch's task-succeeded events still come after these (they run in this thread).
         for item in batch:
@@ -114,11 +124,23 @@ class BatchingConsumer:
                 self.loaded.webhooks.enqueue(item.job_id, "start")
         self._flush_events()  # events are buffered until the next loop turn otherwise
 
+    def _execute_timed(self, batch: list[WorkItem]) -> None:
+        """On the model thread: the batch, and how long it kept the model busy (the policy learns from it)."""
+        started = time.perf_counter()
+        try:
+            self.executor.execute(batch)
+        finally:
+            self._busy_s = time.perf_counter() - started
+
     def _batch_done_threadsafe(self) -> None:
         self.consumer.controller.hub.call_soon(self._batch_done)
 
     def _batch_done(self) -> None:
         batch, self.running = self.running, []
+        learner = self.successor.batcher if self.successor is not None else self.batcher
+        learner.batch_done(sum(self.runtime.weight(i.parsed) for i in batch if i.parsed is not None),  # type: ignore[arg-type]
+                           self._busy_s)
+        record_policy(self.loaded.spec, learner.stats())
         # The next batch first, then the finished batch's events and acks (a Redis round trip each): the
         # model idles for none of them. Its results are already stored, so acking a moment later is safe.
         if self.successor is not None:
@@ -138,8 +160,7 @@ class BatchingConsumer:
             log.debug("cannot read the queue length", exc_info=True)
             return False
 
-    def _arm_timer(self) -> None:
-        deadline = self.batcher.deadline()
+    def _arm_timer(self, deadline: float | None) -> None:
         if deadline is None or deadline == self._timer_deadline:
             return
         self._timer_generation += 1

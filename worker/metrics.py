@@ -19,6 +19,7 @@ from tasks.schemas import JobStatus
 
 if TYPE_CHECKING:
     from tasks.models_file import ModelSpec
+    from worker.batcher import BatcherStats
     from worker.job import WorkItem
     from worker.runtimes.base import Runtime
 
@@ -40,6 +41,17 @@ JOBS = Counter("genq_worker_jobs", "Jobs this worker settled, by kind and final 
 ITEMS = Counter("genq_worker_items", "Items (images, texts, sequences) of succeeded jobs", ["model"])
 ITEMS_PER_SECOND = Gauge("genq_worker_items_per_second", "Items per second of the last batch", ["model"])
 MODEL_LOAD = Gauge("genq_worker_model_load_seconds", "Seconds the model took to load", ["model"])
+# What the batching policy has learned (worker/batch_learning.py): BATCHING.md, "Worth exposing".
+COST_FIXED = Gauge("genq_worker_batch_cost_fixed_seconds", "Fitted batch cost L(n) = a + b*n: a", ["model"])
+COST_PER_ITEM = Gauge("genq_worker_batch_cost_per_item_seconds", "Fitted batch cost L(n) = a + b*n: b", ["model"])
+RETURN_SHARE = Gauge("genq_worker_return_share", "Learned share of finished jobs whose client sends another soon",
+                     ["model"])
+ECHO_DELAY_P90 = Gauge("genq_worker_return_delay_p90_seconds", "90th percentile of the learned return delay",
+                       ["model"])
+BACKGROUND_RATE = Gauge("genq_worker_background_arrivals_per_second", "Arrivals that are not returns, per second",
+                        ["model"])
+POLICY_WAIT = Counter("genq_worker_batching_wait_seconds", "Seconds the model sat idle by choice with work buffered",
+                      ["model"])
 GPU_MEMORY_ALLOCATED = "genq_worker_gpu_memory_allocated_bytes"
 GPU_MEMORY_RESERVED = "genq_worker_gpu_memory_reserved_bytes"
 
@@ -58,6 +70,25 @@ def record_batch(spec: ModelSpec, runtime: Runtime, batch: list[WorkItem], start
     ITEMS.labels(model).inc(done)
     if seconds > 0:
         ITEMS_PER_SECOND.labels(model).set(done / seconds)
+
+
+def record_policy(spec: ModelSpec, stats: BatcherStats) -> None:
+    """After each batch: the policy's estimates, and the deliberate wait added since the last call."""
+    model = spec.id
+    COST_FIXED.labels(model).set(stats.cost_a_s)
+    COST_PER_ITEM.labels(model).set(stats.cost_b_s)
+    RETURN_SHARE.labels(model).set(stats.return_share)
+    if stats.echo_delay_p90_s is not None:
+        ECHO_DELAY_P90.labels(model).set(stats.echo_delay_p90_s)
+    BACKGROUND_RATE.labels(model).set(stats.background_rate)
+    waited = POLICY_WAIT.labels(model)
+    delta = stats.waited_s - _waited_reported.get(model, 0.0)
+    if delta > 0:
+        waited.inc(delta)
+        _waited_reported[model] = stats.waited_s
+
+
+_waited_reported: dict[str, float] = {}
 
 
 def record_job(spec: ModelSpec, status: str | None) -> None:
