@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from tasks.inputs import JobKind, ModelLimits, TextToImageInput
 from tasks.models_file import ModelSpec  # noqa: E402
-from tasks.schemas import validate_input  # noqa: E402
+from tasks.inputs import validate_input  # noqa: E402
 from worker.runtimes.text_to_image import TextToImageRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions  # noqa: E402
 
