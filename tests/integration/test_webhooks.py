@@ -31,6 +31,9 @@ SECRET = "test-webhook-secret-" + uuid.uuid4().hex
 KEY_A, KEY_B = "hook-a-" + uuid.uuid4().hex, "hook-b-" + uuid.uuid4().hex
 
 
+Hit = tuple[dict[str, str], dict[str, Any], bytes]  # headers, parsed body, raw body
+
+
 class Receiver(http.server.ThreadingHTTPServer):
     """Records every POST; ``/block`` holds its first request until ``release`` is set."""
 
@@ -59,7 +62,7 @@ class Receiver(http.server.ThreadingHTTPServer):
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.server_address[1]}{path}"
 
-    def for_job(self, job_id: str) -> list[tuple[dict[str, str], dict[str, Any], bytes]]:
+    def for_job(self, job_id: str) -> list[Hit]:
         out = []
         for headers, body in list(self.received):
             payload = json.loads(body)
@@ -67,7 +70,7 @@ class Receiver(http.server.ThreadingHTTPServer):
                 out.append((headers, payload, body))
         return out
 
-    def wait_for(self, job_id: str, count: int, timeout: float = 30) -> list[tuple[dict[str, str], dict[str, Any], bytes]]:
+    def wait_for(self, job_id: str, count: int, timeout: float = 30) -> list[Hit]:
         end = time.monotonic() + timeout
         while time.monotonic() < end and len(self.for_job(job_id)) < count:
             time.sleep(0.05)
