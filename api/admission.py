@@ -7,20 +7,24 @@ import math
 from tasks.errors import ErrorCode, Unavailable
 from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec
+from tasks.queue_limit import Outcome, QueueLimit
 
 NO_WORKERS_RETRY_AFTER_S = 10  # a worker loading a model takes seconds to minutes
 
 
-def admit(store: JobStore, spec: ModelSpec) -> None:
-    """Raise Unavailable when no worker serves ``spec`` or its queue is at ``max_queue_depth``."""
-    depth, workers = store.fleet(spec.id)
-    if workers == 0:
+def admit(store: JobStore, limit: QueueLimit, spec: ModelSpec, job_id: str) -> None:
+    """Reserve ``job_id`` a place in ``spec``'s queue, or raise Unavailable (no worker, or the queue is full).
+
+    One atomic step in Redis, so concurrent submitters can never take the queue past ``max_queue_depth``.
+    """
+    outcome, depth = limit.reserve(spec.id, job_id, spec.max_queue_depth)
+    if outcome == Outcome.no_workers:
         raise Unavailable(f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S,
                           code=ErrorCode.no_workers)
-    if depth >= spec.max_queue_depth:
+    if outcome == Outcome.full:
         raise Unavailable(
             f"model {spec.id!r} is overloaded ({depth} jobs queued); retry later",
-            retry_after=retry_after_s(store, spec, depth, workers),
+            retry_after=retry_after_s(store, spec, depth, max(1, store.workers_online(spec.id))),
         )
 
 

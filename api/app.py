@@ -13,6 +13,7 @@ from api.metrics import register_metrics
 from api.playground import playground
 from api.routes_jobs import jobs
 from api.routes_models import models
+from api.routes_webhooks import webhooks
 from api.services import Services
 from tasks.errors import ErrorCode
 from tasks.settings import Settings
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
 
     app.register_api(jobs)
     app.register_api(models)
+    app.register_api(webhooks)
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
     app.add_url_rule("/openapi.json", "openapi_json", lambda: app.api_doc)
     logging.getLogger(__name__).info("genq API serving %d models", len(app.extensions["genq"].models.models))

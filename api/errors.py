@@ -87,4 +87,6 @@ def register_error_handlers(app: Flask) -> None:
     @app.after_request
     def _echo_request_id(response: Response) -> Response:
         response.headers["X-Request-ID"] = request_id()
+        # Outputs are bytes a client chose the prompt of: never let a browser guess them into HTML.
+        response.headers["X-Content-Type-Options"] = "nosniff"
         return response

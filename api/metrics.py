@@ -23,6 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from tasks.errors import ErrorCode
+from tasks.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ JOBS_REJECTED = Counter("genq_api_jobs_rejected", "Job submissions refused, by r
 QUEUE_DEPTH = "genq_queue_depth"
 WORKERS_ONLINE = "genq_workers_online"
 REDIS_UP = "genq_redis_up"
+WEBHOOK_BACKLOG = "genq_webhook_backlog"
 
 #: Why a submission was refused, from the error code of its response.
 REJECTION_REASONS: dict[str, str] = {
@@ -72,26 +74,28 @@ class FleetCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, workers, up = self._families()
+        depth, workers, up, backlog = self._families()
         svc = self.app.extensions["genq"]
         try:
             for model in svc.models.models:
                 fleet = svc.store.fleet(model)
                 depth.add_metric([model], fleet.queue_depth)
                 workers.add_metric([model], fleet.workers_online)
+            backlog.add_metric([], Outbox(svc.store.redis, svc.settings).backlog())
         except redis.RedisError as exc:
             log.warning("metrics: cannot read the fleet from Redis: %s", exc)
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, workers, up]
+        return [depth, workers, up, backlog]
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
             GaugeMetricFamily(QUEUE_DEPTH, "Jobs waiting in Redis or held by workers, per model", labels=["model"]),
             GaugeMetricFamily(WORKERS_ONLINE, "Workers whose heartbeat is recent, per model", labels=["model"]),
             GaugeMetricFamily(REDIS_UP, "1 when Redis answered this scrape"),
+            GaugeMetricFamily(WEBHOOK_BACKLOG, "Webhook deliveries recorded and not yet delivered or given up"),
         )
 
 

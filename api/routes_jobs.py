@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
 import uuid
@@ -14,7 +15,7 @@ from pydantic import BaseModel, Field
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api.admission import admit
-from api.auth import current_owner
+from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.services import PUBLISH_RETRY_POLICY, Services, services
 from tasks.constants import PRIORITY_VALUES, TASK_RUN
@@ -28,6 +29,7 @@ from tasks.webhooks import check_webhook_url
 jobs = APIBlueprint("jobs", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
                     abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
 
+log = logging.getLogger(__name__)
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
@@ -58,7 +60,7 @@ def owned_record(job_id: str) -> JobRecord:
     store = services().store
     record = store.get(job_id)
     if record is None or record.owner != current_owner():
-        if record is None and store.was_known(job_id):
+        if record is None and store.was_known(job_id, current_owner()):
             raise Gone(f"job {job_id} has expired")
         raise NotFound(f"no job {job_id}")
     return record
@@ -97,17 +99,18 @@ def create_job(body: JobCreate) -> Response:
 
 def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,
            owner: str) -> JobRecord:
-    """Admit, write the record, then send the message (the record first: an id handed out is never unknown)."""
-    admit(svc.store, spec)
+    """Reserve a place, write the record, then send the message (the record first: an id handed out is never
+    unknown). A failure after the reservation gives the place back."""
+    admit(svc.store, svc.queue_limit, spec, job_id)
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
     record = JobRecord(
-        id=job_id, model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner,
+        id=job_id, model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner, key_id=current_key().key_id,
         priority=body.priority, created_at=now, deadline_at=now + deadline_s if deadline_s else None,
         input=inp, webhook=body.webhook, webhook_events=list(body.webhook_events) if body.webhook else [],
     )
-    svc.store.create(record)
     try:
+        svc.store.create(record)
         svc.celery.send_task(
             TASK_RUN, task_id=record.id, queue=spec.queue, priority=PRIORITY_VALUES[body.priority],
             kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
@@ -115,7 +118,11 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
             retry_policy=PUBLISH_RETRY_POLICY,
         )
     except Exception:
-        svc.store.delete(record)
+        try:
+            svc.store.delete(record)
+            svc.queue_limit.release(spec.id, job_id)
+        except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/queue_limit.py)
+            log.warning("job %s: could not undo its record and reservation", job_id)
         raise
     return record
 

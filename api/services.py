@@ -12,6 +12,7 @@ from tasks.celery_app import create_celery
 from tasks.errors import UnknownModel
 from tasks.job_store import JobStore
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
+from tasks.queue_limit import QueueLimit
 from tasks.redis_client import connect
 from tasks.settings import Settings
 
@@ -26,15 +27,18 @@ class Services:
     store: JobStore
     celery: Celery
     keys: KeyRing
+    queue_limit: QueueLimit
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
+        client = connect(settings, fail_fast=True)
         return cls(
             settings=settings,
             models=load_models_file(settings.models_file),
-            store=JobStore(connect(settings), settings),
+            store=JobStore(client, settings),
             celery=create_celery(settings),
-            keys=KeyRing.from_file(settings.api_keys_file),
+            keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
+            queue_limit=QueueLimit(client, settings),
         )
 
     def model(self, model_id: str) -> ModelSpec:

@@ -54,9 +54,18 @@ def hash_key(owner: str) -> None:
     import hashlib
     import secrets
 
+    from tasks.webhooks import key_secret
+
     key = "gq_" + secrets.token_urlsafe(32)
+    digest = hashlib.sha256(key.encode()).hexdigest()
     click.echo(f"key (give to {owner}, shown once): {key}")
-    click.echo(f"keys-file line: {hashlib.sha256(key.encode()).hexdigest()} {owner}")
+    click.echo(f"keys-file line: {digest} {owner}")
+    server_secret = os.environ.get("GENQ_WEBHOOK_SECRET", "")
+    if server_secret:
+        click.echo(f"webhook signing secret of this key (for {owner}'s receiver): {key_secret(server_secret, digest)}")
+    else:
+        click.echo("set GENQ_WEBHOOK_SECRET to print this key's webhook signing secret too "
+                   "(or GET /v1/webhook-secret with the key)")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,16 @@ def fresh_dir(path: Path) -> Path:
     return path
 
 
+def webhook_secret(state_dir: Path) -> str:
+    """The server's webhook secret, made once and kept (0600) in the state dir: receivers' secrets derive from it."""
+    path = state_dir / "webhook-secret"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
 def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[str] | None,
        state_dir: Path, flower_address: str) -> int:
     """Run the whole stack in the foreground until Ctrl-C; returns an exit code."""
@@ -106,6 +116,8 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     flower_user = settings.flower_user
     flower_password = settings.flower_password or secrets.token_urlsafe(12)
     env["GENQ_FLOWER_PASSWORD"] = flower_password
+    # Secrets travel in the environment, never on a command line (anyone on the host can read those in ps).
+    env["GENQ_WEBHOOK_SECRET"] = settings.webhook_secret or webhook_secret(state_dir)
     models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
     py = sys.executable
     # gunicorn's processes add up their metrics in this folder; workers and Flower serve their own.
@@ -124,8 +136,8 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
             cmd += ["--metrics-port", str(metrics_ports[-1])]
             stack.start(f"worker-{name}", cmd, env, state_dir)
     stack.start("flower", [py, "-m", "celery", "-A", "worker", "flower", f"--port={flower_port}",
-                           f"--address={flower_address}", f"--basic-auth={flower_user}:{flower_password}"],
-                env, state_dir)
+                           f"--address={flower_address}"],
+                {**env, "FLOWER_BASIC_AUTH": f"{flower_user}:{flower_password}"}, state_dir)
     api_url = f"http://127.0.0.1:{api_port}"
     wait_http(f"{api_url}/healthz", 30)
     print(f"genq is up (logs in {state_dir}/):")

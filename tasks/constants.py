@@ -61,6 +61,18 @@ class Keys:
     def idempotency(self, owner: str, key_digest: str) -> str:
         return f"{self.prefix}idem:{owner}:{key_digest}"
 
+    def webhook(self, member: str) -> str:
+        """Hash of one webhook delivery (``member`` = ``<job id>:<event>``): its id, attempts, lease, state."""
+        return f"{self.prefix}hook:{member}"
+
+    def webhooks_due(self) -> str:
+        """Sorted set of pending deliveries (members ``<job id>:<event>``) by when they are next due."""
+        return f"{self.prefix}hooks:due"
+
+    def queued(self, model_id: str) -> str:
+        """Sorted set of a model's jobs accepted and not yet claimed: the reservations behind max_queue_depth."""
+        return f"{self.prefix}queued:{model_id}"
+
     def load_count(self, model_id: str) -> str:
         """Hash worker name -> how often it loaded ``model_id``: tests prove it is once per process."""
         return f"{self.prefix}loads:{model_id}"

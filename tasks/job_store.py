@@ -26,8 +26,11 @@ if not string.find(ARGV[1], ',' .. cur .. ',', 1, true) then return {cur, 0} end
 local attempts = 0
 if ARGV[4] == '1' then attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
 redis.call('HSET', KEYS[1], 'status', ARGV[2])
-for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 8, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+if ARGV[2] ~= 'queued' then
+  redis.call('ZREM', ARGV[7] .. redis.call('HGET', KEYS[1], 'model'), redis.call('HGET', KEYS[1], 'id'))
+end
 if ARGV[5] == '1' then
   redis.call('PUBLISH', KEYS[2], ARGV[2])
   redis.call('ZREM', ARGV[6] .. redis.call('HGET', KEYS[1], 'model'), redis.call('HGET', KEYS[1], 'id'))
@@ -53,6 +56,7 @@ class JobRecord(BaseModel):
     kind: JobKind
     status: JobStatus
     owner: str = ""
+    key_id: str = ""  # SHA-256 of the API key that submitted it: its webhook signing secret derives from it
     priority: Priority = "normal"
     created_at: float
     started_at: float | None = None
@@ -123,7 +127,7 @@ class JobStore:
             mapping: dict[Any, Any] = _encode(record.model_dump(exclude_none=True))
             pipe.hset(self.keys.job(record.id), mapping=mapping)
             pipe.expire(self.keys.job(record.id), ttl)
-            pipe.set(self.keys.gone(record.id), 1, ex=self.settings.tombstone_ttl_s)
+            pipe.set(self.keys.gone(record.id), record.owner or "-", ex=self.settings.tombstone_ttl_s)
             pipe.zadd(self.keys.active(record.model), {record.id: record.created_at})
             pipe.execute()
 
@@ -138,9 +142,10 @@ class JobStore:
         raw = self.redis.hgetall(self.keys.job(job_id))
         return _decode(raw) if raw else None  # type: ignore[arg-type]
 
-    def was_known(self, job_id: str) -> bool:
-        """True when the job existed but its record has expired (the API answers 410)."""
-        return bool(self.redis.exists(self.keys.gone(job_id)))
+    def was_known(self, job_id: str, owner: str) -> bool:
+        """True when ``owner``'s job existed but its record has expired (the API answers 410, others 404)."""
+        tombstone = self.redis.get(self.keys.gone(job_id))
+        return tombstone is not None and tombstone.decode() == (owner or "-")  # type: ignore[union-attr]
 
     # --- transitions -------------------------------------------------------------------
 
@@ -162,7 +167,7 @@ class JobStore:
         ttl = self.settings.result_ttl_s if new.terminal else 0
         args: list[Any] = [
             "," + ",".join(allowed) + ",", new.value, ttl, int(count_attempt), int(new.terminal),
-            self.keys.active(""),
+            self.keys.active(""), self.keys.queued(""),  # the job leaves the queue: its reservation goes
         ]
         for key, value in _encode(fields).items():
             args += [key, value]

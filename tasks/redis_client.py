@@ -8,6 +8,8 @@ from urllib.parse import urlparse
 
 import redis
 import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tasks.errors import GenqError
 from tasks.settings import Settings
@@ -16,14 +18,26 @@ SENTINEL_SCHEME = "sentinel://"
 DEFAULT_SENTINEL_PORT = 26379
 
 
-def connect(settings: Settings, *, timeout: float | None = None) -> redis.Redis:
-    """A client with connect and socket timeouts; ``timeout`` widens the socket one for blocking reads."""
+#: The API's share of GENQ_REDIS_TIMEOUT_S per Redis call: a request makes at most two calls before one
+#: fails (the rate limiter's, which is swallowed, then the job store's), so a stall answers 503 within it.
+API_CALL_SHARE = 0.5
+
+
+def connect(settings: Settings, *, timeout: float | None = None, fail_fast: bool = False) -> redis.Redis:
+    """A client with connect and socket timeouts; ``timeout`` widens the socket one for blocking reads.
+
+    ``fail_fast`` (the API): each call gets half the Redis timeout, a timeout is never retried, and a
+    dropped connection is retried once at once (a Redis restart costs no request), never after a backoff.
+    """
+    call_timeout = settings.redis_timeout_s * (API_CALL_SHARE if fail_fast else 1.0)
     options: dict[str, Any] = {
-        "socket_connect_timeout": settings.redis_timeout_s,
-        "socket_timeout": timeout or settings.redis_timeout_s,
+        "socket_connect_timeout": call_timeout,
+        "socket_timeout": timeout or call_timeout,
         "health_check_interval": 10,
         "retry_on_timeout": False,
     }
+    if fail_fast:
+        options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
     if is_sentinel(settings.redis_url):
         return sentinel_master(settings, options)
     return redis.Redis.from_url(settings.redis_url, **options)

@@ -26,6 +26,11 @@ DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as
 DEFAULT_ORPHAN_GRACE_S = 60
 DEFAULT_RATE_LIMIT = "600/minute"  # submissions per API key; a key's own `rate=` overrides it
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600  # the same Idempotency-Key returns the same job for a day
+# A worker that took a webhook delivery and died gives it up after this long; above the longest attempt (~7 s).
+DEFAULT_WEBHOOK_LEASE_S = 30.0
+DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
+DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
 
 
 def env_fields(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -73,12 +78,17 @@ class Settings:
     api_keys_file: Path | None = None
     rate_limit: str = DEFAULT_RATE_LIMIT
     idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S
-    webhook_secret: str = field(default="", repr=False)  # HMAC key for webhook signatures
+    webhook_secret: str = field(default="", repr=False)  # server secret each key's signing secret derives from
+    webhook_allow_unsigned: bool = False  # without a secret, webhooks are refused unless this says otherwise
     webhook_allow_http: bool = False  # https only unless told otherwise
     webhook_allow_private: bool = False  # never loopback/private/link-local targets unless told (tests, dev)
+    webhook_lease_s: float = DEFAULT_WEBHOOK_LEASE_S
+    webhook_poll_s: float = DEFAULT_WEBHOOK_POLL_S
+    keys_reload_s: float = DEFAULT_KEYS_RELOAD_S
     model: str | None = None  # the model a worker serves (worker only)
     gpu: str | None = None  # the GPU a worker owns (worker only)
     metrics_port: int | None = None  # a worker's Prometheus /metrics and /healthz port (worker only)
+    metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     flower_user: str = "genq"
     flower_password: str = field(default="", repr=False)
 

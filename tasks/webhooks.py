@@ -1,57 +1,83 @@
-"""Webhooks: which URLs may be called (SSRF rules) and how a delivery is signed.
+"""Webhooks: which URLs may be submitted, and how deliveries are signed (the Standard Webhooks scheme).
 
-The API checks a URL at submit (422); the worker checks it again just before each delivery,
-because DNS can change in between.
+Every API key has its own signing secret, derived from the server's ``GENQ_WEBHOOK_SECRET`` and the
+key's SHA-256 digest, so one tenant's secret cannot forge events for another's receiver. Headers:
+``webhook-id`` (stable across retries: receivers drop duplicates), ``webhook-timestamp`` (seconds)
+and ``webhook-signature: v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
-import ipaddress
-import socket
-from urllib.parse import urlsplit
+import time
 
 from tasks.errors import InvalidInput
 from tasks.settings import Settings
+from tasks.ssrf import check_host, split_webhook_url
 
-SIGNATURE_HEADER = "X-Genq-Signature"
-TIMESTAMP_HEADER = "X-Genq-Timestamp"
+ID_HEADER = "webhook-id"
+TIMESTAMP_HEADER = "webhook-timestamp"
+SIGNATURE_HEADER = "webhook-signature"
 EVENT_HEADER = "X-Genq-Event"
-# Cloud metadata endpoints outside the link-local range (AWS IPv6, Alibaba).
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200")})
+SECRET_PREFIX = "whsec_"
+TOLERANCE_S = 300  # receivers refuse timestamps further off than this (replays)
+_DERIVATION_LABEL = b"genq webhook secret v1:"
 
 
-def forbidden_address(address: str) -> bool:
-    """Loopback, private, link-local (169.254.169.254 included), reserved, multicast or metadata."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return (ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_reserved or ip.is_multicast
-            or ip.is_unspecified or not ip.is_global or ip in METADATA_ADDRESSES)
+class Unsigned(Exception):
+    """No server secret is configured and unsigned webhooks are not allowed."""
 
 
-def check_webhook_url(url: str, settings: Settings, *, field: str = "webhook") -> list[str]:
-    """Raise InvalidInput unless ``url`` may be called; returns the addresses it resolves to."""
-    parts = urlsplit(url)
-    allowed_schemes = ("https", "http") if settings.webhook_allow_http else ("https",)
-    if parts.scheme not in allowed_schemes:
-        raise InvalidInput(f"{field}: must be an {' or '.join(allowed_schemes)} URL", field=field)
-    if not parts.hostname or parts.username or parts.password:
-        raise InvalidInput(f"{field}: must name a host and carry no credentials", field=field)
+def key_secret(server_secret: str, key_id: str) -> str:
+    """The ``whsec_...`` secret of one API key (``key_id``: its SHA-256 hex digest, "" in open mode)."""
+    if not server_secret:
+        raise Unsigned("GENQ_WEBHOOK_SECRET is not set")
+    raw = hmac.new(server_secret.encode(), _DERIVATION_LABEL + key_id.encode(), hashlib.sha256).digest()
+    return SECRET_PREFIX + base64.b64encode(raw).decode()
+
+
+def _secret_bytes(secret: str) -> bytes:
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+
+
+def sign(secret: str, delivery_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value for one delivery."""
+    content = f"{delivery_id}.{timestamp}.".encode() + body
+    digest = hmac.new(_secret_bytes(secret), content, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def verify(secret: str, headers: dict[str, str], body: bytes, *, now: float | None = None) -> bool:
+    """What a receiver does: the signature matches with its own secret and the timestamp is recent."""
+    lower = {k.lower(): v for k, v in headers.items()}
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except (OSError, ValueError):
-        raise InvalidInput(f"{field}: host {parts.hostname!r} does not resolve", field=field) from None
-    addresses = sorted({str(info[4][0]) for info in infos})
-    if not settings.webhook_allow_private and any(forbidden_address(a) for a in addresses):
-        raise InvalidInput(f"{field}: {parts.hostname!r} resolves to a private, loopback or link-local address",
+        delivery_id, timestamp = lower[ID_HEADER], int(lower[TIMESTAMP_HEADER])
+    except (KeyError, ValueError):
+        return False
+    if abs((time.time() if now is None else now) - timestamp) > TOLERANCE_S:
+        return False
+    expected = sign(secret, delivery_id, timestamp, body)
+    return any(hmac.compare_digest(expected, given) for given in lower.get(SIGNATURE_HEADER, "").split())
+
+
+def signing_headers(settings: Settings, key_id: str, delivery_id: str, body: bytes) -> dict[str, str]:
+    """Headers of one attempt; unsigned (no signature header) only when the settings allow it."""
+    timestamp = int(time.time())
+    headers = {ID_HEADER: delivery_id, TIMESTAMP_HEADER: str(timestamp)}
+    if settings.webhook_secret:
+        headers[SIGNATURE_HEADER] = sign(key_secret(settings.webhook_secret, key_id), delivery_id, timestamp, body)
+    elif not settings.webhook_allow_unsigned:
+        raise Unsigned("GENQ_WEBHOOK_SECRET is not set and GENQ_WEBHOOK_ALLOW_UNSIGNED is off")
+    return headers
+
+
+def check_webhook_url(url: str, settings: Settings, *, field: str = "webhook") -> None:
+    """At submit: refuse a URL that cannot be delivered (scheme, credentials, forbidden address); no DNS."""
+    if not settings.webhook_secret and not settings.webhook_allow_unsigned:
+        raise InvalidInput(f"{field}: webhooks are disabled on this server (no GENQ_WEBHOOK_SECRET to sign them)",
                            field=field)
-    return addresses
-
-
-def signature(secret: str, timestamp: str, body: bytes) -> str:
-    """``v1=`` + HMAC-SHA256 of ``<timestamp>.<body>``: receivers recompute it and reject old timestamps."""
-    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return f"v1={digest}"
+    parts = split_webhook_url(url, allow_http=settings.webhook_allow_http, field=field)
+    assert parts.hostname is not None
+    check_host(parts.hostname, allow_private=settings.webhook_allow_private, field=field)

@@ -113,6 +113,12 @@ kind = "fill-mask"
 source = "fake://?log={tmp / 'hooks-exec.log'}"
 runtime = "tests.fake_runtime:FakeRuntime"
 
+[models.limited]
+kind = "fill-mask"
+source = "fake://"
+runtime = "tests.fake_runtime:FakeRuntime"
+max_queue_depth = 10
+
 [models.nobody]
 kind = "fill-mask"
 source = "fake://"

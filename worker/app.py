@@ -83,7 +83,8 @@ def _announce(sender: Any, **_: Any) -> None:
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
         if state.settings.metrics_port:
-            serve_metrics(state.loaded.spec, state.loaded.load_seconds, state.settings.metrics_port, liveness.healthy)
+            serve_metrics(state.loaded.spec, state.loaded.load_seconds, state.settings.metrics_port, liveness.healthy,
+                          state.settings.metrics_address)
 
 
 @signals.worker_shutdown.connect

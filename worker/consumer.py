@@ -120,9 +120,11 @@ class BatchingConsumer:
         # for them. The batch's task-succeeded events still come after these (they run in this thread).
         for item in batch:
             self._send("task-started", uuid=item.job_id)
-            if "start" in item.webhook_events:
-                self.loaded.webhooks.enqueue(item.job_id, "start")
         self._flush_events()  # events are buffered until the next loop turn otherwise
+        try:  # into the outbox in Redis, one round trip: any worker delivers them, even if this one dies
+            self.loaded.webhooks.record([(item.job_id, "start") for item in batch if "start" in item.webhook_events])
+        except Exception as exc:
+            log.error("cannot record start webhooks of %d jobs: %s", len(batch), exc)
 
     def _execute_timed(self, batch: list[WorkItem]) -> None:
         """On the model thread: the batch, and how long it kept the model busy (the policy learns from it)."""
@@ -185,7 +187,7 @@ class BatchingConsumer:
     # --- after a job: event, then ack --------------------------------------------------
 
     def _settle(self, items: list[WorkItem]) -> None:
-        for item in items:
+        for item in self._record_completed(items):
             if not item.settled:
                 # Its outcome could not be stored (Redis gone for longer than the retries): keep the
                 # message unacknowledged so that it comes back, rather than lose the job.
@@ -197,10 +199,24 @@ class BatchingConsumer:
             except Exception as exc:  # the channel died under us: Redis gives the message back, claim dedupes
                 log.warning("job %s: ack failed (%s); it will be redelivered and skipped", item.job_id, exc)
             record_job(self.loaded.spec, item.status)
-            if "completed" in item.webhook_events and item.status is not None:
-                self.loaded.webhooks.enqueue(item.job_id, "completed")
         self._flush_events()
         self._report_held()
+
+    def _record_completed(self, items: list[WorkItem]) -> list[WorkItem]:
+        """Record ``completed`` webhooks in the outbox before acking; items whose record failed stay unacked.
+
+        A redelivered message of a finished job records nothing new (the outbox keeps one per job and
+        event), and one whose record failed comes back to be recorded then.
+        """
+        hooks = [item for item in items
+                 if item.settled and item.status is not None and "completed" in item.webhook_events]
+        try:
+            self.loaded.webhooks.record([(item.job_id, "completed") for item in hooks])
+        except Exception as exc:
+            log.error("cannot record completed webhooks (%s); leaving %d messages for redelivery", exc, len(hooks))
+            unrecorded = {id(item) for item in hooks}
+            return [item for item in items if id(item) not in unrecorded]
+        return items
 
     def _report_held(self) -> None:
         try:

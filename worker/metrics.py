@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 from tasks.schemas import JobStatus
+from tasks.settings import DEFAULT_METRICS_ADDRESS
 
 if TYPE_CHECKING:
     from tasks.models_file import ModelSpec
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Containers and Prometheus reach the port from outside; it carries numbers only, no job data.
-METRICS_ADDRESS = "0.0.0.0"
+#: This host only by default (GENQ_METRICS_ADDRESS): compose sets 0.0.0.0 inside its network, where
+#: Prometheus scrapes, and publishes no worker port. It carries numbers only, no job data.
+METRICS_ADDRESS = DEFAULT_METRICS_ADDRESS
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 BATCH_SIZE = Histogram("genq_worker_batch_size", "Jobs per batch run", ["model"],
@@ -147,14 +149,15 @@ def start_metrics_server(port: int, healthy: Callable[[], bool], address: str = 
     return server
 
 
-def serve_metrics(spec: ModelSpec, load_seconds: float, port: int, healthy: Callable[[], bool]) -> MetricsServer | None:
+def serve_metrics(spec: ModelSpec, load_seconds: float, port: int, healthy: Callable[[], bool],
+                  address: str = METRICS_ADDRESS) -> MetricsServer | None:
     """The worker's metrics, once its model is loaded; a busy port is logged, not fatal (jobs still run)."""
     MODEL_LOAD.labels(spec.id).set(load_seconds)
     register_gpu_gauges(spec.id)
     try:
-        server = start_metrics_server(port, healthy)
+        server = start_metrics_server(port, healthy, address)
     except OSError as exc:
-        log.error("cannot serve metrics on port %d: %s", port, exc)
+        log.error("cannot serve metrics on %s:%d: %s", address, port, exc)
         return None
-    log.info("metrics on http://%s:%d/metrics, health on /healthz", METRICS_ADDRESS, port)
+    log.info("metrics on http://%s:%d/metrics, health on /healthz", address, port)
     return server

@@ -1,80 +1,153 @@
-"""Webhook delivery from the worker, after the job's status is stored: signed, retried, SSRF-checked.
+"""Webhook delivery from the outbox (``tasks/outbox.py``): signed per key, SSRF-checked, pinned, retried.
 
-A daemon thread with a due-time heap, so a slow or failing receiver delays nobody's batch.
-Deliveries still pending when a worker process dies are lost (at most once per event).
+Every worker runs a few sender threads that take due deliveries from Redis under a lease, whatever
+model recorded them, so a delivery outlives the worker that recorded it. Each attempt resolves the
+host once, refuses it if any address is not public, and connects to the address it checked (the
+URL's host is replaced by that address; Host and TLS SNI keep the name): DNS rebinding gains nothing.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import ipaddress
 import json
 import logging
+import socket
 import threading
-import time
+from collections.abc import Callable
+from urllib.parse import SplitResult
 
 import httpx
+from prometheus_client import Counter
 
 from tasks.errors import InvalidInput
 from tasks.job_store import JobStore
-from tasks.webhooks import EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, check_webhook_url, signature
+from tasks.outbox import Delivery, Outbox
+from tasks.ssrf import check_host, forbidden_address, split_webhook_url
+from tasks.webhooks import EVENT_HEADER, Unsigned, signing_headers
 
 log = logging.getLogger(__name__)
-RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # ~1 min of retries, then give up
-TIMEOUT = httpx.Timeout(5.0, connect=2.0)  # a receiver gets seconds, not minutes
+TIMEOUT = httpx.Timeout(5.0, connect=2.0)  # a receiver gets seconds, not minutes; below the lease
+SENDER_THREADS = 2  # one slow receiver does not hold up every other delivery
+Resolver = Callable[[str, int], list[str]]
+DELIVERIES = Counter("genq_worker_webhooks", "Webhook attempts by outcome", ["outcome"])
+
+
+class Refused(Exception):
+    """The target may not be called (forbidden address, no secret): retrying would not help."""
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to (one lookup)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def pinned_request(parts: SplitResult, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """URL aimed at ``address``, with the Host header and SNI of the original name."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    literal = f"[{ip}]" if ip.version == 6 else str(ip)
+    netloc = f"{literal}:{parts.port}" if parts.port else literal
+    url = parts._replace(netloc=netloc).geturl()
+    host = parts.netloc.rpartition("@")[2]
+    extensions = {"sni_hostname": parts.hostname or ""} if parts.scheme == "https" else {}
+    return url, {"Host": host}, extensions
 
 
 class WebhookSender:
-    def __init__(self, store: JobStore) -> None:
-        self.store = store
-        self._heap: list[tuple[float, int, str, str, int]] = []  # (due, seq, job_id, event, attempt)
-        self._seq = itertools.count()
-        self._wake = threading.Condition()
-        self._client = httpx.Client(timeout=TIMEOUT, follow_redirects=False)
-        threading.Thread(target=self._run, name="genq-webhooks", daemon=True).start()
+    """Sender threads over the outbox; ``wake()`` after recording sends at once instead of at the next poll."""
 
-    def enqueue(self, job_id: str, event: str, attempt: int = 0, delay: float = 0.0) -> None:
-        with self._wake:
-            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), job_id, event, attempt))
-            self._wake.notify()
+    def __init__(self, store: JobStore, resolver: Resolver = system_resolver, threads: int = SENDER_THREADS,
+                 start: bool = True) -> None:
+        self.store, self.settings, self.resolver = store, store.settings, resolver
+        self.outbox = Outbox(store.redis, store.settings)
+        self._wake = threading.Event()
+        self._client = httpx.Client(timeout=TIMEOUT, follow_redirects=False, trust_env=False)
+        if start:
+            for n in range(threads):
+                threading.Thread(target=self._run, name=f"genq-webhooks-{n}", daemon=True).start()
+
+    def record(self, events: list[tuple[str, str]]) -> None:
+        """Record deliveries (before any attempt, surviving this process); raises if Redis does not take them."""
+        if self.outbox.record(events):
+            self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def _run(self) -> None:
         while True:
-            with self._wake:
-                while not self._heap or self._heap[0][0] > time.monotonic():
-                    self._wake.wait(timeout=(self._heap[0][0] - time.monotonic()) if self._heap else None)
-                _, _, job_id, event, attempt = heapq.heappop(self._heap)
             try:
-                done = self.deliver(job_id, event)
-            except Exception:
-                log.exception("webhook for job %s failed", job_id)
-                done = False
-            if not done and attempt < len(RETRY_DELAYS_S):
-                self.enqueue(job_id, event, attempt + 1, RETRY_DELAYS_S[attempt])
-            elif not done:
-                log.error("webhook %s for job %s: giving up after %d attempts", event, job_id, attempt + 1)
+                claimed = self.outbox.claim()
+            except Exception as exc:  # Redis down: try again at the next poll
+                log.warning("webhook outbox unreachable: %s", exc)
+                claimed = []
+            if not claimed:
+                self._wake.wait(self.settings.webhook_poll_s)
+                self._wake.clear()
+                continue
+            for delivery in claimed:
+                self.attempt(delivery)
 
-    def deliver(self, job_id: str, event: str) -> bool:
-        """One attempt; True when delivered (2xx) or not worth retrying (no URL, URL now forbidden)."""
-        record = self.store.get(job_id)
-        if record is None or not record.webhook or event not in record.webhook_events:
-            return True
+    def attempt(self, delivery: Delivery) -> str:
+        """One attempt of a claimed delivery; settles it in the outbox and returns the outcome."""
         try:
-            check_webhook_url(record.webhook, self.store.settings)  # again: DNS may have changed
+            outcome = self.send(delivery)
+        except Refused as exc:
+            log.warning("webhook %s for job %s refused: %s", delivery.event, delivery.job_id, exc)
+            outcome = "refused"
+        except Exception:
+            log.exception("webhook %s for job %s failed", delivery.event, delivery.job_id)
+            outcome = "error"
+        DELIVERIES.labels(outcome).inc()
+        try:
+            if outcome in ("delivered", "gone"):
+                self.outbox.delivered(delivery)
+            elif outcome in ("refused", "rejected"):
+                self.outbox.failed(delivery)
+            elif not self.outbox.retry(delivery):
+                log.error("webhook %s for job %s: giving up after %d attempts", delivery.event, delivery.job_id,
+                          delivery.attempt)
+        except Exception as exc:  # the lease runs out and another worker tries again
+            log.warning("cannot settle webhook %s for job %s: %s", delivery.event, delivery.job_id, exc)
+        return outcome
+
+    def send(self, delivery: Delivery) -> str:
+        """POST the event: ``delivered`` (2xx), ``rejected`` (a 4xx: not worth retrying), ``retry``, ``gone``."""
+        record = self.store.get(delivery.job_id)
+        if record is None or not record.webhook:
+            return "gone"  # the job expired, or never had a webhook: nothing to send
+        try:
+            parts = split_webhook_url(record.webhook, allow_http=self.settings.webhook_allow_http)
+            assert parts.hostname is not None
+            literal = check_host(parts.hostname, allow_private=self.settings.webhook_allow_private)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            addresses = [str(literal)] if literal is not None else self.resolver(parts.hostname, port)
         except InvalidInput as exc:
-            log.warning("webhook for job %s refused: %s", job_id, exc.message)
-            return True
-        body = json.dumps({"event": event, "job": record.public().model_dump(mode="json")}).encode()
-        timestamp = str(int(time.time()))
-        headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: timestamp, EVENT_HEADER: event,
-                   SIGNATURE_HEADER: signature(self.store.settings.webhook_secret, timestamp, body),
-                   "User-Agent": "genq-webhook/1"}
+            raise Refused(exc.message) from None
+        except OSError as exc:
+            log.info("webhook host %r does not resolve: %s", parts.hostname, exc)
+            return "retry"
+        if not addresses:
+            return "retry"
+        if not self.settings.webhook_allow_private and any(forbidden_address(a) for a in addresses):
+            raise Refused(f"{parts.hostname!r} resolves to a non-public address ({', '.join(addresses)})")
+        body = json.dumps({"id": delivery.delivery_id, "event": delivery.event,
+                           "job": record.public().model_dump(mode="json")}).encode()
         try:
-            response = self._client.post(record.webhook, content=body, headers=headers)
+            headers = signing_headers(self.settings, record.key_id, delivery.delivery_id, body)
+        except Unsigned as exc:
+            raise Refused(str(exc)) from None
+        url, host_header, extensions = pinned_request(parts, addresses[0])
+        headers.update(host_header)
+        headers.update({"Content-Type": "application/json", EVENT_HEADER: delivery.event,
+                        "User-Agent": "genq-webhook/2"})
+        try:
+            response = self._client.post(url, content=body, headers=headers, extensions=extensions)
         except httpx.HTTPError as exc:
-            log.info("webhook for job %s: %s", job_id, exc)
-            return False
+            log.info("webhook for job %s: %s", delivery.job_id, exc)
+            return "retry"
         if 200 <= response.status_code < 300:
-            return True
-        log.info("webhook for job %s answered %d", job_id, response.status_code)
-        return 400 <= response.status_code < 500 and response.status_code not in (408, 429)
+            return "delivered"
+        log.info("webhook for job %s answered %d", delivery.job_id, response.status_code)
+        rejected = 400 <= response.status_code < 500 and response.status_code not in (408, 409, 425, 429)
+        return "rejected" if rejected else "retry"

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,6 +26,7 @@ class Stack:
     flower: str
     proc: subprocess.Popen[str]
     workers: list[str]  # each worker's metrics port: GENQ_METRICS_PORT, +1, ...
+    state: Path
 
 
 def wait_ready(url: str, timeout: float = 180) -> None:
@@ -59,7 +61,7 @@ def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     try:
         wait_ready(api)
         yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc,
-                    workers=[f"http://127.0.0.1:{metrics_port + i}" for i in range(2)])
+                    workers=[f"http://127.0.0.1:{metrics_port + i}" for i in range(2)], state=state)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -130,6 +132,28 @@ def test_metrics_of_the_api_every_worker_and_flower(stack):
     assert any(n.startswith("flower_") for n, _, _ in flower)
     tasks = httpx.get(f"{stack.flower}/api/tasks", auth=FLOWER_AUTH, timeout=10).json()
     assert any(t["state"] == "SUCCESS" and (t.get("runtime") or 0) > 0 for t in tasks.values())  # each job's runtime
+
+
+def command_lines() -> list[str]:
+    lines = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # the process ended meanwhile
+            pass
+    return lines
+
+
+def test_secrets_are_on_no_command_line_and_worker_metrics_stay_local(stack):
+    secret = (stack.state / "webhook-secret").read_text().strip()
+    assert len(secret) >= 32
+    for line in command_lines():  # what `ps` shows anyone on this host
+        assert FLOWER_AUTH[1] not in line and secret not in line, line
+    listening = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    for url in stack.workers:
+        port = f"{int(url.rsplit(':', 1)[1]):04X}"
+        local = [row.split()[1] for row in listening if row.split()[1].endswith(f":{port}") and row.split()[3] == "0A"]
+        assert local == [f"0100007F:{port}"], local  # 127.0.0.1 only
 
 
 def test_ctrl_c_stops_everything(stack):

@@ -12,6 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from genq.redis_server import free_port
+from tasks.models_file import DEFAULT_MAX_QUEUE_DEPTH
 from tests.harness import ROOT, worker_env
 from tests.integration.jobs import poll, submit
 
@@ -80,13 +81,16 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
         == "no_workers"
     for job_id in ids:
         assert api.get(f"/v1/jobs/{job_id}").status_code == 200
-    store.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog: overloaded
+    store.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog
+    # ... and every place in its queue reserved: overloaded.
+    store.redis.zadd(store.keys.queued("nobody"), {f"ghost-{i}": time.time() for i in range(DEFAULT_MAX_QUEUE_DEPTH)})
     try:
         assert api.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}}).json["error"]["code"] \
             == "overloaded"
         response = api.get("/metrics")
     finally:
         store.worker_gone("nobody", "metrics-ghost@test")
+        store.redis.delete(store.keys.queued("nobody"))
     assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/plain")
     after = scrape(response.text)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 
 import pytest
@@ -97,3 +98,42 @@ def test_unexpected_errors_are_json_with_a_request_id_and_no_trace(settings, mon
     assert response.json == {"error": {"code": "internal", "request_id": "trace-me",
                                        "message": "internal error; quote the request_id when reporting it"}}
     assert b"ZeroDivision" not in response.data and b"Traceback" not in response.data
+
+
+def test_a_revoked_key_is_refused_within_seconds_without_a_restart(settings, tmp_path, worker_for):
+    worker_for("echo")
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
+    client = create_app(dataclasses.replace(settings, api_keys_file=keys_file)).test_client()
+    assert client.get("/v1/models", headers=bearer(KEY_A)).status_code == 200
+    # Revoke A the way an operator should: write a new file, rename it over the old one.
+    replacement = tmp_path / "keys.new"
+    replacement.write_text(f"{hash_key(KEY_B)} bob\n")
+    replacement.replace(keys_file)
+    revoked_at = time.monotonic()
+    while client.get("/v1/models", headers=bearer(KEY_A)).status_code != 401:
+        assert time.monotonic() - revoked_at < 3, "the revoked key still works"
+        time.sleep(0.05)
+    assert submit_as(client, KEY_A).status_code == 401
+    assert client.get("/v1/models", headers=bearer(KEY_B)).status_code == 200  # the others carry on
+
+
+def test_an_expired_job_is_410_for_its_owner_and_404_for_everyone_else(keyed, store):
+    job_id = submit_as(keyed, KEY_A, "expiring [MASK]").json["id"]
+    poll_as = keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_A))
+    assert poll_as.status_code == 200
+    store.redis.delete(store.keys.job(job_id))  # its record expired; the tombstone remains
+    mine = keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_A))
+    assert mine.status_code == 410 and mine.json["error"]["code"] == "gone"
+    for response in (keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_B)),
+                     keyed.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(KEY_B)),
+                     keyed.get(f"/v1/jobs/{job_id}/outputs/0", headers=bearer(KEY_B))):
+        assert response.status_code == 404 and response.json["error"]["code"] == "not_found"
+
+
+def test_every_response_says_nosniff(api, worker_for):
+    worker_for("echo")
+    job = api.post("/v1/jobs", json={"model": "echo", "input": {"text": "sniff [MASK]"}}).json
+    for response in (api.get(f"/v1/jobs/{job['id']}"), api.get(f"/v1/jobs/{job['id']}/outputs/0"),
+                     api.get("/metrics"), api.get("/openapi.json"), api.get("/healthz")):
+        assert response.headers["X-Content-Type-Options"] == "nosniff"

@@ -130,3 +130,16 @@ print(REGISTRY.get_sample_value(metrics.GPU_MEMORY_ALLOCATED, {"model": "m"}),
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["1024.0", "4096.0"]
+
+
+def test_worker_metrics_listen_on_this_host_only_by_default():
+    from tasks.settings import Settings
+
+    assert Settings().metrics_address == "127.0.0.1"
+    assert Settings.from_env({"GENQ_METRICS_ADDRESS": "0.0.0.0"}).metrics_address == "0.0.0.0"
+    srv = metrics.start_metrics_server(0, lambda: True)
+    try:
+        assert srv.server_address[0] == "127.0.0.1"
+    finally:
+        srv.shutdown()
+        srv.server_close()
