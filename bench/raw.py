@@ -22,8 +22,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.workload import job_input  # noqa: E402
-from tasks.models_file import load_models_file  # noqa: E402
 from tasks.inputs import validate_input  # noqa: E402
+from tasks.models_file import load_models_file  # noqa: E402
 
 
 class Probe:
