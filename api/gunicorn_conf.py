@@ -6,7 +6,8 @@ from typing import Any
 bind = os.environ.get("GENQ_API_BIND", "0.0.0.0:8000")
 workers = int(os.environ.get("GENQ_API_WORKERS", "2"))
 worker_class = "gthread"
-threads = int(os.environ.get("GENQ_API_THREADS", "32"))  # each waiting client holds one thread
+# Each waiting client holds one thread; at most GENQ_MAX_WAITERS (3/4 of them by default) wait at once.
+threads = int(os.environ.get("GENQ_API_THREADS", "32"))
 timeout = 120  # above the Prefer: wait cap, so a waiting request is never killed as stuck
 graceful_timeout = 30
 keepalive = 5

@@ -47,6 +47,12 @@ def prefer_wait_s() -> float:
     return min(float(match.group(1)), services().settings.wait_cap_s) if match else 0.0
 
 
+def wait_for(svc: Services, record: JobRecord, seconds: float) -> JobRecord:
+    """The record once terminal, or as it stands after ``seconds`` (or at once when every wait slot is taken)."""
+    waited = svc.waiters.wait(record.id, seconds, lambda: svc.store.get(record.id), lambda r: r.status.terminal)
+    return waited or record
+
+
 def job_response(record: JobRecord, status: int) -> Response:
     response = make_response(jsonify(record.public().model_dump(mode="json")), status)
     response.headers["Location"] = url_for("jobs.get_job", job_id=record.id)
@@ -93,7 +99,7 @@ def create_job(body: JobCreate) -> Response:
     assert record is not None
     wait = prefer_wait_s()
     if wait > 0 and not record.status.terminal:
-        record = svc.store.wait(record.id, wait) or record
+        record = wait_for(svc, record, wait)
     return job_response(record, 200 if record.status.terminal else 202)
 
 
@@ -116,6 +122,9 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
             kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
                     "deadline_at": record.deadline_at, "webhook_events": record.webhook_events},
             retry_policy=PUBLISH_RETRY_POLICY,
+            # Results live in the job store: without this Celery SUBSCRIBEs and UNSUBSCRIBEs to a result
+            # channel on every publish, two Redis round trips per job for nothing.
+            ignore_result=True,
         )
     except Exception:
         try:
@@ -133,7 +142,7 @@ def get_job(path: JobPath) -> Response:
     record = owned_record(path.job_id)
     wait = prefer_wait_s()
     if wait > 0 and not record.status.terminal:
-        record = services().store.wait(record.id, wait) or record
+        record = wait_for(services(), record, wait)
     return job_response(record, 200)
 
 

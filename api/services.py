@@ -8,7 +8,9 @@ from celery import Celery
 from flask import current_app
 
 from api.auth import KeyRing
+from api.waiters import WaitHub
 from tasks.celery_app import create_celery
+from tasks.constants import Keys
 from tasks.errors import UnknownModel
 from tasks.job_store import JobStore
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
@@ -28,6 +30,7 @@ class Services:
     celery: Celery
     keys: KeyRing
     queue_limit: QueueLimit
+    waiters: WaitHub
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -39,6 +42,7 @@ class Services:
             celery=create_celery(settings),
             keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
             queue_limit=QueueLimit(client, settings),
+            waiters=WaitHub(client, Keys(settings.key_prefix), settings.waiters_per_process),
         )
 
     def model(self, model_id: str) -> ModelSpec:

@@ -141,3 +141,49 @@ def measure_point(url: str, model: str, kind: str, max_batch_size: int, concurre
     samples, window = closed_loop(url, model, kind, concurrency, warmup_s, duration_s)
     return summarize(samples, window, label=label, model=model, max_batch_size=max_batch_size,
                      concurrency=concurrency)
+
+
+OPEN_LOOP_THREADS = 96  # enough senders that a burst never waits for a free one at 90% load
+
+
+def open_loop(url: str, model: str, kind: str, rate: float, warmup_s: float, duration_s: float,
+              seed: int = 7) -> tuple[list[Sample], tuple[float, float]]:
+    """Poisson arrivals at ``rate`` per second: each request leaves on schedule, whatever the others do."""
+    import queue
+    import random
+
+    rng = random.Random(seed)
+    samples: list[Sample] = []
+    lock = threading.Lock()
+    todo: queue.Queue[int | None] = queue.Queue()
+
+    def sender() -> None:
+        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+            while (n := todo.get()) is not None:
+                sample = submit_and_wait(client, model, kind, n)
+                with lock:
+                    samples.append(sample)
+
+    threads = [threading.Thread(target=sender, daemon=True) for _ in range(OPEN_LOOP_THREADS)]
+    for thread in threads:
+        thread.start()
+    start = time.perf_counter()
+    window = (start + warmup_s, start + warmup_s + duration_s)
+    due, n = start, 0
+    while due < window[1]:
+        due += rng.expovariate(rate)
+        time.sleep(max(0.0, due - time.perf_counter()))
+        todo.put(n)
+        n += 1
+    for _ in threads:
+        todo.put(None)
+    for thread in threads:
+        thread.join()
+    return samples, window
+
+
+def measure_open_loop(url: str, model: str, kind: str, max_batch_size: int, rate: float, warmup_s: float,
+                      duration_s: float, label: str) -> Point:
+    samples, window = open_loop(url, model, kind, rate, warmup_s, duration_s)
+    # Latency counts every request sent in the window (they all finish: the load is below capacity).
+    return summarize(samples, window, label=label, model=model, max_batch_size=max_batch_size, concurrency=0)

@@ -1,4 +1,4 @@
-"""The benchmark's one table, its targets (issue 4), the plot and the raw JSON."""
+"""The benchmarks' one table, the raw references beside every point, and the raw JSON."""
 
 from __future__ import annotations
 
@@ -9,11 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.load import Point
-
-# Targets on this CPU machine (issue 4).
-THROUGHPUT_SHARE = 0.90  # genq batched at the highest concurrency >= 90% of the raw batched limit
-GAIN_SHARE = 0.90  # genq's batched/unbatched ratio >= 90% of the raw batch gain
-LATENCY_SLACK_MS = 15.0  # genq's p50 at concurrency 1 <= the raw single call + 15 ms
 
 
 @dataclass
@@ -89,86 +84,6 @@ def raw_spread(raws: list[Raw]) -> list[str]:
             lines.append(f"raw {demo} batch {b}: {min(values):.1f}-{max(values):.1f} items/s over {len(values)} "
                          "measurements (one before and after every HTTP point)")
     return lines
-
-
-def targets(points: list[Point], demo: str, configs: dict[int, str]) -> list[str]:
-    """Issue 4's three targets for one demo model; ``configs`` maps max batch size -> model id.
-
-    Each HTTP point is compared with the raw runtime measured right before and after it, so that
-    background load on a shared machine moves both sides of every ratio alike.
-    """
-    batched, single = max(configs), min(configs)
-    closed = [p for p in points if p.label == "closed loop"]
-    top = max(p.concurrency for p in closed)
-
-    def at(max_batch: int, clients: int) -> Point:
-        return next(p for p in closed if p.model == configs[max_batch] and p.concurrency == clients)
-
-    lines = []
-    hi, lo = at(batched, top), at(single, top)
-    share = hi.rps / hi.raw_items_per_s[batched]
-    lines.append(_verdict(f"{demo}: {top} clients, max batch {batched}: {hi.rps:.1f} req/s = {share:.0%} of the raw "
-                          f"limit {hi.raw_items_per_s[batched]:.1f} items/s (model call per batch in the worker "
-                          f"{hi.mean_inference_ms:.0f} ms, raw {hi.raw_median_ms[batched]:.0f} ms)",
-                          share >= THROUGHPUT_SHARE, f">= {THROUGHPUT_SHARE:.0%}"))
-    # Each side against its own raw reference: (hi.rps / raw_hi) / (lo.rps / raw_lo) = gain / raw gain.
-    raw_gain = hi.raw_items_per_s[batched] / lo.raw_items_per_s[single]
-    gain = hi.rps / lo.rps
-    of_raw = (hi.rps / hi.raw_items_per_s[batched]) / (lo.rps / lo.raw_items_per_s[single])
-    lines.append(_verdict(f"{demo}: batched/unbatched at {top} clients {gain:.2f}x; raw gain {raw_gain:.2f}x; each "
-                          f"against its own raw reference: {of_raw:.0%} of the raw gain", of_raw >= GAIN_SHARE,
-                          f">= {GAIN_SHARE:.0%}"))
-    for max_batch in (batched, single):
-        p = at(max_batch, 1)
-        single_ms = p.raw_median_ms[1]
-        lines.append(_verdict(f"{demo}: p50 at 1 client, max batch {max_batch}: {p.p50_ms:.0f} ms = raw single call "
-                              f"{single_ms:.0f} ms + {p.p50_ms - single_ms:.0f} ms (p50 - model call in the worker: "
-                              f"{p.p50_ms - p.mean_inference_ms:.0f} ms)",
-                              p.p50_ms <= single_ms + LATENCY_SLACK_MS, f"<= +{LATENCY_SLACK_MS:.0f} ms"))
-    return lines
-
-
-def _verdict(text: str, ok: bool, target: str) -> str:
-    return f"[{'met' if ok else 'MISSED'}] {text} (target {target})"
-
-
-def plot(raws: list[Raw], points: list[Point], model_ids: dict[str, dict[int, str]], path: Path) -> None:
-    """Throughput and p95 against concurrency, batched vs unbatched, one row per demo model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    closed = [p for p in points if p.label == "closed loop"]
-    fig, axes = plt.subplots(len(model_ids), 2, figsize=(11, 4 * len(model_ids)), squeeze=False)
-    for row, (demo, configs) in enumerate(model_ids.items()):
-        raw = mean_raw(raws, demo)
-        tput, lat = axes[row]
-        for max_batch, model in sorted(configs.items()):
-            mine = sorted((p for p in closed if p.model == model), key=lambda p: p.concurrency)
-            label = "batched" if max_batch > 1 else "unbatched"
-            label = f"{label} (max batch {max_batch})"
-            xs = [p.concurrency for p in mine]
-            tput.plot(xs, [p.rps for p in mine], marker="o", label=label)
-            lat.plot(xs, [p.p95_ms for p in mine], marker="o", label=label)
-            tput.axhline(raw.items_per_s[max_batch], linestyle="--", linewidth=1, color=tput.lines[-1].get_color(),
-                         label=f"raw runtime, batch {max_batch}")
-        lat.axhline(raw.median_ms[1], linestyle=":", color="gray", linewidth=1, label="raw single call")
-        tput.set_ylim(bottom=0)
-        lat.set_ylim(bottom=0)
-        for ax, title, unit in ((tput, "throughput", "requests/s"), (lat, "p95 latency", "ms")):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(sorted({p.concurrency for p in closed}))
-            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-            ax.set_xlabel("concurrent clients (closed loop)")
-            ax.set_ylabel(unit)
-            ax.set_title(f"{demo}: {title}")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def write_json(raws: list[Raw], points: list[Point], meta: dict[str, Any], path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.workload import kind_of
 from tasks.settings import Settings
 from tests.harness import ROOT, RedisServer, WorkerProcess, worker_env
 
@@ -32,20 +33,20 @@ class ModelConfig:
     """One entry of the generated models file: a demo model with the batching settings under test."""
 
     id: str
-    demo: str  # "gpt2-demo" or "sd-demo"
+    demo: str  # "gpt2-demo", "sd-demo" or "bert-demo"
     max_batch_size: int
     max_wait_ms: float
-    run_when_idle: bool = True
+    policy: str = "adaptive"
 
     def toml(self, demo_dir: Path) -> str:
-        kind = "text-generation" if self.demo.startswith("gpt2") else "text-to-image"
-        idle = "true" if self.run_when_idle else "false"
+        kind = kind_of(self.demo)
         lines = [
             f"[models.{self.id}]",
             f'kind = "{kind}"',
             f'source = "{demo_dir / self.demo}"',
             f"batching = {{ max_batch_size = {self.max_batch_size}, max_wait_ms = {self.max_wait_ms}, "
-            f"run_when_idle = {idle} }}",
+            f'policy = "{self.policy}", buffer_batches = 2 }}',
+            "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
         if kind == "text-to-image":
             lines.append("limits = { default_width = 64, default_height = 64, default_steps = 4, "
@@ -108,6 +109,22 @@ class BenchStack:
             yield proc
         finally:
             proc.stop()
+
+    @contextmanager
+    def flower(self) -> Iterator[subprocess.Popen[bytes]]:
+        """Flower on the stack's Redis, as deployed: its CPU per job is part of genq's overhead."""
+        from genq.redis_server import free_port
+
+        log = open(self.work_dir / "flower.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "worker", "flower", f"--port={free_port()}",
+                                 "--address=127.0.0.1"], cwd=ROOT, env={**self.env(), "FLOWER_BASIC_AUTH": "b:b"},
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(3)  # connected and consuming events before the load starts
+            yield proc
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
     def stop(self) -> None:
         if self.api is not None and self.api.poll() is None:

@@ -39,6 +39,14 @@ class Keys:
     def done_channel(self, job_id: str) -> str:
         return f"{self.prefix}done:{job_id}"
 
+    def done_pattern(self) -> str:
+        """Every job's done channel, for one PSUBSCRIBE per API process (glob characters of the prefix escaped)."""
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
+        return f"{escaped}done:*"
+
+    def job_of_done_channel(self, channel: str) -> str:
+        return channel.removeprefix(f"{self.prefix}done:")
+
     def workers(self, model_id: str) -> str:
         """Sorted set of worker names serving ``model_id``, scored by last heartbeat time."""
         return f"{self.prefix}workers:{model_id}"

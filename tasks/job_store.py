@@ -238,25 +238,6 @@ class JobStore:
         records = [self.get(i.decode()) for i in ids]
         return [r for r in records if r is not None and r.status == JobStatus.queued]
 
-    # --- waiting -----------------------------------------------------------------------
-
-    def wait(self, job_id: str, timeout: float) -> JobRecord | None:
-        """Block until the job is terminal or ``timeout`` passes, on a pub/sub notification (no polling)."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        try:
-            pubsub.subscribe(self.keys.done_channel(job_id))
-            record = self.get(job_id)  # subscribed first, so a finish in between is not missed
-            end = time.monotonic() + timeout
-            while record is not None and not record.status.terminal:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    break
-                if pubsub.get_message(timeout=min(remaining, 1.0)) is not None:
-                    record = self.get(job_id)
-            return record
-        finally:
-            pubsub.close()
-
     # --- fleet -------------------------------------------------------------------------
 
     def fleet(self, model_id: str) -> Fleet:

@@ -16,6 +16,9 @@ DEFAULT_TOMBSTONE_TTL_S = 7 * 24 * 3600  # after the result expires, answer 410 
 DEFAULT_VISIBILITY_TIMEOUT_S = 600  # several times the worst hold (buffer + batch); also the crash-recovery delay
 DEFAULT_REDIS_TIMEOUT_S = 1.0  # an outage becomes a 503 within ~1 s, never a hung request
 DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
+# Waiting requests per API process, when not set: 3/4 of its threads, so plain requests always find one.
+WAITER_SHARE_OF_THREADS = 0.75
+DEFAULT_API_THREADS = 32  # gunicorn threads per API process (api/gunicorn_conf.py reads GENQ_API_THREADS)
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
 DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
 # SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
@@ -70,6 +73,8 @@ class Settings:
     visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
     wait_cap_s: float = DEFAULT_WAIT_CAP_S
+    api_threads: int = DEFAULT_API_THREADS
+    max_waiters: int | None = None  # Prefer: wait requests held at once per API process; beyond, 202 at once
     max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
     worker_ttl_s: float = DEFAULT_WORKER_TTL_S
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -91,6 +96,12 @@ class Settings:
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     flower_user: str = "genq"
     flower_password: str = field(default="", repr=False)
+
+    @property
+    def waiters_per_process(self) -> int:
+        if self.max_waiters is not None:
+            return max(1, self.max_waiters)
+        return max(1, int(self.api_threads * WAITER_SHARE_OF_THREADS))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

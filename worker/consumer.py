@@ -60,7 +60,7 @@ class BatchingConsumer:
             return
         self.batcher.add(item, self._key(item), self.runtime.weight(item.parsed), item.priority,  # type: ignore[arg-type]
                          deadline=self._monotonic_deadline(item))
-        self._report_held()
+        # The held count is reported per batch (start and settle), not per message: a Redis round trip each.
         self.maybe_run()
 
     @staticmethod
@@ -112,6 +112,7 @@ class BatchingConsumer:
             self._settle([item for item in batch if item not in admitted])
             if admitted:
                 self._start(admitted)
+                self._report_held()
 
     def _start(self, batch: list[WorkItem]) -> None:
         self.running = batch

@@ -1,0 +1,80 @@
+"""``Prefer: wait`` on one shared subscription per API process, with a cap on the requests held at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+
+import redis
+
+from tasks.constants import Keys
+from tasks.job_store import JobRecord
+from tasks.schemas import JobStatus
+
+
+def queued_job(store, model: str = "bert-demo") -> str:
+    """A job record with no message behind it: only this test moves it along."""
+    job_id = str(uuid.uuid4())
+    store.create(JobRecord(id=job_id, model=model, kind="fill-mask", status=JobStatus.queued,
+                           owner="anonymous", created_at=time.time(), input={"text": "a [MASK]"}))
+    return job_id
+
+
+def wait_in_threads(client, job_id: str, count: int, seconds: int = 20) -> list[tuple[float, dict]]:
+    results: list[tuple[float, dict]] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        started = time.monotonic()
+        response = client.get(f"/v1/jobs/{job_id}", headers={"Prefer": f"wait={seconds}"})
+        with lock:
+            results.append((time.monotonic() - started, response.json))
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return results, threads  # type: ignore[return-value]
+
+
+def finish(store, job_id: str) -> None:
+    store.claim_many([job_id])
+    assert store.finish(job_id, JobStatus.succeeded, output={"ok": True})
+
+
+def test_many_waits_share_one_subscription_and_all_wake_on_the_finish(settings, store):
+    from api import create_app
+
+    owner_app = create_app(settings)
+    client = owner_app.test_client()
+    job_id = queued_job(store)
+    results, threads = wait_in_threads(client, job_id, 12)
+    raw = redis.Redis.from_url(settings.redis_url)
+    time.sleep(1.0)  # every request is waiting by now
+    assert not results, "a request came back before the job finished"
+    channel = Keys(settings.key_prefix).done_channel(job_id)
+    assert raw.pubsub_numsub(channel) == [(channel.encode(), 0)]  # nobody subscribes per job
+    finished = time.monotonic()
+    finish(store, job_id)
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 12
+    assert all(job["status"] == "succeeded" for _, job in results)
+    assert time.monotonic() - finished < 2.0
+
+
+def test_waits_beyond_the_cap_answer_at_once(settings, store):
+    from api import create_app
+
+    client = create_app(dataclasses.replace(settings, max_waiters=2)).test_client()
+    job_id = queued_job(store)
+    results, threads = wait_in_threads(client, job_id, 5)
+    time.sleep(1.5)
+    early = list(results)
+    assert len(early) == 3, early  # the two slots hold, the others answer with the job as it stands
+    assert all(job["status"] == "queued" and seconds < 1.5 for seconds, job in early)
+    finish(store, job_id)
+    for thread in threads:
+        thread.join(10)
+    assert sorted(job["status"] for _, job in results[3:]) == ["succeeded", "succeeded"]
