@@ -3,11 +3,13 @@
 import os
 from typing import Any
 
+from tasks.settings import DEFAULT_API_THREADS
+
 bind = os.environ.get("GENQ_API_BIND", "0.0.0.0:8000")
 workers = int(os.environ.get("GENQ_API_WORKERS", "2"))
 worker_class = "gthread"
 # Each waiting client holds one thread; at most GENQ_MAX_WAITERS (3/4 of them by default) wait at once.
-threads = int(os.environ.get("GENQ_API_THREADS", "32"))
+threads = int(os.environ.get("GENQ_API_THREADS", str(DEFAULT_API_THREADS)))
 timeout = 120  # above the Prefer: wait cap, so a waiting request is never killed as stuck
 graceful_timeout = 30
 keepalive = 5

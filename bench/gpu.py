@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench import workload  # noqa: E402
 from bench.load import Point, measure_point  # noqa: E402
-from bench.report import Raw, attach_raw, mean_raw, write_json  # noqa: E402
+from bench.report import Raw, attach_raw, markdown_table, mean_raw, write_json  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
 from tasks.models_file import DEFAULT_MAX_WAIT_MS, load_models_file  # noqa: E402
 from tests.harness import ROOT  # noqa: E402
@@ -543,14 +543,7 @@ def table(raws: list[Raw], points: list[Point]) -> str:
         rows.append((p.model.removesuffix(f"-{p.label}"), p.label, str(p.concurrency), _fmt(p.rps, 2),
                      _fmt(items, 2), f"{p.rps / items:.0%}", _fmt(p.p50_ms), _fmt(call_ms),
                      _fmt(p.p50_ms - call_ms), _fmt(p.p95_ms), _fmt(p.mean_batch, 2), str(p.errors)))
-    widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) for i in range(len(HEADER))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        padded = (c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "|" + "|".join("-" * (w + 1) + (":" if i >= 2 else "-") for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(HEADER), rule, *(line(r) for r in rows)])
+    return markdown_table(HEADER, rows)
 
 
 def plot(raws: list[Raw], points: list[Point], path: Path) -> bool:

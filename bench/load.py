@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -114,19 +115,13 @@ def closed_loop(url: str, model: str, kind: str, concurrency: int, warmup_s: flo
     ready = threading.Barrier(concurrency + 1)
     times: dict[str, float] = {}
 
-    def client_loop() -> None:
-        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
-            ready.wait()
-            while time.perf_counter() < times["stop"]:
-                with lock:
-                    n = next(counter)
-                sample = submit_and_wait(client, model, kind, n)
-                with lock:
-                    samples.append(sample)
+    def next_job() -> int | None:
+        if time.perf_counter() >= times["stop"]:
+            return None
+        with lock:
+            return next(counter)
 
-    threads = [threading.Thread(target=client_loop, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
+    threads = start_clients(url, model, kind, concurrency, next_job, samples, lock, ready)
     now = time.perf_counter()
     times["measure"] = now + warmup_s
     times["stop"] = times["measure"] + duration_s
@@ -134,6 +129,26 @@ def closed_loop(url: str, model: str, kind: str, concurrency: int, warmup_s: flo
     for thread in threads:
         thread.join()
     return samples, (times["measure"], times["stop"])
+
+
+def start_clients(url: str, model: str, kind: str, count: int, next_job: Callable[[], int | None],
+                  samples: list[Sample], lock: threading.Lock,
+                  ready: threading.Barrier | None = None) -> list[threading.Thread]:
+    """``count`` threads, each with its own connection, sending job ``next_job()`` until it says None."""
+
+    def client_loop() -> None:
+        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+            if ready is not None:
+                ready.wait()
+            while (n := next_job()) is not None:
+                sample = submit_and_wait(client, model, kind, n)
+                with lock:
+                    samples.append(sample)
+
+    threads = [threading.Thread(target=client_loop, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
 
 
 def measure_point(url: str, model: str, kind: str, max_batch_size: int, concurrency: int, warmup_s: float,
@@ -156,17 +171,7 @@ def open_loop(url: str, model: str, kind: str, rate: float, warmup_s: float, dur
     samples: list[Sample] = []
     lock = threading.Lock()
     todo: queue.Queue[int | None] = queue.Queue()
-
-    def sender() -> None:
-        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
-            while (n := todo.get()) is not None:
-                sample = submit_and_wait(client, model, kind, n)
-                with lock:
-                    samples.append(sample)
-
-    threads = [threading.Thread(target=sender, daemon=True) for _ in range(OPEN_LOOP_THREADS)]
-    for thread in threads:
-        thread.start()
+    threads = start_clients(url, model, kind, OPEN_LOOP_THREADS, todo.get, samples, lock)
     start = time.perf_counter()
     window = (start + warmup_s, start + warmup_s + duration_s)
     due, n = start, 0

@@ -55,14 +55,19 @@ def table(raws: list[Raw], points: list[Point]) -> str:
         rows.append((p.label, p.model, str(p.max_batch_size), str(p.concurrency), _fmt(p.rps, 1), _fmt(p.mean_ms),
                      _fmt(p.p50_ms), _fmt(p.p90_ms), _fmt(p.p95_ms), _fmt(p.p99_ms), _fmt(p.mean_batch, 2),
                      _fmt(p.load_avg[0], 2)))
-    widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) for i in range(len(HEADER))]
+    return markdown_table(HEADER, rows)
+
+
+def markdown_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A Markdown table: the first two columns are labels (left), the rest numbers (right-aligned)."""
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
         padded = (c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
         return "| " + " | ".join(padded) + " |"
 
     rule = "|" + "|".join("-" * (w + 1) + (":" if i >= 2 else "-") for i, w in enumerate(widths)) + "|"
-    return "\n".join([line(HEADER), rule, *(line(r) for r in rows)])
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 
 def mean_raw(raws: list[Raw], demo: str) -> Raw:
