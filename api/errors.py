@@ -20,8 +20,11 @@ _HTTP_CODES = {
     400: ErrorCode.bad_request,
     401: ErrorCode.unauthorized,
     404: ErrorCode.not_found,
+    405: ErrorCode.method_not_allowed,
     410: ErrorCode.gone,
     413: ErrorCode.payload_too_large,
+    414: ErrorCode.uri_too_long,
+    431: ErrorCode.headers_too_large,
     429: ErrorCode.rate_limited,
 }
 BROKER_RETRY_AFTER_S = 2

@@ -3,7 +3,10 @@
 import os
 from typing import Any
 
+from api import gunicorn_errors
 from tasks.settings import DEFAULT_API_THREADS
+
+gunicorn_errors.install()  # its 400/414/431 answers in genq's JSON error shape
 
 bind = os.environ.get("GENQ_API_BIND", "0.0.0.0:8000")
 workers = int(os.environ.get("GENQ_API_WORKERS", "2"))

@@ -9,9 +9,12 @@ class ErrorCode(StrEnum):
     bad_request = "bad_request"
     unauthorized = "unauthorized"
     not_found = "not_found"
+    method_not_allowed = "method_not_allowed"
     gone = "gone"
     conflict = "conflict"
     payload_too_large = "payload_too_large"
+    uri_too_long = "uri_too_long"
+    headers_too_large = "headers_too_large"
     invalid_input = "invalid_input"
     unknown_model = "unknown_model"
     rate_limited = "rate_limited"
@@ -29,9 +32,12 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.bad_request: 400,
     ErrorCode.unauthorized: 401,
     ErrorCode.not_found: 404,
+    ErrorCode.method_not_allowed: 405,
     ErrorCode.gone: 410,
     ErrorCode.conflict: 409,
     ErrorCode.payload_too_large: 413,
+    ErrorCode.uri_too_long: 414,
+    ErrorCode.headers_too_large: 431,
     ErrorCode.invalid_input: 422,
     ErrorCode.unknown_model: 422,
     ErrorCode.rate_limited: 429,

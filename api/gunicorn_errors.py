@@ -1,0 +1,36 @@
+"""gunicorn's own error answers (a request line or headers over its limits, a malformed request) in genq's
+JSON error shape instead of gunicorn's HTML page.
+
+gunicorn writes them before any application code runs, through ``gunicorn.util.write_error``; there is no
+hook for the body, so the function is replaced once in the config (every worker inherits it).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+
+from gunicorn import util
+
+from tasks.errors import ErrorCode
+
+_CODES = {
+    400: ErrorCode.bad_request,
+    403: ErrorCode.unauthorized,
+    413: ErrorCode.payload_too_large,
+    414: ErrorCode.uri_too_long,
+    431: ErrorCode.headers_too_large,
+}
+
+
+def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
+    code = _CODES.get(status_int, ErrorCode.bad_request if status_int < 500 else ErrorCode.internal)
+    body = json.dumps({"error": {"code": code.value, "message": mesg or reason, "request_id": uuid.uuid4().hex}})
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"X-Content-Type-Options: nosniff\r\nContent-Length: {len(body)}\r\n\r\n")
+    util.write_nonblock(sock, (head + body).encode("latin1"))
+
+
+def install() -> None:
+    util.write_error = write_json_error
