@@ -78,7 +78,7 @@ def _load(**_: Any) -> None:
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
-        state.heartbeat = Heartbeat(state.loaded.store, state.loaded.spec.id, sender.hostname,
+        state.heartbeat = Heartbeat(state.loaded.fleet, state.loaded.spec.id, sender.hostname,
                                     lambda: state.batching.held() if state.batching else 0, sweeper.maybe_sweep)
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat

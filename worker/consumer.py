@@ -221,7 +221,7 @@ class BatchingConsumer:
 
     def _report_held(self) -> None:
         try:
-            self.executor.store.set_held(self.loaded.spec.id, self.consumer.hostname, self.held())
+            self.loaded.fleet.set_held(self.loaded.spec.id, self.consumer.hostname, self.held())
         except Exception:  # Redis down: the heartbeat reports it again once it is back
             log.debug("cannot report held count", exc_info=True)
 
