@@ -17,10 +17,10 @@ from api.admission import admit
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.services import PUBLISH_RETRY_POLICY, Services, services
-from tasks.constants import PRIORITY_VALUES, TASK_RUN
 from tasks.errors import Gone, NotFound
 from tasks.inputs import validate_input
 from tasks.job_store import JobRecord
+from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus
 from tasks.webhooks import check_webhook_url
@@ -117,9 +117,7 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
     try:
         svc.store.create(record)
         svc.celery.send_task(
-            TASK_RUN, task_id=record.id, queue=spec.queue, priority=PRIORITY_VALUES[body.priority],
-            kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
-                    "deadline_at": record.deadline_at, "webhook_events": record.webhook_events},
+            **send_args(RunMessage.of(record)),
             retry_policy=PUBLISH_RETRY_POLICY,
             # Results live in the job store: without this Celery SUBSCRIBEs and UNSUBSCRIBEs to a result
             # channel on every publish, two Redis round trips per job for nothing.

@@ -21,6 +21,8 @@ class ErrorCode(StrEnum):
     model_error = "model_error"
     out_of_memory = "out_of_memory"
     worker_lost = "worker_lost"
+    wrong_model = "wrong_model"
+    invalid_message = "invalid_message"
     internal = "internal"
 
 
@@ -44,6 +46,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.model_error: 500,
     ErrorCode.out_of_memory: 500,
     ErrorCode.worker_lost: 500,
+    ErrorCode.wrong_model: 500,
+    ErrorCode.invalid_message: 500,
 }
 _CODE_OF_STATUS = {status: code for code, status in reversed(HTTP_STATUS.items())}  # reversed: the first wins
 

@@ -59,7 +59,7 @@ class Executor:
             return False
 
     def reject_invalid(self, item: WorkItem) -> None:
-        """Record the failure of a job whose input does not parse (it never reaches the model)."""
+        """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""
         [(before, _)] = with_retries(self.store.claim_many, [item.job_id])
         if before is None or before.terminal:
             item.settle(before)

@@ -15,9 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.constants import PRIORITY_VALUES, TASK_RUN
 from tasks.job_store import JobStore
-from tasks.messages import UNACKED_KEY, envelope_job_id, priority_lists
+from tasks.messages import UNACKED_KEY, RunMessage, envelope_job_id, priority_lists, send_args
 from tasks.models_file import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -49,10 +48,7 @@ class Sweeper:
         for record in orphans:
             log.warning("job %s was queued %.0f s ago but its message is gone: sending it again",
                         record.id, time.time() - record.created_at)
-            self.send_task(
-                TASK_RUN, task_id=record.id, queue=self.spec.queue, priority=PRIORITY_VALUES[record.priority],
-                kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
-                        "deadline_at": record.deadline_at, "webhook_events": record.webhook_events})
+            self.send_task(**send_args(RunMessage.of(record)))
         return len(orphans)
 
     def _messages_in_redis(self) -> set[str]:
