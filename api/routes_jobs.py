@@ -150,7 +150,7 @@ def get_output(path: OutputPath) -> WerkzeugResponse:
     if record.status != JobStatus.succeeded or path.n >= len(record.binary_outputs):
         raise NotFound(f"job {record.id} has no binary output {path.n}")
     entry = record.binary_outputs[path.n]
-    data = services().outputs.get(record.id, entry.index)
+    data = services().outputs.get(entry.key)
     if data is None:
         raise Gone(f"output {path.n} of job {record.id} has expired")
     response = Response(data, mimetype=entry.media_type)

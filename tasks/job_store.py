@@ -73,7 +73,7 @@ class JobRecord(BaseModel):
             started_at=timestamp(self.started_at), completed_at=timestamp(self.completed_at),
             deadline_at=timestamp(self.deadline_at),
             progress=self.progress if self.status == JobStatus.running else None,
-            output=[e.model_dump(mode="json") for e in self.binary_outputs] if self.binary_outputs else self.output,
+            output=[e.public() for e in self.binary_outputs] if self.binary_outputs else self.output,
             error=self.error, metrics=self.metrics,
         )
 

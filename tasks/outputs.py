@@ -18,6 +18,12 @@ from tasks.constants import Keys
 from tasks.settings import Settings
 
 
+def object_key(job_id: str, run_id: str, index: int) -> str:
+    """Each run of a job writes under its own name: a losing or late duplicate run can never replace the bytes
+    of the run whose transition won (the record lists the winner's keys)."""
+    return f"{job_id}/{run_id}/{index}"
+
+
 def output_url(job_id: str, index: int) -> str:
     """Where the API serves output ``index`` of ``job_id`` (relative to its base URL)."""
     return f"/v1/jobs/{job_id}/outputs/{index}"
@@ -29,6 +35,7 @@ class OutputEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     index: int = Field(ge=0)
+    key: str = Field(description="the object's name in the output store: job, run and index")
     url: str
     media_type: str
     size: int = Field(ge=0, description="bytes")
@@ -36,10 +43,15 @@ class OutputEntry(BaseModel):
     seed: int | None = None
 
     @classmethod
-    def describe(cls, job_id: str, index: int, data: bytes, media_type: str, seed: int | None = None) -> OutputEntry:
+    def describe(cls, job_id: str, run_id: str, index: int, data: bytes, media_type: str,
+                 seed: int | None = None) -> OutputEntry:
         """The entry for ``data``, written into the record next to the bytes it describes."""
-        return cls(index=index, url=output_url(job_id, index), media_type=media_type, size=len(data),
-                   sha256=hashlib.sha256(data).hexdigest(), seed=seed)
+        return cls(index=index, key=object_key(job_id, run_id, index), url=output_url(job_id, index),
+                   media_type=media_type, size=len(data), sha256=hashlib.sha256(data).hexdigest(), seed=seed)
+
+    def public(self) -> dict[str, object]:
+        """As the job object shows it: where the store keeps it is the server's business."""
+        return self.model_dump(mode="json", exclude={"key"})
 
     @property
     def etag(self) -> str:
@@ -47,13 +59,13 @@ class OutputEntry(BaseModel):
 
 
 class OutputStore(Protocol):
-    """Bytes by job id and output index. ``put`` is atomic: ``get`` answers all of the bytes or None."""
+    """Bytes by object key (``object_key``). ``put`` is atomic: ``get`` answers all of the bytes or None."""
 
-    def put(self, job_id: str, index: int, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes, media_type: str) -> None: ...
 
-    def get(self, job_id: str, index: int) -> bytes | None: ...
+    def get(self, key: str) -> bytes | None: ...
 
-    def delete(self, job_id: str, index: int) -> None: ...
+    def delete(self, key: str) -> None: ...
 
 
 class RedisOutputStore:
@@ -62,14 +74,14 @@ class RedisOutputStore:
     def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int) -> None:
         self.redis, self.keys, self.ttl_s = client, keys, ttl_s
 
-    def put(self, job_id: str, index: int, data: bytes) -> None:
-        self.redis.set(self.keys.output(job_id, index), data, ex=self.ttl_s)  # one SET: never half written
+    def put(self, key: str, data: bytes, media_type: str) -> None:
+        self.redis.set(self.keys.output(key), data, ex=self.ttl_s)  # one SET: never half written
 
-    def get(self, job_id: str, index: int) -> bytes | None:
-        return self.redis.get(self.keys.output(job_id, index))  # type: ignore[return-value]
+    def get(self, key: str) -> bytes | None:
+        return self.redis.get(self.keys.output(key))  # type: ignore[return-value]
 
-    def delete(self, job_id: str, index: int) -> None:
-        self.redis.delete(self.keys.output(job_id, index))
+    def delete(self, key: str) -> None:
+        self.redis.delete(self.keys.output(key))
 
 
 def output_store(client: redis.Redis, settings: Settings) -> OutputStore:

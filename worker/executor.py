@@ -141,15 +141,16 @@ class Executor:
                           inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id)
 
     def _store_success(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> None:
-        entries = [OutputEntry.describe(item.job_id, n, b.data, b.media_type, b.seed)
+        run_id = uuid.uuid4().hex[:16]  # this run's own object names
+        entries = [OutputEntry.describe(item.job_id, run_id, n, b.data, b.media_type, b.seed)
                    for n, b in enumerate(prediction.blobs)]
         # The bytes first, then the transition that lists them: a succeeded job never lacks its outputs.
         for entry, blob in zip(entries, prediction.blobs, strict=True):
-            with_retries(self.outputs.put, item.job_id, entry.index, blob.data)
+            with_retries(self.outputs.put, entry.key, blob.data, entry.media_type)
         before = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=prediction.output,
                               binary_outputs=entries, metrics=metrics)
         stored = before == JobStatus.running
-        if not stored and before != JobStatus.succeeded:  # (succeeded: a copy of this job wrote the same keys)
+        if not stored:  # another run won (or the job was canceled): this run's own objects go
             self._drop_outputs(item.job_id, entries)
         # Not stored means it was canceled while running: its result is dropped, as promised.
         item.settle(JobStatus.succeeded if stored else JobStatus.canceled)
@@ -159,7 +160,7 @@ class Executor:
         """Outputs no record will ever list; left behind, they would expire with the result TTL anyway."""
         for entry in entries:
             try:
-                self.outputs.delete(job_id, entry.index)
+                self.outputs.delete(entry.key)
             except Exception:
                 log.warning("job %s: could not delete unlisted output %d", job_id, entry.index)
 

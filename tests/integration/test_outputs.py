@@ -29,9 +29,10 @@ def finished(store: JobStore, outputs: OutputStore, *, blobs=BLOBS, output=None)
                        owner=ANONYMOUS, created_at=time.time())
     store.create(record)
     store.claim_many([record.id])
-    entries = [OutputEntry.describe(record.id, n, data, media, seed=40 + n) for n, (data, media) in enumerate(blobs)]
-    for entry, (data, _) in zip(entries, blobs, strict=True):
-        outputs.put(record.id, entry.index, data)
+    entries = [OutputEntry.describe(record.id, "run1", n, data, media, seed=40 + n)
+               for n, (data, media) in enumerate(blobs)]
+    for entry, (data, media) in zip(entries, blobs, strict=True):
+        outputs.put(entry.key, data, media)
     assert store.finish(record.id, JobStatus.succeeded, output=output, binary_outputs=entries) == JobStatus.running
     return record
 
@@ -55,7 +56,7 @@ def test_an_inline_output_that_looks_like_an_entry_is_not_served(api, store, out
     # A text job whose output happens to hold "url" and "media_type" keys: no typed entry, nothing to serve,
     # even with bytes lying under its key.
     record = finished(store, outputs, blobs=[], output=[{"url": "x", "media_type": "text/html"}])
-    outputs.put(record.id, 0, b"<script>")
+    outputs.put(f"{record.id}/run1/0", b"<script>", "text/html")
     assert api.get(f"/v1/jobs/{record.id}").json["output"] == [{"url": "x", "media_type": "text/html"}]
     response = api.get(f"/v1/jobs/{record.id}/outputs/0")
     assert response.status_code == 404 and response.json["error"]["code"] == "not_found"
@@ -63,7 +64,7 @@ def test_an_inline_output_that_looks_like_an_entry_is_not_served(api, store, out
 
 def test_an_entry_whose_bytes_are_gone_is_410(api, store, outputs):
     record = finished(store, outputs)
-    outputs.delete(record.id, 1)
+    outputs.delete(store.get(record.id).binary_outputs[1].key)
     assert api.get(f"/v1/jobs/{record.id}/outputs/0").status_code == 200
     response = api.get(f"/v1/jobs/{record.id}/outputs/1")
     assert response.status_code == 410 and response.json["error"]["code"] == "gone"

@@ -227,7 +227,7 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     real_finish, seen_at_finish = store.finish, []
 
     def finish(job_id, status, **kw):
-        seen_at_finish.append([executor.outputs.get(job_id, n) for n in range(2)])
+        seen_at_finish.append([executor.outputs.get(e.key) for e in kw["binary_outputs"]])
         return real_finish(job_id, status, **kw)
 
     monkeypatch.setattr(store, "finish", finish)
@@ -237,9 +237,12 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     assert record.status == JobStatus.succeeded and record.output is None
     for n, entry in enumerate(record.binary_outputs):
         data = f"img [MASK]#{n}".encode()
-        assert entry == OutputEntry(index=n, url=f"/v1/jobs/{item.job_id}/outputs/{n}", media_type="image/png",
-                                    size=len(data), sha256=hashlib.sha256(data).hexdigest(), seed=n)
-    assert record.public().output == [e.model_dump(mode="json") for e in record.binary_outputs]
+        assert entry == OutputEntry(index=n, key=entry.key, url=f"/v1/jobs/{item.job_id}/outputs/{n}",
+                                    media_type="image/png", size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                                    seed=n)
+        assert entry.key.startswith(f"{item.job_id}/") and entry.key.endswith(f"/{n}")
+    assert record.public().output == [e.public() for e in record.binary_outputs]
+    assert "key" not in record.public().output[0]
 
 
 def test_outputs_of_a_job_canceled_while_running_are_deleted(store):
@@ -250,4 +253,4 @@ def test_outputs_of_a_job_canceled_while_running_are_deleted(store):
     store.cancel(item.job_id)
     executor.execute(admitted)
     assert item.status == JobStatus.canceled and store.get(item.job_id).binary_outputs == []
-    assert [executor.outputs.get(item.job_id, n) for n in range(2)] == [None, None]
+    assert list(store.redis.scan_iter(store.keys.output(f"{item.job_id}/*"))) == []  # this run's objects went
