@@ -17,6 +17,7 @@ from api.routes_jobs import jobs
 from api.routes_models import models
 from api.routes_webhooks import webhooks
 from api.services import Services
+from api.spec import build_spec
 from tasks.errors import ErrorCode
 from tasks.settings import Settings
 
@@ -49,7 +50,8 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     app.register_api(webhooks)
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
     app.add_url_rule("/", "not_here", _jobs_are_elsewhere, methods=["POST", "PUT"])
-    app.add_url_rule("/openapi.json", "openapi_json", lambda: app.api_doc)
+    spec = build_spec(app.api_doc, app.extensions["genq"].models, settings)  # once: the models file is read once
+    app.add_url_rule("/openapi.json", "openapi_json", lambda: spec)
     logging.getLogger(__name__).info("genq API serving %d models", len(app.extensions["genq"].models.models))
     return app
 
