@@ -35,6 +35,9 @@ from tasks.settings import Settings
 from tests.harness import WorkerProcess
 from tests.live_server import LiveServer
 
+# Two to three minutes on two idle cores (most of it Redis round trips and Hypothesis); far more when shared.
+pytestmark = pytest.mark.timeout(900)
+
 MIN_CASES = 5000
 SUBMISSIONS = 3800  # generated bodies for POST /v1/jobs (positive and negative); the rest get OTHER_EXAMPLES
 OTHER_EXAMPLES = 100
