@@ -94,12 +94,6 @@ INPUT_SCHEMAS: dict[JobKind, type[_Input]] = {
 }
 
 
-@functools.cache
-def input_json_schema(kind: JobKind) -> dict[str, Any]:
-    """The JSON schema of a kind's input, without any model's limits (built once)."""
-    return INPUT_SCHEMAS[kind].model_json_schema()
-
-
 AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
 
 
@@ -135,6 +129,8 @@ def _limited_fields(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
     if kind == JobKind.text_to_image:
         step = lim.size_multiple
         about = f"pixels, a multiple of {step}; the model's default when absent"
+        if lim.max_pixels < lim.max_width * lim.max_height:  # the one bound a JSON schema cannot state
+            about += f"; width x height at most {lim.max_pixels}"
         return {
             "prompt": (str, Field(min_length=1, max_length=chars)),
             "negative_prompt": (str, Field(default="", max_length=chars)),
