@@ -18,13 +18,13 @@ SCHEMAS = "#/components/schemas/"
 #: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key
 #: reused, 410 expired, 413 too large, 422 invalid, 429 rate limited, 503 overloaded or Redis unreachable).
 ERROR_STATUSES = {
-    "400": "Malformed request: the body is not JSON, or not an object",
+    "400": "Malformed request: the body is not valid JSON",
     "401": "Missing or unknown API key",
     "404": "No such job, output or route (another caller's job looks the same)",
     "409": "Idempotency-Key reused with a different body",
     "410": "The job's result has expired",
     "413": "The body is larger than the server accepts",
-    "422": "A field is invalid: error.field names it",
+    "422": "A field is invalid, or the body is not an object: error.field names it",
     "429": "Rate limited: retry after Retry-After seconds",
     "503": "Overloaded, no worker for the model, or the queue unreachable: retry after Retry-After seconds",
 }
