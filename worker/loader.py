@@ -12,6 +12,7 @@ from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec, load_models_file
 from tasks.redis_client import connect
 from tasks.settings import Settings
+from worker.events import EventPublisher
 from worker.executor import Executor
 from worker.runtimes import Runtime, create_runtime
 from worker.torch_settings import TorchOptions, apply_global
@@ -55,5 +56,5 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     store.redis.hincrby(store.keys.load_count(spec.id), worker_name, 1)
     log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
-    executor = Executor(runtime, spec, store, settings.max_attempts)
+    executor = Executor(runtime, spec, store, settings.max_attempts, events=EventPublisher(store.redis, store.keys))
     return Loaded(spec, runtime, store, executor, WebhookSender(store), device, seconds)
