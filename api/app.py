@@ -13,6 +13,7 @@ from api.errors import error_response, register_error_handlers, validation_error
 from api.limits import create_limiter
 from api.metrics import register_metrics
 from api.playground import playground
+from api.routes_events import events
 from api.routes_jobs import jobs
 from api.routes_models import models
 from api.routes_webhooks import webhooks
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     body.install(app, bodiless=("not_here",))
 
     app.register_api(jobs)
+    app.register_api(events)
     app.register_api(models)
     app.register_api(webhooks)
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
