@@ -1,15 +1,13 @@
 """OpenAI-compatible routes under ``/openai/v1``: images, embeddings, completions (streamed too) and models.
 
-Each call is a genq job underneath (submitted like ``POST /v1/jobs``, visible at ``GET /v1/jobs/{id}`` whose id
-``X-Genq-Job-Id`` carries), answered once the job is done. They follow OpenAI's published API, not genq's
-OpenAPI spec, so they stay out of ``/openapi.json``.
+Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
+(submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
+job is done. They follow OpenAI's published API, not genq's OpenAPI spec, so they stay out of ``/openapi.json``.
 """
-
 from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, g, request
 
-from api.auth import current_key
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
 from api.openai_compat.errors import JobNotDone, job_not_done, to_openai_error
@@ -17,10 +15,6 @@ from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
 
 PREFIX = "/openai/v1"
-
-
-def _authenticate() -> None:
-    current_key()  # as for /v1: Authorization: Bearer <key> (or X-API-Key), 401 otherwise
 
 
 def _job_header(response: Response) -> Response:
@@ -32,7 +26,6 @@ def _job_header(response: Response) -> Response:
 def install(app: Flask) -> None:
     """Register the routes and the hook that answers genq's errors in OpenAI's shape under the prefix."""
     bp = Blueprint("openai", __name__, url_prefix=PREFIX)
-    bp.before_request(_authenticate)
     bp.after_request(_job_header)
     bp.register_error_handler(JobNotDone, job_not_done)
     bp.add_url_rule("/images/generations", view_func=generate_images, methods=["POST"])

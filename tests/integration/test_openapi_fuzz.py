@@ -19,7 +19,8 @@ from tasks.settings import Settings
 MAX_EXAMPLES = 40  # per operation, bounded for CI
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 OPERATIONS = ["POST /v1/jobs", "GET /v1/jobs/{job_id}", "GET /v1/jobs/{job_id}/outputs/{n}",
-              "POST /v1/jobs/{job_id}/cancel", "GET /v1/models", "GET /healthz", "GET /readyz"]
+              "POST /v1/jobs/{job_id}/cancel", "GET /v1/jobs/{job_id}/events", "GET /v1/models", "GET /healthz",
+              "GET /readyz"]
 # /readyz answers 503 by design while a model has no worker: that is its answer, not a server error.
 EXPECTED_5XX = {"GET /readyz"}
 
