@@ -13,19 +13,11 @@ import uuid
 
 from gunicorn import util
 
-from tasks.errors import ErrorCode
-
-_CODES = {
-    400: ErrorCode.bad_request,
-    403: ErrorCode.unauthorized,
-    413: ErrorCode.payload_too_large,
-    414: ErrorCode.uri_too_long,
-    431: ErrorCode.headers_too_large,
-}
+from tasks.errors import code_for_status
 
 
 def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
-    code = _CODES.get(status_int, ErrorCode.bad_request if status_int < 500 else ErrorCode.internal)
+    code = code_for_status(status_int)
     body = json.dumps({"error": {"code": code.value, "message": mesg or reason, "request_id": uuid.uuid4().hex}})
     head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
             f"X-Content-Type-Options: nosniff\r\nContent-Length: {len(body)}\r\n\r\n")

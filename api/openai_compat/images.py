@@ -64,15 +64,15 @@ def generate_images() -> Response:
     spec = served_model(req.model, JobKind.text_to_image)
     record = run(spec, req.genq_input(), req.priority, PARAMS)
     data = []
-    for n, entry in enumerate(record.output or []):
+    for entry in record.binary_outputs:
         item: dict[str, Any] = {"revised_prompt": None}
         if req.response_format == "url":
-            item["url"] = url_for("jobs.get_output", job_id=record.id, n=n, _external=True)
+            item["url"] = url_for("jobs.get_output", job_id=record.id, n=entry.index, _external=True)
         else:
-            blob = services().store.output(record.id, n)
+            blob = services().outputs.get(entry.key)
             if blob is None:
-                raise Gone(f"output {n} of job {record.id} has expired")
+                raise Gone(f"output {entry.index} of job {record.id} has expired")
             item["b64_json"] = base64.b64encode(blob).decode()
-        item["seed"] = entry.get("seed")  # genq's own: the seed that reproduces this image
+        item["seed"] = entry.seed  # genq's own: the seed that reproduces this image
         data.append(item)
     return jsonify({"created": int(record.completed_at or record.created_at), "data": data, "output_format": "png"})

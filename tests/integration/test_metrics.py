@@ -67,7 +67,7 @@ def test_worker_metrics_count_the_jobs_it_ran(api, worker_for):
     assert not any(name.startswith("genq_worker_gpu_") for name, _ in after)  # no CUDA here
 
 
-def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, store):
+def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, store, fleet):
     worker_for("echo")
     before = scrape(api.get("/metrics").text)
     ids = [submit(api, "echo", {"text": f"api metrics {i} [MASK]"})["id"] for i in range(3)]
@@ -77,7 +77,7 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
         == "no_workers"
     for job_id in ids:
         assert api.get(f"/v1/jobs/{job_id}").status_code == 200
-    store.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog
+    fleet.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog
     # ... and every place in its queue reserved: overloaded.
     store.redis.zadd(store.keys.queued("nobody"), {f"ghost-{i}": time.time() for i in range(DEFAULT_MAX_QUEUE_DEPTH)})
     try:
@@ -85,7 +85,7 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
             == "overloaded"
         response = api.get("/metrics")
     finally:
-        store.worker_gone("nobody", "metrics-ghost@test")
+        fleet.worker_gone("nobody", "metrics-ghost@test")
         store.redis.delete(store.keys.queued("nobody"))
     assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/plain")
     after = scrape(response.text)

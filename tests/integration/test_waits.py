@@ -45,7 +45,7 @@ def wait_in_threads(client, job_id: str, count: int, seconds: int = 20) -> list[
 
 def finish(store, job_id: str) -> None:
     store.claim_many([job_id])
-    assert store.finish(job_id, JobStatus.succeeded, output={"ok": True})
+    assert store.finish(job_id, JobStatus.succeeded, output={"ok": True}) == JobStatus.running
 
 
 def test_many_waits_share_one_subscription_and_all_wake_on_the_finish(settings, store):
