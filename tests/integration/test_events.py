@@ -6,6 +6,7 @@ import dataclasses
 import threading
 import time
 import uuid
+from datetime import datetime
 
 import httpx
 import pytest
@@ -48,7 +49,7 @@ def test_text_pieces_arrive_before_the_job_ends_and_join_to_its_output(live_api,
     assert len(pieces) > 1
     job = events[-1].data["job"]
     assert job["status"] == "succeeded"
-    completed = time.mktime(time.strptime(job["completed_at"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    completed = datetime.fromisoformat(job["completed_at"]).timestamp()
     assert pieces[0].at < completed  # the first piece came while the job was still running
     assert joined_text(events) == job["output"]["text"]
     assert not [e for e in events if e.event == "progress"]  # a text job reports text, not one step per token
