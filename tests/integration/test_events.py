@@ -42,7 +42,7 @@ def test_diffusion_steps_arrive_in_order_and_end_with_succeeded(live_api, worker
 
 def test_text_pieces_arrive_before_the_job_ends_and_join_to_its_output(live_api, worker_for):
     worker_for("gpt2-demo")
-    job_id = submit(live_api, "gpt2-demo", {"prompt": "Once upon a time", "max_new_tokens": 64, "do_sample": True,
+    job_id = submit(live_api, "gpt2-demo", {"prompt": "Once upon a time", "max_new_tokens": 160, "do_sample": True,
                                             "seed": 11})
     events = read_events(live_api, job_id)
     pieces = [e for e in events if e.event == "text"]
