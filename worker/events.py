@@ -78,12 +78,13 @@ class EventPublisher:
                 for job_id, entries in per_job.items():
                     append(pipe, self._keys, job_id, entries)
                 pipe.execute()
-        except redis.RedisError as exc:  # events are best effort: results are written (and retried) elsewhere
+        except Exception as exc:  # events are best effort (results are written, and retried, elsewhere): go on
             self._dropped += len(events)
             now = time.monotonic()
             if now - self._logged_at > ERROR_LOG_INTERVAL_S:
                 self._logged_at = now
-                log.warning("cannot publish job events (%s); %d dropped so far", exc, self._dropped)
+                log.warning("cannot publish job events (%s: %s); %d dropped so far", type(exc).__name__, exc,
+                            self._dropped)
 
 
 class BatchEvents:
