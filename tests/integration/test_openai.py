@@ -61,6 +61,10 @@ def test_image_is_a_png_of_the_requested_size(client, worker_for):
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         image = Image.open(io.BytesIO(data))
         assert image.format == "PNG" and image.size == (64, 48)
+    linked = client.images.generate(model="sd-demo", prompt="a lighthouse at dusk", size="64x48",
+                                    response_format="url", extra_body={"seed": 3, "num_inference_steps": 4})
+    png = httpx.get(linked.data[0].url)  # genq's output URL (with a key, fetched with the same key)
+    assert png.headers["content-type"] == "image/png" and Image.open(io.BytesIO(png.content)).size == (64, 48)
 
 
 def test_streamed_completion_joins_to_the_same_text(client, worker_for):
