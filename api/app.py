@@ -12,7 +12,9 @@ from api.auth import authenticate
 from api.errors import error_response, register_error_handlers, validation_error_response
 from api.limits import create_limiter
 from api.metrics import register_metrics
+from api.openai_compat import install as install_openai
 from api.playground import playground
+from api.routes_events import events
 from api.routes_jobs import jobs
 from api.routes_models import models
 from api.routes_webhooks import webhooks
@@ -46,8 +48,10 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     body.install(app, bodiless=("not_here",))
 
     app.register_api(jobs)
+    app.register_api(events)
     app.register_api(models)
     app.register_api(webhooks)
+    install_openai(app)  # /openai/v1: OpenAI's shapes, outside the OpenAPI spec
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
     app.add_url_rule("/", "not_here", _jobs_are_elsewhere, methods=["POST", "PUT"])
     spec = build_spec(app.api_doc, app.extensions["genq"].models, settings)  # once: the models file is read once

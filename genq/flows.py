@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from genq.errors import JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
+from genq.watch import OnText, TextSoFar, follow
 from tasks.schemas import Job, JobStatus, ModelInfo, ModelList
 
 LONG_POLL_S = 30.0  # one `Prefer: wait` request; below the API's cap and gunicorn's worker timeout
@@ -22,7 +23,7 @@ MIN_POLL_S, MAX_POLL_S = 0.1, 2.0  # backoff when the server answers without hol
 DEFAULT_WAIT_S = 600.0  # how long wait() and generate() wait unless told otherwise
 
 Clock = Callable[[], float]
-OnUpdate = Callable[[Job], None]
+OnUpdate = Callable[[Job], None]  # a fresh view of the job: its status and progress as they change
 
 
 def merge_input(input: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +81,34 @@ def check(job: Job) -> Job:
 
 
 def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on_update: OnUpdate | None = None,
-         clock: Clock = time.monotonic) -> Flow[Job]:
+         clock: Clock = time.monotonic, on_text: OnText | None = None) -> Flow[Job]:
+    """Until the job is terminal: its event stream when there are callbacks to feed (polling where there is no
+    stream), else long polls with ``Prefer: wait`` (one request per wait, nothing to feed)."""
+    if on_update is None and on_text is None:
+        return check((yield from _poll(config, job_id, timeout, None, clock)))
+    job = yield from get(config, job_id)
+    if on_update is not None:
+        on_update(job)
+    return (yield from _watch(config, job, timeout, on_update, on_text, clock))
+
+
+def _watch(config: Config, job: Job, timeout: float | None, on_update: OnUpdate | None, on_text: OnText | None,
+           clock: Clock) -> Flow[Job]:
+    """Follow the job's events; poll instead when the server has no stream to give."""
+    text = TextSoFar(on_text)
+    if not job.status.terminal:
+        start = clock()
+        followed = yield from follow(config, job, timeout, on_update, text, clock)
+        if followed is None:
+            left = None if timeout is None else max(0.0, timeout - (clock() - start))
+            followed = yield from _poll(config, job.id, left, on_update, clock)
+        job = followed
+    text.final(job)  # all of the text, also when it came by polling
+    return check(job)
+
+
+def _poll(config: Config, job_id: str, timeout: float | None, on_update: OnUpdate | None,
+          clock: Clock) -> Flow[Job]:
     """Long-poll with ``Prefer: wait`` until the job is terminal; poll with backoff if the server won't hold."""
     deadline = None if timeout is None else clock() + timeout
     chunk_max = PROGRESS_POLL_S if on_update else LONG_POLL_S
@@ -93,7 +121,7 @@ def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on
         if on_update is not None:
             on_update(job)
         if job.status.terminal:
-            return check(job)
+            return job
         remaining = LONG_POLL_S if deadline is None else deadline - clock()
         if remaining <= 0:
             raise WaitTimeout(job, timeout or 0.0)
@@ -103,17 +131,22 @@ def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on
 
 
 def generate(config: Config, model: str, input: dict[str, Any], *, timeout: float | None = DEFAULT_WAIT_S,
-             on_update: OnUpdate | None = None, clock: Clock = time.monotonic, **options: Any) -> Flow[Job]:
-    """Submit, then wait: short jobs finish within the submit itself (``Prefer: wait``), one round trip."""
+             on_update: OnUpdate | None = None, on_text: OnText | None = None, clock: Clock = time.monotonic,
+             **options: Any) -> Flow[Job]:
+    """Submit, then wait: short jobs finish within the submit itself (``Prefer: wait``), one round trip; with
+    callbacks, the job's event stream feeds them from the start."""
     start = clock()
-    first = 0.0 if on_update else min(LONG_POLL_S, LONG_POLL_S if timeout is None else timeout)
+    watching = on_update is not None or on_text is not None
+    first = 0.0 if watching else min(LONG_POLL_S, LONG_POLL_S if timeout is None else timeout)
     job = yield from submit(config, model, input, wait_s=first, **options)
     if on_update is not None:
         on_update(job)
+    left = None if timeout is None else max(0.0, timeout - (clock() - start))
+    if watching:
+        return (yield from _watch(config, job, left, on_update, on_text, clock))
     if job.status.terminal:
         return check(job)
-    left = None if timeout is None else max(0.0, timeout - (clock() - start))
-    return (yield from wait(config, job.id, left, on_update, clock))
+    return check((yield from _poll(config, job.id, left, None, clock)))
 
 
 def binary_outputs(job: Job) -> list[dict[str, Any]]:

@@ -3,6 +3,8 @@
 A *flow* is a generator that yields what it needs done, a ``Request`` or a ``Sleep``, and is sent back
 the outcome: the ``httpx.Response``, or the ``httpx.TransportError`` the request raised. ``Client``
 runs flows with httpx and ``time.sleep``, ``AsyncClient`` with ``await``: the logic exists once.
+A flow that follows a job's event stream yields ``OpenStream`` (sent back the response, its body unread)
+and then ``NextEvent`` for each server-sent event (sent back the event, None at the end, or the error).
 """
 
 from __future__ import annotations
@@ -42,8 +44,20 @@ class Sleep:
     seconds: float
 
 
+@dataclass(frozen=True)
+class OpenStream:
+    """Send ``request`` and keep its response open as a stream of server-sent events (one open at a time)."""
+
+    request: Request
+
+
+@dataclass(frozen=True)
+class NextEvent:
+    """The next server-sent event of the open stream."""
+
+
 Outcome = httpx.Response | httpx.TransportError
-Flow = Generator[Request | Sleep, Outcome | None, T]
+Flow = Generator[Request | Sleep | OpenStream | NextEvent, Any, T]
 RetryHook = Callable[[APIError, float], None]
 
 

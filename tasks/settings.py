@@ -37,6 +37,9 @@ DEFAULT_WEBHOOK_LEASE_S = 30.0
 DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
+# An OpenAI-style call answers when its job is done: it waits this long at most (the openai package's own
+# default timeout), and its job expires unstarted after it, since nobody would be waiting for the answer.
+DEFAULT_OPENAI_WAIT_S = 600.0
 
 
 def env_fields(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -93,6 +96,7 @@ class Settings:
     webhook_lease_s: float = DEFAULT_WEBHOOK_LEASE_S
     webhook_poll_s: float = DEFAULT_WEBHOOK_POLL_S
     keys_reload_s: float = DEFAULT_KEYS_RELOAD_S
+    openai_wait_s: float = DEFAULT_OPENAI_WAIT_S
     model: str | None = None  # the model a worker serves (worker only)
     gpu: str | None = None  # the GPU a worker owns (worker only)
     metrics_port: int | None = None  # a worker's Prometheus /metrics and /healthz port (worker only)

@@ -18,6 +18,7 @@ from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobMetrics, JobStatus
+from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
 from worker.runtimes.base import Prediction, Runtime
@@ -36,7 +37,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 class Executor:
     def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int, *,
-                 outputs: OutputStore, fleet: FleetStore, clock: Callable[[], float] = time.time) -> None:
+                 outputs: OutputStore, fleet: FleetStore, clock: Callable[[], float] = time.time,
+                 events: EventPublisher | None = None) -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
@@ -44,6 +46,7 @@ class Executor:
         self.fleet = fleet
         self.max_attempts = max_attempts
         self.clock = clock
+        self.events = events  # live job events (worker/events.py); None publishes none
 
     # --- before a batch --------------------------------------------------------------
 
@@ -105,8 +108,14 @@ class Executor:
 
     def _predict_isolated(self, batch: list[WorkItem], started: float) -> None:
         batch_id = uuid.uuid4().hex[:12]
+        events = BatchEvents(self.events, [item.job_id for item in batch])
+        events.started()
+        # A runtime that streams text reports it, not its steps (one event per token is enough).
+        streaming = {"text_sinks": events.text_sinks()} if self.runtime.streams_text and self.events else {}
         try:
-            predictions = self.runtime.predict([i.parsed for i in batch], self._progress(batch))  # type: ignore[misc]
+            predictions = self.runtime.predict([i.parsed for i in batch],  # type: ignore[misc]
+                                               events.progress(self._progress(batch), not streaming), **streaming)
+            events.flush()  # a job's events are all in Redis before its result (and its end) is
             if len(predictions) != len(batch):
                 raise RuntimeError(f"runtime returned {len(predictions)} results for {len(batch)} inputs")
         except Exception as exc:

@@ -42,6 +42,17 @@ export function showStatus(job) {
   $("cancel").hidden = done;
 }
 
+// Text as the model writes it, before the job ends (the finished job's result replaces it).
+export function showText(text) {
+  const box = $("result");
+  let pre = box.querySelector("pre.streaming");
+  if (!pre) {
+    pre = el("pre", "", { class: "streaming" });
+    box.replaceChildren(pre);
+  }
+  pre.textContent = text;
+}
+
 export function showMetrics(job) {
   const list = $("metrics");
   list.replaceChildren();

@@ -191,7 +191,7 @@ def test_it_ran_enough_cases_through_every_route(fuzzed: Fuzzed) -> None:
     assert fuzzed.cases >= MIN_CASES, fuzzed.per_operation
     routes = {label for label in fuzzed.per_operation if label.startswith(("GET", "POST"))}
     assert {"POST /v1/jobs", "GET /v1/jobs/{job_id}", "GET /v1/jobs/{job_id}/outputs/{n}",
-            "POST /v1/jobs/{job_id}/cancel", "GET /v1/models"} <= routes
+            "POST /v1/jobs/{job_id}/cancel", "GET /v1/jobs/{job_id}/events", "GET /v1/models"} <= routes
     assert fuzzed.per_operation["Stateful tests"] > 0  # links from a new job to its reads were followed
 
 
