@@ -108,7 +108,7 @@ def _authentication(operation: dict[str, Any], path: str, *, keys: bool) -> None
 
 def _headers(operation: dict[str, Any], path: str, method: str) -> None:
     responses = operation["responses"]
-    if path.startswith("/v1/jobs") and not path.endswith("/outputs/{n}"):
+    if path.startswith("/v1/jobs") and not path.endswith(("/outputs/{n}", "/events")):
         for status in ("200", "202"):
             if status in responses:
                 responses[status].setdefault("headers", {})["Location"] = LOCATION
