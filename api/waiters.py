@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import redis
 
 from tasks.constants import Keys
+from tasks.os_thread import name_os_thread
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -91,6 +92,7 @@ class WaitHub:
                 threading.Thread(target=self._listen, name="genq-wait-listener", daemon=True).start()
 
     def _listen(self) -> None:
+        name_os_thread("genq-waits")
         while not self._stop.is_set():
             pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
             try:
