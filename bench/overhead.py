@@ -337,7 +337,7 @@ def rows_of(run: Run) -> list[tuple[str, str, str]]:
         ("errors", "jobs", str(sum(r.errors for r in run.rounds))),
         ("load average 1m, min-max", "", f"{min(r.load_avg[0] for r in run.rounds):.2f}-"
                                          f"{max(r.load_avg[0] for r in run.rounds):.2f}"),
-        ("rounds x jobs", "", f"{len(run.rounds)} x {run.meta.get('jobs', '?')}"),
+        ("runs, rounds x jobs", "", f"{run.meta.get('runs', 1)}, {len(run.rounds)} x {run.meta.get('jobs', '?')}"),
     ]
     return out
 
@@ -369,13 +369,27 @@ def commands_table(runs: list[Run], top: int = 25) -> str:
     return markdown_table(header, rows)
 
 
+def merge_runs(runs: list[Run]) -> list[Run]:
+    """Runs under one label (``--label``, without a trailing ``-N``) become one column: their rounds pooled."""
+    merged: dict[str, Run] = {}
+    for run in runs:
+        label = str(run.meta.get("label") or "")
+        base = label.rsplit("-", 1)[0] if label.rsplit("-", 1)[-1].isdigit() else label
+        if base in merged:
+            merged[base].rounds.extend(run.rounds)
+            merged[base].meta["runs"] += 1
+        else:
+            merged[base] = Run({**run.meta, "label": base, "runs": 1}, list(run.rounds))
+    return list(merged.values())
+
+
 def report(runs: list[Run]) -> str:
     lines = ["### CPU per job outside the model (`bench/overhead.py`)", ""]
     for run in runs:
         m = run.meta
-        lines.append(f"- {m.get('label') or 'run'}: {m.get('date')}, `{m.get('command')}` at {m.get('commit')}, "
-                     f"{m.get('machine')}, {m.get('model')}, {m.get('clients')} closed-loop clients, "
-                     f"{m.get('seconds')} s")
+        runs_note = f" ({m['runs']} runs, the first shown)" if m.get("runs", 1) > 1 else ""
+        lines.append(f"- {m.get('label') or 'run'}: {m.get('date')}, `{m.get('command')}` at {m.get('commit')}"
+                     f"{runs_note}, {m.get('machine')}, {m.get('model')}, {m.get('clients')} closed-loop clients")
     lines += ["", cpu_table(runs), "", commands_table(runs)]
     return "\n".join(lines)
 
@@ -500,7 +514,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="print saved runs side by side as a Markdown section instead of running")
     args = parser.parse_args(argv)
     if args.report:
-        print(report([Run.from_json(json.loads(p.read_text())) for p in args.report]))
+        print(report(merge_runs([Run.from_json(json.loads(p.read_text())) for p in args.report])))
         return
     if args.quick:
         args.rounds, args.jobs, args.warmup_jobs, args.raw_reps = 1, 600, 200, 10
