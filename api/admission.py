@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 
 from tasks.errors import ErrorCode, Unavailable
-from tasks.job_store import JobStore
+from tasks.fleet import FleetStore
 from tasks.models_file import ModelSpec
 from tasks.queue_limit import Outcome, QueueLimit
 
 NO_WORKERS_RETRY_AFTER_S = 10  # a worker loading a model takes seconds to minutes
 
 
-def admit(store: JobStore, limit: QueueLimit, spec: ModelSpec, job_id: str) -> None:
+def admit(fleet: FleetStore, limit: QueueLimit, spec: ModelSpec, job_id: str) -> None:
     """Reserve ``job_id`` a place in ``spec``'s queue, or raise Unavailable (no worker, or the queue is full).
 
     One atomic step in Redis, so concurrent submitters can never take the queue past ``max_queue_depth``.
@@ -24,13 +24,13 @@ def admit(store: JobStore, limit: QueueLimit, spec: ModelSpec, job_id: str) -> N
     if outcome == Outcome.full:
         raise Unavailable(
             f"model {spec.id!r} is overloaded ({depth} jobs queued); retry later",
-            retry_after=retry_after_s(store, spec, depth, max(1, store.workers_online(spec.id))),
+            retry_after=retry_after_s(fleet, spec, depth, max(1, fleet.workers_online(spec.id))),
         )
 
 
-def retry_after_s(store: JobStore, spec: ModelSpec, depth: int, workers: int) -> int:
+def retry_after_s(fleet: FleetStore, spec: ModelSpec, depth: int, workers: int) -> int:
     """Seconds until the backlog above the limit drains, from the recent service rate."""
-    rate = store.service_rate(spec.id)  # jobs/s over the last minute, all workers together
+    rate = fleet.service_rate(spec.id)  # jobs/s over the last minute, all workers together
     excess = depth - spec.max_queue_depth + 1
     if rate <= 0:
         return max(1, math.ceil(excess / max(1, workers)))

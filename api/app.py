@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from flask import request
+from flask import Response
 from flask_openapi3 import Info, OpenAPI
 
+from api import body
+from api.auth import authenticate
 from api.errors import error_response, register_error_handlers, validation_error_response
 from api.limits import create_limiter
 from api.metrics import register_metrics
@@ -39,20 +41,24 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     register_metrics(app)  # before the other request hooks, so every request is timed
     create_limiter(app, settings)
 
-    @app.before_request
-    def _require_json_body():  # type: ignore[no-untyped-def]
-        # flask-openapi3 would report malformed JSON as a 422 on the whole body; it is a 400.
-        if request.method == "POST" and request.content_length:
-            if not request.is_json:
-                return error_response(ErrorCode.bad_request, "body must be JSON (Content-Type: application/json)")
-            if request.get_json(silent=True) is None:
-                return error_response(ErrorCode.bad_request, "body is not valid JSON")
-        return None
+    app.before_request(authenticate)  # before any lookup: a job's existence says nothing to a stranger
+    body.install(app, bodiless=("not_here",))
 
     app.register_api(jobs)
     app.register_api(models)
     app.register_api(webhooks)
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
+    app.add_url_rule("/", "not_here", _jobs_are_elsewhere, methods=["POST", "PUT"])
     app.add_url_rule("/openapi.json", "openapi_json", lambda: app.api_doc)
     logging.getLogger(__name__).info("genq API serving %d models", len(app.extensions["genq"].models.models))
     return app
+
+
+def _jobs_are_elsewhere() -> Response:
+    """``POST /`` is what a client written for a single-model server sends: point it at the job API."""
+    response = error_response(
+        ErrorCode.method_not_allowed,
+        'genq takes jobs at POST /v1/jobs with a JSON body such as {"model": "gpt2-demo", "input": {"prompt": '
+        '"Hello"}}; GET /v1/models lists the models and their inputs, GET /openapi.json describes the API')
+    response.headers["Allow"] = "GET"
+    return response

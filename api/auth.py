@@ -135,3 +135,10 @@ def current_key() -> KeyInfo:
 
 def current_owner() -> str:
     return current_key().owner
+
+
+def authenticate() -> None:
+    """``before_request``: every ``/v1`` route checks the key first, so that nothing (not even whether a job id
+    exists) is looked up for a caller without one."""
+    if request.path.startswith("/v1/") or request.path == "/v1":
+        current_key()

@@ -11,19 +11,11 @@ from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, Unavailable
+from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, Unavailable, code_for_status
 from tasks.inputs import invalid_from_validation
 
 log = logging.getLogger(__name__)
 
-_HTTP_CODES = {
-    400: ErrorCode.bad_request,
-    401: ErrorCode.unauthorized,
-    404: ErrorCode.not_found,
-    410: ErrorCode.gone,
-    413: ErrorCode.payload_too_large,
-    429: ErrorCode.rate_limited,
-}
 BROKER_RETRY_AFTER_S = 2
 
 
@@ -73,8 +65,7 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
         status = exc.code or 500
-        code = _HTTP_CODES.get(status, ErrorCode.bad_request if status < 500 else ErrorCode.internal)
-        response = error_response(code, exc.description or exc.name, status)
+        response = error_response(code_for_status(status), exc.description or exc.name, status)
         if status == 405 and exc.get_response().headers.get("Allow"):
             response.headers["Allow"] = exc.get_response().headers["Allow"]
         return response

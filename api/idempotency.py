@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 from flask import request
 
 from tasks.errors import BadRequest, Conflict
+from tasks.idempotency import IdempotencyBindings
 from tasks.job_store import JobStore
 
 MAX_KEY_LENGTH = 255
+PENDING_WAIT_S = 5.0  # a duplicate waits this long for the first request's record (written within ms)
+PENDING_POLL_S = 0.01
+ABANDONED_AFTER_S = 60  # a binding with no record after this long belongs to a request that died
 
 
 def requested_key() -> str | None:
@@ -28,29 +33,42 @@ def body_digest(body: dict[str, Any]) -> str:
 
 
 class IdempotencyGuard:
-    """Binds (owner, key) to one job id and body digest; the binding is undone if submission fails."""
+    """One job per (owner, key, body): the request that binds the key submits; identical ones get its job.
+
+    A duplicate that arrives while the first request is still writing its record waits for the record (up
+    to ``PENDING_WAIT_S``) instead of taking the binding for stale; only a binding whose job has expired,
+    or that never got a record within ``ABANDONED_AFTER_S`` (its request died), is replaced.
+    """
 
     def __init__(self, store: JobStore, ttl_s: int, owner: str, key: str, digest: str) -> None:
-        self.store, self.ttl_s, self.digest = store, ttl_s, digest
-        self.redis_key = store.keys.idempotency(owner, hashlib.sha256(key.encode()).hexdigest())
+        self.store, self.owner, self.key, self.digest = store, owner, key, digest
+        self.bindings = IdempotencyBindings(store.redis, store.keys, ttl_s)
+        self.bound: str | None = None
 
     def existing_job(self, new_job_id: str) -> str | None:
-        """Claim the key for ``new_job_id``; return the job it already names instead, if any."""
-        value = f"{new_job_id} {self.digest}"
-        for _ in range(2):
-            if self.store.redis.set(self.redis_key, value, nx=True, ex=self.ttl_s):
+        """Bind the key to ``new_job_id`` (None: go on and submit it), or return the job it already names."""
+        give_up_at = time.monotonic() + PENDING_WAIT_S
+        while True:
+            found = self.bindings.bind(self.owner, self.key, new_job_id, self.digest)
+            if found is None:
+                self.bound = new_job_id
                 return None
-            current = self.store.redis.get(self.redis_key)
-            if current is None:
-                continue  # expired between SET and GET: try once more
-            text = current.decode() if isinstance(current, bytes) else str(current)
-            job_id, _, digest = text.partition(" ")
-            if digest != self.digest:
+            if found.digest != self.digest:
                 raise Conflict("Idempotency-Key was already used with a different body", field="Idempotency-Key")
-            if self.store.get(job_id) is not None:
-                return job_id
-            self.store.redis.delete(self.redis_key)  # its job has expired: start afresh
-        return None
+            if self.store.get(found.job_id) is not None:
+                return found.job_id
+            # The tombstone is written with the record (one transaction), so tombstone without record means
+            # expired only when the record is read again after it: the first read may predate both.
+            expired = self.store.was_known(found.job_id, self.owner) and self.store.get(found.job_id) is None
+            if expired or found.age_s > ABANDONED_AFTER_S:
+                self.bindings.drop_stale(self.owner, self.key, found)
+                continue
+            if time.monotonic() > give_up_at:
+                raise Conflict("a request with this Idempotency-Key is still being submitted; retry shortly",
+                               field="Idempotency-Key")
+            time.sleep(PENDING_POLL_S)
 
     def release(self) -> None:
-        self.store.redis.delete(self.redis_key)
+        """Undo this request's binding after its submission failed (never another request's)."""
+        if self.bound is not None:
+            self.bindings.release(self.owner, self.key, self.bound)

@@ -17,11 +17,15 @@ from tasks.settings import Settings
 
 
 def _limit_key() -> str:
-    # Keys are limited by owner; in open mode (or before auth fails) by client address.
+    # Keys are limited by owner; in open mode (no key: every caller is "anonymous") by client address, so one
+    # busy client does not spend everybody's budget.
     try:
-        return "key:" + current_key().owner
+        key = current_key()
     except Unauthorized:
-        return "addr:" + (request.remote_addr or "unknown")
+        key = None
+    if key is not None and key.key_id:
+        return "key:" + key.owner
+    return "addr:" + (request.remote_addr or "unknown")
 
 
 def redis_timeouts(settings: Settings) -> dict[str, Any]:
@@ -33,14 +37,16 @@ def redis_timeouts(settings: Settings) -> dict[str, Any]:
 
 def limiter_storage(settings: Settings) -> tuple[str, dict[str, Any]]:
     """The same Redis for the limits library; behind Sentinel it wants ``redis+sentinel://h:p,h:p/master``."""
-    options = redis_timeouts(settings)
+    # The limits library's own prefix ("LIMITS") would put its counters outside GENQ_KEY_PREFIX.
+    timeouts = redis_timeouts(settings)
+    options: dict[str, Any] = {**timeouts, "key_prefix": f"{settings.key_prefix}limits"}
     if not is_sentinel(settings.redis_url):
         return settings.redis_url, options
     url = SentinelURL.parse(settings.redis_url)
     hosts = ",".join(f"{host}:{port}" for host, port in url.hosts)
     return f"redis+sentinel://{hosts}/{settings.redis_sentinel_master}", {
         **options, "db": url.db, "password": url.password, "use_replicas": False,
-        "sentinel_kwargs": {**options, "password": None},  # the password is the master's, as in Celery's URL
+        "sentinel_kwargs": {**timeouts, "password": None},  # the password is the master's, as in Celery's URL
     }
 
 

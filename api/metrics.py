@@ -78,7 +78,7 @@ class FleetCollector(Collector):
         svc = self.app.extensions["genq"]
         try:
             for model in svc.models.models:
-                fleet = svc.store.fleet(model)
+                fleet = svc.fleet.snapshot(model)
                 depth.add_metric([model], fleet.queue_depth)
                 workers.add_metric([model], fleet.workers_online)
             backlog.add_metric([], Outbox(svc.store.redis, svc.settings).backlog())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import time
@@ -18,10 +17,10 @@ from api.admission import admit
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.services import PUBLISH_RETRY_POLICY, Services, services
-from tasks.constants import PRIORITY_VALUES, TASK_RUN
 from tasks.errors import Gone, NotFound
 from tasks.inputs import validate_input
 from tasks.job_store import JobRecord
+from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus
 from tasks.webhooks import check_webhook_url
@@ -107,7 +106,7 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
            owner: str) -> JobRecord:
     """Reserve a place, write the record, then send the message (the record first: an id handed out is never
     unknown). A failure after the reservation gives the place back."""
-    admit(svc.store, svc.queue_limit, spec, job_id)
+    admit(svc.fleet, svc.queue_limit, spec, job_id)
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
     record = JobRecord(
@@ -118,9 +117,7 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
     try:
         svc.store.create(record)
         svc.celery.send_task(
-            TASK_RUN, task_id=record.id, queue=spec.queue, priority=PRIORITY_VALUES[body.priority],
-            kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
-                    "deadline_at": record.deadline_at, "webhook_events": record.webhook_events},
+            **send_args(RunMessage.of(record)),
             retry_policy=PUBLISH_RETRY_POLICY,
             # Results live in the job store: without this Celery SUBSCRIBEs and UNSUBSCRIBEs to a result
             # channel on every publish, two Redis round trips per job for nothing.
@@ -150,15 +147,14 @@ def get_job(path: JobPath) -> Response:
 def get_output(path: OutputPath) -> WerkzeugResponse:
     """The n-th binary output (a PNG for images), with Content-Length and ETag."""
     record = owned_record(path.job_id)
-    outputs = record.output if isinstance(record.output, list) else []
-    entry = outputs[path.n] if path.n < len(outputs) else None
-    if record.status != JobStatus.succeeded or not isinstance(entry, dict) or "media_type" not in entry:
+    if record.status != JobStatus.succeeded or path.n >= len(record.binary_outputs):
         raise NotFound(f"job {record.id} has no binary output {path.n}")
-    data = services().store.output(record.id, path.n)
+    entry = record.binary_outputs[path.n]
+    data = services().outputs.get(entry.key)
     if data is None:
         raise Gone(f"output {path.n} of job {record.id} has expired")
-    response = Response(data, mimetype=entry["media_type"])
-    response.set_etag(hashlib.sha256(data).hexdigest()[:32])
+    response = Response(data, mimetype=entry.media_type)
+    response.set_etag(entry.etag)
     response.headers["Cache-Control"] = "private, max-age=86400, immutable"
     return response.make_conditional(request)
 

@@ -30,7 +30,7 @@ def list_models() -> Response:
                                   max_wait_ms=spec.batching.max_wait_ms,
                                   buffer_size=spec.batching.buffer_size,
                                   policy=spec.batching.policy),
-            **svc.store.fleet(spec.id)._asdict(),
+            **svc.fleet.snapshot(spec.id)._asdict(),
         ))
     return jsonify(ModelList(models=infos).model_dump(mode="json"))
 
@@ -55,7 +55,7 @@ def readyz() -> Response:
     """Readiness: Redis answers and every configured model has a worker online (503 otherwise)."""
     svc = services()
     svc.store.redis.ping()
-    missing = [m for m in svc.models.models if svc.store.workers_online(m) == 0]
+    missing = [m for m in svc.models.models if svc.fleet.workers_online(m) == 0]
     body = {"status": "ok" if not missing else "degraded", "models_without_workers": missing}
     return make_json(body, 200 if not missing else 503)
 

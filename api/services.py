@@ -1,4 +1,4 @@
-"""What a request handler needs, built once per app: settings, models, job store, Celery sender."""
+"""What a request handler needs, built once per app: settings, models, the stores in Redis, Celery sender."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from api.waiters import WaitHub
 from tasks.celery_app import create_celery
 from tasks.constants import Keys
 from tasks.errors import UnknownModel
+from tasks.fleet import FleetStore
 from tasks.job_store import JobStore
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
+from tasks.outputs import OutputStore, output_store
 from tasks.queue_limit import QueueLimit
 from tasks.redis_client import connect
 from tasks.settings import Settings
@@ -27,6 +29,8 @@ class Services:
     settings: Settings
     models: ModelsFile
     store: JobStore
+    fleet: FleetStore
+    outputs: OutputStore
     celery: Celery
     keys: KeyRing
     queue_limit: QueueLimit
@@ -39,6 +43,8 @@ class Services:
             settings=settings,
             models=load_models_file(settings.models_file),
             store=JobStore(client, settings),
+            fleet=FleetStore(client, settings),
+            outputs=output_store(client, settings),
             celery=create_celery(settings),
             keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
             queue_limit=QueueLimit(client, settings),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 
 from tasks import errors as contract
-from tasks.errors import ErrorCode
+from tasks.errors import ErrorCode, code_for_status
 from tasks.schemas import Job
 
 
@@ -115,12 +115,6 @@ _BY_CODE: dict[ErrorCode, type[APIError]] = {
     ErrorCode.no_workers: NoWorkers,
     ErrorCode.broker_unavailable: Unavailable,
 }
-#: For answers without a genq error body (a proxy's 502, say).
-_BY_STATUS: dict[int, ErrorCode] = {
-    400: ErrorCode.bad_request, 401: ErrorCode.unauthorized, 404: ErrorCode.not_found, 409: ErrorCode.conflict,
-    410: ErrorCode.gone, 413: ErrorCode.payload_too_large, 422: ErrorCode.invalid_input,
-    429: ErrorCode.rate_limited, 503: ErrorCode.broker_unavailable,
-}
 
 
 def retry_after_s(response: httpx.Response) -> float | None:
@@ -149,9 +143,8 @@ def error_from_response(response: httpx.Response) -> APIError:
     except (ValueError, AttributeError):
         info = {}
     raw_code = str(info.get("code", ""))
-    code = ErrorCode(raw_code) if raw_code in ErrorCode.__members__ else _BY_STATUS.get(status)
-    if code is None:
-        code = ErrorCode.bad_request if status < 500 else ErrorCode.internal
+    # Without a genq error body (a proxy's 502, say) the contract's table names the code.
+    code = ErrorCode(raw_code) if raw_code in ErrorCode.__members__ else code_for_status(status)
     cls = _BY_CODE.get(code) or (BadRequest if status < 500 else ServerError)
     if status == 503 and not issubclass(cls, Unavailable):
         cls = Unavailable

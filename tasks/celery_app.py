@@ -23,7 +23,7 @@ def redis_transport_options(settings: Settings) -> dict[str, object]:
 
 
 def create_celery(settings: Settings | None = None) -> Celery:
-    """A Celery app configured for genq: JSON only, late acks, priorities, a bounded visibility timeout."""
+    """A Celery app configured for genq: JSON only, priorities, a bounded visibility timeout."""
     settings = settings or Settings.from_env()
     app = Celery("genq", broker=settings.redis_url, backend=settings.redis_url)
     app.conf.update(
@@ -34,13 +34,10 @@ def create_celery(settings: Settings | None = None) -> Celery:
         accept_content=["json"],
         result_accept_content=["json"],
         event_serializer="json",
-        # A job's message is acknowledged after its result is stored; a dead worker's jobs come back.
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_acks_on_failure_or_timeout=True,
+        # No task_acks_late & co: Celery's per-task ack settings govern its own task runner, which genq
+        # never uses. The batching consumer acks each message itself once the job's outcome is stored,
+        # and kombu restores what was never acked (visibility_timeout below).
         result_expires=settings.result_ttl_s,
-        result_extended=True,
-        task_track_started=True,
         task_send_sent_event=False,  # an extra publish per submission; Flower sees "received" from the worker
         worker_send_task_events=True,
         task_default_priority=5,

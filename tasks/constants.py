@@ -33,8 +33,8 @@ class Keys:
         """Tombstone outliving the record, so an expired job answers 410 rather than 404."""
         return f"{self.prefix}gone:{job_id}"
 
-    def output(self, job_id: str, index: int) -> str:
-        return f"{self.prefix}out:{job_id}:{index}"
+    def output(self, key: str) -> str:
+        return f"{self.prefix}out:{key}"
 
     def done_channel(self, job_id: str) -> str:
         return f"{self.prefix}done:{job_id}"

@@ -1,4 +1,4 @@
-"""One error-code enum and one exception root, mapped to HTTP statuses by the API."""
+"""One error-code enum, its one HTTP-status table (both directions) and one exception root."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ class ErrorCode(StrEnum):
     bad_request = "bad_request"
     unauthorized = "unauthorized"
     not_found = "not_found"
+    method_not_allowed = "method_not_allowed"
     gone = "gone"
     conflict = "conflict"
     payload_too_large = "payload_too_large"
+    uri_too_long = "uri_too_long"
+    headers_too_large = "headers_too_large"
     invalid_input = "invalid_input"
     unknown_model = "unknown_model"
     rate_limited = "rate_limited"
@@ -21,28 +24,43 @@ class ErrorCode(StrEnum):
     model_error = "model_error"
     out_of_memory = "out_of_memory"
     worker_lost = "worker_lost"
+    wrong_model = "wrong_model"
+    invalid_message = "invalid_message"
     internal = "internal"
 
 
-#: HTTP status per code; codes that only ever describe a failed job map to 500 for completeness.
+#: HTTP status per code, the only such table: the API answers with it, and an HTTP error without a genq body
+#: (werkzeug's, a proxy's) gets the *first* code listed for its status. Codes that only ever describe a failed
+#: job map to 500 for completeness.
 HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.bad_request: 400,
     ErrorCode.unauthorized: 401,
     ErrorCode.not_found: 404,
+    ErrorCode.method_not_allowed: 405,
     ErrorCode.gone: 410,
     ErrorCode.conflict: 409,
     ErrorCode.payload_too_large: 413,
+    ErrorCode.uri_too_long: 414,
+    ErrorCode.headers_too_large: 431,
     ErrorCode.invalid_input: 422,
     ErrorCode.unknown_model: 422,
     ErrorCode.rate_limited: 429,
+    ErrorCode.broker_unavailable: 503,
     ErrorCode.overloaded: 503,
     ErrorCode.no_workers: 503,
-    ErrorCode.broker_unavailable: 503,
+    ErrorCode.internal: 500,
     ErrorCode.model_error: 500,
     ErrorCode.out_of_memory: 500,
     ErrorCode.worker_lost: 500,
-    ErrorCode.internal: 500,
+    ErrorCode.wrong_model: 500,
+    ErrorCode.invalid_message: 500,
 }
+_CODE_OF_STATUS = {status: code for code, status in reversed(HTTP_STATUS.items())}  # reversed: the first wins
+
+
+def code_for_status(status: int) -> ErrorCode:
+    """The code an HTTP error of ``status`` carries when nothing more specific is known."""
+    return _CODE_OF_STATUS.get(status, ErrorCode.bad_request if status < 500 else ErrorCode.internal)
 
 
 class GenqError(Exception):
@@ -54,10 +72,6 @@ class GenqError(Exception):
         super().__init__(message)
         self.message = message
         self.field = field
-
-    @property
-    def http_status(self) -> int:
-        return HTTP_STATUS[self.code]
 
 
 class BadRequest(GenqError):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis
 from pydantic import BaseModel
 
-from tasks.constants import PRIORITY_STEPS, Keys, queue_name
+from tasks.constants import Keys
 from tasks.inputs import JobKind
+from tasks.outputs import OutputEntry
 from tasks.schemas import Job, JobErrorInfo, JobMetrics, JobStatus, Priority, Progress, timestamp
 from tasks.settings import Settings
 
@@ -39,13 +40,6 @@ return {cur, attempts}
 """
 
 _ACTIVE = (JobStatus.queued, JobStatus.running)
-RATE_BUCKET_S = 10
-RATE_WINDOW_S = 60
-
-
-class Fleet(NamedTuple):
-    queue_depth: int
-    workers_online: int
 
 
 class JobRecord(BaseModel):
@@ -65,7 +59,8 @@ class JobRecord(BaseModel):
     attempts: int = 0
     input: dict[str, Any] = {}
     progress: Progress | None = None
-    output: Any = None
+    output: Any = None  # inline outputs (text, embeddings)
+    binary_outputs: list[OutputEntry] = []  # outputs kept in the output store (images)
     error: JobErrorInfo | None = None
     metrics: JobMetrics | None = None
     webhook: str | None = None
@@ -78,11 +73,12 @@ class JobRecord(BaseModel):
             started_at=timestamp(self.started_at), completed_at=timestamp(self.completed_at),
             deadline_at=timestamp(self.deadline_at),
             progress=self.progress if self.status == JobStatus.running else None,
-            output=self.output, error=self.error, metrics=self.metrics,
+            output=[e.public() for e in self.binary_outputs] if self.binary_outputs else self.output,
+            error=self.error, metrics=self.metrics,
         )
 
 
-_JSON_FIELDS = ("input", "progress", "output", "error", "metrics", "webhook_events")
+_JSON_FIELDS = ("input", "progress", "output", "binary_outputs", "error", "metrics", "webhook_events")
 
 
 def _encode(fields: dict[str, Any]) -> dict[str, str]:
@@ -110,7 +106,7 @@ def _decode(raw: dict[bytes, bytes]) -> JobRecord:
 
 
 class JobStore:
-    """Job records, outputs and cancel/finish transitions in Redis."""
+    """Job records and their transitions in Redis (outputs: tasks/outputs.py; workers: tasks/fleet.py)."""
 
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.redis = client
@@ -147,6 +143,10 @@ class JobStore:
         tombstone = self.redis.get(self.keys.gone(job_id))
         return tombstone is not None and tombstone.decode() == (owner or "-")  # type: ignore[union-attr]
 
+    def attempts(self, job_id: str) -> int:
+        """How many times a worker has started this job (0: it never ran)."""
+        return int(self.redis.hget(self.keys.job(job_id), "attempts") or 0)
+
     # --- transitions -------------------------------------------------------------------
 
     def transition(
@@ -173,10 +173,6 @@ class JobStore:
             args += [key, value]
         return self._transition(keys=[self.keys.job(job_id), self.keys.done_channel(job_id)], args=args,
                                 client=client)
-
-    def claim(self, job_id: str) -> tuple[JobStatus | None, int]:
-        """Mark a job running before it runs; a re-delivered running job counts one more attempt."""
-        return self.claim_many([job_id])[0]
 
     def claim_many(self, job_ids: list[str]) -> list[tuple[JobStatus | None, int]]:
         """Claim a batch's jobs in one round trip; one (status before, attempts) per job, in order."""
@@ -213,86 +209,27 @@ class JobStore:
         status: JobStatus,
         *,
         output: Any = None,
+        binary_outputs: list[OutputEntry] | None = None,
         error: JobErrorInfo | None = None,
         metrics: JobMetrics | None = None,
-        blobs: list[bytes] = (),  # type: ignore[assignment]
-    ) -> bool:
-        """Store outputs and the terminal status (only if the job is still running) in one transaction."""
-        fields = {"completed_at": time.time(), "output": output, "error": error, "metrics": metrics}
-        with self.redis.pipeline() as pipe:
-            for index, blob in enumerate(blobs):
-                pipe.set(self.keys.output(job_id, index), blob, ex=self.settings.result_ttl_s)
-            self._queue_transition(job_id, (JobStatus.running,), status, False, fields, pipe)
-            before, _ = _transition_result(pipe.execute()[-1])
-        return before == JobStatus.running
+    ) -> JobStatus | None:
+        """Set the terminal status and results if the job is still running; returns the status it had.
+
+        Binary outputs must be in the output store already: the record lists them from this moment.
+        """
+        entries = [e.model_dump(mode="json") for e in binary_outputs or ()] or None
+        fields = {"completed_at": time.time(), "output": output, "binary_outputs": entries, "error": error,
+                  "metrics": metrics}
+        before, _ = self.transition(job_id, (JobStatus.running,), status, **fields)
+        return before
 
     def fail(self, job_id: str, code: str, message: str, **kw: Any) -> bool:
-        return self.finish(job_id, JobStatus.failed, error=JobErrorInfo(code=code, message=message), **kw)
-
-    def output(self, job_id: str, index: int) -> bytes | None:
-        return self.redis.get(self.keys.output(job_id, index))  # type: ignore[return-value]
+        """Fail a running job; False if it was not running (canceled meanwhile, or already finished)."""
+        before = self.finish(job_id, JobStatus.failed, error=JobErrorInfo(code=code, message=message), **kw)
+        return before == JobStatus.running
 
     def stale_queued(self, model_id: str, older_than: float) -> list[JobRecord]:
         """Jobs of ``model_id`` created before ``older_than`` that no worker has started."""
         ids: list[bytes] = self.redis.zrangebyscore(self.keys.active(model_id), 0, older_than)  # type: ignore[assignment]
         records = [self.get(i.decode()) for i in ids]
         return [r for r in records if r is not None and r.status == JobStatus.queued]
-
-    # --- fleet -------------------------------------------------------------------------
-
-    def fleet(self, model_id: str) -> Fleet:
-        """Queue depth (messages in Redis plus those online workers hold) and workers online, in one trip."""
-        queue = self.keys.prefix + queue_name(model_id)
-        with self.redis.pipeline(transaction=False) as pipe:
-            for step in PRIORITY_STEPS:
-                pipe.llen(f"{queue}:{step}" if step else queue)
-            pipe.hgetall(self.keys.buffered(model_id))
-            pipe.zrangebyscore(self.keys.workers(model_id), time.time() - self.settings.worker_ttl_s, "+inf")
-            *lengths, held, online = pipe.execute()
-        # A dead worker's count is stale: its messages are back in the queue (or soon will be).
-        depth = int(sum(lengths)) + sum(int(n) for worker, n in held.items() if worker in online)
-        return Fleet(queue_depth=depth, workers_online=len(online))
-
-    def queue_depth(self, model_id: str) -> int:
-        return self.fleet(model_id).queue_depth
-
-    def heartbeat(self, model_id: str, worker: str, held: int) -> None:
-        """Called by a worker every few seconds: it is online and holds ``held`` messages."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.keys.workers(model_id), {worker: time.time()})
-            pipe.hset(self.keys.buffered(model_id), worker, held)
-            pipe.execute()
-
-    def attempts(self, job_id: str) -> int:
-        """How many times a worker has started this job (0: it never ran)."""
-        return int(self.redis.hget(self.keys.job(job_id), "attempts") or 0)
-
-    def set_held(self, model_id: str, worker: str, held: int) -> None:
-        """A worker's held count changed: admission sees it at once, not at the next heartbeat."""
-        self.redis.hset(self.keys.buffered(model_id), worker, held)
-
-    def worker_gone(self, model_id: str, worker: str) -> None:
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(self.keys.workers(model_id), worker)
-            pipe.hdel(self.keys.buffered(model_id), worker)
-            pipe.execute()
-
-    def count_completed(self, model_id: str, n: int) -> None:
-        bucket = int(time.time()) // RATE_BUCKET_S
-        key = self.keys.completed(model_id, bucket)
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.incrby(key, n)
-            pipe.expire(key, RATE_WINDOW_S * 2)
-            pipe.execute()
-
-    def service_rate(self, model_id: str) -> float:
-        """Jobs per second finished for ``model_id`` over the last minute (all workers)."""
-        now = int(time.time()) // RATE_BUCKET_S
-        buckets = range(now - RATE_WINDOW_S // RATE_BUCKET_S, now)
-        counts = self.redis.mget([self.keys.completed(model_id, b) for b in buckets])
-        return sum(int(c) for c in counts if c) / RATE_WINDOW_S
-
-    def workers_online(self, model_id: str) -> int:
-        cutoff = time.time() - self.settings.worker_ttl_s
-        count: int = self.redis.zcount(self.keys.workers(model_id), cutoff, "+inf")
-        return count

@@ -17,8 +17,11 @@ DEFAULT_VISIBILITY_TIMEOUT_S = 600  # several times the worst hold (buffer + bat
 DEFAULT_REDIS_TIMEOUT_S = 1.0  # an outage becomes a 503 within ~1 s, never a hung request
 DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
 # Waiting requests per API process, when not set: 3/4 of its threads, so plain requests always find one.
-WAITER_SHARE_OF_THREADS = 0.75
-DEFAULT_API_THREADS = 32  # gunicorn threads per API process (api/gunicorn_conf.py reads GENQ_API_THREADS)
+# gunicorn threads per API process (api/gunicorn_conf.py reads GENQ_API_THREADS). Many, because a held
+# ``Prefer: wait`` parks one on an Event: it costs a stack and no CPU, and 500 held waits need 500 threads.
+DEFAULT_API_THREADS = 256
+# Threads of each process that waits never take, so reads and submissions always find one free.
+MIN_FREE_THREADS = 16
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
 DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
 # SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
@@ -101,7 +104,7 @@ class Settings:
     def waiters_per_process(self) -> int:
         if self.max_waiters is not None:
             return max(1, self.max_waiters)
-        return max(1, int(self.api_threads * WAITER_SHARE_OF_THREADS))
+        return max(1, self.api_threads - max(MIN_FREE_THREADS, self.api_threads // 8))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

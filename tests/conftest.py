@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from genq.redis_server import free_port
+from tasks.fleet import FleetStore
 from tasks.job_store import JobStore
 from tasks.redis_client import connect
 from tasks.settings import Settings
@@ -140,6 +141,12 @@ def settings(key_prefix: str, demo_models: Path, tmp_path_factory: pytest.TempPa
 def store(settings: Settings) -> JobStore:
     """The job store the tests read to check what workers did."""
     return JobStore(connect(settings), settings)
+
+
+@pytest.fixture(scope="session")
+def fleet(settings: Settings) -> FleetStore:
+    """The fleet's counts (heartbeats, held messages), for tests that play a worker."""
+    return FleetStore(connect(settings), settings)
 
 
 @pytest.fixture(scope="session")

@@ -143,3 +143,39 @@ class RedisServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
+
+
+class ApiServer:
+    """The API as deployed: ``gunicorn -c python:api.gunicorn_conf api.wsgi:app`` on a spare loopback port."""
+
+    def __init__(self, settings: Settings, log_path: Path, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = worker_env(settings, **env)
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ApiServer:
+        import httpx
+
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"127.0.0.1:{self.port}",
+                 "api.wsgi:app"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError(f"gunicorn did not answer: {self.log_path.read_text()[-2000:]}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()

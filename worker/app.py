@@ -16,7 +16,7 @@ from celery import Task, bootsteps, signals
 from celery.worker import state as celery_state
 
 from tasks.celery_app import create_celery
-from tasks.constants import TASK_RUN
+from tasks.constants import TASK_RUN, queue_name
 from tasks.settings import Settings
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
@@ -59,9 +59,21 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
     state.hostname = sender
     if model:
         os.environ["GENQ_MODEL"] = model  # the pool's process reads the same settings
-        if not options.get("queues"):
-            conf.task_default_queue = f"genq.{model}"
+        problem = queues_problem(model, options.get("queues"))
+        if problem:
+            # SystemExit, not an error: Celery logs and swallows a signal handler's exceptions.
+            raise SystemExit(f"genq worker: {problem}")
+        conf.task_default_queue = queue_name(model)  # what a worker started without -Q consumes
     pin_gpu(gpu)  # the prefetch credit is set by the batching consumer (worker/consumer.py)
+
+
+def queues_problem(model: str, queues: object) -> str | None:
+    """Why ``-Q`` does not suit a worker of ``model`` (it must consume that model's queue and no other)."""
+    given = [q for q in (queues.split(",") if isinstance(queues, str) else queues or []) if q]
+    if not given or set(given) == {queue_name(model)}:
+        return None
+    return (f"-Q {','.join(given)} does not match --model {model}: a worker consumes its model's queue "
+            f"{queue_name(model)} and no other (another model's jobs would fail as wrong_model)")
 
 
 @signals.worker_process_init.connect
@@ -78,7 +90,7 @@ def _load(**_: Any) -> None:
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
-        state.heartbeat = Heartbeat(state.loaded.store, state.loaded.spec.id, sender.hostname,
+        state.heartbeat = Heartbeat(state.loaded.fleet, state.loaded.spec.id, sender.hostname,
                                     lambda: state.batching.held() if state.batching else 0, sweeper.maybe_sweep)
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat

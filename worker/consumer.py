@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from tasks.constants import TASK_RUN
+from tasks.errors import ErrorCode
+from tasks.messages import InvalidMessage, parse_run
 from tasks.schemas import JobStatus
 from worker.batcher import Batcher
 from worker.job import WorkItem
@@ -50,11 +52,11 @@ class BatchingConsumer:
     def on_message(self, message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **_: Any) -> None:
         item = self._to_item(message)
         if item is None:
-            message.ack()  # not a genq job anyone can run: drop it rather than loop on it forever
+            message.ack()  # no job id: no job to fail and nothing anyone can run; drop it rather than loop on it
             return
         self._send("task-received", uuid=item.job_id, name=TASK_RUN, args="()",
                    kwargs=repr(item.raw_input)[:KWARGS_REPR_MAX], root_id=item.job_id, parent_id=None, retries=0)
-        if not self.executor.parse(item):
+        if item.status is not None or not self.executor.parse(item):  # failed on arrival, or its input is bad
             self.executor.reject_invalid(item)
             self._settle([item])
             return
@@ -81,17 +83,32 @@ class BatchingConsumer:
         return self.runtime.batch_key(item.parsed)  # type: ignore[arg-type]
 
     def _to_item(self, message: Any) -> WorkItem | None:
-        try:
-            _, kwargs, _ = message.decode()
-            return WorkItem(job_id=message.headers["id"], raw_input=kwargs["input"],
-                            created_at=kwargs.get("created_at"), deadline_at=kwargs.get("deadline_at"),
-                            priority=int(message.properties.get("priority") or 5),
-                            arrived=time.monotonic(), handle=message,
-                            webhook_events=list(kwargs.get("webhook_events") or []),
-                            redelivered=bool(message.delivery_info.get("redelivered")))
-        except Exception:
-            log.exception("dropping a message that is not a genq job: %r", getattr(message, "headers", None))
+        """The message as a work item, already failed if it is malformed or another model's job (never run)."""
+        headers = getattr(message, "headers", None)
+        job_id = headers.get("id") if isinstance(headers, dict) else None
+        if not isinstance(job_id, str) or not job_id:
+            log.error("dropping a message without a task id: %r", headers)
             return None
+        arrival = {"arrived": time.monotonic(), "handle": message,
+                   "redelivered": bool(message.delivery_info.get("redelivered"))}
+        try:
+            try:
+                body = message.decode()
+            except Exception as exc:  # not JSON (a pickle, say): refused, never deserialised
+                raise InvalidMessage(f"undecodable genq.run message: {exc}") from exc
+            run = parse_run(job_id, body)
+        except InvalidMessage as exc:
+            log.error("job %s: %s", job_id, exc.message)
+            item = WorkItem(job_id=job_id, raw_input={}, **arrival)
+            item.fail(exc.code.value, exc.message)
+            return item
+        item = WorkItem.of(run, **arrival)
+        spec = self.loaded.spec
+        if run.model != spec.id:
+            item.fail(ErrorCode.wrong_model.value, f"job {job_id} is for model {run.model!r} but reached a worker "
+                                                   f"of model {spec.id!r} (queue {spec.queue}); it was not run")
+            log.error("job %s: %s", job_id, item.error_message)
+        return item
 
     # --- choosing and running batches ----------------------------------------------------
 
@@ -221,7 +238,7 @@ class BatchingConsumer:
 
     def _report_held(self) -> None:
         try:
-            self.executor.store.set_held(self.loaded.spec.id, self.consumer.hostname, self.held())
+            self.loaded.fleet.set_held(self.loaded.spec.id, self.consumer.hostname, self.held())
         except Exception:  # Redis down: the heartbeat reports it again once it is back
             log.debug("cannot report held count", exc_info=True)
 

@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Callable
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
+from tasks.fleet import FleetStore
 from tasks.inputs import validate_input
 from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec
+from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobMetrics, JobStatus
 from worker.job import WorkItem
 from worker.metrics import record_batch
@@ -33,11 +35,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 class Executor:
-    def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int, *,
+                 outputs: OutputStore, fleet: FleetStore, clock: Callable[[], float] = time.time) -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
+        self.outputs = outputs
+        self.fleet = fleet
         self.max_attempts = max_attempts
         self.clock = clock
 
@@ -55,8 +59,8 @@ class Executor:
             return False
 
     def reject_invalid(self, item: WorkItem) -> None:
-        """Record the failure of a job whose input does not parse (it never reaches the model)."""
-        before, _ = with_retries(self.store.claim, item.job_id)
+        """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""
+        [(before, _)] = with_retries(self.store.claim_many, [item.job_id])
         if before is None or before.terminal:
             item.settle(before)
         else:
@@ -99,10 +103,6 @@ class Executor:
             self._predict_isolated(batch, started)
             record_batch(self.spec, self.runtime, batch, started_at, time.perf_counter() - started)
 
-    def run(self, items: list[WorkItem]) -> None:
-        """Admit then execute: the whole life of a batch, in one thread."""
-        self.execute(self.admit_all(items))
-
     def _predict_isolated(self, batch: list[WorkItem], started: float) -> None:
         batch_id = uuid.uuid4().hex[:12]
         try:
@@ -128,7 +128,7 @@ class Executor:
         inference_ms = (time.perf_counter() - started) * 1000
         for item, prediction in zip(batch, predictions, strict=True):
             self._store_success(item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
-        with_retries(self.store.count_completed, self.spec.id, len(batch))
+        with_retries(self.fleet.count_completed, self.spec.id, len(batch))
 
     # --- results ---------------------------------------------------------------------
 
@@ -141,15 +141,28 @@ class Executor:
                           inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id)
 
     def _store_success(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> None:
-        output = prediction.output
-        if prediction.blobs:
-            output = [{"url": f"/v1/jobs/{item.job_id}/outputs/{n}", "media_type": b.media_type, "seed": b.seed}
-                      for n, b in enumerate(prediction.blobs)]
-        stored = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=output, metrics=metrics,
-                              blobs=[b.data for b in prediction.blobs])
+        run_id = uuid.uuid4().hex[:16]  # this run's own object names
+        entries = [OutputEntry.describe(item.job_id, run_id, n, b.data, b.media_type, b.seed)
+                   for n, b in enumerate(prediction.blobs)]
+        # The bytes first, then the transition that lists them: a succeeded job never lacks its outputs.
+        for entry, blob in zip(entries, prediction.blobs, strict=True):
+            with_retries(self.outputs.put, entry.key, blob.data, entry.media_type)
+        before = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=prediction.output,
+                              binary_outputs=entries, metrics=metrics)
+        stored = before == JobStatus.running
+        if not stored:  # another run won (or the job was canceled): this run's own objects go
+            self._drop_outputs(item.job_id, entries)
         # Not stored means it was canceled while running: its result is dropped, as promised.
         item.settle(JobStatus.succeeded if stored else JobStatus.canceled)
         item.extra["metrics"] = metrics
+
+    def _drop_outputs(self, job_id: str, entries: list[OutputEntry]) -> None:
+        """Outputs no record will ever list; left behind, they would expire with the result TTL anyway."""
+        for entry in entries:
+            try:
+                self.outputs.delete(entry.key)
+            except Exception:
+                log.warning("job %s: could not delete unlisted output %d", job_id, entry.index)
 
     def _store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
         stored = with_retries(self.store.fail, item.job_id, item.error_code or "internal", item.error_message or "",

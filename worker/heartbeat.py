@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tasks.job_store import JobStore
+from tasks.fleet import FleetStore
 from tasks.os_thread import name_os_thread
 
 log = logging.getLogger(__name__)
@@ -17,9 +17,9 @@ HEARTBEAT_INTERVAL_S = 2.0  # well inside the API's worker TTL (15 s)
 class Heartbeat:
     """A daemon thread: it keeps beating while the model thread is busy with a long batch."""
 
-    def __init__(self, store: JobStore, model_id: str, worker: str, held: Callable[[], int],
+    def __init__(self, fleet: FleetStore, model_id: str, worker: str, held: Callable[[], int],
                  on_beat: Callable[[], object] | None = None) -> None:
-        self.store, self.model_id, self.worker, self.held = store, model_id, worker, held
+        self.fleet, self.model_id, self.worker, self.held = fleet, model_id, worker, held
         self.on_beat = on_beat  # periodic upkeep riding on the same thread (the orphan sweeper)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="genq-heartbeat", daemon=True)
@@ -33,7 +33,7 @@ class Heartbeat:
         while not self._stop.is_set():
             self.beat_at = time.monotonic()
             try:
-                self.store.heartbeat(self.model_id, self.worker, self.held())
+                self.fleet.heartbeat(self.model_id, self.worker, self.held())
                 if self.on_beat is not None:
                     self.on_beat()
             except Exception as exc:  # Redis down: keep trying, the worker itself reconnects
@@ -47,6 +47,6 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         try:
-            self.store.worker_gone(self.model_id, self.worker)
+            self.fleet.worker_gone(self.model_id, self.worker)
         except Exception:
             log.warning("could not deregister worker %s", self.worker)

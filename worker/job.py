@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.inputs import AnyInput
+from tasks.messages import RunMessage
 from tasks.schemas import JobStatus
 
 
@@ -26,6 +27,13 @@ class WorkItem:
     error_message: str | None = None
     settled: bool = False  # its outcome is recorded (or there is none to record): safe to ack
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, message: RunMessage, **arrival: Any) -> WorkItem:
+        """The item for a parsed message; ``arrival``: ``arrived``, ``handle``, ``redelivered``."""
+        return cls(job_id=message.job_id, raw_input=message.input, created_at=message.created_at,
+                   deadline_at=message.deadline_at, priority=message.transport_priority,
+                   webhook_events=list(message.webhook_events), **arrival)
 
     def fail(self, code: str, message: str) -> None:
         self.status, self.error_code, self.error_message = JobStatus.failed, code, message

@@ -8,8 +8,10 @@ import time
 from dataclasses import dataclass
 
 from tasks.errors import GenqError
+from tasks.fleet import FleetStore
 from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec, load_models_file
+from tasks.outputs import output_store
 from tasks.redis_client import connect
 from tasks.settings import Settings
 from worker.executor import Executor
@@ -25,6 +27,7 @@ class Loaded:
     spec: ModelSpec
     runtime: Runtime
     store: JobStore
+    fleet: FleetStore
     executor: Executor
     webhooks: WebhookSender
     device: str
@@ -51,9 +54,11 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     started = time.perf_counter()
     runtime.load(device)
     seconds = time.perf_counter() - started
-    store = JobStore(connect(settings), settings)
+    client = connect(settings)
+    store, fleet = JobStore(client, settings), FleetStore(client, settings)
     store.redis.hincrby(store.keys.load_count(spec.id), worker_name, 1)
     log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
-    executor = Executor(runtime, spec, store, settings.max_attempts)
-    return Loaded(spec, runtime, store, executor, WebhookSender(store), device, seconds)
+    executor = Executor(runtime, spec, store, settings.max_attempts, outputs=output_store(client, settings),
+                        fleet=fleet)
+    return Loaded(spec, runtime, store, fleet, executor, WebhookSender(store), device, seconds)

@@ -15,12 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.constants import PRIORITY_STEPS, PRIORITY_VALUES, TASK_RUN
 from tasks.job_store import JobStore
+from tasks.messages import UNACKED_KEY, RunMessage, envelope_job_id, priority_lists, send_args
 from tasks.models_file import ModelSpec
 
 log = logging.getLogger(__name__)
-UNACKED_KEY = "unacked"  # kombu's hash of unacknowledged messages (under the global key prefix)
 
 
 class Sweeper:
@@ -49,27 +48,16 @@ class Sweeper:
         for record in orphans:
             log.warning("job %s was queued %.0f s ago but its message is gone: sending it again",
                         record.id, time.time() - record.created_at)
-            self.send_task(
-                TASK_RUN, task_id=record.id, queue=self.spec.queue, priority=PRIORITY_VALUES[record.priority],
-                kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
-                        "deadline_at": record.deadline_at, "webhook_events": record.webhook_events})
+            self.send_task(**send_args(RunMessage.of(record)))
         return len(orphans)
 
     def _messages_in_redis(self) -> set[str]:
         """Job ids of every message waiting in the model's queues or held unacknowledged."""
-        queue = self.store.keys.prefix + self.spec.queue
         with self.store.redis.pipeline(transaction=False) as pipe:
-            for step in PRIORITY_STEPS:
-                pipe.lrange(f"{queue}:{step}" if step else queue, 0, -1)
+            for key in priority_lists(self.store.keys.prefix, self.spec.queue):
+                pipe.lrange(key, 0, -1)
             pipe.hvals(self.store.keys.prefix + UNACKED_KEY)
             *queued, unacked = pipe.execute()
-        ids = set()
-        for raw in [m for q in queued for m in q]:
-            ids.add(_job_id(json.loads(raw)))
-        for raw in unacked:
-            ids.add(_job_id(json.loads(raw)[0]))
+        ids = {envelope_job_id(json.loads(raw)) for q in queued for raw in q}
+        ids.update(envelope_job_id(json.loads(raw)[0]) for raw in unacked)  # [envelope, exchange, routing key]
         return ids
-
-
-def _job_id(message: dict[str, Any]) -> str:
-    return str(message.get("headers", {}).get("id", ""))

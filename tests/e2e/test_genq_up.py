@@ -166,3 +166,23 @@ def test_ctrl_c_stops_everything(stack):
     flower = subprocess.run(["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"],
                             capture_output=True, text=True).stdout.split()
     assert flower == []
+
+
+def readme_block(after: str) -> str:
+    """The first ```sh block of README.md after the line that starts with ``after``."""
+    text = (ROOT / "README.md").read_text()
+    rest = text[text.index(after):]
+    start = rest.index("```sh\n") + len("```sh\n")
+    return rest[start:rest.index("```", start)]
+
+
+@pytest.mark.parametrize("heading", ["An image, saved as a PNG", "Or wait for it in one call"])
+def test_readme_examples_work_pasted_as_one_block(stack, tmp_path, heading):
+    script = readme_block(heading).replace("localhost:8000", stack.api.removeprefix("http://"))
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    if "lighthouse" in script:
+        assert (tmp_path / "lighthouse.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert '"status":"succeeded"' in done.stdout.replace(" ", "")

@@ -51,4 +51,4 @@ def test_unknown_model_is_422_naming_model(api):
 def test_unknown_route_and_method_are_json(api):
     assert api.get("/v2/nothing").json["error"]["code"] == "not_found"
     response = api.delete("/v1/jobs")
-    assert response.status_code == 405 and response.json["error"]["code"] == "bad_request"
+    assert response.status_code == 405 and response.json["error"]["code"] == "method_not_allowed"

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 import uuid
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from genq.redis_server import free_port
 from tasks.models_file import DEFAULT_MAX_QUEUE_DEPTH
-from tests.harness import ROOT, worker_env
+from tests.harness import ApiServer
 from tests.integration.jobs import poll, submit
 
 JOBS = 12
@@ -71,7 +67,7 @@ def test_worker_metrics_count_the_jobs_it_ran(api, worker_for):
     assert not any(name.startswith("genq_worker_gpu_") for name, _ in after)  # no CUDA here
 
 
-def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, store):
+def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, store, fleet):
     worker_for("echo")
     before = scrape(api.get("/metrics").text)
     ids = [submit(api, "echo", {"text": f"api metrics {i} [MASK]"})["id"] for i in range(3)]
@@ -81,7 +77,7 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
         == "no_workers"
     for job_id in ids:
         assert api.get(f"/v1/jobs/{job_id}").status_code == 200
-    store.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog
+    fleet.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog
     # ... and every place in its queue reserved: overloaded.
     store.redis.zadd(store.keys.queued("nobody"), {f"ghost-{i}": time.time() for i in range(DEFAULT_MAX_QUEUE_DEPTH)})
     try:
@@ -89,7 +85,7 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
             == "overloaded"
         response = api.get("/metrics")
     finally:
-        store.worker_gone("nobody", "metrics-ghost@test")
+        fleet.worker_gone("nobody", "metrics-ghost@test")
         store.redis.delete(store.keys.queued("nobody"))
     assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/plain")
     after = scrape(response.text)
@@ -116,21 +112,9 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
 
 def test_gunicorn_workers_add_up_in_one_metrics_page(settings, tmp_path):
     """Under gunicorn, /metrics sums every worker process's samples (PROMETHEUS_MULTIPROC_DIR)."""
-    port = free_port()
-    env = worker_env(settings, PROMETHEUS_MULTIPROC_DIR=str(tmp_path), GENQ_API_WORKERS="3")
-    log = open(tmp_path / "gunicorn.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b",
-                             f"127.0.0.1:{port}", "api.wsgi:app"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with ApiServer(settings, tmp_path / "gunicorn.log", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+                   GENQ_API_WORKERS="3") as server:
+        url = server.url
         before = scrape(httpx.get(f"{url}/metrics").text)
         for _ in range(30):  # a new connection each: the kernel spreads them over the workers
             assert httpx.get(f"{url}/healthz").status_code == 200
@@ -140,6 +124,3 @@ def test_gunicorn_workers_add_up_in_one_metrics_page(settings, tmp_path):
         assert value(after, "genq_api_requests_total", **healthz) - value(
             before, "genq_api_requests_total", **healthz) == 30
         assert "genq_queue_depth" in {name for name, _ in after}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)

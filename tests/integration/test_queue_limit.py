@@ -7,7 +7,8 @@ from collections import Counter
 
 import httpx
 
-from tasks.constants import PRIORITY_STEPS, queue_name
+from tasks.constants import queue_name
+from tasks.messages import priority_lists
 
 SUBMITTERS = 64
 LIMIT = 10  # the `limited` model's max_queue_depth (tests/conftest.py)
@@ -15,13 +16,12 @@ GHOST = "limit-ghost@test"
 
 
 def queued_messages(store, model: str) -> int:
-    queue = store.keys.prefix + queue_name(model)
-    return sum(int(store.redis.llen(f"{queue}:{step}" if step else queue)) for step in PRIORITY_STEPS)
+    return sum(int(store.redis.llen(key)) for key in priority_lists(store.keys.prefix, queue_name(model)))
 
 
-def test_64_concurrent_submitters_never_exceed_the_limit(live_api, store):
+def test_64_concurrent_submitters_never_exceed_the_limit(live_api, store, fleet):
     # A worker that is online but takes nothing: every accepted job stays queued.
-    store.heartbeat("limited", GHOST, 0)
+    fleet.heartbeat("limited", GHOST, 0)
     barrier = threading.Barrier(SUBMITTERS)
     statuses: Counter[int] = Counter()
     codes: Counter[str] = Counter()
@@ -56,4 +56,4 @@ def test_64_concurrent_submitters_never_exceed_the_limit(live_api, store):
                     for i in range(2)]
         assert [r.status_code for r in more] == [202, 503]
     finally:
-        store.worker_gone("limited", GHOST)
+        fleet.worker_gone("limited", GHOST)

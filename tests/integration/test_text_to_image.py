@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 
 import numpy as np
@@ -26,7 +27,8 @@ def test_outputs_are_pngs_of_the_requested_size_with_etags(api, worker_for):
     for n, out in enumerate(job["output"]):
         assert out["url"] == f"/v1/jobs/{job['id']}/outputs/{n}" and out["media_type"] == "image/png"
         response = api.get(out["url"])
-        assert int(response.headers["Content-Length"]) == len(response.data)
+        assert int(response.headers["Content-Length"]) == len(response.data) == out["size"]
+        assert hashlib.sha256(response.data).hexdigest() == out["sha256"]  # the entry describes the bytes served
         assert Image.open(io.BytesIO(response.data)).size == (128, 64)
         again = api.get(out["url"], headers={"If-None-Match": response.headers["ETag"]})
         assert again.status_code == 304
@@ -69,9 +71,9 @@ def test_random_seed_is_reported_and_reproduces(api, worker_for):
     ("width", 0), ("width", 100_000), ("width", 63), ("num_inference_steps", 0), ("num_inference_steps", 51),
     ("guidance_scale", -1), ("prompt", "x" * 2001), ("scheduler", "warp-drive"), ("num_images", 5), ("height", 264),
 ])
-def test_bad_image_input_is_422_and_never_queued(api, store, field, value):
-    depth = store.queue_depth("sd-demo")
+def test_bad_image_input_is_422_and_never_queued(api, fleet, field, value):
+    depth = fleet.snapshot("sd-demo").queue_depth
     response = api.post("/v1/jobs", json={"model": "sd-demo", "input": {"prompt": "x", field: value}})
     assert response.status_code == 422, response.json
     assert response.json["error"]["field"] == f"input.{field}"
-    assert store.queue_depth("sd-demo") == depth
+    assert fleet.snapshot("sd-demo").queue_depth == depth

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
 
+import httpx
 import redis
 
 from tasks.constants import Keys
 from tasks.job_store import JobRecord
 from tasks.schemas import JobStatus
+from tests.harness import ROOT, ApiServer
 
 
 def queued_job(store, model: str = "bert-demo") -> str:
@@ -40,7 +45,7 @@ def wait_in_threads(client, job_id: str, count: int, seconds: int = 20) -> list[
 
 def finish(store, job_id: str) -> None:
     store.claim_many([job_id])
-    assert store.finish(job_id, JobStatus.succeeded, output={"ok": True})
+    assert store.finish(job_id, JobStatus.succeeded, output={"ok": True}) == JobStatus.running
 
 
 def test_many_waits_share_one_subscription_and_all_wake_on_the_finish(settings, store):
@@ -78,3 +83,32 @@ def test_waits_beyond_the_cap_answer_at_once(settings, store):
     for thread in threads:
         thread.join(10)
     assert sorted(job["status"] for _, job in results[3:]) == ["succeeded", "succeeded"]
+
+
+def test_five_hundred_waits_do_not_starve_reads_and_submissions(settings, store, worker_for, tmp_path):
+    """Under the real gunicorn configuration, 500 clients waiting on unfinished jobs leave GET and POST fast."""
+    worker_for("echo")
+    jobs = [queued_job(store) for _ in range(50)]
+    with ApiServer(settings, tmp_path / "gunicorn.log", GENQ_API_KEYS_FILE="") as server:
+        flood = subprocess.Popen([sys.executable, "-m", "tests.wait_flood", server.url, "25", "500", *jobs],
+                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        try:
+            time.sleep(5)  # every client has sent its first wait; the cap's overflow is re-asking every second
+            gets, posts = [], []
+            with httpx.Client(base_url=server.url, timeout=30) as http:
+                for i in range(200):
+                    started = time.perf_counter()
+                    assert http.get(f"/v1/jobs/{jobs[i % len(jobs)]}").status_code == 200
+                    gets.append(time.perf_counter() - started)
+                    if i % 4 == 0:
+                        started = time.perf_counter()
+                        response = http.post("/v1/jobs", json={"model": "echo", "input": {"text": f"{i} [MASK]"}})
+                        assert response.status_code == 202, response.text
+                        posts.append(time.perf_counter() - started)
+                    time.sleep(0.05)
+            sent, held = map(int, flood.communicate(timeout=60)[0].split())
+        finally:
+            flood.kill()
+    p99 = {name: statistics.quantiles(values, n=100)[98] for name, values in (("GET", gets), ("POST", posts))}
+    assert held >= 40, (sent, held)  # requests really were held open (2 processes x 24 slots by default)
+    assert p99["GET"] < 0.1 and p99["POST"] < 0.1, p99

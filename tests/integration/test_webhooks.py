@@ -21,7 +21,7 @@ import pytest
 
 from api import create_app
 from api.auth import hash_key
-from tasks.constants import PRIORITY_VALUES, TASK_RUN, queue_name
+from tasks.messages import RunMessage, send_args
 from tasks.outbox import Outbox
 from tasks.settings import Settings
 from tasks.webhooks import ID_HEADER, key_secret, verify
@@ -150,9 +150,7 @@ def test_a_redelivered_finished_job_sends_no_second_completed(hooked, receiver):
     assert record.status.value == "succeeded"
     # The message again, as Redis gives back a message whose worker died after storing the result.
     celery = svc.celery
-    celery.send_task(TASK_RUN, task_id=record.id, queue=queue_name("hooks"), priority=PRIORITY_VALUES["normal"],
-                     kwargs={"job_id": record.id, "input": record.input, "created_at": record.created_at,
-                             "deadline_at": None, "webhook_events": record.webhook_events})
+    celery.send_task(**send_args(RunMessage.of(record)))
     # A job sent after it, on the same queue, is settled after the redelivered copy.
     later = submit(client, receiver.url())
     assert len(receiver.wait_for(later["id"], 1)) == 1

@@ -8,17 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, InvalidInput, Unavailable
+from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, InvalidInput, Unavailable, code_for_status
 from tasks.models_file import load_models_file
 from tasks.settings import DEFAULT_REDIS_URL, Settings
 
 
 def test_every_error_code_has_a_status():
     assert set(HTTP_STATUS) == set(ErrorCode)
-    assert InvalidInput("x").http_status == 422
-    assert Unavailable("x", retry_after=3).http_status == 503
+    assert HTTP_STATUS[InvalidInput("x").code] == 422
+    assert HTTP_STATUS[Unavailable("x", retry_after=3).code] == 503
     assert Unavailable("x", code=ErrorCode.no_workers).code == ErrorCode.no_workers
-    assert GenqError("x").http_status == 500
+    assert HTTP_STATUS[GenqError("x").code] == 500
+
+
+def test_a_status_maps_back_through_the_same_table():
+    for status in set(HTTP_STATUS.values()):
+        assert HTTP_STATUS[code_for_status(status)] == status
+    assert [code_for_status(s) for s in (400, 409, 413, 422, 500, 503)] == [
+        ErrorCode.bad_request, ErrorCode.conflict, ErrorCode.payload_too_large, ErrorCode.invalid_input,
+        ErrorCode.internal, ErrorCode.broker_unavailable]
+    assert code_for_status(405) == ErrorCode.method_not_allowed and code_for_status(418) == ErrorCode.bad_request
+    assert code_for_status(502) == ErrorCode.internal
 
 
 def test_bad_input_codes_are_4xx():

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 
 import pytest
 
 from tasks.errors import OutOfMemory
+from tasks.fleet import FleetStore
 from tasks.inputs import JobKind
 from tasks.job_store import JobRecord, JobStore
 from tasks.models_file import ModelSpec
+from tasks.outputs import OutputEntry, output_store
 from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from worker.executor import Executor
 from worker.job import WorkItem
-from worker.runtimes.base import Prediction, Runtime
+from worker.runtimes.base import Blob, Prediction, Runtime
 
 
 class ScriptedRuntime(Runtime):
@@ -60,8 +63,16 @@ def items(store: JobStore, texts: list[str], **kw) -> list[WorkItem]:
     return out
 
 
+def executor_for(store: JobStore, runtime: Runtime) -> Executor:
+    """An executor writing outputs and completion counts next to ``store``'s records."""
+    return Executor(runtime, runtime.spec, store, max_attempts=3, outputs=output_store(store.redis, store.settings),
+                    fleet=FleetStore(store.redis, store.settings))
+
+
 def run(store: JobStore, runtime: Runtime, batch: list[WorkItem]) -> None:
-    Executor(runtime, runtime.spec, store, max_attempts=3).run(batch)
+    """Admit then execute: the whole life of a batch, as the batching consumer drives it."""
+    executor = executor_for(store, runtime)
+    executor.execute(executor.admit_all(batch))
 
 
 def test_batch_results_are_stored_per_job_with_metrics(store):
@@ -125,7 +136,7 @@ def test_a_job_that_keeps_killing_its_worker_fails_as_worker_lost(store):
     runtime = ScriptedRuntime()
     [item] = items(store, ["poison"])
     for _ in range(3):
-        store.claim(item.job_id)  # three deliveries whose worker died mid-batch
+        store.claim_many([item.job_id])  # three deliveries whose worker died mid-batch
     run(store, runtime, [WorkItem(job_id=item.job_id, raw_input=item.raw_input)])
     record = store.get(item.job_id)
     assert record.status == JobStatus.failed and record.error.code == "worker_lost"
@@ -143,7 +154,7 @@ def test_worker_side_validation_catches_what_bypassed_the_api(store):
 def test_a_result_for_a_job_canceled_while_running_is_dropped(store):
     runtime = ScriptedRuntime()
     [item] = items(store, ["late"])
-    executor = Executor(runtime, runtime.spec, store, max_attempts=3)
+    executor = executor_for(store, runtime)
     admitted = executor.admit_all([item])
     store.cancel(item.job_id)
     executor.execute(admitted)
@@ -188,7 +199,7 @@ def test_a_result_that_cannot_be_stored_leaves_the_job_unsettled(store, monkeypa
     monkeypatch.setattr(worker.store_retry, "RETRY_DELAYS_S", (0.01,))
     runtime = ScriptedRuntime()
     [item] = items(store, ["down"])
-    executor = Executor(runtime, runtime.spec, store, max_attempts=3)
+    executor = executor_for(store, runtime)
     admitted = executor.admit_all([item])
 
     def down(*args, **kwargs):
@@ -199,3 +210,47 @@ def test_a_result_that_cannot_be_stored_leaves_the_job_unsettled(store, monkeypa
         executor.execute(admitted)
     assert not item.settled  # so its message is not acked and the job comes back
     assert store.get(item.job_id).status == JobStatus.running
+
+
+class ImageRuntime(ScriptedRuntime):
+    """Two binary outputs per job (bytes derived from the text), no inline output."""
+
+    def predict(self, inputs, progress=None):
+        return [Prediction(blobs=[Blob(f"{i.text}#{n}".encode(), "image/png", seed=n) for n in range(2)])
+                for i in inputs]
+
+
+def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, monkeypatch):
+    runtime = ImageRuntime()
+    [item] = items(store, ["img"])
+    executor = executor_for(store, runtime)
+    real_finish, seen_at_finish = store.finish, []
+
+    def finish(job_id, status, **kw):
+        seen_at_finish.append([executor.outputs.get(e.key) for e in kw["binary_outputs"]])
+        return real_finish(job_id, status, **kw)
+
+    monkeypatch.setattr(store, "finish", finish)
+    executor.execute(executor.admit_all([item]))
+    assert seen_at_finish == [[b"img [MASK]#0", b"img [MASK]#1"]]  # the bytes were there before the transition
+    record = store.get(item.job_id)
+    assert record.status == JobStatus.succeeded and record.output is None
+    for n, entry in enumerate(record.binary_outputs):
+        data = f"img [MASK]#{n}".encode()
+        assert entry == OutputEntry(index=n, key=entry.key, url=f"/v1/jobs/{item.job_id}/outputs/{n}",
+                                    media_type="image/png", size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                                    seed=n)
+        assert entry.key.startswith(f"{item.job_id}/") and entry.key.endswith(f"/{n}")
+    assert record.public().output == [e.public() for e in record.binary_outputs]
+    assert "key" not in record.public().output[0]
+
+
+def test_outputs_of_a_job_canceled_while_running_are_deleted(store):
+    runtime = ImageRuntime()
+    [item] = items(store, ["gone"])
+    executor = executor_for(store, runtime)
+    admitted = executor.admit_all([item])
+    store.cancel(item.job_id)
+    executor.execute(admitted)
+    assert item.status == JobStatus.canceled and store.get(item.job_id).binary_outputs == []
+    assert list(store.redis.scan_iter(store.keys.output(f"{item.job_id}/*"))) == []  # this run's objects went

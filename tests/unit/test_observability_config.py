@@ -15,7 +15,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import api.metrics
 import worker.metrics
-from tasks.constants import PRIORITY_STEPS, queue_name
+from tasks.constants import queue_name
+from tasks.messages import priority_lists
 from tasks.settings import DEFAULT_KEY_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,9 +142,8 @@ def test_keda_scales_on_every_priority_list_of_the_queue():
     auth = next(d for d in docs if d["kind"] == "TriggerAuthentication")
     assert scaled["apiVersion"] == auth["apiVersion"] == "keda.sh/v1alpha1"
     assert scaled["spec"]["minReplicaCount"] >= 1  # no worker online means 503, not a growing queue
-    queue = DEFAULT_KEY_PREFIX + queue_name("sd-turbo")
-    # The lists JobStore.queue_depth reads: priority 0 on the bare name, the others suffixed.
-    lists = {queue if step == 0 else f"{queue}:{step}" for step in PRIORITY_STEPS}
+    # The lists the fleet's queue depth reads: priority 0 on the bare name, the others suffixed.
+    lists = set(priority_lists(DEFAULT_KEY_PREFIX, queue_name("sd-turbo")))
     triggers = scaled["spec"]["triggers"]
     assert {t["metadata"]["listName"] for t in triggers} == lists
     for trigger in triggers:

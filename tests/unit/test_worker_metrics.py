@@ -17,9 +17,8 @@ from tasks.job_store import JobStore
 from tasks.redis_client import connect
 from tasks.settings import Settings
 from tests.harness import ROOT
-from tests.unit.test_executor import ScriptedRuntime, items
+from tests.unit.test_executor import ScriptedRuntime, items, run
 from worker import metrics
-from worker.executor import Executor
 from worker.health import Liveness
 from worker.heartbeat import HEARTBEAT_INTERVAL_S
 
@@ -41,7 +40,7 @@ def test_a_batch_records_size_fill_items_waits_and_time(store):
              "genq_worker_queue_wait_seconds_count", "genq_worker_inference_seconds_count", "genq_worker_items_total")
     before = {name: sample(name, model="fake") for name in names}
     batch = items(store, ["a", "bad", "c", "d"])  # one item fails: it is run, but yields no item
-    Executor(runtime, runtime.spec, store, max_attempts=3).run(batch)
+    run(store, runtime, batch)
     delta = {name: sample(name, model="fake") - before[name] for name in names}
     assert delta["genq_worker_batch_size_count"] == 1 and delta["genq_worker_batch_size_sum"] == 4
     assert delta["genq_worker_batch_fill_ratio_sum"] == pytest.approx(4 / 8)

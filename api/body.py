@@ -1,0 +1,76 @@
+"""Request bodies: read once, JSON or a 400, within the size limit or a 413, chunked or not.
+
+Flask leaves three gaps that this closes: a body nested deeper than the interpreter's recursion limit
+raises ``RecursionError`` (a 500), undecodable JSON reaches the schema check as a missing body (a 422),
+and a chunked body has no ``Content-Length`` for the size check to look at.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from flask import Flask, Response, current_app, request
+from flask.json.provider import DefaultJSONProvider
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
+
+from api.errors import error_response
+from tasks.errors import ErrorCode
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Flask's JSON, but a document too deep to decode is malformed input (ValueError), not a crash."""
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        try:
+            return super().loads(s, **kwargs)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+
+
+def _has_body() -> bool:
+    return bool(request.content_length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+
+
+def read_json_body() -> Response | None:
+    """``before_request``: decode a POST's body now, so every later reader gets the cached document.
+
+    Only for requests that reached a route: an unknown path or method answers 404/405 with its own hint.
+    """
+    if request.method != "POST" or request.routing_exception is not None or not _has_body():
+        return None
+    if request.endpoint in current_app.extensions.get("genq_bodiless", ()):
+        return None
+    if not request.is_json:
+        return error_response(ErrorCode.bad_request, "body must be JSON (Content-Type: application/json)")
+    if request.content_length is None:
+        _buffer_chunked_body()
+    try:
+        request.get_json()  # past MAX_CONTENT_LENGTH with a length, werkzeug raises the 413 itself
+    except RequestEntityTooLarge:
+        raise
+    except BadRequest:
+        return error_response(ErrorCode.bad_request, "body is not valid JSON (UTF-8, at most a few hundred levels)")
+    return None
+
+
+def _buffer_chunked_body() -> None:
+    """Read a chunked body (up to one byte past the limit) and present it as a sized one.
+
+    werkzeug stops a chunked stream quietly at the limit, so an oversized body would look truncated (a 400)
+    instead of too large (a 413).
+    """
+    limit = request.max_content_length
+    raw = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
+    if limit is not None and len(raw) > limit:
+        raise RequestEntityTooLarge()
+    request.environ["wsgi.input"] = io.BytesIO(raw)
+    request.environ["CONTENT_LENGTH"] = str(len(raw))
+    request.environ.pop("HTTP_TRANSFER_ENCODING", None)
+
+
+def install(app: Flask, *, bodiless: tuple[str, ...] = ()) -> None:
+    """Decode JSON bodies up front, except for the ``bodiless`` endpoints (they answer whatever was sent)."""
+    app.extensions["genq_bodiless"] = frozenset(bodiless)
+    app.json = StrictJSONProvider(app)
+    app.before_request(read_json_body)

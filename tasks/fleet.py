@@ -1,0 +1,81 @@
+"""The fleet in Redis: which workers serve a model, what they hold, and how fast they finish jobs.
+
+Workers write it (heartbeats, held counts, completions); the API reads it for admission,
+``/v1/models``, readiness and metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import redis
+
+from tasks.constants import Keys, queue_name
+from tasks.messages import priority_lists
+from tasks.settings import Settings
+
+RATE_BUCKET_S = 10
+RATE_WINDOW_S = 60
+
+
+class Fleet(NamedTuple):
+    queue_depth: int
+    workers_online: int
+
+
+class FleetStore:
+    """Worker heartbeats, held counts and completion counts per model."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis, self.settings = client, settings
+        self.keys = Keys(settings.key_prefix)
+
+    def snapshot(self, model_id: str) -> Fleet:
+        """Queue depth (messages in Redis plus those online workers hold) and workers online, in one trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in priority_lists(self.keys.prefix, queue_name(model_id)):
+                pipe.llen(key)
+            pipe.hgetall(self.keys.buffered(model_id))
+            pipe.zrangebyscore(self.keys.workers(model_id), time.time() - self.settings.worker_ttl_s, "+inf")
+            *lengths, held, online = pipe.execute()
+        # A dead worker's count is stale: its messages are back in the queue (or soon will be).
+        depth = int(sum(lengths)) + sum(int(n) for worker, n in held.items() if worker in online)
+        return Fleet(queue_depth=depth, workers_online=len(online))
+
+    def workers_online(self, model_id: str) -> int:
+        cutoff = time.time() - self.settings.worker_ttl_s
+        count: int = self.redis.zcount(self.keys.workers(model_id), cutoff, "+inf")
+        return count
+
+    def heartbeat(self, model_id: str, worker: str, held: int) -> None:
+        """Called by a worker every few seconds: it is online and holds ``held`` messages."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(self.keys.workers(model_id), {worker: time.time()})
+            pipe.hset(self.keys.buffered(model_id), worker, held)
+            pipe.execute()
+
+    def set_held(self, model_id: str, worker: str, held: int) -> None:
+        """A worker's held count changed: admission sees it at once, not at the next heartbeat."""
+        self.redis.hset(self.keys.buffered(model_id), worker, held)
+
+    def worker_gone(self, model_id: str, worker: str) -> None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.keys.workers(model_id), worker)
+            pipe.hdel(self.keys.buffered(model_id), worker)
+            pipe.execute()
+
+    def count_completed(self, model_id: str, n: int) -> None:
+        bucket = int(time.time()) // RATE_BUCKET_S
+        key = self.keys.completed(model_id, bucket)
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.incrby(key, n)
+            pipe.expire(key, RATE_WINDOW_S * 2)
+            pipe.execute()
+
+    def service_rate(self, model_id: str) -> float:
+        """Jobs per second finished for ``model_id`` over the last minute (all workers)."""
+        now = int(time.time()) // RATE_BUCKET_S
+        buckets = range(now - RATE_WINDOW_S // RATE_BUCKET_S, now)
+        counts = self.redis.mget([self.keys.completed(model_id, b) for b in buckets])
+        return sum(int(c) for c in counts if c) / RATE_WINDOW_S

@@ -1,0 +1,54 @@
+"""``Idempotency-Key`` under races: identical requests at the same moment make one job."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from tasks.idempotency import IdempotencyBindings
+from tests.harness import ApiServer
+
+
+def test_eight_identical_posts_at_once_make_one_job_per_key(settings, worker_for, tmp_path):
+    worker_for("echo")
+    keys = [uuid.uuid4().hex for _ in range(20)]
+    copies = 8
+    with ApiServer(settings, tmp_path / "gunicorn.log", GENQ_API_KEYS_FILE="", GENQ_RATE_LIMIT="10000/minute") as api:
+        barriers = {key: threading.Barrier(copies) for key in keys}
+        clients = [httpx.Client(base_url=api.url, timeout=30) for _ in range(copies)]
+
+        def post(n: int, key: str) -> tuple[str, int, str]:
+            client = clients[n]
+            client.get("/healthz")  # connected before the barrier: the POSTs leave together
+            barriers[key].wait()
+            response = client.post("/v1/jobs", headers={"Idempotency-Key": key},
+                                   json={"model": "echo", "input": {"text": f"{key} [MASK]"}})
+            return key, response.status_code, response.json().get("id", "")
+
+        results = []
+        with ThreadPoolExecutor(copies) as pool:
+            for key in keys:  # one key at a time, its eight copies at once
+                results += list(pool.map(post, range(copies), [key] * copies))
+        for client in clients:
+            client.close()
+    assert all(status in (200, 202) for _, status, _ in results), [r for r in results if r[1] not in (200, 202)]
+    jobs_per_key = {key: {job for k, _, job in results if k == key} for key in keys}
+    bad = [r for r in results if len(jobs_per_key[r[0]]) > 1]
+    assert not bad, "\n".join(map(str, bad))
+
+
+def test_a_binding_is_released_only_by_its_owner(settings, store):
+    bindings = IdempotencyBindings(store.redis, store.keys, ttl_s=60)
+    key = uuid.uuid4().hex
+    assert bindings.bind("alice", key, "job-1", "d1") is None  # alice's request bound it
+    standing = bindings.bind("alice", key, "job-2", "d1")
+    assert standing is not None and standing.job_id == "job-1"
+    assert not bindings.release("alice", key, "job-2")  # the loser cannot undo the winner's binding
+    assert bindings.drop_stale("alice", key, standing)  # taken for stale: only while it is what was read
+    assert bindings.bind("alice", key, "job-3", "d1") is None
+    assert not bindings.drop_stale("alice", key, standing)  # a newer binding stands now
+    assert bindings.release("alice", key, "job-3")
+    assert bindings.bind("bob", key, "job-4", "d1") is None  # owners never share a key
