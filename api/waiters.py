@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import redis
 
 from tasks.constants import Keys
+from tasks.os_thread import name_os_thread
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -176,6 +177,7 @@ class WaitHub:
                 threading.Thread(target=self._listen, name="genq-wait-listener", daemon=True).start()
 
     def _listen(self) -> None:
+        name_os_thread("genq-waits")
         patterns = [self._keys.done_pattern(), self._keys.event_pattern()]
         while not self._stop.is_set():
             pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]

@@ -48,16 +48,18 @@ class Probe:
     def measure(self, reps: int) -> dict[str, Any]:
         """Time ``predict`` ``reps`` times per batch size, round-robin (load drifts over all sizes alike)."""
         times: dict[int, list[float]] = {b: [] for b in self.batches}
+        cpu: dict[int, float] = dict.fromkeys(self.batches, 0.0)  # this thread's CPU: immune to other processes
         for _ in range(reps):
             for b, batch in self.batches.items():
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.thread_time()
                 self.runtime.predict(batch)  # type: ignore[arg-type]
                 times[b].append(time.perf_counter() - started)
+                cpu[b] += time.thread_time() - cpu_started
         return {
             "model": self.model_id,
             "batches": {
                 str(b): {"items_per_s": b * len(ts) / sum(ts), "median_ms": statistics.median(ts) * 1000,
-                         "reps": len(ts)}
+                         "cpu_ms_per_item": cpu[b] * 1000 / (b * len(ts)), "reps": len(ts)}
                 for b, ts in times.items()
             },
         }
