@@ -9,9 +9,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from api import create_app
 from genq import Client
+from genq.cli import main
 from tasks.settings import Settings
 from tests.integration.output_backends import (
     KEY_A,
@@ -95,7 +97,7 @@ def test_images_are_written_to_s3_and_read_back_byte_for_byte(api, s3, s3_settin
         assert client.outputs(jobs[0]["id"], raw=True) == expected_images(api, jobs[0])
 
 
-def test_presigned_urls_work_without_the_api_key_and_expire(presigned, s3, s3_settings):
+def test_presigned_urls_work_without_the_api_key_and_expire(presigned, s3, s3_settings, tmp_path):
     [job] = submit_images(presigned, 1)
     expected = expected_images(presigned, job)
     for entry, data in zip(job["output"], expected, strict=True):
@@ -110,7 +112,11 @@ def test_presigned_urls_work_without_the_api_key_and_expire(presigned, s3, s3_se
     with LiveServer(presigned.application) as server, Client(server.url, KEY_A, max_retries=0) as client:
         assert client.outputs(job["id"], raw=True) == expected
         assert client.outputs(client.get(job["id"]), raw=True) == expected
-    assert s3.refused() == []  # the client never sent the genq key to the object store
+        saved = CliRunner().invoke(main, ["get", job["id"], "--out", str(tmp_path)], catch_exceptions=False,
+                                   env={"GENQ_URL": server.url, "GENQ_API_KEY": KEY_A})
+        assert saved.exit_code == 0, saved.output
+        assert [p.read_bytes() for p in sorted(tmp_path.glob(f"{job['id']}-*.png"))] == expected
+    assert s3.refused() == []  # neither the client nor the CLI sent the genq key to the object store
 
     brief = create_app(dataclasses.replace(s3_settings, output_delivery="presigned", output_url_ttl_s=1))
     entry = brief.test_client().get(f"/v1/jobs/{job['id']}", headers=bearer(KEY_A)).json["output"][0]
