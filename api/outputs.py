@@ -48,10 +48,16 @@ def serve_output(svc: Services, record: JobRecord, entry: OutputEntry) -> Werkze
         response = redirect(signer.presigned_url(entry.key, svc.settings.output_url_ttl_s), 307)
         response.headers["Cache-Control"] = "private, no-store"  # the URL expires: ask again next time
         return response
+    if request.if_none_match.contains(entry.etag):  # the caller has it: no read from the store at all
+        return _cached(Response(status=304), entry)
     data = svc.outputs.get(entry.key)
     if data is None:
         raise Gone(f"output {entry.index} of job {record.id} has expired")
-    response = Response(data, mimetype=entry.media_type)
-    response.set_etag(entry.etag)
-    response.headers["Cache-Control"] = "private, max-age=86400, immutable"
+    response = _cached(Response(data, mimetype=entry.media_type), entry)
     return response.make_conditional(request, accept_ranges=True, complete_length=len(data))
+
+
+def _cached(response: Response, entry: OutputEntry) -> Response:
+    response.set_etag(entry.etag)
+    response.headers["Cache-Control"] = "private, max-age=86400, immutable"  # an object's bytes never change
+    return response
