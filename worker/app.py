@@ -25,7 +25,7 @@ from worker.heartbeat import Heartbeat
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
-from worker.output_sweeper import start_output_sweeper
+from worker.output_sweeper import SweeperThread, start_output_sweeper
 from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
@@ -46,7 +46,7 @@ class WorkerState:
     heartbeat: Heartbeat | None = None
     batching: BatchingConsumer | None = None
     model_thread: ModelThread | None = None
-    output_sweeper: Any = None
+    output_sweeper: SweeperThread | None = None
 
 
 state = WorkerState()
