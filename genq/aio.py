@@ -27,10 +27,14 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     def _open(self, transport: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=transport, **self.config.http_options())
 
+    def _open_bare(self, transport: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=transport, **self.config.bare_options())
+
     async def _send(self, request: Request) -> Outcome:
         try:
-            return await self._http.request(request.method, request.path, json=request.json,
-                                            headers=request.headers, timeout=request.timeout or self.config.timeout)
+            http = self._bare if request.external else self._http
+            return await http.request(request.method, request.path, json=request.json,
+                                      headers=request.headers, timeout=request.timeout or self.config.timeout)
         except httpx.TransportError as exc:
             return exc
 
@@ -94,6 +98,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._bare.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self

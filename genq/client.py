@@ -28,10 +28,14 @@ class Client(ClientBase[httpx.Client]):
     def _open(self, transport: Any) -> httpx.Client:
         return httpx.Client(transport=transport, **self.config.http_options())
 
+    def _open_bare(self, transport: Any) -> httpx.Client:
+        return httpx.Client(transport=transport, **self.config.bare_options())
+
     def _send(self, request: Request) -> Outcome:
         try:
-            return self._http.request(request.method, request.path, json=request.json, headers=request.headers,
-                                      timeout=request.timeout or self.config.timeout)
+            http = self._bare if request.external else self._http
+            return http.request(request.method, request.path, json=request.json, headers=request.headers,
+                                timeout=request.timeout or self.config.timeout)
         except httpx.TransportError as exc:
             return exc
 
@@ -101,6 +105,7 @@ class Client(ClientBase[httpx.Client]):
 
     def close(self) -> None:
         self._http.close()
+        self._bare.close()
 
     def __enter__(self) -> Client:
         return self

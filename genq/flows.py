@@ -8,10 +8,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urljoin, urlsplit
 
-from genq.errors import JobFailed, WaitTimeout
+import httpx
+
+from genq.errors import APIError, JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
 from genq.watch import OnText, TextSoFar, follow
 from tasks.schemas import Job, JobStatus, ModelInfo, ModelList
@@ -170,13 +173,53 @@ def decode(data: bytes, media_type: str) -> Any:
     return data
 
 
+def same_origin(url: str, base_url: str) -> bool:
+    a, b = urlsplit(url), urlsplit(base_url)
+    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+
+
+def _fresh(entry: dict[str, Any], clock: Clock) -> bool:
+    """A presigned URL the job carries, still valid for a few seconds (the job object may be old)."""
+    expires = entry.get("download_expires_at")
+    try:
+        return bool(entry.get("download_url")) and datetime.fromisoformat(str(expires)).timestamp() - clock() > 5
+    except ValueError:
+        return False
+
+
+def fetch(config: Config, url: str) -> Flow[httpx.Response]:
+    """GET ``url``: through the API (with its key) when it is the API's, else as a stranger (no key)."""
+    if not urlsplit(url).scheme or same_origin(url, config.base_url):  # relative: below the base URL's path
+        return (yield from call(config, Request("GET", url), redirects=True))
+    return (yield from call(config, Request("GET", url, external=True)))
+
+
+def output_bytes(config: Config, entry: dict[str, Any], clock: Clock = time.time) -> Flow[bytes]:
+    """One output's bytes: from the presigned URL the job carries, else from the API, which may redirect to one.
+
+    The API key goes to the API's origin only: a presigned URL needs none, and its host is not ours to trust.
+    """
+    if _fresh(entry, clock):
+        try:
+            response = yield from fetch(config, str(entry["download_url"]))
+            return response.content
+        except APIError:  # expired after all, or revoked: ask the API for a fresh one
+            pass
+    response = yield from fetch(config, str(entry["url"]))
+    if response.is_redirect:
+        location = urljoin(str(response.url), response.headers["Location"])
+        response = yield from fetch(config, location)
+        if response.is_redirect:
+            raise APIError(f"too many redirects fetching {entry['url']}", status=response.status_code)
+    return response.content
+
+
 def outputs(config: Config, job: Job | str, raw: bool = False) -> Flow[list[Any]]:
-    """Fetch every binary output (relative URLs resolve against the base URL); decoded unless ``raw``."""
+    """Fetch every binary output (see ``output_bytes``); decoded unless ``raw``."""
     if isinstance(job, str):
         job = yield from get(config, job)
     result = []
     for entry in binary_outputs(job):
-        response = yield from call(config, Request("GET", entry["url"]))
-        data = response.content
+        data = yield from output_bytes(config, entry)
         result.append(data if raw else decode(data, entry["media_type"]))
     return result

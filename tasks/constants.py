@@ -77,6 +77,10 @@ class Keys:
     def sweep_lock(self, model_id: str) -> str:
         return f"{self.prefix}sweep:{model_id}"
 
+    def output_sweep_lock(self) -> str:
+        """Held by the one worker sweeping the output store (filesystem, S3) this interval."""
+        return f"{self.prefix}outputs-sweep"
+
     def idempotency(self, owner: str, key_digest: str) -> str:
         return f"{self.prefix}idem:{owner}:{key_digest}"
 

@@ -40,6 +40,16 @@ DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most 
 # An OpenAI-style call answers when its job is done: it waits this long at most (the openai package's own
 # default timeout), and its job expires unstarted after it, since nobody would be waiting for the answer.
 DEFAULT_OPENAI_WAIT_S = 600.0
+# Where binary outputs go: redis (the embedded demo), filesystem, s3, or a URL (file:///dir, s3://bucket/prefix).
+DEFAULT_OUTPUT_STORE = "redis"
+DEFAULT_OUTPUT_DIR = "/var/lib/genq/outputs"  # GENQ_OUTPUT_STORE=filesystem without a directory of its own
+DEFAULT_S3_BUCKET = "genq"  # GENQ_OUTPUT_STORE=s3 without a bucket of its own
+DEFAULT_OUTPUT_DELIVERY = "proxy"  # the API sends the bytes; "presigned" hands out S3 URLs instead
+DEFAULT_OUTPUT_URL_TTL_S = 900  # a presigned URL works this long: one page view, not a permanent link
+# Outputs of expired records are looked for this often (filesystem, s3; Redis expires its own)...
+DEFAULT_OUTPUT_SWEEP_S = 300.0
+# ...and only objects older than this are touched: a write in flight is never taken for an orphan.
+DEFAULT_OUTPUT_SWEEP_GRACE_S = 600.0
 
 
 def env_fields(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -103,6 +113,17 @@ class Settings:
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     flower_user: str = "genq"
     flower_password: str = field(default="", repr=False)
+    output_store: str = DEFAULT_OUTPUT_STORE  # redis | filesystem | s3 | file:///dir | s3://bucket/prefix
+    output_dir: Path = Path(DEFAULT_OUTPUT_DIR)
+    s3_bucket: str = DEFAULT_S3_BUCKET
+    s3_prefix: str = ""
+    s3_endpoint_url: str | None = None  # MinIO, R2, Ceph...; unset: AWS (credentials: the AWS_* variables)
+    s3_public_url: str | None = None  # the endpoint presigned URLs name, when clients reach S3 elsewhere
+    s3_region: str | None = None
+    output_delivery: str = DEFAULT_OUTPUT_DELIVERY  # proxy | presigned
+    output_url_ttl_s: int = DEFAULT_OUTPUT_URL_TTL_S
+    output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
+    output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
 
     @property
     def waiters_per_process(self) -> int:

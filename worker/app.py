@@ -25,6 +25,7 @@ from worker.heartbeat import Heartbeat
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
+from worker.output_sweeper import SweeperThread, start_output_sweeper
 from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
@@ -45,6 +46,7 @@ class WorkerState:
     heartbeat: Heartbeat | None = None
     batching: BatchingConsumer | None = None
     model_thread: ModelThread | None = None
+    output_sweeper: SweeperThread | None = None
 
 
 state = WorkerState()
@@ -94,6 +96,7 @@ def _announce(sender: Any, **_: Any) -> None:
                                     lambda: state.batching.held() if state.batching else 0, sweeper.maybe_sweep)
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
+        state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)
         if state.settings.metrics_port:
             serve_metrics(state.loaded.spec, state.loaded.load_seconds, state.settings.metrics_port, liveness.healthy,
                           state.settings.metrics_address)
@@ -103,6 +106,8 @@ def _announce(sender: Any, **_: Any) -> None:
 def _deregister(**_: Any) -> None:
     if state.heartbeat is not None:
         state.heartbeat.stop()
+    if state.output_sweeper is not None:
+        state.output_sweeper.stop()
 
 
 def batching_strategy(task: Task, app: Any, consumer: Any, **_: Any) -> Any:

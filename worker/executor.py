@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tasks.errors import ErrorCode, GenqError, OutOfMemory
+from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
 from tasks.fleet import FleetStore
 from tasks.inputs import validate_input
 from tasks.job_store import JobStore
@@ -21,6 +21,7 @@ from tasks.schemas import JobMetrics, JobStatus
 from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
+from worker.output_writes import OutputWriter
 from worker.runtimes.base import Prediction, Runtime
 from worker.store_retry import with_retries
 
@@ -43,6 +44,7 @@ class Executor:
         self.spec = spec
         self.store = store
         self.outputs = outputs
+        self.writer = OutputWriter(outputs)
         self.fleet = fleet
         self.max_attempts = max_attempts
         self.clock = clock
@@ -154,8 +156,14 @@ class Executor:
         entries = [OutputEntry.describe(item.job_id, run_id, n, b.data, b.media_type, b.seed)
                    for n, b in enumerate(prediction.blobs)]
         # The bytes first, then the transition that lists them: a succeeded job never lacks its outputs.
-        for entry, blob in zip(entries, prediction.blobs, strict=True):
-            with_retries(self.outputs.put, entry.key, blob.data, entry.media_type)
+        try:
+            self.writer.put_all(entries, prediction.blobs)
+        except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running
+            log.error("job %s: %s", item.job_id, exc.message)
+            self._drop_outputs(item.job_id, entries)  # the ones written before the failure
+            item.fail(exc.code.value, exc.message[:500])
+            self._store_failure(item, metrics)
+            return
         before = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=prediction.output,
                               binary_outputs=entries, metrics=metrics)
         stored = before == JobStatus.running
