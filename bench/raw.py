@@ -43,7 +43,7 @@ class Probe:
         self.batches = {b: [validate_input(spec.kind, job_input(spec.kind.value, n), spec.limits) for n in range(b)]
                         for b in batch_sizes}
         for batch in self.batches.values():
-            self.runtime.predict(batch)  # type: ignore[arg-type]  # first call at this shape
+            self.runtime.predict(batch)  # first call at this shape
 
     def measure(self, reps: int) -> dict[str, Any]:
         """Time ``predict`` ``reps`` times per batch size, round-robin (load drifts over all sizes alike)."""
@@ -52,7 +52,7 @@ class Probe:
         for _ in range(reps):
             for b, batch in self.batches.items():
                 started, cpu_started = time.perf_counter(), time.thread_time()
-                self.runtime.predict(batch)  # type: ignore[arg-type]
+                self.runtime.predict(batch)
                 times[b].append(time.perf_counter() - started)
                 cpu[b] += time.thread_time() - cpu_started
         return {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -69,7 +70,7 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
     pin_gpu(gpu)  # the prefetch credit is set by the batching consumer (worker/consumer.py)
 
 
-def queues_problem(model: str, queues: object) -> str | None:
+def queues_problem(model: str, queues: str | Iterable[str] | None) -> str | None:
     """Why ``-Q`` does not suit a worker of ``model`` (it must consume that model's queue and no other)."""
     given = [q for q in (queues.split(",") if isinstance(queues, str) else queues or []) if q]
     if not given or set(given) == {queue_name(model)}:

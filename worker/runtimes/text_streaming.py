@@ -17,7 +17,7 @@ from transformers import TextStreamer
 from worker.runtimes.base import TextSink
 
 
-class RowStreamer(TextStreamer):  # type: ignore[misc]
+class RowStreamer(TextStreamer):
     """A ``BaseStreamer`` for one batch row: ``put_token`` per generated token, ``finish`` with the row's text."""
 
     def __init__(self, tokenizer: Any, sink: TextSink, stop: Sequence[str] = ()) -> None:
