@@ -22,6 +22,7 @@ from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.health import LoopTick, liveness
 from worker.heartbeat import Heartbeat
+from worker.holdings import Holdings
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
@@ -45,9 +46,18 @@ class WorkerState:
     heartbeat: Heartbeat | None = None
     batching: BatchingConsumer | None = None
     model_thread: ModelThread | None = None
+    holdings: Holdings | None = None
 
 
 state = WorkerState()
+
+
+def holdings() -> Holdings:
+    """The process's one record of what it holds, shared by every consumer (reconnects) and the heartbeat."""
+    if state.holdings is None:
+        assert state.loaded is not None, "model not loaded"
+        state.holdings = Holdings(state.loaded.store)
+    return state.holdings
 
 
 @signals.celeryd_init.connect
@@ -91,7 +101,8 @@ def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
         state.heartbeat = Heartbeat(state.loaded.fleet, state.loaded.spec.id, sender.hostname,
-                                    lambda: state.batching.held() if state.batching else 0, sweeper.maybe_sweep)
+                                    lambda: state.batching.held() if state.batching else 0,
+                                    (holdings().renew, sweeper.maybe_sweep))
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
         if state.settings.metrics_port:
@@ -111,7 +122,7 @@ def batching_strategy(task: Task, app: Any, consumer: Any, **_: Any) -> Any:
         raise RuntimeError("model not loaded")
     if state.model_thread is None:
         state.model_thread = ModelThread()
-    batching = BatchingConsumer(state.loaded, consumer, state.model_thread)
+    batching = BatchingConsumer(state.loaded, consumer, state.model_thread, holdings())
     if state.batching is not None:
         state.batching.retire(batching)
     state.batching = batching
