@@ -21,7 +21,7 @@ from tasks.settings import Settings
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.health import LoopTick, liveness
-from worker.heartbeat import Heartbeat
+from worker.heartbeat import HEARTBEAT_INTERVAL_S, Heartbeat
 from worker.holdings import Holdings
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
@@ -29,6 +29,7 @@ from worker.model_thread import ModelThread
 from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
+MIN_BEATS = 1  # the least a lease or visibility timeout may outlast (the defaults: 15 and 30 beats)
 
 settings = Settings.from_env()
 app = create_celery(settings)
@@ -74,7 +75,21 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
             # SystemExit, not an error: Celery logs and swallows a signal handler's exceptions.
             raise SystemExit(f"genq worker: {problem}")
         conf.task_default_queue = queue_name(model)  # what a worker started without -Q consumes
+    problem = timing_problem(state.settings)
+    if problem:
+        raise SystemExit(f"genq worker: {problem}")
     pin_gpu(gpu)  # the prefetch credit is set by the batching consumer (worker/consumer.py)
+
+
+def timing_problem(settings: Settings) -> str | None:
+    """Why the lease and visibility timeout cannot work with a heartbeat every HEARTBEAT_INTERVAL_S."""
+    for name, seconds in (("GENQ_LEASE_S", settings.lease_s),
+                          ("GENQ_VISIBILITY_TIMEOUT_S", settings.visibility_timeout_s)):
+        least = MIN_BEATS * HEARTBEAT_INTERVAL_S
+        if seconds <= least:
+            return (f"{name}={seconds:g} must exceed {MIN_BEATS} heartbeat(s) ({least:g} s): the heartbeat "
+                    "renews leases and held messages, and a live worker would lose them between beats")
+    return None
 
 
 def queues_problem(model: str, queues: object) -> str | None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 
 from tasks.messages import UNACKED_KEY
-from tests.faults.cluster import Cluster
+from tasks.settings import Settings
+from tests.faults.cluster import Cluster, models_file
+from tests.harness import ROOT, worker_env
 
 
 def test_two_live_workers_and_a_short_visibility_timeout_run_each_long_job_once(tmp_path):
@@ -74,3 +78,11 @@ def test_a_record_ttl_shorter_than_queue_and_run_time_still_ends_with_status_and
         assert cluster.store.redis.zscore(cluster.store.keys.active("work"), job_id) is None
     finally:
         cluster.stop()
+
+
+def test_a_worker_refuses_a_lease_its_heartbeat_cannot_keep(tmp_path):
+    settings = Settings(key_prefix="faults:", models_file=models_file(tmp_path), lease_s=1.5)
+    cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+           "-Q", "genq.work", "--model", "work", "-n", "shortlease@%h", "--without-mingle", "--without-gossip"]
+    result = subprocess.run(cmd, cwd=ROOT, env=worker_env(settings), capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "GENQ_LEASE_S=1.5 must exceed 1 heartbeat(s)" in result.stderr
