@@ -106,10 +106,12 @@ return cur
 """
 
 #: KEYS job. ARGV[1] token, ARGV[2] seconds to extend the lease by ('0': leave it), field pairs from 3.
-#: Only the lease holder of a running job writes; returns 1 if it still holds the lease, else 0.
+#: Only the lease holder of a running job writes. Returns 1 if the token holds the lease, 0 if the job has
+#: ended (or is gone): nothing left to hold, -1 if it is active under another claim (or none): the lease is lost.
 HOLDER: Final = """
 local cur, token = unpack(redis.call('HMGET', KEYS[1], 'status', 'lease_token'))
-if cur ~= 'running' or token ~= ARGV[1] then return 0 end
+if cur ~= 'queued' and cur ~= 'running' then return 0 end
+if cur ~= 'running' or token ~= ARGV[1] then return -1 end
 if tonumber(ARGV[2]) > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -177,7 +177,9 @@ class JobStore:
                 for before, attempts, verdict, now in replies]
 
     def renew(self, leases: list[tuple[str, str]], delivery_tags: list[str]) -> list[str]:
-        """Extend the leases and freshen kombu's unacked stamps of what a live worker holds; returns lost leases.
+        """Extend a live worker's leases and freshen its messages' unacked stamps; returns the leases lost.
+
+        Lost: another claim holds the job, or the claim itself is gone; a job that ended is not lost.
 
         kombu restores an unacknowledged message once its stamp in ``unacked_index`` is older than the
         visibility timeout, by the restoring worker's own clock (``time.time()``): so these stamps use that
@@ -190,7 +192,7 @@ class JobStore:
                 stamp = time.time()
                 pipe.zadd(self.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
             replies = pipe.execute()
-        return [job_id for (job_id, _), held in zip(leases, replies, strict=False) if not held]
+        return [job_id for (job_id, _), held in zip(leases, replies, strict=False) if held == -1]
 
     def set_progress(self, leases: list[tuple[str, str]], step: int, total: int) -> None:
         """Progress of a running batch, for all its jobs in one round trip (only where the lease is still held)."""

@@ -192,6 +192,7 @@ class Executor:
 
     def _settle_ending(self, item: WorkItem, ending: Ending, status: JobStatus) -> None:
         """Settle with the status this run stored, or with what the job is now if it was not this run's."""
+        item.claimed = False  # the run is over: nothing for the heartbeat to renew
         if ending.stored:
             if not ending.replicated:
                 log.warning("job %s: its result did not reach GENQ_REDIS_WAIT_REPLICAS replicas in time (a failover "

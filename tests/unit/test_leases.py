@@ -84,6 +84,13 @@ def test_only_a_lapsed_lease_is_taken_over_and_the_old_holder_can_no_longer_end_
     assert (record.status, record.output, record.run_id, record.attempts) == (JobStatus.succeeded, "new", "new", 2)
 
 
+def test_a_lease_whose_job_ended_is_not_reported_lost(store):
+    job_id = queued(store)
+    store.claim_many([(job_id, "t1")])
+    store.finish(job_id, "t1", JobStatus.succeeded, output="x")  # the heartbeat may still hold it a moment
+    assert store.renew([(job_id, "t1")], []) == []
+
+
 def test_the_heartbeat_keeps_a_lease_alive(key_prefix):
     store = store_with(key_prefix, lease_s=0.3)
     job_id = queued(store)
