@@ -16,7 +16,7 @@ from tests.harness import ROOT, worker_env
 def test_two_live_workers_and_a_short_visibility_timeout_run_each_long_job_once(tmp_path):
     # kombu restores a message held longer than the visibility timeout, even by a live worker; the heartbeat
     # keeps the stamps of held messages fresh, and the lease turns away any copy that gets through anyway.
-    cluster = Cluster.start(tmp_path, long_ms=14000, visibility_timeout_s=3,
+    cluster = Cluster.start(tmp_path, long_ms=8000, visibility_timeout_s=3,
                             batching="max_batch_size = 1, buffer_batches = 1, max_wait_ms = 0")
     try:
         first = cluster.worker()
