@@ -12,11 +12,14 @@ from api.auth import authenticate
 from api.errors import error_response, register_error_handlers, validation_error_response
 from api.limits import create_limiter
 from api.metrics import register_metrics
+from api.openai_compat import install as install_openai
 from api.playground import playground
+from api.routes_events import events
 from api.routes_jobs import jobs
 from api.routes_models import models
 from api.routes_webhooks import webhooks
 from api.services import Services
+from api.spec import build_spec
 from tasks.errors import ErrorCode
 from tasks.settings import Settings
 
@@ -45,11 +48,14 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     body.install(app, bodiless=("not_here",))
 
     app.register_api(jobs)
+    app.register_api(events)
     app.register_api(models)
     app.register_api(webhooks)
+    install_openai(app)  # /openai/v1: OpenAI's shapes, outside the OpenAPI spec
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec
     app.add_url_rule("/", "not_here", _jobs_are_elsewhere, methods=["POST", "PUT"])
-    app.add_url_rule("/openapi.json", "openapi_json", lambda: app.api_doc)
+    spec = build_spec(app.api_doc, app.extensions["genq"].models, settings)  # once: the models file is read once
+    app.add_url_rule("/openapi.json", "openapi_json", lambda: spec)
     logging.getLogger(__name__).info("genq API serving %d models", len(app.extensions["genq"].models.models))
     return app
 

@@ -138,7 +138,7 @@ def current_owner() -> str:
 
 
 def authenticate() -> None:
-    """``before_request``: every ``/v1`` route checks the key first, so that nothing (not even whether a job id
-    exists) is looked up for a caller without one."""
-    if request.path.startswith("/v1/") or request.path == "/v1":
+    """``before_request``: every ``/v1`` (and ``/openai/v1``) route checks the key first, so that nothing (not even
+    whether a job id exists) is looked up for a caller without one."""
+    if request.path.startswith(("/v1/", "/openai/")) or request.path == "/v1":
         current_key()

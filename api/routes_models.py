@@ -10,8 +10,7 @@ from pydantic import BaseModel
 
 from api.auth import current_owner
 from api.services import services
-from tasks.inputs import input_json_schema
-from tasks.schemas import BatchingInfo, ModelInfo, ModelList
+from tasks.schemas import BatchingInfo, ModelInfo, ModelList, model_input
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
 
@@ -24,7 +23,7 @@ def list_models() -> Response:
     infos = []
     for spec in svc.models.models.values():
         infos.append(ModelInfo(
-            id=spec.id, kind=spec.kind, input_schema=input_json_schema(spec.kind),
+            id=spec.id, kind=spec.kind, input_schema=model_input(spec).model_json_schema(),
             limits=spec.limits, max_queue_depth=spec.max_queue_depth,
             batching=BatchingInfo(max_batch_size=spec.batching.max_batch_size,
                                   max_wait_ms=spec.batching.max_wait_ms,

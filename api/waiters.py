@@ -1,12 +1,13 @@
-"""``Prefer: wait`` for every request of one API process on one Redis subscription.
+"""``Prefer: wait`` and held event streams for every request of one API process on one Redis subscription.
 
-One thread per process holds a PSUBSCRIBE on every job's done channel and wakes the requests
-waiting on that job; a request never opens a connection of its own (0.1 opened one per wait, and
+One thread per process holds a PSUBSCRIBE on every job's done channel and event channel and wakes the
+requests watching that job; a request never opens a connection of its own (0.1 opened one per wait, and
 its SUBSCRIBE/UNSUBSCRIBE round trips were a measurable share of the API's CPU per job).
 
-Waits are capped per process: a waiting request holds a gunicorn thread, so beyond
-``max_waiters`` a request answers at once with the job as it stands (202 and ``Location``, as the
-contract allows) instead of taking the last threads from plain GETs and submissions.
+Waits are capped per process: a waiting request (a ``Prefer: wait``, an OpenAI-style call waiting for its
+job, a held event stream) holds a gunicorn thread, so beyond ``max_waiters`` a wait answers at once with
+the job as it stands (202 and ``Location``, as the contract allows) and a stream is refused with a 503,
+instead of taking the last threads from plain GETs and submissions.
 """
 
 from __future__ import annotations
@@ -15,17 +16,60 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
 
 from tasks.constants import Keys
+from tasks.os_thread import name_os_thread
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 RECONNECT_DELAY_S = 0.5  # a listener that lost Redis tries again this often (waits time out meanwhile)
 POLL_S = 1.0  # how long one read of the subscription blocks: the stop flag is checked this often
+#: Reported by ``Watch.wait`` when the listener (re)subscribed: a notification may have been missed, re-read.
+EVERYTHING = "*"
+
+
+class Watch:
+    """One request's registration on some channels, until ``close``."""
+
+    def __init__(self, hub: WaitHub, channels: list[str], owns_slot: bool) -> None:
+        self.hub, self.channels, self._owns_slot = hub, channels, owns_slot
+        self._event = threading.Event()
+        self._fired: set[str] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def live(self) -> bool:
+        """False while the listener is not subscribed: notifications may not come, poll instead."""
+        return self.hub.subscribed
+
+    def notify(self, channel: str) -> None:
+        with self._lock:
+            self._fired.add(channel)
+        self._event.set()
+
+    def wait(self, timeout: float) -> set[str]:
+        """The channels that fired since the last call, waiting up to ``timeout`` for one (empty: none did)."""
+        self._event.wait(max(0.0, timeout))
+        with self._lock:
+            fired, self._fired = self._fired, set()
+            self._event.clear()
+        return fired
+
+    def close(self) -> None:
+        """Unregister and give the slot back (once, however often it is called)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.hub._unregister(self)
+        if self._owns_slot:
+            self.hub._slots.release()
 
 
 class WaitHub:
@@ -35,48 +79,90 @@ class WaitHub:
         self._client = client
         self._keys = keys
         self._slots = threading.BoundedSemaphore(max(1, max_waiters))
-        self._waiting: dict[str, set[threading.Event]] = {}
+        self._held = threading.local()  # slots this thread holds (``slot`` is re-entrant)
+        self._waiting: dict[str, set[Watch]] = {}  # channel -> watches
         self._lock = threading.Lock()
         self._pid: int | None = None  # the thread is started in the process that waits (after gunicorn forks)
         self._subscribed = threading.Event()
         self._stop = threading.Event()
+
+    @property
+    def subscribed(self) -> bool:
+        return self._subscribed.is_set()
+
+    @contextmanager
+    def slot(self) -> Iterator[bool]:
+        """Hold one of this process's wait slots for the block (re-entrant within a thread); False if none is free.
+
+        A request that must wait for its job (an OpenAI-style call) takes it before submitting, so it is never
+        left with a job and no right to wait for it.
+        """
+        if getattr(self._held, "count", 0):
+            self._held.count += 1
+            try:
+                yield True
+            finally:
+                self._held.count -= 1
+            return
+        if not self._slots.acquire(blocking=False):
+            yield False
+            return
+        self._held.count = 1
+        try:
+            yield True
+        finally:
+            self._held.count = 0
+            self._slots.release()
 
     def wait(self, job_id: str, timeout: float, read: Callable[[], R | None], done: Callable[[R], bool]) -> R | None:
         """Read the job until ``done`` or ``timeout``, re-reading only when its done channel fires.
 
         Without a free slot, or while the listener is not subscribed, it reads once and returns.
         """
-        if not self._slots.acquire(blocking=False):
-            return read()
-        try:
+        with self.slot() as free:
+            if not free:
+                return read()
             self._ensure_listener()
             if not self._subscribed.wait(min(timeout, POLL_S)):
                 return read()
-            event = threading.Event()
-            with self._lock:
-                self._waiting.setdefault(job_id, set()).add(event)
+            watch = self._register(Watch(self, [self._keys.done_channel(job_id)], owns_slot=False))
             try:
                 record = read()  # registered first: a finish in between sets the event
                 end = time.monotonic() + timeout
                 while record is not None and not done(record):
                     remaining = end - time.monotonic()
-                    if remaining <= 0 or not event.wait(remaining):
+                    if remaining <= 0 or not watch.wait(remaining):
                         break
-                    event.clear()
                     record = read()
                 return record
             finally:
-                with self._lock:
-                    events = self._waiting.get(job_id)
-                    if events is not None:
-                        events.discard(event)
-                        if not events:
-                            del self._waiting[job_id]
-        finally:
-            self._slots.release()
+                watch.close()
+
+    def watch(self, channels: list[str]) -> Watch | None:
+        """Take a slot and watch ``channels`` until the Watch is closed (a held stream); None if no slot is free."""
+        if not self._slots.acquire(blocking=False):
+            return None
+        self._ensure_listener()
+        self._subscribed.wait(POLL_S)  # the first request of a process: let the listener come up
+        return self._register(Watch(self, channels, owns_slot=True))
 
     def close(self) -> None:
         self._stop.set()
+
+    def _register(self, watch: Watch) -> Watch:
+        with self._lock:
+            for channel in watch.channels:
+                self._waiting.setdefault(channel, set()).add(watch)
+        return watch
+
+    def _unregister(self, watch: Watch) -> None:
+        with self._lock:
+            for channel in watch.channels:
+                watches = self._waiting.get(channel)
+                if watches is not None:
+                    watches.discard(watch)
+                    if not watches:
+                        del self._waiting[channel]
 
     # --- the listener thread ---------------------------------------------------------------
 
@@ -91,16 +177,20 @@ class WaitHub:
                 threading.Thread(target=self._listen, name="genq-wait-listener", daemon=True).start()
 
     def _listen(self) -> None:
+        name_os_thread("genq-waits")
+        patterns = [self._keys.done_pattern(), self._keys.event_pattern()]
         while not self._stop.is_set():
             pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
             try:
-                pubsub.psubscribe(self._keys.done_pattern())
-                while not self._subscribed.is_set() and not self._stop.is_set():
+                pubsub.psubscribe(*patterns)
+                confirmed = 0
+                while confirmed < len(patterns) and not self._stop.is_set():
                     message = pubsub.get_message(timeout=POLL_S)
                     if message is not None and message.get("type") == "psubscribe":
-                        # Redis confirmed: from here on no finish is missed; re-read what finished before.
-                        self._subscribed.set()
-                        self._wake_all()
+                        confirmed += 1
+                # Redis confirmed: from here on no notification is missed; re-read what happened before.
+                self._subscribed.set()
+                self._wake_all()
                 while not self._stop.is_set():
                     message = pubsub.get_message(ignore_subscribe_messages=True, timeout=POLL_S)
                     if message is not None and message.get("type") == "pmessage":
@@ -119,12 +209,12 @@ class WaitHub:
     def _wake(self, channel: bytes | str) -> None:
         name = channel.decode() if isinstance(channel, bytes) else channel
         with self._lock:
-            events = list(self._waiting.get(self._keys.job_of_done_channel(name), ()))
-        for event in events:
-            event.set()
+            watches = list(self._waiting.get(name, ()))
+        for watch in watches:
+            watch.notify(name)
 
     def _wake_all(self) -> None:
         with self._lock:
-            events = [e for waiting in self._waiting.values() for e in waiting]
-        for event in events:
-            event.set()
+            watches = {w for waiting in self._waiting.values() for w in waiting}
+        for watch in watches:
+            watch.notify(EVERYTHING)

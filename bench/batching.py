@@ -112,7 +112,7 @@ def run_policy(stack: BenchStack, probe: RawProbe, m: str, policy: str, max_batc
         raws.append(measured)
         return measured
 
-    points = []
+    points: list[Point] = []
     with stack.worker(model):
         before = raw(f"before {model}")  # the worker is idle: the probe has the model's core to itself
         for clients in p.concurrency:

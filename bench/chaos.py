@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -53,6 +54,7 @@ def worker_faults(folder: Path, jobs: int, kills: int, sig: signal.Signals) -> d
             time.sleep(random.uniform(0.0, 0.1))
             faulted = time.monotonic()
             worker.signal(sig)
+            assert worker.proc is not None
             worker.proc.wait(timeout=180)
             worker = cluster.worker()
             recovery = max(recovery, time_to_progress(cluster, faulted))
@@ -132,7 +134,7 @@ def main() -> None:
                         help="run only these")
     parser.add_argument("--keep", type=Path, help="keep each scenario's Redis, logs and execution log here")
     args = parser.parse_args()
-    scenarios = {
+    scenarios: dict[str, Callable[[Path], dict[str, object]]] = {
         "kill": lambda folder: worker_faults(folder, args.jobs, args.kills, signal.SIGKILL),
         "term": lambda folder: worker_faults(folder, args.jobs, args.terms, signal.SIGTERM),
         "redis": lambda folder: redis_faults(folder, args.redis_restarts, args.outage_s),

@@ -131,7 +131,8 @@ def double_fault(cluster: Cluster, faults: Faults) -> None:
 
 
 def cluster_active(cluster: Cluster) -> list[str]:
-    return [i.decode() for i in cluster.store.redis.zrange(cluster.store.keys.active("work"), 0, -1)]
+    ids: list[bytes] = cluster.store.redis.zrange(cluster.store.keys.active("work"), 0, -1)  # type: ignore[assignment]
+    return [job_id.decode() for job_id in ids]
 
 
 def inject(cluster: Cluster, faults: Faults, kind: str) -> None:
@@ -154,7 +155,7 @@ def inject(cluster: Cluster, faults: Faults, kind: str) -> None:
         cluster.redis.start()
         faults.count("Redis SIGKILL+restart")
     elif kind == "stall":
-        redis.Redis.from_url(cluster.settings.redis_url).execute_command("CLIENT", "PAUSE", STALL_S * 1000, "ALL")
+        redis.Redis.from_url(cluster.settings.redis_url).client_pause(STALL_S * 1000, all=True)
         time.sleep(STALL_S)
         faults.count("Redis stall")
 

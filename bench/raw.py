@@ -43,21 +43,23 @@ class Probe:
         self.batches = {b: [validate_input(spec.kind, job_input(spec.kind.value, n), spec.limits) for n in range(b)]
                         for b in batch_sizes}
         for batch in self.batches.values():
-            self.runtime.predict(batch)  # type: ignore[arg-type]  # first call at this shape
+            self.runtime.predict(batch)  # first call at this shape
 
     def measure(self, reps: int) -> dict[str, Any]:
         """Time ``predict`` ``reps`` times per batch size, round-robin (load drifts over all sizes alike)."""
         times: dict[int, list[float]] = {b: [] for b in self.batches}
+        cpu: dict[int, float] = dict.fromkeys(self.batches, 0.0)  # this thread's CPU: immune to other processes
         for _ in range(reps):
             for b, batch in self.batches.items():
-                started = time.perf_counter()
-                self.runtime.predict(batch)  # type: ignore[arg-type]
+                started, cpu_started = time.perf_counter(), time.thread_time()
+                self.runtime.predict(batch)
                 times[b].append(time.perf_counter() - started)
+                cpu[b] += time.thread_time() - cpu_started
         return {
             "model": self.model_id,
             "batches": {
                 str(b): {"items_per_s": b * len(ts) / sum(ts), "median_ms": statistics.median(ts) * 1000,
-                         "reps": len(ts)}
+                         "cpu_ms_per_item": cpu[b] * 1000 / (b * len(ts)), "reps": len(ts)}
                 for b, ts in times.items()
             },
         }

@@ -71,13 +71,19 @@ def load(model: Path, config: Config, limits: ModelLimits) -> TextToImageRuntime
     return runtime
 
 
+def image_input(data: dict[str, object], limits: ModelLimits) -> TextToImageInput:
+    parsed = validate_input(JobKind.text_to_image, data, limits)
+    assert isinstance(parsed, TextToImageInput)
+    return parsed
+
+
 def time_batch(runtime: TextToImageRuntime, batch: list[TextToImageInput], threads: int) -> float:
     """Milliseconds for one predict() of ``batch``."""
     import torch
 
     torch.set_num_threads(threads)
     started = time.perf_counter()
-    runtime.predict(batch)  # type: ignore[arg-type]
+    runtime.predict(batch)
     return (time.perf_counter() - started) * 1000
 
 
@@ -96,11 +102,7 @@ def run(args: argparse.Namespace, model: Path) -> None:
     )
     batches = {
         size: [
-            validate_input(
-                JobKind.text_to_image,
-                {"prompt": "a red cat on a castle", "width": size, "height": size, "seed": i},
-                limits,
-            )
+            image_input({"prompt": "a red cat on a castle", "width": size, "height": size, "seed": i}, limits)
             for i in range(args.batch)
         ]
         for size in sizes

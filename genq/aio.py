@@ -7,12 +7,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from genq import flows
-from genq.protocol import ClientBase, Flow, Outcome, Request, Sleep
+from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
+from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
 
 T = TypeVar("T")
@@ -24,25 +27,36 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     def _open(self, transport: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=transport, **self.config.http_options())
 
+    def _open_bare(self, transport: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=transport, **self.config.bare_options())
+
     async def _send(self, request: Request) -> Outcome:
         try:
-            return await self._http.request(request.method, request.path, json=request.json,
-                                            headers=request.headers, timeout=request.timeout or self.config.timeout)
+            http = self._bare if request.external else self._http
+            return await http.request(request.method, request.path, json=request.json,
+                                      headers=request.headers, timeout=request.timeout or self.config.timeout)
         except httpx.TransportError as exc:
             return exc
 
     async def _run(self, flow: Flow[T]) -> T:
-        outcome: Outcome | None = None
+        outcome: Any = None
+        stream = _AsyncStream()
         try:
             while True:
                 step = flow.send(outcome)
                 if isinstance(step, Sleep):
                     await asyncio.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, OpenStream):
+                    outcome = await stream.open(self._http, step.request, self.config.timeout)
+                elif isinstance(step, NextEvent):
+                    outcome = await stream.next()
                 else:
                     outcome = await self._send(step)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        finally:
+            await stream.close()
 
     async def submit(self, model: str, input: dict[str, Any] | None = None, /, *, priority: str | None = None,
                      deadline_s: float | None = None, webhook: str | None = None,
@@ -57,9 +71,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         return await self._run(flows.get(self.config, job_id))
 
     async def wait(self, job_id: str, timeout: float | None = flows.DEFAULT_WAIT_S,
-                   on_update: flows.OnUpdate | None = None) -> Job:
+                   on_update: flows.OnUpdate | None = None, on_text: OnText | None = None) -> Job:
         """See ``Client.wait``."""
-        return await self._run(flows.wait(self.config, job_id, timeout, on_update))
+        return await self._run(flows.wait(self.config, job_id, timeout, on_update, on_text=on_text))
 
     async def cancel(self, job_id: str) -> Job:
         """See ``Client.cancel``."""
@@ -71,10 +85,11 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def generate(self, model: str, input: dict[str, Any] | None = None, /, *,
                        timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
-                       priority: str | None = None, deadline_s: float | None = None, **fields: Any) -> Job:
+                       on_text: OnText | None = None, priority: str | None = None, deadline_s: float | None = None,
+                       **fields: Any) -> Job:
         """See ``Client.generate``."""
         flow = flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
-                              on_update=on_update, priority=priority, deadline_s=deadline_s)
+                              on_update=on_update, on_text=on_text, priority=priority, deadline_s=deadline_s)
         return await self._run(flow)
 
     async def models(self) -> list[ModelInfo]:
@@ -83,9 +98,47 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._bare.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class _AsyncStream:
+    """``Client``'s ``_Stream``, for asyncio."""
+
+    def __init__(self) -> None:
+        self.response: httpx.Response | None = None
+        self.events: AsyncIterator[ServerSentEvent] | None = None
+
+    async def open(self, http: httpx.AsyncClient, request: Request, default_timeout: float) -> Outcome:
+        await self.close()
+        try:
+            response = await http.send(http.build_request(request.method, request.path, headers=request.headers,
+                                                          timeout=request.timeout or default_timeout), stream=True)
+        except httpx.TransportError as exc:
+            return exc
+        if response.status_code != 200:
+            await response.aread()
+            await response.aclose()
+            return response
+        self.response, self.events = response, EventSource(response).aiter_sse()
+        return response
+
+    async def next(self) -> ServerSentEvent | httpx.TransportError | None:
+        if self.events is None:
+            return None
+        try:
+            return await anext(self.events, None)
+        except httpx.TransportError as exc:
+            return exc
+        except SSEError:
+            return None
+
+    async def close(self) -> None:
+        if self.response is not None:
+            await self.response.aclose()
+        self.response = self.events = None

@@ -49,8 +49,15 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
-def summary(job: Job) -> None:
-    """The finished (or current) job in a few lines: status, metrics, text outputs."""
+def text_piece(piece: str) -> None:
+    """Generated text on stdout as it comes (``summary(..., text_shown=True)`` ends the line)."""
+    click.echo(piece, nl=False)
+
+
+def summary(job: Job, text_shown: bool = False) -> None:
+    """The finished (or current) job in a few lines: status, metrics, text outputs (unless streamed already)."""
+    if text_shown:
+        click.echo()
     out.print(f"job {job.id} {job.status.value} ({job.model}, {job.kind.value})")
     if job.metrics is not None:
         m = job.metrics
@@ -66,7 +73,7 @@ def summary(job: Job) -> None:
         for row in job.output:
             table.add_row(Text(str(row.get("token_str"))), f"{row.get('score', 0):.4f}", Text(str(row.get("sequence"))))
         out.print(table)
-    elif job.kind == JobKind.text_generation:
+    elif job.kind == JobKind.text_generation and not text_shown:
         out.print(job.output.get("text", ""))
     elif job.kind == JobKind.embedding:
         vectors = job.output.get("embeddings", [])

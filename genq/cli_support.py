@@ -26,7 +26,7 @@ from genq.errors import (
     WaitTimeout,
 )
 from genq.protocol import DEFAULT_URL
-from tasks.inputs import INPUT_SCHEMAS
+from tasks.inputs import INPUT_SCHEMAS, JobKind
 from tasks.schemas import Job
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API_ERROR, EXIT_UNAVAILABLE, EXIT_SERVER_ERROR = range(6)
@@ -141,11 +141,16 @@ def collect_input(fields: dict[str, Any], extra: tuple[str, ...]) -> dict[str, A
 
 def finish(client: Client, job: Job, *, wait: bool, timeout: float, out: Path | None, as_json: bool) -> None:
     """Wait with a progress bar (if asked), show the job, save its outputs; JobFailed if it did not succeed."""
+    streamed = False
     if wait and not job.status.terminal:
         try:
-            with show.progress_bar(job.model) as update:
-                update(job)
-                job = client.wait(job.id, timeout, on_update=update)
+            if job.kind == JobKind.text_generation and not as_json:
+                streamed = True  # the text goes to stdout as the model writes it
+                job = client.wait(job.id, timeout, on_text=show.text_piece)
+            else:
+                with show.progress_bar(job.model) as update:
+                    update(job)
+                    job = client.wait(job.id, timeout, on_update=update)
         except JobFailed as failed:
             job = failed.job
         except KeyboardInterrupt:
@@ -154,7 +159,7 @@ def finish(client: Client, job: Job, *, wait: bool, timeout: float, out: Path | 
     if as_json:
         show.dump(job.model_dump(mode="json"))
     else:
-        show.summary(job)
+        show.summary(job, text_shown=streamed)
     if out is not None and job.status == "succeeded":
         show.save_outputs(client, job, out)
     if job.status.terminal and job.status != "succeeded":

@@ -8,12 +8,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from genq import flows
-from genq.protocol import ClientBase, Flow, Outcome, Request, Sleep
+from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
+from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
 
 T = TypeVar("T")
@@ -25,25 +28,36 @@ class Client(ClientBase[httpx.Client]):
     def _open(self, transport: Any) -> httpx.Client:
         return httpx.Client(transport=transport, **self.config.http_options())
 
+    def _open_bare(self, transport: Any) -> httpx.Client:
+        return httpx.Client(transport=transport, **self.config.bare_options())
+
     def _send(self, request: Request) -> Outcome:
         try:
-            return self._http.request(request.method, request.path, json=request.json, headers=request.headers,
-                                      timeout=request.timeout or self.config.timeout)
+            http = self._bare if request.external else self._http
+            return http.request(request.method, request.path, json=request.json, headers=request.headers,
+                                timeout=request.timeout or self.config.timeout)
         except httpx.TransportError as exc:
             return exc
 
     def _run(self, flow: Flow[T]) -> T:
-        outcome: Outcome | None = None
+        outcome: Any = None
+        stream = _Stream()
         try:
             while True:
                 step = flow.send(outcome)
                 if isinstance(step, Sleep):
                     time.sleep(step.seconds)
                     outcome = None
+                elif isinstance(step, OpenStream):
+                    outcome = stream.open(self._http, step.request, self.config.timeout)
+                elif isinstance(step, NextEvent):
+                    outcome = stream.next()
                 else:
                     outcome = self._send(step)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        finally:
+            stream.close()
 
     def submit(self, model: str, input: dict[str, Any] | None = None, /, *, priority: str | None = None,
                deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
@@ -57,9 +71,13 @@ class Client(ClientBase[httpx.Client]):
         return self._run(flows.get(self.config, job_id))
 
     def wait(self, job_id: str, timeout: float | None = flows.DEFAULT_WAIT_S,
-             on_update: flows.OnUpdate | None = None) -> Job:
-        """Block until the job is done; JobFailed if it did not succeed, WaitTimeout after ``timeout`` s."""
-        return self._run(flows.wait(self.config, job_id, timeout, on_update))
+             on_update: flows.OnUpdate | None = None, on_text: OnText | None = None) -> Job:
+        """Block until the job is done; JobFailed if it did not succeed, WaitTimeout after ``timeout`` s.
+
+        ``on_update`` gets the job as its status and progress change, ``on_text`` generated text as it comes
+        (both fed by the job's event stream, or by polling where there is none).
+        """
+        return self._run(flows.wait(self.config, job_id, timeout, on_update, on_text=on_text))
 
     def cancel(self, job_id: str) -> Job:
         """Cancel a queued or running job (a finished one is returned unchanged)."""
@@ -71,10 +89,15 @@ class Client(ClientBase[httpx.Client]):
 
     def generate(self, model: str, input: dict[str, Any] | None = None, /, *,
                  timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
-                 priority: str | None = None, deadline_s: float | None = None, **fields: Any) -> Job:
-        """Submit and wait: the finished job (text outputs inline in ``job.output``; images via ``outputs``)."""
+                 on_text: OnText | None = None, priority: str | None = None, deadline_s: float | None = None,
+                 **fields: Any) -> Job:
+        """Submit and wait: the finished job (text outputs inline in ``job.output``; images via ``outputs``).
+
+        ``on_text=print``-like callbacks get a text-generation job's text as the model writes it.
+        """
         return self._run(flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
-                                        on_update=on_update, priority=priority, deadline_s=deadline_s))
+                                        on_update=on_update, on_text=on_text, priority=priority,
+                                        deadline_s=deadline_s))
 
     def models(self) -> list[ModelInfo]:
         """The models being served, with their input schema, limits and workers online."""
@@ -82,9 +105,47 @@ class Client(ClientBase[httpx.Client]):
 
     def close(self) -> None:
         self._http.close()
+        self._bare.close()
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Stream:
+    """The one event stream a flow has open: the response, its events, closed when the flow moves on."""
+
+    def __init__(self) -> None:
+        self.response: httpx.Response | None = None
+        self.events: Iterator[ServerSentEvent] | None = None
+
+    def open(self, http: httpx.Client, request: Request, default_timeout: float) -> Outcome:
+        self.close()
+        try:
+            response = http.send(http.build_request(request.method, request.path, headers=request.headers,
+                                                    timeout=request.timeout or default_timeout), stream=True)
+        except httpx.TransportError as exc:
+            return exc
+        if response.status_code != 200:
+            response.read()  # an error body, for the flow to read
+            response.close()
+            return response
+        self.response, self.events = response, EventSource(response).iter_sse()
+        return response
+
+    def next(self) -> ServerSentEvent | httpx.TransportError | None:
+        if self.events is None:
+            return None
+        try:
+            return next(self.events, None)
+        except httpx.TransportError as exc:
+            return exc
+        except SSEError:  # not an event stream after all: the flow falls back to polling
+            return None
+
+    def close(self) -> None:
+        if self.response is not None:
+            self.response.close()
+        self.response = self.events = None

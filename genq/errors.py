@@ -114,6 +114,7 @@ _BY_CODE: dict[ErrorCode, type[APIError]] = {
     ErrorCode.overloaded: Overloaded,
     ErrorCode.no_workers: NoWorkers,
     ErrorCode.broker_unavailable: Unavailable,
+    ErrorCode.output_store_unavailable: Unavailable,
 }
 
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urljoin, urlsplit
 
-from genq.errors import JobFailed, WaitTimeout
+import httpx
+
+from genq.errors import APIError, JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
+from genq.watch import OnText, TextSoFar, follow
 from tasks.schemas import Job, JobStatus, ModelInfo, ModelList
 
 LONG_POLL_S = 30.0  # one `Prefer: wait` request; below the API's cap and gunicorn's worker timeout
@@ -22,7 +26,7 @@ MIN_POLL_S, MAX_POLL_S = 0.1, 2.0  # backoff when the server answers without hol
 DEFAULT_WAIT_S = 600.0  # how long wait() and generate() wait unless told otherwise
 
 Clock = Callable[[], float]
-OnUpdate = Callable[[Job], None]
+OnUpdate = Callable[[Job], None]  # a fresh view of the job: its status and progress as they change
 
 
 def merge_input(input: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +84,34 @@ def check(job: Job) -> Job:
 
 
 def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on_update: OnUpdate | None = None,
-         clock: Clock = time.monotonic) -> Flow[Job]:
+         clock: Clock = time.monotonic, on_text: OnText | None = None) -> Flow[Job]:
+    """Until the job is terminal: its event stream when there are callbacks to feed (polling where there is no
+    stream), else long polls with ``Prefer: wait`` (one request per wait, nothing to feed)."""
+    if on_update is None and on_text is None:
+        return check((yield from _poll(config, job_id, timeout, None, clock)))
+    job = yield from get(config, job_id)
+    if on_update is not None:
+        on_update(job)
+    return (yield from _watch(config, job, timeout, on_update, on_text, clock))
+
+
+def _watch(config: Config, job: Job, timeout: float | None, on_update: OnUpdate | None, on_text: OnText | None,
+           clock: Clock) -> Flow[Job]:
+    """Follow the job's events; poll instead when the server has no stream to give."""
+    text = TextSoFar(on_text)
+    if not job.status.terminal:
+        start = clock()
+        followed = yield from follow(config, job, timeout, on_update, text, clock)
+        if followed is None:
+            left = None if timeout is None else max(0.0, timeout - (clock() - start))
+            followed = yield from _poll(config, job.id, left, on_update, clock)
+        job = followed
+    text.final(job)  # all of the text, also when it came by polling
+    return check(job)
+
+
+def _poll(config: Config, job_id: str, timeout: float | None, on_update: OnUpdate | None,
+          clock: Clock) -> Flow[Job]:
     """Long-poll with ``Prefer: wait`` until the job is terminal; poll with backoff if the server won't hold."""
     deadline = None if timeout is None else clock() + timeout
     chunk_max = PROGRESS_POLL_S if on_update else LONG_POLL_S
@@ -93,7 +124,7 @@ def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on
         if on_update is not None:
             on_update(job)
         if job.status.terminal:
-            return check(job)
+            return job
         remaining = LONG_POLL_S if deadline is None else deadline - clock()
         if remaining <= 0:
             raise WaitTimeout(job, timeout or 0.0)
@@ -103,17 +134,22 @@ def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on
 
 
 def generate(config: Config, model: str, input: dict[str, Any], *, timeout: float | None = DEFAULT_WAIT_S,
-             on_update: OnUpdate | None = None, clock: Clock = time.monotonic, **options: Any) -> Flow[Job]:
-    """Submit, then wait: short jobs finish within the submit itself (``Prefer: wait``), one round trip."""
+             on_update: OnUpdate | None = None, on_text: OnText | None = None, clock: Clock = time.monotonic,
+             **options: Any) -> Flow[Job]:
+    """Submit, then wait: short jobs finish within the submit itself (``Prefer: wait``), one round trip; with
+    callbacks, the job's event stream feeds them from the start."""
     start = clock()
-    first = 0.0 if on_update else min(LONG_POLL_S, LONG_POLL_S if timeout is None else timeout)
+    watching = on_update is not None or on_text is not None
+    first = 0.0 if watching else min(LONG_POLL_S, LONG_POLL_S if timeout is None else timeout)
     job = yield from submit(config, model, input, wait_s=first, **options)
     if on_update is not None:
         on_update(job)
+    left = None if timeout is None else max(0.0, timeout - (clock() - start))
+    if watching:
+        return (yield from _watch(config, job, left, on_update, on_text, clock))
     if job.status.terminal:
         return check(job)
-    left = None if timeout is None else max(0.0, timeout - (clock() - start))
-    return (yield from wait(config, job.id, left, on_update, clock))
+    return check((yield from _poll(config, job.id, left, None, clock)))
 
 
 def binary_outputs(job: Job) -> list[dict[str, Any]]:
@@ -137,13 +173,53 @@ def decode(data: bytes, media_type: str) -> Any:
     return data
 
 
+def same_origin(url: str, base_url: str) -> bool:
+    a, b = urlsplit(url), urlsplit(base_url)
+    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+
+
+def _fresh(entry: dict[str, Any], clock: Clock) -> bool:
+    """A presigned URL the job carries, still valid for a few seconds (the job object may be old)."""
+    expires = entry.get("download_expires_at")
+    try:
+        return bool(entry.get("download_url")) and datetime.fromisoformat(str(expires)).timestamp() - clock() > 5
+    except ValueError:
+        return False
+
+
+def fetch(config: Config, url: str) -> Flow[httpx.Response]:
+    """GET ``url``: through the API (with its key) when it is the API's, else as a stranger (no key)."""
+    if not urlsplit(url).scheme or same_origin(url, config.base_url):  # relative: below the base URL's path
+        return (yield from call(config, Request("GET", url), redirects=True))
+    return (yield from call(config, Request("GET", url, external=True)))
+
+
+def output_bytes(config: Config, entry: dict[str, Any], clock: Clock = time.time) -> Flow[bytes]:
+    """One output's bytes: from the presigned URL the job carries, else from the API, which may redirect to one.
+
+    The API key goes to the API's origin only: a presigned URL needs none, and its host is not ours to trust.
+    """
+    if _fresh(entry, clock):
+        try:
+            response = yield from fetch(config, str(entry["download_url"]))
+            return response.content
+        except APIError:  # expired after all, or revoked: ask the API for a fresh one
+            pass
+    response = yield from fetch(config, str(entry["url"]))
+    if response.is_redirect:
+        location = urljoin(str(response.url), response.headers["Location"])
+        response = yield from fetch(config, location)
+        if response.is_redirect:
+            raise APIError(f"too many redirects fetching {entry['url']}", status=response.status_code)
+    return response.content
+
+
 def outputs(config: Config, job: Job | str, raw: bool = False) -> Flow[list[Any]]:
-    """Fetch every binary output (relative URLs resolve against the base URL); decoded unless ``raw``."""
+    """Fetch every binary output (see ``output_bytes``); decoded unless ``raw``."""
     if isinstance(job, str):
         job = yield from get(config, job)
     result = []
     for entry in binary_outputs(job):
-        response = yield from call(config, Request("GET", entry["url"]))
-        data = response.content
+        data = yield from output_bytes(config, entry)
         result.append(data if raw else decode(data, entry["media_type"]))
     return result

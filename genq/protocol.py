@@ -3,6 +3,8 @@
 A *flow* is a generator that yields what it needs done, a ``Request`` or a ``Sleep``, and is sent back
 the outcome: the ``httpx.Response``, or the ``httpx.TransportError`` the request raised. ``Client``
 runs flows with httpx and ``time.sleep``, ``AsyncClient`` with ``await``: the logic exists once.
+A flow that follows a job's event stream yields ``OpenStream`` (sent back the response, its body unread)
+and then ``NextEvent`` for each server-sent event (sent back the event, None at the end, or the error).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Request:
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float | None = None  # None: the client's default
+    # An absolute URL of another host (an S3 presigned URL): sent without the API key or the client's headers.
+    external: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,20 @@ class Sleep:
     seconds: float
 
 
+@dataclass(frozen=True)
+class OpenStream:
+    """Send ``request`` and keep its response open as a stream of server-sent events (one open at a time)."""
+
+    request: Request
+
+
+@dataclass(frozen=True)
+class NextEvent:
+    """The next server-sent event of the open stream."""
+
+
 Outcome = httpx.Response | httpx.TransportError
-Flow = Generator[Request | Sleep, Outcome | None, T]
+Flow = Generator[Request | Sleep | OpenStream | NextEvent, Any, T]
 RetryHook = Callable[[APIError, float], None]
 
 
@@ -70,6 +86,10 @@ class Config:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
+    def bare_options(self) -> dict[str, Any]:
+        """Keyword arguments for the httpx client of external requests: nothing of the API's credentials."""
+        return {"headers": {"User-Agent": USER_AGENT}, "timeout": self.timeout}
+
     def http_options(self) -> dict[str, Any]:
         """Keyword arguments for ``httpx.Client`` / ``httpx.AsyncClient``."""
         # A base URL with a path (a reverse proxy's /genq) keeps it: httpx joins "/v1/..." below it.
@@ -93,12 +113,15 @@ def retry_delay(config: Config, error: APIError, attempt: int, refused: bool) ->
     return delay if delay <= config.max_retry_wait_s else None
 
 
-def call(config: Config, request: Request) -> Flow[httpx.Response]:
-    """Send ``request``; retry 503/429 after their Retry-After and refused connections; raise typed errors."""
+def call(config: Config, request: Request, *, redirects: bool = False) -> Flow[httpx.Response]:
+    """Send ``request``; retry 503/429 after their Retry-After and refused connections; raise typed errors.
+
+    ``redirects``: a redirect is an answer too (the caller decides where to go, and with which headers).
+    """
     attempt = 0
     while True:
         outcome = yield request
-        if isinstance(outcome, httpx.Response) and outcome.is_success:
+        if isinstance(outcome, httpx.Response) and (outcome.is_success or (redirects and outcome.is_redirect)):
             return outcome
         if isinstance(outcome, httpx.Response):
             error: APIError = error_from_response(outcome)
@@ -127,6 +150,11 @@ class ClientBase(Generic[H]):
         self.config = Config.resolve(base_url, api_key, timeout=timeout, max_retries=max_retries,
                                      max_retry_wait_s=max_retry_wait_s, on_retry=on_retry)
         self._http: H = self._open(transport)
+        self._bare: H = self._open_bare(transport)
 
     def _open(self, transport: Any) -> H:
+        raise NotImplementedError
+
+    def _open_bare(self, transport: Any) -> H:
+        """The client for ``Request.external``: no base URL, no API key, no default headers but the agent."""
         raise NotImplementedError

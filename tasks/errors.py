@@ -26,6 +26,7 @@ class ErrorCode(StrEnum):
     worker_lost = "worker_lost"
     wrong_model = "wrong_model"
     invalid_message = "invalid_message"
+    output_store_unavailable = "output_store_unavailable"
     internal = "internal"
 
 
@@ -48,6 +49,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.broker_unavailable: 503,
     ErrorCode.overloaded: 503,
     ErrorCode.no_workers: 503,
+    ErrorCode.output_store_unavailable: 503,
     ErrorCode.internal: 500,
     ErrorCode.model_error: 500,
     ErrorCode.out_of_memory: 500,
@@ -108,6 +110,13 @@ class Unavailable(GenqError):
         self.retry_after = retry_after
         if code is not None:
             self.code = code
+
+
+class OutputStoreUnavailable(Unavailable):
+    """The output store (a disk, an S3 service) refused or missed a read or a write: retry later."""
+
+    def __init__(self, message: str, *, retry_after: int = 2) -> None:
+        super().__init__(message, retry_after=retry_after, code=ErrorCode.output_store_unavailable)
 
 
 class ModelError(GenqError):

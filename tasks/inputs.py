@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import functools
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from tasks.errors import InvalidInput
 
@@ -26,28 +37,34 @@ Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "
 
 
 class _Input(BaseModel):
-    # Unknown fields are typos more often than not: reject them and name them.
-    model_config = ConfigDict(extra="forbid")
+    # Unknown fields are typos more often than not: reject them and name them. Strict: a string where an
+    # integer is documented is refused, not coerced ("16", true and "yes" are not numbers or booleans); an
+    # integer is still a number, as in JSON. NaN and infinities are not JSON numbers.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: Any) -> Any:
+        # JSON has one number type, and JSON Schema counts 3.0 as the integer 3: a client may send it.
+        # 3.5, "3" and true are still refused where an integer is documented.
+        if not isinstance(data, dict):
+            return data
+        ints = {name for name, f in cls.model_fields.items() if f.annotation in (int, int | None)}
+        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
 
 
 class TextToImageInput(_Input):
     prompt: str = Field(min_length=1)
     negative_prompt: str = ""
-    width: int | None = Field(default=None, ge=8, description="pixels, a multiple of 8; model default when absent")
-    height: int | None = Field(default=None, ge=8, description="pixels, a multiple of 8; model default when absent")
+    width: int | None = Field(default=None, ge=8, multiple_of=8,
+                              description="pixels, a multiple of 8; model default when absent")
+    height: int | None = Field(default=None, ge=8, multiple_of=8,
+                               description="pixels, a multiple of 8; model default when absent")
     num_inference_steps: int | None = Field(default=None, ge=1)
     guidance_scale: float = Field(default=7.5, ge=0.0, le=30.0)
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
     num_images: int = Field(default=1, ge=1)
     scheduler: Scheduler = "default"
-
-    @model_validator(mode="after")
-    def _multiple_of_8(self) -> TextToImageInput:
-        for name in ("width", "height"):
-            value = getattr(self, name)
-            if value is not None and value % 8:
-                raise _field_error(name, f"must be a multiple of 8, got {value}")
-        return self
 
 
 class TextGenerationInput(_Input):
@@ -76,43 +93,113 @@ INPUT_SCHEMAS: dict[JobKind, type[_Input]] = {
     JobKind.embedding: EmbeddingInput,
 }
 
-@functools.cache
-def input_json_schema(kind: JobKind) -> dict[str, Any]:
-    """The JSON schema of a kind's input (built once: it never changes while a process runs)."""
-    return INPUT_SCHEMAS[kind].model_json_schema()
-
 
 AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
 
 
 class ModelLimits(BaseModel):
-    """Per-model bounds, enforced by the API (422) and again by the worker."""
+    """Per-model bounds, enforced by the API (422) and again by the worker.
+
+    The models file sets them; tasks/model_config.py tightens them to what the model itself can take.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    max_prompt_chars: int = 2000
-    max_width: int = 1024
-    max_height: int = 1024
-    max_pixels: int = 1024 * 1024
-    max_steps: int = 50
-    max_images: int = 4
-    max_new_tokens: int = 256
-    max_texts: int = 64
-    max_top_k: int = 50
+    max_prompt_chars: int = Field(default=2000, ge=1)
+    min_width: int = Field(default=8, ge=8)
+    min_height: int = Field(default=8, ge=8)
+    max_width: int = Field(default=1024, ge=8)
+    max_height: int = Field(default=1024, ge=8)
+    size_multiple: int = Field(default=8, ge=8, description="width and height are multiples of this (the VAE's)")
+    max_pixels: int = Field(default=1024 * 1024, ge=64)
+    max_steps: int = Field(default=50, ge=1)
+    max_images: int = Field(default=4, ge=1)
+    max_new_tokens: int = Field(default=256, ge=1)
+    max_texts: int = Field(default=64, ge=1)
+    max_top_k: int = Field(default=50, ge=1)
     default_width: int = 512
     default_height: int = 512
     default_steps: int = 25
-    mask_token: str = "[MASK]"
+    mask_token: str = Field(default="[MASK]", min_length=1)
 
 
-class _FieldError(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
+def _limited_fields(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
+    """The fields whose bounds depend on the model: (type, FieldInfo) pairs for pydantic's create_model."""
+    chars = lim.max_prompt_chars
+    if kind == JobKind.text_to_image:
+        step = lim.size_multiple
+        about = f"pixels, a multiple of {step}; the model's default when absent"
+        if lim.max_pixels < lim.max_width * lim.max_height:  # the one bound a JSON schema cannot state
+            about += f"; width x height at most {lim.max_pixels}"
+        return {
+            "prompt": (str, Field(min_length=1, max_length=chars)),
+            "negative_prompt": (str, Field(default="", max_length=chars)),
+            "width": (int | None, Field(default=None, ge=lim.min_width, le=lim.max_width, multiple_of=step,
+                                        description=about)),
+            "height": (int | None, Field(default=None, ge=lim.min_height, le=lim.max_height, multiple_of=step,
+                                         description=about)),
+            "num_inference_steps": (int | None, Field(default=None, ge=1, le=lim.max_steps)),
+            "num_images": (int, Field(default=1, ge=1, le=lim.max_images)),
+        }
+    if kind == JobKind.text_generation:
+        return {
+            "prompt": (str, Field(min_length=1, max_length=chars)),
+            "max_new_tokens": (int, Field(default=min(32, lim.max_new_tokens), ge=1, le=lim.max_new_tokens)),
+        }
+    if kind == JobKind.fill_mask:
+        mask = re.escape(lim.mask_token)
+        # "Exactly once" for clients and fuzzers; validate_input counts instead (pydantic's regex has no lookahead).
+        pattern = rf"^(?![\s\S]*{mask}[\s\S]*{mask})[\s\S]*{mask}[\s\S]*$"
+        return {
+            "text": (str, Field(min_length=1, max_length=chars, json_schema_extra={"pattern": pattern},
+                                description=f"must contain {lim.mask_token} exactly once")),
+            "top_k": (int, Field(default=min(5, lim.max_top_k), ge=1, le=lim.max_top_k)),
+        }
+    return {"texts": (list[Annotated[str, Field(min_length=1, max_length=chars)]],
+                      Field(min_length=1, max_length=lim.max_texts))}
 
 
-def _field_error(field: str, message: str) -> _FieldError:
-    return _FieldError(field, message)
+def _limited_validators(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
+    """What one field's bounds cannot say: the pixel budget, the one mask token, the model's defaults."""
+    if kind == JobKind.text_to_image:
+        def pixel_budget(height: int | None, info: ValidationInfo) -> int | None:
+            width = info.data.get("width", lim.default_width) or lim.default_width
+            if "width" in info.data and width * (height or lim.default_height) > lim.max_pixels:
+                raise PydanticCustomError("pixels", "width x height at most {pixels} pixels",
+                                          {"pixels": lim.max_pixels})
+            return height
+
+        def model_defaults(inp: TextToImageInput) -> TextToImageInput:
+            inp.width = inp.width or lim.default_width
+            inp.height = inp.height or lim.default_height
+            inp.num_inference_steps = inp.num_inference_steps or lim.default_steps
+            return inp
+
+        return {"pixel_budget": field_validator("height")(pixel_budget),
+                "model_defaults": model_validator(mode="after")(model_defaults)}
+    if kind == JobKind.fill_mask:
+        def one_mask(text: str) -> str:
+            if text.count(lim.mask_token) != 1:
+                raise PydanticCustomError("mask_token", "must contain {mask} exactly once", {"mask": lim.mask_token})
+            return text
+
+        return {"one_mask": field_validator("text")(one_mask)}
+    return {}
+
+
+@functools.lru_cache(maxsize=256)
+def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[_Input]:
+    lim = ModelLimits.model_validate_json(limits_json)
+    base = INPUT_SCHEMAS[kind]
+    return create_model(
+        name, __base__=base, __doc__=base.__doc__, __validators__=_limited_validators(kind, lim),
+        **_limited_fields(kind, lim),
+    )
+
+
+def limited_input_model(kind: JobKind, limits: ModelLimits, name: str | None = None) -> type[_Input]:
+    """The kind's input model with the model's limits as field bounds: one source for validation and schema."""
+    return _limited_model(kind, limits.model_dump_json(), name or INPUT_SCHEMAS[kind].__name__)
 
 
 def _format_loc(prefix: str, loc: tuple[int | str, ...]) -> str:
@@ -127,57 +214,18 @@ def invalid_from_validation(exc: ValidationError, prefix: str = "") -> InvalidIn
     messages = []
     first_field = None
     for err in exc.errors():
-        loc = tuple(err.get("loc", ()))
-        ctx_error = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, _FieldError):
-            loc = (*loc, ctx_error.field)
-            msg = str(ctx_error)
-        else:
-            msg = err["msg"]
-        field = _format_loc(prefix, loc) or prefix or "body"
+        field = _format_loc(prefix, tuple(err.get("loc", ()))) or prefix or "body"
         first_field = first_field or field
-        messages.append(f"{field}: {msg}")
+        messages.append(f"{field}: {err['msg']}")
     return InvalidInput("; ".join(messages), field=first_field)
 
 
-def _check(ok: bool, field: str, message: str) -> None:
-    if not ok:
-        raise InvalidInput(f"input.{field}: {message}", field=f"input.{field}")
-
-
 def validate_input(kind: JobKind, data: Any, limits: ModelLimits) -> AnyInput:
-    """Parse ``data`` for ``kind``, fill model defaults and enforce ``limits``; raise InvalidInput."""
+    """Parse ``data`` for ``kind`` within ``limits`` and fill the model's defaults; raise InvalidInput."""
     if not isinstance(data, dict):
         raise InvalidInput("input: must be an object", field="input")
     try:
-        parsed = INPUT_SCHEMAS[kind].model_validate(data)
+        parsed = limited_input_model(kind, limits).model_validate(data)
     except ValidationError as exc:
         raise invalid_from_validation(exc, prefix="input") from None
-    _enforce_limits(parsed, limits)
     return parsed  # type: ignore[return-value]
-
-
-def _enforce_limits(inp: _Input, lim: ModelLimits) -> None:
-    if isinstance(inp, TextToImageInput):
-        inp.width = inp.width or lim.default_width
-        inp.height = inp.height or lim.default_height
-        inp.num_inference_steps = inp.num_inference_steps or lim.default_steps
-        _check(len(inp.prompt) <= lim.max_prompt_chars, "prompt", f"at most {lim.max_prompt_chars} characters")
-        _check(len(inp.negative_prompt) <= lim.max_prompt_chars, "negative_prompt",
-               f"at most {lim.max_prompt_chars} characters")
-        _check(inp.width <= lim.max_width, "width", f"at most {lim.max_width}")
-        _check(inp.height <= lim.max_height, "height", f"at most {lim.max_height}")
-        _check(inp.width * inp.height <= lim.max_pixels, "width", f"width x height at most {lim.max_pixels} pixels")
-        _check(inp.num_inference_steps <= lim.max_steps, "num_inference_steps", f"at most {lim.max_steps}")
-        _check(inp.num_images <= lim.max_images, "num_images", f"at most {lim.max_images}")
-    elif isinstance(inp, TextGenerationInput):
-        _check(len(inp.prompt) <= lim.max_prompt_chars, "prompt", f"at most {lim.max_prompt_chars} characters")
-        _check(inp.max_new_tokens <= lim.max_new_tokens, "max_new_tokens", f"at most {lim.max_new_tokens}")
-    elif isinstance(inp, FillMaskInput):
-        _check(len(inp.text) <= lim.max_prompt_chars, "text", f"at most {lim.max_prompt_chars} characters")
-        _check(inp.text.count(lim.mask_token) == 1, "text", f"must contain {lim.mask_token} exactly once")
-        _check(inp.top_k <= lim.max_top_k, "top_k", f"at most {lim.max_top_k}")
-    elif isinstance(inp, EmbeddingInput):
-        _check(len(inp.texts) <= lim.max_texts, "texts", f"at most {lim.max_texts} texts")
-        for i, text in enumerate(inp.texts):
-            _check(len(text) <= lim.max_prompt_chars, f"texts[{i}]", f"at most {lim.max_prompt_chars} characters")

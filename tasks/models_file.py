@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tasks.constants import queue_name
 from tasks.errors import GenqError
 from tasks.inputs import JobKind, ModelLimits
+from tasks.model_config import effective_limits
 
 #: adaptive: wait only when the arrivals it expects pay for the wait (BATCHING.md); greedy: run whatever is
 #: buffered once Redis holds nothing more; fixed: wait max_wait_ms from the oldest arrival (a lone request pays it).
@@ -114,4 +115,18 @@ def load_models_file(path: str | Path) -> ModelsFile:
         models = {mid: ModelSpec.model_validate({"id": mid, **body}) for mid, body in entries.items()}
     except ValidationError as exc:
         raise GenqError(f"invalid models file {path}: {exc}") from None
-    return ModelsFile(path=path.resolve(), models=models)
+    base = path.resolve().parent
+    return ModelsFile(path=path.resolve(), models={mid: _within_model(spec, base) for mid, spec in models.items()})
+
+
+def _within_model(spec: ModelSpec, base: Path) -> ModelSpec:
+    """``spec`` with its limits tightened to what the model's own config files say it takes."""
+    try:
+        source = spec.resolved_source(base)
+    except GenqError:  # a package not installed in this process: the file's limits apply
+        return spec
+    try:
+        limits = effective_limits(spec.kind, source, spec.revision, spec.limits)
+    except ValueError as exc:
+        raise GenqError(f"model {spec.id}: {exc}") from None
+    return spec.model_copy(update={"limits": limits})

@@ -2,26 +2,58 @@
 
 The worker writes a job's outputs first and makes its ``succeeded`` transition second, so a succeeded
 job is never visible without its outputs. Outputs whose transition never happened (the job was
-canceled while running, or the worker died in between) are deleted by the worker when it learns it,
-and otherwise expire with the result TTL (Redis); a backend without expiry needs a lifecycle rule.
+canceled while running, or the worker died in between) are deleted by the worker when it learns it;
+otherwise they expire with the result TTL (Redis) or are swept once no record lists them
+(``worker/output_sweeper.py``: filesystem, S3).
+
+The same store will hold large inputs (an image for image-to-image): the API puts them under
+``input_key`` before it writes the job's record, the worker reads them, and they go with the job.
+Every object of a job lives under ``<job id>/``, so a job's objects are found and deleted together.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Protocol
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.constants import Keys
+from tasks.errors import GenqError, OutputStoreUnavailable
 from tasks.settings import Settings
+
+INPUTS = "input"  # the folder of a job's inputs, beside its runs' folders (a run id is never this word)
+_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_.-]+)*")
 
 
 def object_key(job_id: str, run_id: str, index: int) -> str:
     """Each run of a job writes under its own name: a losing or late duplicate run can never replace the bytes
     of the run whose transition won (the record lists the winner's keys)."""
     return f"{job_id}/{run_id}/{index}"
+
+
+def input_key(job_id: str, name: str) -> str:
+    """Where a large input of ``job_id`` goes (written by the API before the record, read by the worker)."""
+    return f"{job_id}/{INPUTS}/{name}"
+
+
+def job_of_key(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
+def is_input_key(key: str) -> bool:
+    return key.split("/", 2)[1:2] == [INPUTS]
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is a relative name without ``..`` (backends map keys to paths and object names)."""
+    if not _KEY.fullmatch(key) or {".", ".."} & set(key.split("/")):
+        raise GenqError(f"not an output key: {key!r}")
+    return key
 
 
 def output_url(job_id: str, index: int) -> str:
@@ -59,7 +91,13 @@ class OutputEntry(BaseModel):
 
 
 class OutputStore(Protocol):
-    """Bytes by object key (``object_key``). ``put`` is atomic: ``get`` answers all of the bytes or None."""
+    """Bytes by object key (``object_key``, ``input_key``).
+
+    ``put`` is atomic: ``get`` answers all of the bytes or None, never part of them. A backend that cannot
+    be reached, or is full, raises ``OutputStoreUnavailable`` (the worker retries, then fails the job).
+    """
+
+    backend: str  # "redis", "filesystem", "s3": the label of its metrics
 
     def put(self, key: str, data: bytes, media_type: str) -> None: ...
 
@@ -68,14 +106,44 @@ class OutputStore(Protocol):
     def delete(self, key: str) -> None: ...
 
 
+@runtime_checkable
+class PresigningStore(Protocol):
+    """A store whose objects a client can fetch without the API: an S3 presigned URL."""
+
+    def presigned_url(self, key: str, expires_s: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class JobObjects:
+    """Every object stored under one job's name, and when the newest of them was written (epoch seconds)."""
+
+    job_id: str
+    keys: list[str]
+    modified: float
+
+
+@runtime_checkable
+class SweptStore(Protocol):
+    """A store without expiry of its own: ``worker/output_sweeper.py`` deletes what no record lists."""
+
+    def scan(self) -> Iterator[JobObjects]: ...
+
+    def delete_many(self, keys: list[str]) -> None: ...
+
+
 class RedisOutputStore:
     """Outputs as Redis strings that expire with the job's result (the embedded demo's store)."""
+
+    backend = "redis"
 
     def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int) -> None:
         self.redis, self.keys, self.ttl_s = client, keys, ttl_s
 
     def put(self, key: str, data: bytes, media_type: str) -> None:
-        self.redis.set(self.keys.output(key), data, ex=self.ttl_s)  # one SET: never half written
+        try:
+            self.redis.set(self.keys.output(key), data, ex=self.ttl_s)  # one SET: never half written
+        except redis.exceptions.ResponseError as exc:  # OOM under noeviction: Redis is full
+            raise OutputStoreUnavailable(f"redis refused output {key}: {exc}") from exc
 
     def get(self, key: str) -> bytes | None:
         return self.redis.get(self.keys.output(key))  # type: ignore[return-value]
@@ -85,5 +153,17 @@ class RedisOutputStore:
 
 
 def output_store(client: redis.Redis, settings: Settings) -> OutputStore:
-    """The deployment's output store (Redis, for now)."""
+    """The deployment's output store, as ``GENQ_OUTPUT_STORE`` names it (``tasks/outputs_config.py``)."""
+    from tasks.outputs_config import OutputStoreSpec
+
+    spec = OutputStoreSpec.of(settings)
+    if spec.backend == "filesystem":
+        from tasks.outputs_fs import FilesystemOutputStore
+
+        return FilesystemOutputStore(spec.directory)
+    if spec.backend == "s3":
+        from tasks.outputs_s3 import S3OutputStore
+
+        return S3OutputStore(spec.bucket, spec.prefix, endpoint_url=settings.s3_endpoint_url,
+                             public_url=settings.s3_public_url, region=settings.s3_region)
     return RedisOutputStore(client, Keys(settings.key_prefix), settings.result_ttl_s)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from tasks.inputs import JobKind, ModelLimits
+from tasks.errors import InvalidInput, UnknownModel
+from tasks.inputs import JobKind, ModelLimits, invalid_from_validation, limited_input_model
+from tasks.models_file import ModelsFile, ModelSpec
 
 
 class JobStatus(StrEnum):
@@ -31,7 +34,8 @@ WebhookEvent = Literal["start", "completed"]
 class JobCreate(BaseModel):
     """Body of ``POST /v1/jobs``; ``input`` is checked against the model's kind and limits."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Strict as the inputs are (tasks/inputs.py): "normal" is a priority, 5 is not; "60" is not a number.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     model: str = Field(min_length=1, max_length=128, description="a model id from GET /v1/models")
     input: dict[str, Any] = Field(description="kind-specific input; see the model's input_schema")
@@ -40,6 +44,50 @@ class JobCreate(BaseModel):
                                      description="seconds from now; a job not started by then expires")
     webhook: str | None = Field(default=None, max_length=2048)
     webhook_events: list[WebhookEvent] = Field(default_factory=lambda: list[WebhookEvent](["completed"]))
+
+
+def model_input(spec: ModelSpec) -> type[BaseModel]:
+    """The input model of ``spec``'s kind with ``spec``'s limits as field bounds."""
+    return limited_input_model(spec.kind, spec.limits, f"Input.{spec.id}")
+
+
+def job_create_model(spec: ModelSpec) -> type[JobCreate]:
+    """The body of ``POST /v1/jobs`` for one model: its id as a constant, its input within its limits.
+
+    The API validates with it and the OpenAPI spec is its JSON schema, so the two cannot disagree.
+    """
+    return _job_create_model(spec.id, spec.kind, spec.limits.model_dump_json())
+
+
+@functools.lru_cache(maxsize=256)
+def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[JobCreate]:
+    limits = ModelLimits.model_validate_json(limits_json)
+    constant = Literal[model_id]  # type: ignore[valid-type]
+    model: type[JobCreate] = create_model(
+        f"JobCreate.{model_id}", __base__=JobCreate, __doc__=f"A {kind.value} job for model {model_id}.",
+        model=(constant, Field(description="a model id from GET /v1/models")),
+        input=(limited_input_model(kind, limits, f"Input.{model_id}"),
+               Field(description=f"a {kind.value} input within this model's limits")),
+    )
+    return model
+
+
+def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, BaseModel]:
+    """The body of ``POST /v1/jobs`` checked against its model, with its parsed input (defaults filled in).
+
+    Raises InvalidInput or UnknownModel naming the field.
+    """
+    if not isinstance(data, dict):
+        raise InvalidInput("body: must be a JSON object", field="body")
+    spec = models.get(data["model"]) if isinstance(data.get("model"), str) else None
+    try:
+        body = (job_create_model(spec) if spec else JobCreate).model_validate(data)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc) from None
+    if spec is None:
+        known = ", ".join(sorted(models.models)) or "none"
+        raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
+    return body, spec, cast(BaseModel, body.input)  # the model's input class, where JobCreate says dict
 
 
 class Progress(BaseModel):

@@ -45,6 +45,19 @@ DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
 DEFAULT_REDIS_WAIT_TIMEOUT_S = 1.0  # with GENQ_REDIS_WAIT_REPLICAS: how long a write waits for its replicas
+# An OpenAI-style call answers when its job is done: it waits this long at most (the openai package's own
+# default timeout), and its job expires unstarted after it, since nobody would be waiting for the answer.
+DEFAULT_OPENAI_WAIT_S = 600.0
+# Where binary outputs go: redis (the embedded demo), filesystem, s3, or a URL (file:///dir, s3://bucket/prefix).
+DEFAULT_OUTPUT_STORE = "redis"
+DEFAULT_OUTPUT_DIR = "/var/lib/genq/outputs"  # GENQ_OUTPUT_STORE=filesystem without a directory of its own
+DEFAULT_S3_BUCKET = "genq"  # GENQ_OUTPUT_STORE=s3 without a bucket of its own
+DEFAULT_OUTPUT_DELIVERY = "proxy"  # the API sends the bytes; "presigned" hands out S3 URLs instead
+DEFAULT_OUTPUT_URL_TTL_S = 900  # a presigned URL works this long: one page view, not a permanent link
+# Outputs of expired records are looked for this often (filesystem, s3; Redis expires its own)...
+DEFAULT_OUTPUT_SWEEP_S = 300.0
+# ...and only objects older than this are touched: a write in flight is never taken for an orphan.
+DEFAULT_OUTPUT_SWEEP_GRACE_S = 600.0
 
 
 def env_fields(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -106,12 +119,24 @@ class Settings:
     webhook_lease_s: float = DEFAULT_WEBHOOK_LEASE_S
     webhook_poll_s: float = DEFAULT_WEBHOOK_POLL_S
     keys_reload_s: float = DEFAULT_KEYS_RELOAD_S
+    openai_wait_s: float = DEFAULT_OPENAI_WAIT_S
     model: str | None = None  # the model a worker serves (worker only)
     gpu: str | None = None  # the GPU a worker owns (worker only)
     metrics_port: int | None = None  # a worker's Prometheus /metrics and /healthz port (worker only)
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     flower_user: str = "genq"
     flower_password: str = field(default="", repr=False)
+    output_store: str = DEFAULT_OUTPUT_STORE  # redis | filesystem | s3 | file:///dir | s3://bucket/prefix
+    output_dir: Path = Path(DEFAULT_OUTPUT_DIR)
+    s3_bucket: str = DEFAULT_S3_BUCKET
+    s3_prefix: str = ""
+    s3_endpoint_url: str | None = None  # MinIO, R2, Ceph...; unset: AWS (credentials: the AWS_* variables)
+    s3_public_url: str | None = None  # the endpoint presigned URLs name, when clients reach S3 elsewhere
+    s3_region: str | None = None
+    output_delivery: str = DEFAULT_OUTPUT_DELIVERY  # proxy | presigned
+    output_url_ttl_s: int = DEFAULT_OUTPUT_URL_TTL_S
+    output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
+    output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
 
     @property
     def waiters_per_process(self) -> int:

@@ -60,9 +60,9 @@ class WorkerProcess:
                "--loglevel", "INFO", "--without-mingle", "--without-gossip", *self.extra_args]
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.settings, **self.extra_env),
-                                     stdout=log, stderr=subprocess.STDOUT)
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.settings, **self.extra_env),
+                                         stdout=log, stderr=subprocess.STDOUT)
         if wait:
             self.wait_online(timeout)
         return self

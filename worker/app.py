@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -26,6 +27,7 @@ from worker.holdings import Holdings
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
+from worker.output_sweeper import SweeperThread, start_output_sweeper
 from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
@@ -48,6 +50,7 @@ class WorkerState:
     batching: BatchingConsumer | None = None
     model_thread: ModelThread | None = None
     holdings: Holdings | None = None
+    output_sweeper: SweeperThread | None = None
 
 
 state = WorkerState()
@@ -92,7 +95,7 @@ def timing_problem(settings: Settings) -> str | None:
     return None
 
 
-def queues_problem(model: str, queues: object) -> str | None:
+def queues_problem(model: str, queues: str | Iterable[str] | None) -> str | None:
     """Why ``-Q`` does not suit a worker of ``model`` (it must consume that model's queue and no other)."""
     given = [q for q in (queues.split(",") if isinstance(queues, str) else queues or []) if q]
     if not given or set(given) == {queue_name(model)}:
@@ -120,6 +123,7 @@ def _announce(sender: Any, **_: Any) -> None:
                                     (holdings().renew, sweeper.maybe_sweep))
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
+        state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)
         if state.settings.metrics_port:
             serve_metrics(state.loaded.spec, state.loaded.load_seconds, state.settings.metrics_port, liveness.healthy,
                           state.settings.metrics_address)
@@ -129,6 +133,8 @@ def _announce(sender: Any, **_: Any) -> None:
 def _deregister(**_: Any) -> None:
     if state.heartbeat is not None:
         state.heartbeat.stop()
+    if state.output_sweeper is not None:
+        state.output_sweeper.stop()
 
 
 def batching_strategy(task: Task, app: Any, consumer: Any, **_: Any) -> Any:

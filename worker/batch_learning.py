@@ -16,6 +16,12 @@ MIN_COST_SAMPLES = 3  # below this the policy has no cost to compare and runs gr
 DELAY_SAMPLES = 256  # echo delays kept for their distribution
 ECHO_SMOOTHING = 0.2  # weight of the newest completion in the return share: ~5 batches to learn a change
 BACKGROUND_TAU_S = 10.0  # the background rate forgets arrivals older than about this
+# Below this return share, arrivals after a completion are treated as background, not echoes: closed-loop
+# clients come back at a share near 1, while open-loop traffic on a shared CPU also bunches up right after
+# a batch (requests the model's computation held up) without anyone waiting on the result to send them.
+# Waiting for those costs the jobs present their latency and gains nothing an open-loop source would not
+# send anyway (bench/batching.py, Poisson rows).
+MIN_ECHO_SHARE = 0.5
 QUANTILES = (0.25, 0.5, 0.75, 0.9, 1.0)  # candidate waits: when that share of the echoes is in
 
 
@@ -119,6 +125,8 @@ class EchoModel:
 
     def expected(self, now: float, t: float) -> float:
         """Echoes expected to arrive within ``t`` seconds from ``now``."""
+        if self.share < MIN_ECHO_SHARE:
+            return 0.0
         total = 0.0
         for window in self._windows:
             s = now - window.at

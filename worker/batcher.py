@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tasks.models_file import BatchPolicy as Policy
 from worker.batch_learning import CostModel, EchoModel
@@ -206,7 +206,7 @@ def _weight(group: list[Pending[T]]) -> int:
     return sum(p.weight for p in group)
 
 
-def _rank(group: list[Pending[T]]) -> tuple[int, float, int]:
+def _rank(group: Iterable[Pending[Any]]) -> tuple[int, float, int]:
     """Best priority in the group, then its oldest arrival."""
     best = min(group, key=lambda p: (p.priority, p.arrived, p.seq))
     return (best.priority, best.arrived, best.seq)

@@ -178,7 +178,7 @@ class BatchingConsumer:
     def _batch_done(self) -> None:
         batch, self.running = self.running, []
         learner = self.successor.batcher if self.successor is not None else self.batcher
-        learner.batch_done(sum(self.runtime.weight(i.parsed) for i in batch if i.parsed is not None),  # type: ignore[arg-type]
+        learner.batch_done(sum(self.runtime.weight(i.parsed) for i in batch if i.parsed is not None),
                            self._busy_s)
         record_policy(self.loaded.spec, learner.stats())
         # The next batch first, then the finished batch's events and acks (a Redis round trip each): the

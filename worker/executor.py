@@ -11,15 +11,17 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tasks.errors import ErrorCode, GenqError, OutOfMemory
+from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
 from tasks.fleet import FleetStore
 from tasks.inputs import validate_input
 from tasks.job_store import Claim, Ending, JobStore, Verdict
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobMetrics, JobStatus
+from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
+from worker.output_writes import OutputWriter
 from worker.runtimes.base import Prediction, Runtime
 from worker.store_retry import with_retries
 
@@ -43,13 +45,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 class Executor:
     def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int, *,
-                 outputs: OutputStore, fleet: FleetStore, worker: str = "") -> None:
+                 outputs: OutputStore, fleet: FleetStore, events: EventPublisher | None = None,
+                 worker: str = "") -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
         self.outputs = outputs
+        self.writer = OutputWriter(outputs)
         self.fleet = fleet
         self.max_attempts = max_attempts
+        self.events = events  # live job events (worker/events.py); None publishes none
         self.worker = worker  # written into the leases it takes
 
     # --- before a batch --------------------------------------------------------------
@@ -126,8 +131,14 @@ class Executor:
 
     def _predict_isolated(self, batch: list[WorkItem], started: float) -> None:
         batch_id = uuid.uuid4().hex[:12]
+        events = BatchEvents(self.events, [item.job_id for item in batch])
+        events.started()
+        # A runtime that streams text reports it, not its steps (one event per token is enough).
+        streaming = {"text_sinks": events.text_sinks()} if self.runtime.streams_text and self.events else {}
         try:
-            predictions = self.runtime.predict([i.parsed for i in batch], self._progress(batch))  # type: ignore[misc]
+            predictions = self.runtime.predict([i.parsed for i in batch],  # type: ignore[misc]
+                                               events.progress(self._progress(batch), not streaming), **streaming)
+            events.flush()  # a job's events are all in Redis before its result (and its end) is
             if len(predictions) != len(batch):
                 raise RuntimeError(f"runtime returned {len(predictions)} results for {len(batch)} inputs")
         except Exception as exc:
@@ -167,8 +178,14 @@ class Executor:
         entries = [OutputEntry.describe(item.job_id, item.token, n, b.data, b.media_type, b.seed)
                    for n, b in enumerate(prediction.blobs)]
         # The bytes first, then the transition that lists them: a succeeded job never lacks its outputs.
-        for entry, blob in zip(entries, prediction.blobs, strict=True):
-            with_retries(self.outputs.put, entry.key, blob.data, entry.media_type)
+        try:
+            self.writer.put_all(entries, prediction.blobs)
+        except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running
+            log.error("job %s: %s", item.job_id, exc.message)
+            self._drop_outputs(item.job_id, entries)  # the ones written before the failure
+            item.fail(exc.code.value, exc.message[:500])
+            self._store_failure(item, metrics)
+            return
         ending = with_retries(self.store.finish, item.job_id, item.token, JobStatus.succeeded,
                               output=prediction.output, binary_outputs=entries, metrics=metrics)
         if not ending.stored:  # canceled meanwhile, or its lease lapsed and another run took over

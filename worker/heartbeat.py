@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from tasks.fleet import FleetStore
+from tasks.os_thread import name_os_thread
 
 log = logging.getLogger(__name__)
 # Well inside the API's worker TTL (15 s), the lease (30 s) and the visibility timeout (60 s): each
@@ -31,6 +32,7 @@ class Heartbeat:
         self._thread.start()
 
     def _run(self) -> None:
+        name_os_thread("genq-heartbeat")
         while not self._stop.is_set():
             self.beat_at = time.monotonic()
             for chore in (self._beat, *self.chores):

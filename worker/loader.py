@@ -14,6 +14,7 @@ from tasks.models_file import ModelSpec, load_models_file
 from tasks.outputs import output_store
 from tasks.redis_client import connect
 from tasks.settings import Settings
+from worker.events import EventPublisher
 from worker.executor import Executor
 from worker.runtimes import Runtime, create_runtime
 from worker.torch_settings import TorchOptions, apply_global
@@ -60,5 +61,5 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
              os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
     executor = Executor(runtime, spec, store, settings.max_attempts, outputs=output_store(client, settings),
-                        fleet=fleet, worker=worker_name)
+                        fleet=fleet, events=EventPublisher(store.redis, store.keys), worker=worker_name)
     return Loaded(spec, runtime, store, fleet, executor, WebhookSender(store), device, seconds)

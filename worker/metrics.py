@@ -54,6 +54,13 @@ BACKGROUND_RATE = Gauge("genq_worker_background_arrivals_per_second", "Arrivals 
                         ["model"])
 POLICY_WAIT = Counter("genq_worker_batching_wait_seconds", "Seconds the model sat idle by choice with work buffered",
                       ["model"])
+# The output store (tasks/outputs.py), by backend: redis, filesystem, s3.
+OUTPUT_BYTES = Counter("genq_worker_output_bytes", "Bytes of outputs written to the output store", ["backend"])
+OUTPUT_OBJECTS = Counter("genq_worker_output_objects", "Outputs written to the output store", ["backend"])
+OUTPUT_WRITE = Histogram("genq_worker_output_write_seconds", "Seconds per output written (one PUT, one file)",
+                         ["backend"], buckets=_SECONDS)
+OUTPUT_WRITE_ERRORS = Counter("genq_worker_output_write_errors", "Output writes that failed (each try)",
+                              ["backend"])
 GPU_MEMORY_ALLOCATED = "genq_worker_gpu_memory_allocated_bytes"
 GPU_MEMORY_RESERVED = "genq_worker_gpu_memory_reserved_bytes"
 
@@ -72,6 +79,17 @@ def record_batch(spec: ModelSpec, runtime: Runtime, batch: list[WorkItem], start
     ITEMS.labels(model).inc(done)
     if seconds > 0:
         ITEMS_PER_SECOND.labels(model).set(done / seconds)
+
+
+def record_output_write(backend: str, size: int, seconds: float) -> None:
+    """One output written: its bytes and how long the store took."""
+    OUTPUT_BYTES.labels(backend).inc(size)
+    OUTPUT_OBJECTS.labels(backend).inc()
+    OUTPUT_WRITE.labels(backend).observe(seconds)
+
+
+def record_output_error(backend: str) -> None:
+    OUTPUT_WRITE_ERRORS.labels(backend).inc()
 
 
 def record_policy(spec: ModelSpec, stats: BatcherStats) -> None:

@@ -12,6 +12,8 @@ import queue
 import threading
 from collections.abc import Callable
 
+from tasks.os_thread import name_os_thread
+
 log = logging.getLogger(__name__)
 Work = tuple[Callable[[], None], Callable[[], None]]
 
@@ -39,6 +41,7 @@ class ModelThread:
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
+        name_os_thread("genq-model")  # its CPU apart from the event loop's in /proc (bench/overhead.py)
         while True:
             work, done = self._work.get()
             try:

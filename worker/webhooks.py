@@ -21,6 +21,7 @@ from prometheus_client import Counter
 
 from tasks.errors import InvalidInput
 from tasks.job_store import JobStore
+from tasks.os_thread import name_os_thread
 from tasks.outbox import Delivery, Outbox
 from tasks.ssrf import check_host, forbidden_address, split_webhook_url
 from tasks.webhooks import EVENT_HEADER, Unsigned, signing_headers
@@ -75,6 +76,7 @@ class WebhookSender:
         self._wake.set()
 
     def _run(self) -> None:
+        name_os_thread("genq-webhooks")
         while True:
             try:
                 claimed = self.outbox.claim()

@@ -1,4 +1,5 @@
-// Showing a job: status, progress, metrics, and its output (images fetched with the API key, text inline).
+// Showing a job: status, progress, metrics, and its output (text inline; images fetched with the API key, or
+// straight from the presigned URL the job carries when the server hands out URLs: that one needs no key).
 
 const $ = (id) => document.getElementById(id);
 
@@ -42,6 +43,17 @@ export function showStatus(job) {
   $("cancel").hidden = done;
 }
 
+// Text as the model writes it, before the job ends (the finished job's result replaces it).
+export function showText(text) {
+  const box = $("result");
+  let pre = box.querySelector("pre.streaming");
+  if (!pre) {
+    pre = el("pre", "", { class: "streaming" });
+    box.replaceChildren(pre);
+  }
+  pre.textContent = text;
+}
+
 export function showMetrics(job) {
   const list = $("metrics");
   list.replaceChildren();
@@ -74,8 +86,8 @@ async function image(entry, n, job, fetchBlob) {
   const img = el("img", null, { alt: `output ${n} of job ${job.id}` });
   const caption = el("figcaption", "loading…");
   figure.append(img, caption);
-  const blob = await fetchBlob(entry.url);
-  const url = URL.createObjectURL(blob);
+  // A presigned URL goes straight into the <img> (no API key, and no CORS rule needed on the bucket).
+  const url = entry.download_url || URL.createObjectURL(await fetchBlob(entry.url));
   img.addEventListener("load", () => {
     const seed = entry.seed !== undefined && entry.seed !== null ? ` · seed ${entry.seed}` : "";
     caption.textContent = `${img.naturalWidth}×${img.naturalHeight}${seed} · `;

@@ -1,8 +1,9 @@
 // The genq playground: pick a model, fill its inputs, submit, watch the job, see the result.
 // It uses only the public REST API (the same calls as `genq.Client`), with the API key if one is entered.
 
+import { followEvents } from "./playground-events.js";
 import { buildForm, markInvalid, readForm } from "./playground-form.js";
-import { showMetrics, showResult, showStatus } from "./playground-result.js";
+import { showMetrics, showResult, showStatus, showText } from "./playground-result.js";
 
 const $ = (id) => document.getElementById(id);
 const TERMINAL = new Set(["succeeded", "failed", "canceled", "expired"]);
@@ -135,9 +136,37 @@ async function show(job) {
   else $("result").replaceChildren();
 }
 
+// The job's event stream: status, steps and generated text as they happen. Null when there is none.
+async function follow(job) {
+  const live = { ...job };
+  let text = "";
+  return followEvents(apiUrl(`v1/jobs/${encodeURIComponent(job.id)}/events`), headers(), (type, data) => {
+    if (watching !== job.id) return;
+    if (type === "status" && !data.job) {
+      live.status = data.status;
+      remember(live);
+      showStatus(live);
+    } else if (type === "progress") {
+      live.progress = data;
+      showStatus(live);
+    } else if (type === "text") {
+      text = text.slice(0, data.offset) + data.text;
+      showText(text);
+    }
+  }, () => watching === job.id);
+}
+
 async function watch(job) {
   watching = job.id;
   await show(job);
+  if (TERMINAL.has(job.status)) return;
+  const finished = await follow(job);
+  if (watching !== job.id) return;
+  if (finished) {
+    remember(finished);
+    await show(finished);
+    return;
+  }
   while (!TERMINAL.has(job.status) && watching === job.id) {
     // The API holds the request until the job ends or half a second passes: fresh progress, no busy loop.
     job = await call(`v1/jobs/${encodeURIComponent(job.id)}`, { headers: { Prefer: "wait=0.5" } });

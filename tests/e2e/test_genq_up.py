@@ -156,18 +156,6 @@ def test_secrets_are_on_no_command_line_and_worker_metrics_stay_local(stack):
         assert local == [f"0100007F:{port}"], local  # 127.0.0.1 only
 
 
-def test_ctrl_c_stops_everything(stack):
-    stack.proc.send_signal(signal.SIGINT)
-    assert stack.proc.wait(60) == 0
-    output = stack.proc.stdout.read() if stack.proc.stdout else ""
-    assert "Flower" in output and "stopping" in output
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(f"{stack.api}/healthz", timeout=2)
-    flower = subprocess.run(["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"],
-                            capture_output=True, text=True).stdout.split()
-    assert flower == []
-
-
 def readme_block(after: str) -> str:
     """The first ```sh block of README.md after the line that starts with ``after``."""
     text = (ROOT / "README.md").read_text()
@@ -186,3 +174,16 @@ def test_readme_examples_work_pasted_as_one_block(stack, tmp_path, heading):
         assert (tmp_path / "lighthouse.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     else:
         assert '"status":"succeeded"' in done.stdout.replace(" ", "")
+
+
+# Last: it stops the stack every test above uses.
+def test_ctrl_c_stops_everything(stack):
+    stack.proc.send_signal(signal.SIGINT)
+    assert stack.proc.wait(60) == 0
+    output = stack.proc.stdout.read() if stack.proc.stdout else ""
+    assert "Flower" in output and "stopping" in output
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{stack.api}/healthz", timeout=2)
+    flower = subprocess.run(["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"],
+                            capture_output=True, text=True).stdout.split()
+    assert flower == []

@@ -118,3 +118,34 @@ def test_playground_makes_an_image_and_flower_lists_the_worker(live_api, worker_
         time.sleep(1)
     assert worker_name in flower_page.text_content("body")
     flower_page.screenshot(path=str(out_dir / "flower.png"))
+
+
+# Every text the streaming box showed, recorded as it changes (a poll could miss a box that lives 300 ms).
+RECORD_STREAMED_TEXT = """() => {
+  window.__streamed = [];
+  new MutationObserver(() => {
+    const pre = document.querySelector('#result pre.streaming');
+    if (pre && pre.textContent) window.__streamed.push(pre.textContent);
+  }).observe(document.getElementById('result'), {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def test_playground_shows_text_as_it_is_generated(live_api, worker_for, browser):
+    worker_for("gpt2-demo")
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda msg: msg.type == "error" and problems.append(msg.text))
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.goto(f"{live_api}/")
+    page.wait_for_selector("#model option[value=gpt2-demo]", state="attached")
+    page.select_option("#model", "gpt2-demo")
+    page.fill("textarea[name=prompt]", "Once upon a time")
+    page.fill("input[name=max_new_tokens]", "128")
+    page.evaluate(RECORD_STREAMED_TEXT)
+    page.click("#submit")
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'succeeded'", timeout=120_000)
+    final = page.text_content("#result pre")
+    streamed = page.evaluate("() => window.__streamed")
+    assert len(set(streamed)) > 1, streamed  # the text grew in front of the reader, piece by piece
+    assert all(final.startswith(text) for text in streamed)
+    assert problems == []

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from flask.testing import FlaskClient
 
 from api import create_app
 from tasks.job_store import JobStore
@@ -55,6 +56,8 @@ class Cluster:
     redis: RedisServer
     settings: Settings
     workers: list[WorkerProcess] = field(default_factory=list)
+    api: FlaskClient = field(init=False)  # the real app, in process
+    store: JobStore = field(init=False)
 
     @classmethod
     def start(cls, folder: Path, long_ms: int = 0, batching: str = BATCHING, **overrides: Any) -> Cluster:

@@ -88,3 +88,17 @@ def test_models_lists_what_is_served(genq):
     result = genq("models")
     assert result.exit_code == 0
     assert "sd-demo" in result.stdout and "text-to-image" in result.stdout and "prompt" in result.stdout
+
+
+def test_text_is_printed_as_it_is_generated(genq, worker_for, live_api):
+    import re
+
+    import httpx
+
+    worker_for("gpt2-demo")
+    result = genq("submit", "gpt2-demo", "--prompt", "Once upon a time", "--max-new-tokens", "24", "--seed", "3",
+                  "--do-sample", "--wait")
+    assert result.exit_code == 0, result.output
+    job_id = re.search(r"^job (\S+) succeeded \(gpt2-demo, text-generation\)$", result.stdout, re.M).group(1)
+    text = httpx.get(f"{live_api}/v1/jobs/{job_id}").json()["output"]["text"]
+    assert result.stdout.startswith(text + "\njob ")  # the streamed text, once, then the summary

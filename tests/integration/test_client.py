@@ -107,3 +107,16 @@ def test_async_client_runs_jobs_concurrently(live_api, worker_for):
     jobs = asyncio.run(main())
     assert [j.status for j in jobs] == ["succeeded"] * 3
     assert [j.output[0]["sequence"].split()[0] for j in jobs] == ["one", "two", "three"]
+
+
+def test_generate_streams_text_and_progress_from_the_event_stream(client, worker_for):
+    worker_for("gpt2-demo")
+    pieces: list[str] = []
+    job = client.generate("gpt2-demo", prompt="Once upon a time", max_new_tokens=32, seed=9, do_sample=True,
+                          timeout=60, on_text=pieces.append)
+    assert len(pieces) > 1 and "".join(pieces) == job.output["text"]
+    worker_for("sd-demo")
+    steps: list[int] = []
+    client.generate("sd-demo", prompt="a fox", num_inference_steps=6, seed=1, timeout=120,
+                    on_update=lambda j: steps.append(j.progress.step) if j.progress else None)
+    assert steps == sorted(steps) and steps[-1] == 6 and len(steps) >= 3  # each step, not a poll's sample

@@ -72,8 +72,17 @@ def test_depends_on_targets_exist_and_healthy_ones_have_healthchecks(services):
                 assert services[target].get("healthcheck", {}).get("test"), f"{target} has no healthcheck"
 
 
+def one_shot(services: dict[str, dict[str, Any]]) -> set[str]:
+    """Services others wait on to finish (setup jobs): they exit, so a health check means nothing."""
+    return {target for svc in services.values() if isinstance(svc.get("depends_on"), dict)
+            for target, spec in svc["depends_on"].items() if spec.get("condition") == "service_completed_successfully"}
+
+
 def test_every_service_has_a_healthcheck(services):
     for name, svc in services.items():
+        if name in one_shot(services):
+            assert svc.get("restart") == "no", f"{name} runs once: it must not be restarted"
+            continue
         check = svc.get("healthcheck", {})
         assert check.get("test") and not check.get("disable"), f"{name} has no healthcheck"
 
@@ -123,7 +132,7 @@ def test_api_runs_several_gunicorn_workers_with_multiprocess_metrics(services):
 
 def test_flower_has_basic_auth_and_local_ports_stay_local(services):
     assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"].startswith("${FLOWER_USER")
-    for name in ("flower", "prometheus", "grafana"):
+    for name in ("flower", "prometheus", "grafana", "minio"):
         for port in services[name]["ports"]:
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond localhost"
 
@@ -151,10 +160,31 @@ def test_env_example_defines_every_variable_the_compose_file_reads():
 
 def test_api_image_has_no_torch_and_worker_image_pins_it():
     api = [line for line in (COMPOSE / "Dockerfile.api").read_text().splitlines() if not line.startswith("#")]
-    assert "RUN pip install . \\" in api and not any("torch" in line or "[worker]" in line for line in api)
+    assert 'RUN pip install ".[s3]" \\' in api and not any("torch" in line or "[worker]" in line for line in api)
     pinned = next(dep for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["worker"] if dep.startswith("torch=="))
     worker = (COMPOSE / "Dockerfile.worker").read_text()
     assert f"ARG TORCH_VERSION={pinned.split('==')[1]}" in worker
     assert 'pip install "torch==${TORCH_VERSION}"' in worker
     assert "nvidia/cuda:" in worker and "runtime" in worker
+
+
+def test_outputs_go_to_minio_with_a_key_of_their_own_and_a_lifecycle_backstop(services):
+    setup = services["minio-setup"]
+    script = setup["command"][0]
+    assert "mc mb --ignore-existing" in script and "mc ilm import" in script and '"Expiration"' in script
+    assert "mc admin user add" in script and "s3:PutObject" in script
+    assert "minio-data:/data" in services["minio"]["volumes"] and services["minio"]["healthcheck"]["test"]
+    for name in ["api", *workers(services)]:
+        svc = services[name]
+        env = svc["environment"]
+        assert env["GENQ_OUTPUT_STORE"].startswith("s3://"), name
+        assert env["GENQ_S3_ENDPOINT_URL"] == "http://minio:9000", name
+        assert env["AWS_ACCESS_KEY_ID"] != setup["environment"]["MINIO_ROOT_USER"], name  # never the root user
+        assert svc["depends_on"]["minio-setup"]["condition"] == "service_completed_successfully", name
+
+
+def test_the_images_install_the_s3_extra():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("boto3") for dep in extras["s3"])
+    assert 'pip install ".[worker,s3]"' in (COMPOSE / "Dockerfile.worker").read_text()

@@ -65,7 +65,9 @@ def build(path: Path) -> None:
     lines = (path / "merges.txt").read_text().splitlines()
     merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#")]
     # transformers 5: GPT2Tokenizer is the tokenizers-backed ("fast") class; GPT2TokenizerFast is an alias.
-    tokenizer = GPT2Tokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    # The tokenizers backend takes pairs; transformers' annotation says str (a file) or list[str].
+    tokenizer = GPT2Tokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS,  # type: ignore[arg-type]
+                              unk_token=EOS)
     tokenizer.model_max_length = 512
 
     torch.manual_seed(0)  # the same weights on every build

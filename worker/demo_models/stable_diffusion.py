@@ -50,7 +50,7 @@ def bytes_to_unicode() -> dict[int, str]:
 def train_merges(words: list[str], cap: int = MERGES_CAP) -> list[tuple[str, str]]:
     """Byte-level BPE merges learned from ``words``, most frequent pair first (ties alphabetical)."""
     byte_chars = bytes_to_unicode()
-    pieces = Counter()
+    pieces: Counter[tuple[str, ...]] = Counter()
     for word in words:
         chars = [byte_chars[b] for b in word.encode("utf-8")]
         pieces[(*chars[:-1], chars[-1] + END_OF_WORD)] += 1
@@ -64,7 +64,7 @@ def train_merges(words: list[str], cap: int = MERGES_CAP) -> list[tuple[str, str
             break  # every word is a single token
         best = min(pairs, key=lambda p: (-pairs[p], p))
         merges.append(best)
-        merged: Counter = Counter()
+        merged: Counter[tuple[str, ...]] = Counter()
         for symbols, count in pieces.items():
             out, i = [], 0
             while i < len(symbols):
@@ -170,6 +170,6 @@ def build(path: Path) -> None:
         feature_extractor=None,
         requires_safety_checker=False,
     )
-    pipe.save_pretrained(path, safe_serialization=True)
+    pipe.save_pretrained(path, safe_serialization=True)  # type: ignore[attr-defined]  # from a mixin mypy misses
     # save_pretrained writes tokenizer.json; put back the files SD ships so both layouts are present.
     write_clip_tokenizer(path / "tokenizer")

@@ -12,6 +12,8 @@ from tasks.models_file import ModelSpec
 
 #: Called with (step, total) while a batch runs; the executor fans it out to the batch's jobs.
 ProgressFn = Callable[[int, int], None]
+#: Called with (offset, new text, tokens so far) as one row's text grows: its text is now ``text[:offset] + new``.
+TextSink = Callable[[int, str, int], None]
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Runtime(ABC):
     """A model served by a worker. ``predict`` takes a list and returns a list of the same length."""
 
     kind: ClassVar[JobKind]
+    #: True when ``predict`` takes ``text_sinks`` (one per input) and streams generated text into them.
+    streams_text: ClassVar[bool] = False
 
     def __init__(self, spec: ModelSpec, source: str, options: Any) -> None:
         self.spec = spec

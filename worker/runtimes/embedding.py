@@ -48,13 +48,15 @@ class EmbeddingRuntime(Runtime):
             weights = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
             vectors = torch.nn.functional.normalize(pooled, p=2, dim=-1).cpu().tolist()
+            lengths = batch["attention_mask"].sum(dim=1).tolist()  # tokens per text, for usage counts
         predictions, start = [], 0
         for inp in inputs:
             rows = vectors[start : start + len(inp.texts)]
+            tokens = int(sum(lengths[start : start + len(inp.texts)]))
             start += len(inp.texts)
-            predictions.append(Prediction(output={"embeddings": rows, "dim": len(rows[0])}))
-        if progress:
-            progress(1, 1)
+            predictions.append(Prediction(output={"embeddings": rows, "dim": len(rows[0]), "tokens": tokens}))
+        # No progress(1, 1): one forward pass has no steps to report, and the write (a Redis round trip and a
+        # script per job) would land microseconds before the result replaces it (bench/overhead.py).
         return predictions
 
 

@@ -9,12 +9,12 @@ logits differ from single ones by ~1e-6 float noise, which moves CDF boundaries,
 from __future__ import annotations
 
 import secrets
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.inputs import SEED_MAX, JobKind, TextGenerationInput
-from worker.runtimes.base import Prediction, ProgressFn, Runtime
+from worker.runtimes.base import Prediction, ProgressFn, Runtime, TextSink
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 
 
@@ -36,6 +36,7 @@ class TextGenerationRuntime(Runtime):
     """Greedy or temperature/top-p sampling; output ``{text, seed, tokens, finish_reason}`` per job."""
 
     kind = JobKind.text_generation
+    streams_text = True
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
@@ -55,13 +56,18 @@ class TextGenerationRuntime(Runtime):
         """Jobs with the same sampling settings share a batch; greedy ignores temperature and top_p."""
         return (True, inp.temperature, inp.top_p) if inp.do_sample else (False, None, None)
 
-    def predict(self, inputs: list[Any], progress: ProgressFn | None = None) -> list[Prediction]:
-        """Decode all inputs together, one forward pass per step; rows leave the batch as they finish."""
+    def predict(self, inputs: list[Any], progress: ProgressFn | None = None,
+                text_sinks: Sequence[TextSink] | None = None) -> list[Prediction]:
+        """Decode all inputs together, one forward pass per step; rows leave the batch as they finish.
+
+        With ``text_sinks`` (one per input), each row's new text goes to its sink as it is generated.
+        """
         import torch
 
         if not inputs:
             return []
         rows = [self._row(inp) for inp in inputs]
+        streamers = self._streamers(rows, text_sinks) if text_sinks else None
         sampling = [(inp.do_sample, inp.temperature, inp.top_p) for inp in inputs]
         width = max(len(r.prompt_ids) for r in rows)
         pad = self.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
@@ -91,6 +97,8 @@ class TextGenerationRuntime(Runtime):
                 for pos, i in enumerate(alive):
                     if rows[i].finish_reason is None:
                         self._advance(rows[i], tokens[pos])
+                        if streamers:
+                            self._stream(streamers[i], rows[i], tokens[pos])
                 keep = [pos for pos, i in enumerate(alive) if rows[i].finish_reason is None]
                 if progress:
                     progress(step + 1, total)
@@ -160,7 +168,22 @@ class TextGenerationRuntime(Runtime):
     def _decode(self, tokens: list[int]) -> str:
         return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
 
+    def _text(self, row: _Row) -> str:
+        return row.text if row.text is not None else self._decode(row.generated)
+
+    def _streamers(self, rows: list[_Row], sinks: Sequence[TextSink]) -> list[Any]:
+        from worker.runtimes.text_streaming import RowStreamer
+
+        return [RowStreamer(self.tokenizer, sink, row.stop) for row, sink in zip(rows, sinks, strict=True)]
+
+    def _stream(self, streamer: Any, row: _Row, token: int) -> None:
+        """The row's streamer gets the token (not an end-of-sequence one) and, once the row is done, its text."""
+        if token not in self.eos_ids:
+            streamer.put_token(token)
+        if row.finish_reason is not None:
+            streamer.finish(self._text(row))
+
     def _prediction(self, row: _Row) -> Prediction:
-        text = row.text if row.text is not None else self._decode(row.generated)
-        output = {"text": text, "seed": row.seed, "tokens": len(row.generated), "finish_reason": row.finish_reason}
+        output = {"text": self._text(row), "seed": row.seed, "tokens": len(row.generated),
+                  "prompt_tokens": len(row.prompt_ids), "finish_reason": row.finish_reason}
         return Prediction(output=output)

@@ -1,0 +1,42 @@
+"""OpenAI-compatible routes under ``/openai/v1``: images, embeddings, completions (streamed too) and models.
+
+Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
+(submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
+job is done. They follow OpenAI's published API, not genq's OpenAPI spec, so they stay out of ``/openapi.json``.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, Flask, Response, g, request
+
+from api.openai_compat.completions import create_completion
+from api.openai_compat.embeddings import create_embeddings
+from api.openai_compat.errors import JobNotDone, job_not_done, to_openai_error
+from api.openai_compat.images import generate_images
+from api.openai_compat.models import list_models, retrieve_model
+
+PREFIX = "/openai/v1"
+
+
+def _job_header(response: Response) -> Response:
+    if "genq_job_id" in g:
+        response.headers["X-Genq-Job-Id"] = g.genq_job_id
+    return response
+
+
+def install(app: Flask) -> None:
+    """Register the routes and the hook that answers genq's errors in OpenAI's shape under the prefix."""
+    bp = Blueprint("openai", __name__, url_prefix=PREFIX)
+    bp.after_request(_job_header)
+    bp.register_error_handler(JobNotDone, job_not_done)
+    bp.add_url_rule("/images/generations", view_func=generate_images, methods=["POST"])
+    bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])
+    bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
+    bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
+    bp.add_url_rule("/models/<path:model_id>", view_func=retrieve_model, methods=["GET"])
+    app.register_blueprint(bp)
+    # App-wide, not the blueprint's: an unknown path or method under the prefix gets OpenAI's shape too.
+    app.after_request(_openai_errors)
+
+
+def _openai_errors(response: Response) -> Response:
+    return to_openai_error(response) if request.path.startswith(PREFIX + "/") else response

@@ -1,0 +1,119 @@
+"""An OpenAI-style call is a genq job: submitted like ``POST /v1/jobs`` (rate limit, admission, record first,
+priorities), then waited for on the process's shared wait mechanism, holding one of its wait slots."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from flask import current_app, g
+from pydantic import BaseModel, ValidationError
+
+from api.auth import current_owner
+from api.metrics import JOBS_ACCEPTED
+from api.openai_compat.errors import JobNotDone
+from api.routes_jobs import submit, wait_for
+from api.services import services
+from tasks.errors import InvalidInput, Unavailable, UnknownModel
+from tasks.inputs import JobKind, invalid_from_validation, validate_input
+from tasks.job_store import JobRecord
+from tasks.models_file import ModelSpec
+from tasks.schemas import JobCreate, JobStatus, Priority
+
+WAITS_FULL_RETRY_AFTER_S = 2  # a slot frees as soon as any held wait or stream ends
+_FIELD_HEAD = re.compile(r"[.\[]")
+
+
+def parse(model: type[BaseModel], body: Any) -> Any:
+    """The request body as ``model``; a 400 naming the first bad parameter otherwise."""
+    if not isinstance(body, dict):
+        raise InvalidInput("body: a JSON object is required", field="body")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc) from None
+
+
+def served_model(model_id: str | None, kind: JobKind) -> ModelSpec:
+    """The served model ``model_id`` (the first one of ``kind`` when None); 404 unknown, 400 of another kind."""
+    svc = services()
+    if model_id is None:
+        spec = next((s for s in svc.models.models.values() if s.kind == kind), None)
+        if spec is None:
+            raise UnknownModel(f"model: no {kind} model is served", field="model")
+        return spec
+    spec = svc.model(model_id)
+    if spec.kind != kind:
+        raise InvalidInput(f"model: {spec.id!r} is a {spec.kind} model; this endpoint needs a {kind} model",
+                           field="model")
+    return spec
+
+
+def accept(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str],
+           job_id: str | None = None) -> JobRecord:
+    """Submit the genq job behind a call; input errors name the OpenAI parameter (``params``: genq -> OpenAI)."""
+    svc = services()
+    with current_app.extensions["genq_submission_limit"]:
+        try:
+            parsed = validate_input(spec.kind, inp, spec.limits)
+        except InvalidInput as exc:
+            raise _renamed(exc, params) from None
+        # Nobody waits past openai_wait_s: a job not started by then expires instead of running for no one.
+        deadline_s = min(svc.settings.openai_wait_s, spec.default_deadline_s or math.inf)
+        body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
+        record = submit(svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()),
+                        current_owner())
+    JOBS_ACCEPTED.labels(spec.id).inc()
+    g.genq_job_id = record.id
+    return record
+
+
+def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]) -> JobRecord:
+    """Submit and wait: the succeeded job, or JobNotDone. The wait slot is taken first, so a call that could
+    not wait never leaves a job behind."""
+    with services().waiters.slot() as free:
+        if not free:
+            raise Unavailable("this API process holds as many waiting requests as it may; retry shortly",
+                              retry_after=WAITS_FULL_RETRY_AFTER_S)
+        return succeeded(finished(accept(spec, inp, priority, params)))
+
+
+def finished(record: JobRecord) -> JobRecord:
+    """The job once it has ended (waiting at most ``openai_wait_s``); JobNotDone if it has not by then."""
+    svc = services()
+    end = time.monotonic() + svc.settings.openai_wait_s
+    while not record.status.terminal:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise JobNotDone(504, f"job {record.id} is still {record.status.value} after "
+                             f"{svc.settings.openai_wait_s:.0f} s; follow it at GET /v1/jobs/{record.id}", "timeout")
+        waited = wait_for(svc, record, left)
+        if not waited.status.terminal and svc.store.get(record.id) is None:
+            raise JobNotDone(500, f"job {record.id} vanished while running", "gone")
+        record = waited
+    return record
+
+
+def succeeded(record: JobRecord) -> JobRecord:
+    """``record`` if it succeeded, else the JobNotDone that says how it ended."""
+    if record.status == JobStatus.succeeded:
+        return record
+    reason = f": {record.error.code}: {record.error.message}" if record.error else ""
+    if record.status == JobStatus.failed and record.error and record.error.code == "invalid_input":
+        raise JobNotDone(400, f"job {record.id} failed{reason}", "invalid_value")
+    if record.status == JobStatus.expired:
+        raise JobNotDone(504, f"job {record.id} waited too long for a worker and expired{reason}", "timeout")
+    raise JobNotDone(500, f"job {record.id} {record.status.value}{reason}", record.status.value)
+
+
+def _renamed(exc: InvalidInput, params: Mapping[str, str]) -> InvalidInput:
+    """genq's ``input.max_new_tokens: ...`` as the caller's ``max_tokens: ...``."""
+    field = exc.field or ""
+    name = field.removeprefix("input.")
+    head = _FIELD_HEAD.split(name, maxsplit=1)[0]
+    param = params.get(head, head)
+    return InvalidInput(exc.message.replace(field, param, 1) if field else exc.message, field=param)

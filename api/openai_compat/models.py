@@ -1,0 +1,36 @@
+"""``GET /models`` and ``GET /models/{id}`` in OpenAI's shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, jsonify
+
+from api.auth import current_owner
+from api.services import services
+from tasks.models_file import ModelSpec
+
+
+def list_models() -> Response:
+    """Every model served, as OpenAI's list of model objects (with genq's ``kind``)."""
+    current_owner()  # as GET /v1/models: with keys configured, for callers only
+    svc = services()
+    return jsonify({"object": "list", "data": [_model(spec, _created()) for spec in svc.models.models.values()]})
+
+
+def retrieve_model(model_id: str) -> Response:
+    """One model object; 404 ``model_not_found`` for a model not served."""
+    current_owner()
+    return jsonify(_model(services().model(model_id), _created()))
+
+
+def _model(spec: ModelSpec, created: int) -> dict[str, Any]:
+    return {"id": spec.id, "object": "model", "created": created, "owned_by": "genq", "kind": spec.kind.value}
+
+
+def _created() -> int:
+    """When the models file was written: the same answer from every API process."""
+    try:
+        return int(services().models.path.stat().st_mtime)
+    except OSError:
+        return 0

@@ -1,0 +1,56 @@
+"""``GET /v1/jobs/{id}/events``: one job's status, progress and generated text as server-sent events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from flask import Response, request
+from flask_openapi3 import APIBlueprint, Tag
+
+from api.event_stream import JobEventStream
+from api.routes_jobs import JobPath, owned_record
+from api.services import services
+from api.sse import KEEPALIVE, RETRY_MS, event_text, sse_response
+from tasks.errors import Unavailable
+from tasks.events import stream_id
+from tasks.schemas import ErrorBody
+
+STREAMS_FULL_RETRY_AFTER_S = 2  # a slot frees as soon as any held wait or stream ends
+
+events = APIBlueprint("events", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
+                      abp_responses={"404": ErrorBody, "410": ErrorBody, "503": ErrorBody})
+
+EVENT_STREAM_RESPONSE = {
+    "description": "text/event-stream: `status` ({status}, and the whole `job` on the terminal one, which ends "
+                   "the stream), `progress` ({step, total}), `text` ({text, offset, tokens}: the text so far is "
+                   "text[:offset] + text), `error` ({code, message}). Every event from the worker has an `id`: "
+                   "reconnect with `Last-Event-ID` to resume after it.",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+
+
+@events.get("/<job_id>/events", responses={"200": EVENT_STREAM_RESPONSE})
+def job_events(path: JobPath) -> Response:
+    """Server-sent events of one job as it runs; ends with its terminal status (at once if it has ended)."""
+    record = owned_record(path.job_id)
+    svc = services()
+    watch = None
+    if not record.status.terminal:
+        keys = svc.store.keys
+        # A held stream parks a thread like Prefer: wait does, and counts against the same cap.
+        watch = svc.waiters.watch([keys.done_channel(record.id), keys.event_channel(record.id)])
+        if watch is None:
+            raise Unavailable("this API process holds as many waits and streams as it may; retry shortly, or poll "
+                              f"GET /v1/jobs/{record.id}", retry_after=STREAMS_FULL_RETRY_AFTER_S)
+    stream = JobEventStream(svc.store, watch, record.id, stream_id(request.headers.get("Last-Event-ID")))
+
+    def chunks() -> Iterator[str]:
+        retry = f"retry: {RETRY_MS}\n"  # with the first event: a message of its own reads as an empty event
+        for event in stream:
+            if event is None:
+                yield KEEPALIVE
+            else:
+                yield retry + event_text(event)
+                retry = ""
+
+    return sse_response(chunks(), on_close=stream.close)

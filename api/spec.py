@@ -1,0 +1,138 @@
+"""The OpenAPI document served at ``/openapi.json``: flask-openapi3's, plus what it cannot know.
+
+Built once at app start from the models file and the settings: each model's request body (its input
+schema with its limits, strict, closed), every error status with the error body, who must authenticate,
+and the links from a submitted job to its reads, so a fuzzer can follow a job from submission to its outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tasks.models_file import ModelsFile, ModelSpec
+from tasks.schemas import job_create_model, model_input
+from tasks.settings import Settings
+
+SCHEMAS = "#/components/schemas/"
+#: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key
+#: reused, 410 expired, 413 too large, 422 invalid, 429 rate limited, 503 overloaded or Redis unreachable).
+ERROR_STATUSES = {
+    "400": "Malformed request: the body is not valid JSON",
+    "401": "Missing or unknown API key",
+    "404": "No such job, output or route (another caller's job looks the same)",
+    "409": "Idempotency-Key reused with a different body",
+    "410": "The job's result has expired",
+    "413": "The body is larger than the server accepts",
+    "422": "A field is invalid, or the body is not an object: error.field names it",
+    "429": "Rate limited: retry after Retry-After seconds",
+    "503": "Overloaded, no worker for the model, or the queue unreachable: retry after Retry-After seconds",
+}
+RETRY_AFTER = {"description": "seconds to wait before retrying", "schema": {"type": "integer", "minimum": 1}}
+LOCATION = {"description": "the job's URL", "required": True, "schema": {"type": "string"}}
+
+
+def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) -> dict[str, Any]:
+    """``api_doc`` (flask-openapi3's document) completed for this deployment; the argument is not changed."""
+    doc = copy.deepcopy(api_doc)
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    schemas.pop("ValidationErrorModel", None)  # flask-openapi3's; genq's 422 is the error body
+    webhooks = bool(settings.webhook_secret or settings.webhook_allow_unsigned)
+    _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http)
+    for path, operations in doc.get("paths", {}).items():
+        for method, operation in operations.items():
+            _error_responses(operation, path)
+            _authentication(operation, path, keys=settings.api_keys_file is not None)
+            _headers(operation, path, method)
+    _links(doc)
+    if settings.api_keys_file is not None:
+        doc["components"].setdefault("securitySchemes", {})["apiKey"] = {
+            "type": "apiKey", "in": "header", "name": "X-API-Key"}
+    return doc
+
+
+def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[ModelSpec], webhooks: bool,
+                    allow_http: bool) -> None:
+    """``POST /v1/jobs`` takes one of the models' bodies, told apart by ``model`` (a constant in each)."""
+    refs: dict[str, str] = {}
+    for spec in specs:
+        input_name, body_name = f"Input.{spec.id}", f"JobCreate.{spec.id}"
+        schemas[input_name] = model_input(spec).model_json_schema()
+        body = job_create_model(spec).model_json_schema(ref_template=SCHEMAS + "{model}")
+        body.pop("$defs", None)  # the one nested model, the input, is referenced under its own name
+        properties = body["properties"]
+        properties["input"] = {"$ref": SCHEMAS + input_name}
+        properties["webhook"] = _webhook_schema(webhooks, allow_http)
+        body["title"] = f"A {spec.kind.value} job for {spec.id}"
+        schemas[body_name] = body
+        refs[spec.id] = SCHEMAS + body_name
+    if not refs:
+        return
+    schema = {"oneOf": [{"$ref": ref} for ref in refs.values()],
+              "discriminator": {"propertyName": "model", "mapping": refs}}
+    doc["paths"]["/v1/jobs"]["post"]["requestBody"] = {
+        "required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _webhook_schema(enabled: bool, allow_http: bool) -> dict[str, Any]:
+    if not enabled:
+        return {"type": "null", "description": "webhooks are disabled on this server (no GENQ_WEBHOOK_SECRET)"}
+    # The address checks (no private or loopback hosts, no credentials) are the API's, not the schema's.
+    url = {"type": "string", "maxLength": 2048, "format": "uri",
+           "pattern": "^https?://" if allow_http else "^https://"}
+    return {"anyOf": [url, {"type": "null"}], "default": None,
+            "description": "called when the job starts or completes (webhook_events); public addresses only"}
+
+
+def _error_responses(operation: dict[str, Any], path: str) -> None:
+    responses = operation.setdefault("responses", {})
+    for status, description in ERROR_STATUSES.items():
+        error: dict[str, Any] = {"description": description,
+                                 "content": {"application/json": {"schema": {"$ref": SCHEMAS + "ErrorBody"}}}}
+        if status in ("429", "503"):
+            error["headers"] = {"Retry-After": RETRY_AFTER}
+        if path == "/readyz" and status == "503":
+            # Degraded (a model without workers) is its answer too, with its own body.
+            error = {"description": "Degraded, or Redis unreachable",
+                     "content": {"application/json": {"schema": {"anyOf": [
+                         {"$ref": SCHEMAS + "Readiness"}, {"$ref": SCHEMAS + "ErrorBody"}]}}}}
+        responses[status] = error
+
+
+def _authentication(operation: dict[str, Any], path: str, *, keys: bool) -> None:
+    if keys and path.startswith("/v1/"):  # as api.auth.authenticate: every /v1 route, nothing else
+        operation["security"] = [{"bearer": []}, {"apiKey": []}]
+    else:
+        operation["security"] = []
+
+
+def _headers(operation: dict[str, Any], path: str, method: str) -> None:
+    responses = operation["responses"]
+    if path.startswith("/v1/jobs") and not path.endswith(("/outputs/{n}", "/events")):
+        for status in ("200", "202"):
+            if status in responses:
+                responses[status].setdefault("headers", {})["Location"] = LOCATION
+        if method == "get":
+            responses["200"]["headers"]["Retry-After"] = {**RETRY_AFTER, "description": "the job is running"}
+    if path.endswith("/outputs/{n}"):
+        responses["200"] = {"description": "The output's bytes, with ETag", "content": {
+            "image/png": {"schema": {"type": "string", "format": "binary"}}}}
+        responses["304"] = {"description": "Not modified (If-None-Match matched the ETag)"}
+    if path == "/metrics":
+        responses["200"] = {"description": "Prometheus text format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
+def _links(doc: dict[str, Any]) -> None:
+    """From a submitted job to reading it, cancelling it and fetching its first output."""
+    paths = doc["paths"]
+    targets = {
+        "GetJob": (paths["/v1/jobs/{job_id}"]["get"], {"job_id": "$response.body#/id"}),
+        "CancelJob": (paths["/v1/jobs/{job_id}/cancel"]["post"], {"job_id": "$response.body#/id"}),
+        "GetFirstOutput": (paths["/v1/jobs/{job_id}/outputs/{n}"]["get"], {"job_id": "$response.body#/id", "n": "0"}),
+    }
+    links = {name: {"operationId": op["operationId"], "parameters": params} for name, (op, params) in targets.items()}
+    for status in ("200", "202"):
+        paths["/v1/jobs"]["post"]["responses"][status]["links"] = links
+    paths["/v1/jobs/{job_id}/cancel"]["post"]["responses"]["200"]["links"] = {"GetJob": links["GetJob"]}
+

@@ -1,0 +1,73 @@
+"""The S3 server stopped mid-run: every job still ends terminal, the ones it cut off as output_store_unavailable."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from api import create_app
+from tests.integration.output_backends import KEY_A, MODEL, backend_settings, bearer, start_worker, wait_until
+from tests.integration.test_outputs_s3 import BUCKET, PREFIX
+from tests.s3_server import AWS_ENV, S3Server
+
+TERMINAL = {"succeeded", "failed", "canceled", "expired"}
+
+
+@pytest.fixture
+def aws_env(monkeypatch) -> None:
+    """Test credentials for the API in this process."""
+    for name, value in AWS_ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def s3(log_dir) -> Iterator[S3Server]:
+    """An S3 API server this test may kill."""
+    server = S3Server(log_dir).start()
+    server.client().create_bucket(Bucket=BUCKET)
+    yield server
+    server.stop()
+
+
+def test_s3_stopped_mid_run_fails_the_cut_off_jobs_clearly_and_leaves_none_running(settings, s3, aws_env, log_dir,
+                                                                                     tmp_path):
+    s3_settings = backend_settings(settings, tmp_path, f"outage{uuid.uuid4().hex[:6]}",
+                                   output_store=f"s3://{BUCKET}/{PREFIX}", s3_endpoint_url=s3.url,
+                                   s3_region="us-east-1")
+    worker = start_worker(s3_settings, log_dir, **AWS_ENV)
+    try:
+        api = create_app(s3_settings).test_client()
+
+        def submit(n: int) -> list[str]:
+            body = {"model": MODEL, "input": {"prompt": "a fox", "num_images": 2}}
+            return [api.post("/v1/jobs", json=body, headers=bearer(KEY_A)).json["id"] for _ in range(n)]
+
+        def statuses(ids: list[str]) -> dict[str, dict]:
+            return {i: api.get(f"/v1/jobs/{i}", headers=bearer(KEY_A)).json for i in ids}
+
+        ids = submit(60)
+        wait_until(lambda: sum(j["status"] == "succeeded" for j in statuses(ids).values()) >= 4, timeout=60)
+        s3.kill()  # mid-run: batches are running and queued
+        wait_until(lambda: all(j["status"] in TERMINAL for j in statuses(ids).values()), timeout=120)
+        jobs = statuses(ids)
+        counts = Counter(j["status"] for j in jobs.values())
+        codes = Counter(j["error"]["code"] for j in jobs.values() if j["status"] == "failed")
+        print(f"\nafter the S3 server died: {dict(counts)}, failures by code {dict(codes)}")
+        assert set(counts) <= {"succeeded", "failed"} and counts["failed"] > 0 and counts["succeeded"] >= 4
+        assert set(codes) == {"output_store_unavailable"}
+        failed = next(j for j in jobs.values() if j["status"] == "failed")
+        assert "cannot write output" in failed["error"]["message"] and failed["output"] is None
+
+        done = next(j for j in jobs.values() if j["status"] == "succeeded")
+        unavailable = api.get(done["output"][0]["url"], headers=bearer(KEY_A))
+        assert unavailable.status_code == 503 and unavailable.json["error"]["code"] == "output_store_unavailable"
+        assert int(unavailable.headers["Retry-After"]) > 0
+
+        s3.start().client().create_bucket(Bucket=BUCKET)  # back on its port (and empty): writes work again
+        again = submit(2)
+        wait_until(lambda: all(j["status"] == "succeeded" for j in statuses(again).values()), timeout=60)
+    finally:
+        worker.stop()

@@ -1,0 +1,83 @@
+"""The output sweeper against a real job store and the filesystem backend: what goes, what stays."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tasks.inputs import JobKind
+from tasks.job_store import JobRecord, JobStore
+from tasks.outputs import OutputEntry, input_key, object_key
+from tasks.outputs_fs import FilesystemOutputStore
+from tasks.redis_client import connect
+from tasks.schemas import JobStatus
+from tasks.settings import Settings
+from worker.output_sweeper import OutputSweeper
+
+
+@pytest.fixture
+def jobs(key_prefix):
+    """A job store under this run's private prefix."""
+    settings = Settings(key_prefix=key_prefix + "sweep:")
+    return JobStore(connect(settings), settings)
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> FilesystemOutputStore:
+    """A filesystem store in a fresh directory."""
+    return FilesystemOutputStore(tmp_path / "outputs")
+
+
+def job(jobs: JobStore, fs: FilesystemOutputStore, status: JobStatus, runs: int = 1) -> tuple[str, list[str]]:
+    """A job with one output per run and an input; a succeeded one lists the first run's output."""
+    job_id = str(uuid.uuid4())
+    jobs.create(JobRecord(id=job_id, model="m", kind=JobKind.text_to_image, status=JobStatus.queued,
+                          created_at=time.time()))
+    keys = [object_key(job_id, f"run{n}", 0) for n in range(runs)] + [input_key(job_id, "image")]
+    for key in keys:
+        fs.put(key, key.encode(), "image/png")
+    if status != JobStatus.queued:
+        jobs.claim_many([(job_id, "run0")])
+    if status == JobStatus.succeeded:
+        entry = OutputEntry.describe(job_id, "run0", 0, keys[0].encode(), "image/png")
+        jobs.finish(job_id, "run0", status, binary_outputs=[entry])
+    elif status.terminal:
+        jobs.finish(job_id, "run0", status)
+    return job_id, keys
+
+
+def stored(fs: FilesystemOutputStore) -> set[str]:
+    return {key for objects in fs.scan() for key in objects.keys}
+
+
+def test_objects_of_expired_records_go_and_live_jobs_keep_theirs(jobs, fs):
+    expired, expired_keys = job(jobs, fs, JobStatus.succeeded)
+    jobs.redis.delete(jobs.keys.job(expired))  # as if its TTL ran out
+    running, running_keys = job(jobs, fs, JobStatus.running, runs=2)
+    queued, queued_keys = job(jobs, fs, JobStatus.queued)
+    done, done_keys = job(jobs, fs, JobStatus.succeeded, runs=3)
+    failed, failed_keys = job(jobs, fs, JobStatus.failed)
+    sweeper = OutputSweeper(fs, jobs, grace_s=0)
+    assert sweeper.sweep() == 2 + 2 + 1
+    # The finished job keeps what its record lists and its input; runs that lost and a failed job's leftovers go.
+    assert stored(fs) == {*running_keys, *queued_keys, done_keys[0], done_keys[-1], failed_keys[-1]}
+    assert not (fs.root / expired[:2] / expired).exists()
+    assert sweeper.sweep() == 0
+
+
+def test_nothing_younger_than_the_grace_period_is_touched(jobs, fs):
+    gone, keys = job(jobs, fs, JobStatus.succeeded)
+    jobs.redis.delete(jobs.keys.job(gone))
+    assert OutputSweeper(fs, jobs, grace_s=60).sweep() == 0 and stored(fs) == set(keys)
+    later = OutputSweeper(fs, jobs, grace_s=60, clock=lambda: time.time() + 61)
+    assert later.sweep() == 2 and stored(fs) == set()
+
+
+def test_a_stranger_file_in_the_store_is_left_alone(jobs, fs):
+    stray = fs.root / "zz" / "zz-not-ours" / "notes with spaces.txt"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("someone else's")
+    assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 0 and stray.exists()

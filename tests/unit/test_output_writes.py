@@ -1,0 +1,114 @@
+"""Output writes in the worker: timed per backend, retried a little, and a store that stays down fails the job."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import REGISTRY
+
+import worker.output_writes
+from tasks.errors import OutputStoreUnavailable
+from tasks.fleet import FleetStore
+from tasks.job_store import JobStore
+from tasks.outputs import OutputEntry
+from tasks.redis_client import connect
+from tasks.schemas import JobStatus
+from tasks.settings import Settings
+from tests.unit.test_executor import ImageRuntime, items
+from worker.executor import Executor
+from worker.output_writes import OutputWriter
+from worker.runtimes.base import Blob
+
+
+class FlakyStore:
+    """A store in memory that refuses the first ``failures`` writes (``-1``: all of them)."""
+
+    backend = "flaky"
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures, self.objects, self.tries = failures, dict[str, bytes](), 0
+
+    def put(self, key: str, data: bytes, media_type: str) -> None:
+        self.tries += 1
+        if self.failures:
+            self.failures -= 1
+            raise OutputStoreUnavailable(f"s3://x: cannot write output {key}: EndpointConnectionError")
+        self.objects[key] = data
+
+    def get(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+def sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name, {"backend": "flaky"}) or 0.0
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch):
+    """Retry pauses of a millisecond."""
+    monkeypatch.setattr(worker.output_writes, "RETRY_DELAYS_S", (0.001, 0.001))
+
+
+@pytest.fixture
+def store(key_prefix):
+    """A job store under this run's private prefix."""
+    settings = Settings(key_prefix=key_prefix + "writes:")
+    return JobStore(connect(settings), settings)
+
+
+def entries(*datas: bytes) -> tuple[list[OutputEntry], list[Blob]]:
+    return ([OutputEntry.describe("j1", "r1", n, d, "image/png") for n, d in enumerate(datas)],
+            [Blob(d, "image/png") for d in datas])
+
+
+def test_writes_are_counted_and_timed_per_backend():
+    before = (sample("genq_worker_output_bytes_total"), sample("genq_worker_output_objects_total"),
+              sample("genq_worker_output_write_seconds_count"))
+    OutputWriter(FlakyStore()).put_all(*entries(b"abc", b"defg"))
+    after = (sample("genq_worker_output_bytes_total"), sample("genq_worker_output_objects_total"),
+             sample("genq_worker_output_write_seconds_count"))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [7, 2, 2]
+
+
+def test_a_blip_is_retried_and_an_outage_gives_up_then_tries_once_while_it_lasts():
+    flaky = FlakyStore(failures=2)
+    OutputWriter(flaky).put_all(*entries(b"x"))
+    assert flaky.objects and flaky.tries == 3
+    down, errors = FlakyStore(failures=-1), sample("genq_worker_output_write_errors_total")
+    writer = OutputWriter(down)
+    with pytest.raises(OutputStoreUnavailable):
+        writer.put_all(*entries(b"x"))
+    assert down.tries == 3 and sample("genq_worker_output_write_errors_total") - errors == 3
+    with pytest.raises(OutputStoreUnavailable):
+        writer.put_all(*entries(b"y"))
+    assert down.tries == 4  # one try: the store was down a moment ago
+
+
+class HalfStore(FlakyStore):
+    """Takes ``room`` objects, then refuses every write (a disk filling up)."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+
+    def put(self, key: str, data: bytes, media_type: str) -> None:
+        if len(self.objects) >= self.room:
+            raise OutputStoreUnavailable(f"cannot write output {key} under /srv/out: the disk is full")
+        self.objects[key] = data
+
+
+def test_a_job_whose_outputs_cannot_be_written_fails_with_the_code_and_keeps_no_objects(store):
+    outputs = HalfStore(room=3)  # one job of two images fits, the next one's second image does not
+    executor = Executor(ImageRuntime(), ImageRuntime().spec, store, max_attempts=3, outputs=outputs,
+                        fleet=FleetStore(store.redis, store.settings))
+    ok, full = items(store, ["ok", "full"])
+    executor.execute(executor.admit_all([ok]))
+    assert store.get(ok.job_id).status == JobStatus.succeeded and len(outputs.objects) == 2
+    executor.execute(executor.admit_all([full]))
+    record = store.get(full.job_id)
+    assert record.status == JobStatus.failed and full.settled and full.status == JobStatus.failed
+    assert record.error.code == "output_store_unavailable" and "the disk is full" in record.error.message
+    assert record.binary_outputs == [] and len(outputs.objects) == 2  # its first image went again
+    assert all(key.startswith(ok.job_id) for key in outputs.objects)

@@ -1,0 +1,87 @@
+"""Text streamed row by row from the text-generation runtime joins to exactly each job's output."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.inputs import JobKind, TextGenerationInput
+from tasks.models_file import ModelSpec
+from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.torch_settings import TorchOptions, apply_global
+
+OPTIONS = TorchOptions(num_threads=1)
+PROMPTS = ["Hello", "Once upon a time", "The weather today is", "A", "def main():", "Numbers 0, 1, 2", "q", "fox"]
+
+
+@pytest.fixture(scope="module")
+def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
+    """The demo GPT-2 loaded on CPU with the worker's torch settings."""
+    import torch
+
+    threads = torch.get_num_threads()
+    apply_global(OPTIONS, "cpu")
+    folder = str(demo_models / "gpt2-demo")
+    runtime = TextGenerationRuntime(ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=folder),
+                                    folder, OPTIONS)
+    runtime.load("cpu")
+    yield runtime
+    torch.set_num_threads(threads)
+    torch.set_grad_enabled(True)
+
+
+class Collected:
+    """What a client of the event stream rebuilds from one row's pieces."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.pieces: list[tuple[int, str, int]] = []
+
+    def __call__(self, offset: int, piece: str, tokens: int) -> None:
+        self.pieces.append((offset, piece, tokens))
+        self.text = self.text[:offset] + piece
+
+
+def stream(runtime: TextGenerationRuntime, inputs: list[TextGenerationInput]) -> tuple[list[dict], list[Collected]]:
+    sinks = [Collected() for _ in inputs]
+    outputs = [p.output for p in runtime.predict(inputs, text_sinks=sinks)]
+    return outputs, sinks
+
+
+def test_pieces_join_to_each_rows_output_in_a_batch(textgen: TextGenerationRuntime) -> None:
+    inputs = [TextGenerationInput(prompt=p, max_new_tokens=12 + 3 * i, do_sample=True, seed=i)
+              for i, p in enumerate(PROMPTS)]
+    outputs, sinks = stream(textgen, inputs)
+    assert outputs == [p.output for p in textgen.predict(inputs)]  # streaming changes nothing in the results
+    for output, sink in zip(outputs, sinks, strict=True):
+        assert sink.text == output["text"]
+        assert len(sink.pieces) > 1  # text arrives as it is generated, not in one piece at the end
+        assert [offset for offset, _, _ in sink.pieces] == sorted(offset for offset, _, _ in sink.pieces)
+        tokens = [t for _, _, t in sink.pieces]
+        assert tokens == sorted(tokens) and tokens[-1] <= output["tokens"]
+
+
+def test_a_stop_string_is_never_streamed(textgen: TextGenerationRuntime) -> None:
+    full = textgen.predict([TextGenerationInput(prompt="The weather", do_sample=True, seed=3,
+                                                max_new_tokens=24)])[0].output["text"]
+    start = next(i for i in range(3, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].strip())
+    stop = full[start : start + 3]
+    inputs = [TextGenerationInput(prompt="The weather", do_sample=True, seed=3, max_new_tokens=24, stop=[stop]),
+              TextGenerationInput(prompt="Hello", do_sample=True, seed=4, max_new_tokens=24)]
+    outputs, sinks = stream(textgen, inputs)
+    assert outputs[0]["text"] == full[: full.find(stop)] and outputs[0]["finish_reason"] == "stop"
+    assert sinks[0].text == outputs[0]["text"] and sinks[1].text == outputs[1]["text"]
+    assert all(stop not in piece for _, piece, _ in sinks[0].pieces)
+    assert all(offset + len(piece) <= len(outputs[0]["text"]) for offset, piece, _ in sinks[0].pieces)
+
+
+def test_greedy_rows_that_end_early_stream_their_whole_text(textgen: TextGenerationRuntime) -> None:
+    inputs = [TextGenerationInput(prompt=p, max_new_tokens=1 + i) for i, p in enumerate(PROMPTS[:4])]
+    outputs, sinks = stream(textgen, inputs)
+    assert [s.text for s in sinks] == [o["text"] for o in outputs]

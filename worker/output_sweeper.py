@@ -1,0 +1,118 @@
+"""Deletes stored outputs that no job record lists: a store without expiry of its own (filesystem, S3).
+
+Every object lives under its job's name. For each job found in the store:
+- no record (it expired, or was never written): every object goes, and the API answers 410 as before;
+- a finished record: objects it does not list go (runs that lost, writes cut short, a failed job's leftovers);
+  inputs stay as long as the record;
+- a queued or running record: nothing is touched, a run may be writing.
+Objects newer than the grace period are never touched: a write in flight is not an orphan. One worker of
+the fleet sweeps per interval (a Redis lock), in a thread of its own so heartbeats never wait for a walk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from tasks.errors import GenqError
+from tasks.job_store import JobStore
+from tasks.outputs import JobObjects, OutputStore, SweptStore, check_key, is_input_key
+from tasks.schemas import JobStatus
+
+log = logging.getLogger(__name__)
+CHUNK = 256  # records read per Redis round trip
+
+
+def _valid(keys: Iterable[str]) -> list[str]:
+    """Keys genq could have written (a stranger's object under the prefix is left alone)."""
+    valid = []
+    for key in keys:
+        try:
+            valid.append(check_key(key))
+        except GenqError:
+            pass
+    return valid
+
+
+def unlisted(objects: JobObjects, status: str | None, listed: set[str]) -> list[str]:
+    """The keys of ``objects`` that may go, given the job's record (status and listed keys; None: no record)."""
+    if status is None:
+        return objects.keys
+    if not JobStatus(status).terminal:
+        return []
+    return [key for key in objects.keys if key not in listed and not is_input_key(key)]
+
+
+class OutputSweeper:
+    def __init__(self, outputs: SweptStore, jobs: JobStore, *, grace_s: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.outputs, self.jobs, self.grace_s, self.clock = outputs, jobs, grace_s, clock
+
+    def sweep(self) -> int:
+        """One walk over the store; returns how many objects it deleted."""
+        deleted = 0
+        for chunk in _chunks(self.outputs.scan(), CHUNK):
+            old = [o for o in chunk if self.clock() - o.modified >= self.grace_s]
+            doomed = [key for objects, (status, listed) in zip(old, self._records(old), strict=True)
+                      for key in _valid(unlisted(objects, status, listed))]
+            if doomed:
+                self.outputs.delete_many(doomed)
+                deleted += len(doomed)
+        if deleted:
+            log.info("output sweep: deleted %d objects no job record lists", deleted)
+        return deleted
+
+    def _records(self, objects: list[JobObjects]) -> list[tuple[str | None, set[str]]]:
+        with self.jobs.redis.pipeline(transaction=False) as pipe:
+            for o in objects:
+                pipe.hmget(self.jobs.keys.job(o.job_id), "status", "binary_outputs")
+            replies: list[Any] = pipe.execute()
+        records = []
+        for status, entries in replies:
+            listed = {e["key"] for e in json.loads(entries)} if entries else set()
+            records.append((status.decode() if status else None, listed))
+        return records
+
+
+def _chunks(items: Iterator[JobObjects], size: int) -> Iterator[list[JobObjects]]:
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+class SweeperThread:
+    """Runs ``sweeper`` every ``interval_s`` when this worker holds the fleet's sweep lock."""
+
+    def __init__(self, sweeper: OutputSweeper, interval_s: float) -> None:
+        self.sweeper, self.interval_s = sweeper, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="genq-output-sweeper", daemon=True)
+
+    def start(self) -> SweeperThread:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        jobs = self.sweeper.jobs
+        while not self._stop.wait(self.interval_s):
+            try:
+                if jobs.redis.set(jobs.keys.output_sweep_lock(), 1, nx=True, px=max(1, int(self.interval_s * 900))):
+                    self.sweeper.sweep()
+            except Exception:  # the store or Redis is down: try again next interval
+                log.warning("output sweep failed", exc_info=True)
+
+
+def start_output_sweeper(outputs: OutputStore, jobs: JobStore) -> SweeperThread | None:
+    """The sweeper thread of a worker whose store needs one (Redis expires its own outputs)."""
+    if not isinstance(outputs, SweptStore):
+        return None
+    settings = jobs.settings
+    sweeper = OutputSweeper(outputs, jobs, grace_s=settings.output_sweep_grace_s)
+    return SweeperThread(sweeper, settings.output_sweep_s).start()
