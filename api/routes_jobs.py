@@ -116,7 +116,7 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
         input=inp, webhook=body.webhook, webhook_events=list(body.webhook_events) if body.webhook else [],
     )
     try:
-        svc.store.create(record)
+        record = svc.store.create(record)  # stamped with Redis' clock; replicated first if so configured
         svc.celery.send_task(
             **send_args(RunMessage.of(record)),
             retry_policy=PUBLISH_RETRY_POLICY,

@@ -1,9 +1,12 @@
 """The long form of the fault suite: thousands of jobs through kills, shutdowns and Redis restarts.
 
-    .venv/bin/python bench/chaos.py [--jobs 1000] [--kills 10] [--terms 5] [--redis-restarts 3]
+    .venv/bin/python bench/chaos.py [--jobs 1000] [--kills 10] [--terms 3] [--redis-restarts 3] [--stalls 2]
+    .venv/bin/python bench/chaos.py --only mixed     # every fault at once (bench/chaos_mixed.py)
 
-Prints one table: jobs accepted, faults injected, lost, duplicate executions, the longest
-recovery (fault to the next job finishing) and the 503s answered while Redis was down.
+Prints one table per kind: for each fault alone, jobs accepted, faults injected, lost, duplicate
+executions, the longest recovery (fault to the next job finishing) and the 503s answered while
+Redis was down; for the mixed run, lost, stuck, jobs run by two live workers at once, and
+duplicates against their bound.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.chaos_mixed import mixed  # noqa: E402
 from tests.faults.cluster import Cluster  # noqa: E402
 
 
@@ -49,6 +54,7 @@ def worker_faults(folder: Path, jobs: int, kills: int, sig: signal.Signals) -> d
             time.sleep(random.uniform(0.0, 0.1))
             faulted = time.monotonic()
             worker.signal(sig)
+            assert worker.proc is not None
             worker.proc.wait(timeout=180)
             worker = cluster.worker()
             recovery = max(recovery, time_to_progress(cluster, faulted))
@@ -120,20 +126,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--terms", type=int, default=5)
+    parser.add_argument("--terms", type=int, default=3)
     parser.add_argument("--redis-restarts", type=int, default=3)
+    parser.add_argument("--stalls", type=int, default=2, help="Redis stalls (CLIENT PAUSE), mixed run only")
     parser.add_argument("--outage-s", type=float, default=2.0)
-    parser.add_argument("--only", choices=["kill", "term", "redis"], action="append", help="run only these")
+    parser.add_argument("--only", choices=["kill", "term", "redis", "mixed"], action="append",
+                        help="run only these")
+    parser.add_argument("--keep", type=Path, help="keep each scenario's Redis, logs and execution log here")
     args = parser.parse_args()
-    scenarios = {
+    scenarios: dict[str, Callable[[Path], dict[str, object]]] = {
         "kill": lambda folder: worker_faults(folder, args.jobs, args.kills, signal.SIGKILL),
         "term": lambda folder: worker_faults(folder, args.jobs, args.terms, signal.SIGTERM),
         "redis": lambda folder: redis_faults(folder, args.redis_restarts, args.outage_s),
+        "mixed": lambda folder: mixed(folder, args.jobs, args.kills, args.terms, args.redis_restarts, args.stalls),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run(Path(tmp) / name) for name, run in scenarios.items() if not args.only or name in args.only]
-    print_table(rows)
-    sys.exit(1 if any(r["lost"] for r in rows) else 0)
+        base = args.keep or Path(tmp)
+        rows = [run(base / name) for name, run in scenarios.items() if not args.only or name in args.only]
+    single = [r for r in rows if r["scenario"] != "mixed"]
+    together = [r for r in rows if r["scenario"] == "mixed"]
+    for table in (single, together):
+        if table:
+            print_table(table)
+            print()
+    bad = any(r["lost"] or r.get("stuck") or r.get("overlaps") for r in rows) or any(
+        int(str(r["duplicates"])) > int(str(r["bound"])) for r in together)
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The fleet in Redis: which workers serve a model, what they hold, and how fast they finish jobs.
 
 Workers write it (heartbeats, held counts, completions); the API reads it for admission,
-``/v1/models``, readiness and metrics.
+``/v1/models``, readiness and metrics. Heartbeats are stamped and judged on Redis' clock, so a
+worker whose own clock is off is neither taken for dead nor kept alive by it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from tasks.settings import Settings
 RATE_BUCKET_S = 10
 RATE_WINDOW_S = 60
 
+_BEAT = """
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], tonumber(t[1]) + tonumber(t[2]) / 1000000, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+"""
+
 
 class Fleet(NamedTuple):
     queue_depth: int
@@ -30,6 +37,7 @@ class FleetStore:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.redis, self.settings = client, settings
         self.keys = Keys(settings.key_prefix)
+        self._beat = client.register_script(_BEAT)
 
     def snapshot(self, model_id: str) -> Fleet:
         """Queue depth (messages in Redis plus those online workers hold) and workers online, in one trip."""
@@ -37,23 +45,28 @@ class FleetStore:
             for key in priority_lists(self.keys.prefix, queue_name(model_id)):
                 pipe.llen(key)
             pipe.hgetall(self.keys.buffered(model_id))
-            pipe.zrangebyscore(self.keys.workers(model_id), time.time() - self.settings.worker_ttl_s, "+inf")
-            *lengths, held, online = pipe.execute()
+            pipe.zrange(self.keys.workers(model_id), 0, -1, withscores=True)
+            pipe.time()
+            *lengths, held, beats, now = pipe.execute()
+        online = self._online(beats, now)
         # A dead worker's count is stale: its messages are back in the queue (or soon will be).
         depth = int(sum(lengths)) + sum(int(n) for worker, n in held.items() if worker in online)
         return Fleet(queue_depth=depth, workers_online=len(online))
 
     def workers_online(self, model_id: str) -> int:
-        cutoff = time.time() - self.settings.worker_ttl_s
-        count: int = self.redis.zcount(self.keys.workers(model_id), cutoff, "+inf")
-        return count
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrange(self.keys.workers(model_id), 0, -1, withscores=True)
+            pipe.time()
+            beats, now = pipe.execute()
+        return len(self._online(beats, now))
+
+    def _online(self, beats: list[tuple[bytes, float]], now: tuple[int, int]) -> set[bytes]:
+        cutoff = now[0] + now[1] / 1e6 - self.settings.worker_ttl_s
+        return {worker for worker, beat_at in beats if beat_at >= cutoff}
 
     def heartbeat(self, model_id: str, worker: str, held: int) -> None:
         """Called by a worker every few seconds: it is online and holds ``held`` messages."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zadd(self.keys.workers(model_id), {worker: time.time()})
-            pipe.hset(self.keys.buffered(model_id), worker, held)
-            pipe.execute()
+        self._beat(keys=[self.keys.workers(model_id), self.keys.buffered(model_id)], args=[worker, held])
 
     def set_held(self, model_id: str, worker: str, held: int) -> None:
         """A worker's held count changed: admission sees it at once, not at the next heartbeat."""

@@ -1,108 +1,80 @@
 """The job record in Redis: written before the message is sent, updated by the worker, read by the API.
 
-Every status change goes through one Lua script that checks the current status first, so a
-cancel and a worker's claim can never both win, a succeeded job is never claimed again, and
-a canceled job's late result is dropped.
+Every status change is one Lua script (tasks/job_scripts.py) that checks the record first, on Redis'
+clock. A worker runs a job only under a lease: a claim writes a token and a deadline into the record,
+the worker's heartbeat extends it, and only the token's holder may report progress or end the job. A
+running job is claimed again only once its lease has run out (its worker stopped renewing it), so two
+live workers never run one job, and an attempt is counted only then. Records never expire while the
+job is active; they expire ``result_ttl_s`` after the job ends.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, NamedTuple
 
 import redis
-from pydantic import BaseModel
 
+from tasks import job_scripts
 from tasks.constants import Keys
-from tasks.inputs import JobKind
+from tasks.errors import ErrorCode, Unavailable
+from tasks.job_record import JobRecord as JobRecord  # re-exported: the store's callers name the record here
+from tasks.job_record import decode, encode
+from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
-from tasks.schemas import Job, JobErrorInfo, JobMetrics, JobStatus, Priority, Progress, timestamp
+from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
 from tasks.settings import Settings
 
-_TRANSITION = """
-local cur = redis.call('HGET', KEYS[1], 'status')
-if not cur then return {'', 0} end
-if not string.find(ARGV[1], ',' .. cur .. ',', 1, true) then return {cur, 0} end
-local attempts = 0
-if ARGV[4] == '1' then attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
-redis.call('HSET', KEYS[1], 'status', ARGV[2])
-for i = 8, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
-if ARGV[2] ~= 'queued' then
-  redis.call('ZREM', ARGV[7] .. redis.call('HGET', KEYS[1], 'model'), redis.call('HGET', KEYS[1], 'id'))
-end
-if ARGV[5] == '1' then
-  redis.call('PUBLISH', KEYS[2], ARGV[2])
-  redis.call('ZREM', ARGV[6] .. redis.call('HGET', KEYS[1], 'model'), redis.call('HGET', KEYS[1], 'id'))
-end
-return {cur, attempts}
-"""
-
 _ACTIVE = (JobStatus.queued, JobStatus.running)
+_DEADLINE_PASSED = JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started")
 
 
-class JobRecord(BaseModel):
-    """Everything stored about a job; ``public()`` is what a client sees."""
+class Verdict(StrEnum):
+    """What a claim found: the first three run the job, the others never do."""
+
+    claimed = "claimed"  # it was queued
+    taken_over = "taken_over"  # it was running under a lease that had run out: its worker is gone
+    again = "again"  # this very claim, retried after a lost reply
+    held = "held"  # another worker holds a live lease: a duplicate delivery, dropped uncounted
+    done = "done"  # already terminal
+    expired = "expired"  # its deadline passed while it was queued: now ``expired``
+    missing = "missing"  # no such record
+
+
+class Claim(NamedTuple):
+    before: JobStatus | None
+    attempts: int
+    verdict: Verdict
+    now: float  # Redis' clock at the claim
+
+    @property
+    def runs(self) -> bool:
+        return self.verdict in (Verdict.claimed, Verdict.taken_over, Verdict.again)
+
+
+class Ending(NamedTuple):
+    before: JobStatus | None  # the status the ending found
+    stored: bool  # this run's outcome is the job's (now, or by the same call before a lost reply)
+    replicated: bool = True  # with redis_wait_replicas: that many replicas hold it
+
+
+class Candidate(NamedTuple):
+    """An active job as the sweeper sees it."""
 
     id: str
-    model: str
-    kind: JobKind
     status: JobStatus
-    owner: str = ""
-    key_id: str = ""  # SHA-256 of the API key that submitted it: its webhook signing secret derives from it
-    priority: Priority = "normal"
-    created_at: float
-    started_at: float | None = None
-    completed_at: float | None = None
-    deadline_at: float | None = None
-    attempts: int = 0
-    input: dict[str, Any] = {}
-    progress: Progress | None = None
-    output: Any = None  # inline outputs (text, embeddings)
-    binary_outputs: list[OutputEntry] = []  # outputs kept in the output store (images)
-    error: JobErrorInfo | None = None
-    metrics: JobMetrics | None = None
-    webhook: str | None = None
-    webhook_events: list[str] = []
-
-    def public(self) -> Job:
-        return Job(
-            id=self.id, model=self.model, kind=self.kind, status=self.status, priority=self.priority,
-            created_at=timestamp(self.created_at),
-            started_at=timestamp(self.started_at), completed_at=timestamp(self.completed_at),
-            deadline_at=timestamp(self.deadline_at),
-            progress=self.progress if self.status == JobStatus.running else None,
-            output=[e.public() for e in self.binary_outputs] if self.binary_outputs else self.output,
-            error=self.error, metrics=self.metrics,
-        )
+    lease_until: float | None
 
 
-_JSON_FIELDS = ("input", "progress", "output", "binary_outputs", "error", "metrics", "webhook_events")
+def _pairs(fields: dict[str, Any]) -> list[str]:
+    return [part for pair in encode(fields).items() for part in pair]
 
 
-def _encode(fields: dict[str, Any]) -> dict[str, str]:
-    out = {}
-    for key, value in fields.items():
-        if value is None:
-            continue
-        if isinstance(value, BaseModel):
-            value = value.model_dump(mode="json")
-        out[key] = json.dumps(value) if key in _JSON_FIELDS else str(value)
-    return out
-
-
-def _transition_result(reply: Any) -> tuple[JobStatus | None, int]:
-    before, attempts = reply
-    return (JobStatus(before.decode()) if before else None), int(attempts)
-
-
-def _decode(raw: dict[bytes, bytes]) -> JobRecord:
-    data: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
-    for key in _JSON_FIELDS:
-        if key in data:
-            data[key] = json.loads(data[key])
-    return JobRecord.model_validate(data)
+def _status(raw: Any) -> JobStatus | None:
+    return JobStatus(raw.decode() if isinstance(raw, bytes) else raw) if raw else None
 
 
 class JobStore:
@@ -112,20 +84,43 @@ class JobStore:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self._transition = client.register_script(_TRANSITION)
+        self._create = client.register_script(job_scripts.CREATE)
+        self._claim = client.register_script(job_scripts.CLAIM)
+        self._finish = client.register_script(job_scripts.FINISH)
+        self._end = client.register_script(job_scripts.END)
+        self._holder = client.register_script(job_scripts.HOLDER)
 
     # --- records ---------------------------------------------------------------------
 
-    def create(self, record: JobRecord) -> None:
-        """Write the record (and its tombstone) before the message is sent."""
-        ttl = self.settings.result_ttl_s + int(max(0.0, (record.deadline_at or 0) - time.time()))
-        with self.redis.pipeline() as pipe:
-            mapping: dict[Any, Any] = _encode(record.model_dump(exclude_none=True))
-            pipe.hset(self.keys.job(record.id), mapping=mapping)
-            pipe.expire(self.keys.job(record.id), ttl)
-            pipe.set(self.keys.gone(record.id), record.owner or "-", ex=self.settings.tombstone_ttl_s)
-            pipe.zadd(self.keys.active(record.model), {record.id: record.created_at})
-            pipe.execute()
+    def create(self, record: JobRecord) -> JobRecord:
+        """Write the record (and its tombstone) before the message is sent; returns it as stamped by Redis.
+
+        ``created_at`` becomes Redis' time, and ``deadline_at`` keeps its distance from it. With
+        ``redis_wait_replicas``, raises Unavailable unless that many replicas hold the record.
+        """
+        offset = "" if record.deadline_at is None else str(max(0.0, record.deadline_at - record.created_at))
+        fields = _pairs(record.model_dump(exclude_none=True, exclude={"created_at", "deadline_at"}))
+        keys = [self.keys.job(record.id), self.keys.active(record.model), self.keys.gone(record.id)]
+        args: list[str | float] = [record.id, record.owner or "-", self.settings.tombstone_ttl_s, offset, *fields]
+        now, replicated = self._replicated(lambda pipe: self._create(keys=keys, args=args, client=pipe))
+        if not replicated:
+            raise Unavailable(f"job {record.id} did not reach {self.settings.redis_wait_replicas} replicas in time; "
+                              "it was not accepted", code=ErrorCode.broker_unavailable)
+        deadline = None if record.deadline_at is None else float(now) + float(offset)
+        return record.model_copy(update={"created_at": float(now), "deadline_at": deadline})
+
+    def _replicated(self, queue: Callable[[Any], object]) -> tuple[Any, bool]:
+        """Run the call ``queue`` puts on a pipeline, then (with redis_wait_replicas) WAIT on the same connection.
+
+        WAIT covers the writes of the connection it runs on, so it must share the pipeline's.
+        """
+        wanted = self.settings.redis_wait_replicas
+        with self.redis.pipeline(transaction=False) as pipe:
+            queue(pipe)
+            if wanted > 0:
+                pipe.wait(wanted, int(self.settings.redis_wait_timeout_s * 1000))
+            replies = pipe.execute()
+        return replies[0], wanted <= 0 or int(replies[1]) >= wanted
 
     def delete(self, record: JobRecord) -> None:
         """Remove a record whose message could not be sent (the client got an error, not a job)."""
@@ -136,100 +131,122 @@ class JobStore:
 
     def get(self, job_id: str) -> JobRecord | None:
         raw = self.redis.hgetall(self.keys.job(job_id))
-        return _decode(raw) if raw else None  # type: ignore[arg-type]
+        return decode(raw) if raw else None  # type: ignore[arg-type]
 
     def was_known(self, job_id: str, owner: str) -> bool:
         """True when ``owner``'s job existed but its record has expired (the API answers 410, others 404)."""
         tombstone = self.redis.get(self.keys.gone(job_id))
         return tombstone is not None and tombstone.decode() == (owner or "-")  # type: ignore[union-attr]
 
-    def attempts(self, job_id: str) -> int:
-        """How many times a worker has started this job (0: it never ran)."""
-        return int(self.redis.hget(self.keys.job(job_id), "attempts") or 0)
+    def now(self) -> float:
+        """Redis' clock: the one every lease, deadline, heartbeat and grace period is measured on."""
+        seconds, micros = self.redis.time()
+        return float(seconds) + micros / 1e6
 
-    # --- transitions -------------------------------------------------------------------
+    # --- endings without a lease (the API, the sweeper) --------------------------------------
 
-    def transition(
-        self,
-        job_id: str,
-        allowed: tuple[JobStatus, ...],
-        new: JobStatus,
-        *,
-        count_attempt: bool = False,
-        **fields: Any,
-    ) -> tuple[JobStatus | None, int]:
-        """Set ``new`` if the status is one of ``allowed``; return (status before, attempts)."""
-        return _transition_result(self._queue_transition(job_id, allowed, new, count_attempt, fields))
+    def _frame(self, job_id: str) -> tuple[list[str], list[Any]]:
+        ttl = self.settings.result_ttl_s
+        return ([self.keys.job(job_id), self.keys.done_channel(job_id), self.keys.gone(job_id)],
+                [self.keys.active(""), self.keys.queued(""), ttl, ttl + self.settings.tombstone_ttl_s])
 
-    def _queue_transition(self, job_id: str, allowed: tuple[JobStatus, ...], new: JobStatus, count_attempt: bool,
-                          fields: dict[str, Any], client: Any = None) -> Any:
-        """Run the transition script now, or queue it on ``client`` (a pipeline) to run with others."""
-        ttl = self.settings.result_ttl_s if new.terminal else 0
-        args: list[Any] = [
-            "," + ",".join(allowed) + ",", new.value, ttl, int(count_attempt), int(new.terminal),
-            self.keys.active(""), self.keys.queued(""),  # the job leaves the queue: its reservation goes
-        ]
-        for key, value in _encode(fields).items():
-            args += [key, value]
-        return self._transition(keys=[self.keys.job(job_id), self.keys.done_channel(job_id)], args=args,
-                                client=client)
-
-    def claim_many(self, job_ids: list[str]) -> list[tuple[JobStatus | None, int]]:
-        """Claim a batch's jobs in one round trip; one (status before, attempts) per job, in order."""
-        now = time.time()
-        with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                self._queue_transition(job_id, _ACTIVE, JobStatus.running, True, {"started_at": now}, pipe)
-            return [_transition_result(r) for r in pipe.execute()]
+    def _end_job(self, job_id: str, allowed: tuple[JobStatus, ...], new: JobStatus, **fields: Any) -> JobStatus | None:
+        keys, frame = self._frame(job_id)
+        allowed_list = "," + ",".join(allowed) + ","
+        return _status(self._end(keys=keys, args=[*frame, allowed_list, new.value, *_pairs(fields)]))
 
     def cancel(self, job_id: str) -> JobStatus | None:
-        """Cancel a queued or running job; returns the status it had."""
-        before, _ = self.transition(job_id, _ACTIVE, JobStatus.canceled, completed_at=time.time())
-        return before
+        """Cancel a queued or running job; returns the status it had (a running job's result will be dropped)."""
+        return self._end_job(job_id, _ACTIVE, JobStatus.canceled)
 
     def expire(self, job_id: str) -> JobStatus | None:
-        """Mark a job whose deadline passed before it started."""
-        before, _ = self.transition(
-            job_id, _ACTIVE, JobStatus.expired, completed_at=time.time(),
-            error=JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started"),
-        )
-        return before
+        """Mark a queued job whose deadline passed; a running job started in time and is never expired."""
+        return self._end_job(job_id, (JobStatus.queued,), JobStatus.expired, error=_DEADLINE_PASSED)
 
-    def set_progress(self, job_ids: list[str], step: int, total: int) -> None:
-        """Progress of a running batch, for all its jobs in one round trip."""
-        fields = {"progress": Progress(step=step, total=total)}
+    # --- leases (the worker) -------------------------------------------------------------
+
+    def claim_many(self, claims: list[tuple[str, str]], worker: str = "") -> list[Claim]:
+        """Claim a batch's jobs, each ``(job id, token)``, in one round trip; safe to retry with the same tokens."""
+        error = json.dumps(_DEADLINE_PASSED.model_dump())
         with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in job_ids:
-                self._queue_transition(job_id, (JobStatus.running,), JobStatus.running, False, fields, pipe)
+            for job_id, token in claims:
+                keys, frame = self._frame(job_id)
+                self._claim(keys=keys, args=[*frame, token, self.settings.lease_s, worker, error], client=pipe)
+            replies = pipe.execute()
+        return [Claim(_status(before), int(attempts), Verdict(verdict.decode()), float(now))
+                for before, attempts, verdict, now in replies]
+
+    def renew(self, leases: list[tuple[str, str]], delivery_tags: list[str]) -> list[str]:
+        """Extend a live worker's leases and freshen its messages' unacked stamps; returns the leases lost.
+
+        Lost: another claim holds the job, or the claim itself is gone; a job that ended is not lost.
+
+        kombu restores an unacknowledged message once its stamp in ``unacked_index`` is older than the
+        visibility timeout, by the restoring worker's own clock (``time.time()``): so these stamps use that
+        clock, not Redis'. ``XX``: a message already acknowledged or restored is never put back.
+        """
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id, token in leases:
+                self._holder(keys=[self.keys.job(job_id)], args=[token, self.settings.lease_s], client=pipe)
+            if delivery_tags:
+                stamp = time.time()
+                pipe.zadd(self.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
+            replies = pipe.execute()
+        return [job_id for (job_id, _), held in zip(leases, replies, strict=False) if held == -1]
+
+    def set_progress(self, leases: list[tuple[str, str]], step: int, total: int) -> None:
+        """Progress of a running batch, for all its jobs in one round trip (only where the lease is still held)."""
+        fields = _pairs({"progress": Progress(step=step, total=total)})
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id, token in leases:
+                self._holder(keys=[self.keys.job(job_id)], args=[token, 0, *fields], client=pipe)
             pipe.execute()
 
     def finish(
         self,
         job_id: str,
+        token: str,
         status: JobStatus,
         *,
         output: Any = None,
         binary_outputs: list[OutputEntry] | None = None,
         error: JobErrorInfo | None = None,
         metrics: JobMetrics | None = None,
-    ) -> JobStatus | None:
-        """Set the terminal status and results if the job is still running; returns the status it had.
+    ) -> Ending:
+        """End the job with ``status`` and its results if ``token`` still holds its lease; safe to retry.
 
         Binary outputs must be in the output store already: the record lists them from this moment.
         """
         entries = [e.model_dump(mode="json") for e in binary_outputs or ()] or None
-        fields = {"completed_at": time.time(), "output": output, "binary_outputs": entries, "error": error,
-                  "metrics": metrics}
-        before, _ = self.transition(job_id, (JobStatus.running,), status, **fields)
-        return before
+        fields = {"output": output, "binary_outputs": entries, "error": error, "metrics": metrics}
+        keys, frame = self._frame(job_id)
+        args = [*frame, token, status.value, *_pairs(fields)]
+        (before, verdict), replicated = self._replicated(lambda pipe: self._finish(keys=keys, args=args, client=pipe))
+        return Ending(_status(before), verdict == b"stored", replicated)
 
-    def fail(self, job_id: str, code: str, message: str, **kw: Any) -> bool:
-        """Fail a running job; False if it was not running (canceled meanwhile, or already finished)."""
-        before = self.finish(job_id, JobStatus.failed, error=JobErrorInfo(code=code, message=message), **kw)
-        return before == JobStatus.running
+    def fail(self, job_id: str, token: str, code: str, message: str, **kw: Any) -> Ending:
+        """Fail a running job under ``token``'s lease (not stored if it was canceled or taken over meanwhile)."""
+        return self.finish(job_id, token, JobStatus.failed, error=JobErrorInfo(code=code, message=message), **kw)
 
-    def stale_queued(self, model_id: str, older_than: float) -> list[JobRecord]:
-        """Jobs of ``model_id`` created before ``older_than`` that no worker has started."""
+    # --- the sweeper's index -------------------------------------------------------------
+
+    def active_since(self, model_id: str, older_than: float) -> list[Candidate]:
+        """Active jobs of ``model_id`` created before ``older_than`` (Redis' clock).
+
+        Ids whose record has ended or vanished are dropped from the index on the way.
+        """
         ids: list[bytes] = self.redis.zrangebyscore(self.keys.active(model_id), 0, older_than)  # type: ignore[assignment]
-        records = [self.get(i.decode()) for i in ids]
-        return [r for r in records if r is not None and r.status == JobStatus.queued]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hmget(self.keys.job(job_id.decode()), "status", "lease_until")
+            rows = pipe.execute()
+        found, stale = [], []
+        for job_id, (status, lease_until) in zip(ids, rows, strict=True):
+            current = _status(status)
+            if current is None or current.terminal:
+                stale.append(job_id)
+            else:
+                found.append(Candidate(job_id.decode(), current, float(lease_until) if lease_until else None))
+        if stale:
+            self.redis.zrem(self.keys.active(model_id), *stale)
+        return found

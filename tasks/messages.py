@@ -1,8 +1,10 @@
 """The ``genq.run`` message, built once (API, sweeper) and parsed once (worker), and kombu's Redis key names.
 
-The message carries everything a worker needs to run a job without reading its record first,
-including the model it is for: the queue it travels on is derived from that model, and a worker
-that receives another model's job fails it rather than run it on the wrong weights.
+The message names a job and the model it is for: the queue it travels on is derived from that
+model, and a worker that receives another model's job fails it rather than run it on the wrong
+weights. What runs is what the job's record says: the worker reads the input (and times, webhook
+events) from the record, so a message with foreign input under a real job id runs the real input.
+The copies here are for Flower and for people reading a queue.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.constants import PRIORITY_STEPS, PRIORITY_VALUES, TASK_RUN, queue_name
 from tasks.errors import ErrorCode, GenqError
-from tasks.job_store import JobRecord
+from tasks.job_record import JobRecord
 from tasks.schemas import Priority, WebhookEvent
 
 #: kombu's hash of delivered, unacknowledged messages (under the global key prefix).
 UNACKED_KEY: Final = "unacked"
+#: kombu's sorted set of the same messages' delivery tags, scored by when they were delivered (the restoring
+#: worker's clock); a message whose score is older than the visibility timeout is restored to its queue.
+UNACKED_INDEX_KEY: Final = "unacked_index"
 ERROR_DETAIL_MAX = 300
 
 

@@ -9,7 +9,6 @@ failed), and the API drops it when the job's message could not be sent.
 
 from __future__ import annotations
 
-import time
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -23,15 +22,18 @@ from tasks.settings import Settings
 STALE_AFTER_S = 60.0
 PRUNE_BATCH = 10
 
+# Times are Redis' own (TIME): the workers' heartbeats are stamped on the same clock.
 _RESERVE = """
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[6], 'LIMIT', 0, tonumber(ARGV[7]))
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[5]), 'LIMIT', 0, tonumber(ARGV[6]))
 for _, id in ipairs(old) do
-  if redis.call('HGET', ARGV[5] .. id, 'status') ~= 'queued' then redis.call('ZREM', KEYS[1], id) end
+  if redis.call('HGET', ARGV[4] .. id, 'status') ~= 'queued' then redis.call('ZREM', KEYS[1], id) end
 end
-if redis.call('ZCOUNT', KEYS[2], ARGV[4], '+inf') == 0 then return {-1, 0} end
+if redis.call('ZCOUNT', KEYS[2], now - tonumber(ARGV[3]), '+inf') == 0 then return {-1, 0} end
 local depth = redis.call('ZCARD', KEYS[1])
-if depth >= tonumber(ARGV[3]) then return {0, depth} end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+if depth >= tonumber(ARGV[2]) then return {0, depth} end
+redis.call('ZADD', KEYS[1], now, ARGV[1])
 return {1, depth + 1}
 """
 
@@ -55,11 +57,9 @@ class QueueLimit:
 
     def reserve(self, model_id: str, job_id: str, limit: int) -> Reservation:
         """Reserve a place for ``job_id`` unless no worker serves the model or ``limit`` places are taken."""
-        now = time.time()
         outcome, depth = self._reserve(
             keys=[self.keys.queued(model_id), self.keys.workers(model_id)],
-            args=[job_id, now, limit, now - self.settings.worker_ttl_s, self.keys.job(""), now - STALE_AFTER_S,
-                  PRUNE_BATCH])
+            args=[job_id, limit, self.settings.worker_ttl_s, self.keys.job(""), STALE_AFTER_S, PRUNE_BATCH])
         return Reservation(Outcome(int(outcome)), int(depth))
 
     def release(self, model_id: str, job_id: str) -> None:

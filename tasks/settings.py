@@ -13,7 +13,13 @@ DEFAULT_KEY_PREFIX = "genq:"
 DEFAULT_MODELS_FILE = "models.toml"
 DEFAULT_RESULT_TTL_S = 24 * 3600  # long enough for a client to come back the next day
 DEFAULT_TOMBSTONE_TTL_S = 7 * 24 * 3600  # after the result expires, answer 410 (not 404) for a week
-DEFAULT_VISIBILITY_TIMEOUT_S = 600  # several times the worst hold (buffer + batch); also the crash-recovery delay
+# How long a dead worker's unacknowledged messages wait before they come back. A live worker's heartbeat
+# freshens the stamps of every message it holds (buffered or running) every 2 s, so holding one for longer
+# than this never restores it: only a worker that stopped beating loses its messages.
+DEFAULT_VISIBILITY_TIMEOUT_S = 60
+# A worker's claim on a job lapses this long after its heartbeat last extended it (every 2 s); only then may
+# another worker take the job over. Above the longest Redis stall a live worker must ride out.
+DEFAULT_LEASE_S = 30.0
 DEFAULT_REDIS_TIMEOUT_S = 1.0  # an outage becomes a 503 within ~1 s, never a hung request
 DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
 # Waiting requests per API process, when not set: 3/4 of its threads, so plain requests always find one.
@@ -27,8 +33,9 @@ DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts
 # SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 120
 DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as worker_lost
-# A job still queued this long after submission, whose message is in no queue and held by no worker, is
-# re-published (a message kombu popped just before its worker died, or one the API never got to send).
+# A job this old (since submission) whose message is in no queue and held by no worker is re-published if
+# it is still queued, or running under a lease that ran out: a message kombu popped just before its worker
+# died, or one the API never got to send. Young jobs are left alone: their message may be in flight.
 DEFAULT_ORPHAN_GRACE_S = 60
 DEFAULT_RATE_LIMIT = "600/minute"  # submissions per API key; a key's own `rate=` overrides it
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600  # the same Idempotency-Key returns the same job for a day
@@ -37,6 +44,7 @@ DEFAULT_WEBHOOK_LEASE_S = 30.0
 DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
+DEFAULT_REDIS_WAIT_TIMEOUT_S = 1.0  # with GENQ_REDIS_WAIT_REPLICAS: how long a write waits for its replicas
 # An OpenAI-style call answers when its job is done: it waits this long at most (the openai package's own
 # default timeout), and its job expires unstarted after it, since nobody would be waiting for the answer.
 DEFAULT_OPENAI_WAIT_S = 600.0
@@ -87,7 +95,12 @@ class Settings:
     result_ttl_s: int = DEFAULT_RESULT_TTL_S
     tombstone_ttl_s: int = DEFAULT_TOMBSTONE_TTL_S
     visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
+    lease_s: float = DEFAULT_LEASE_S
     redis_timeout_s: float = DEFAULT_REDIS_TIMEOUT_S
+    # Replicas that must hold a new job's record before the API answers 202 (0: none; Redis replicates
+    # asynchronously, so a failover can lose an accepted job without it). Workers wait likewise after results.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_s: float = DEFAULT_REDIS_WAIT_TIMEOUT_S
     wait_cap_s: float = DEFAULT_WAIT_CAP_S
     api_threads: int = DEFAULT_API_THREADS
     max_waiters: int | None = None  # Prefer: wait requests held at once per API process; beyond, 202 at once

@@ -28,6 +28,7 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
         "GENQ_KEY_PREFIX": settings.key_prefix,
         "GENQ_MODELS_FILE": str(settings.models_file),
         "GENQ_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
+        "GENQ_LEASE_S": str(settings.lease_s),
         "GENQ_MAX_ATTEMPTS": str(settings.max_attempts),
         "GENQ_RESULT_TTL_S": str(settings.result_ttl_s),
         "GENQ_ORPHAN_GRACE_S": str(settings.orphan_grace_s),

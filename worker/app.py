@@ -22,7 +22,8 @@ from tasks.settings import Settings
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.health import LoopTick, liveness
-from worker.heartbeat import Heartbeat
+from worker.heartbeat import HEARTBEAT_INTERVAL_S, Heartbeat
+from worker.holdings import Holdings
 from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
@@ -30,6 +31,7 @@ from worker.output_sweeper import SweeperThread, start_output_sweeper
 from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
+MIN_BEATS = 1  # the least a lease or visibility timeout may outlast (the defaults: 15 and 30 beats)
 
 settings = Settings.from_env()
 app = create_celery(settings)
@@ -47,10 +49,19 @@ class WorkerState:
     heartbeat: Heartbeat | None = None
     batching: BatchingConsumer | None = None
     model_thread: ModelThread | None = None
+    holdings: Holdings | None = None
     output_sweeper: SweeperThread | None = None
 
 
 state = WorkerState()
+
+
+def holdings() -> Holdings:
+    """The process's one record of what it holds, shared by every consumer (reconnects) and the heartbeat."""
+    if state.holdings is None:
+        assert state.loaded is not None, "model not loaded"
+        state.holdings = Holdings(state.loaded.store)
+    return state.holdings
 
 
 @signals.celeryd_init.connect
@@ -67,7 +78,21 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
             # SystemExit, not an error: Celery logs and swallows a signal handler's exceptions.
             raise SystemExit(f"genq worker: {problem}")
         conf.task_default_queue = queue_name(model)  # what a worker started without -Q consumes
+    problem = timing_problem(state.settings)
+    if problem:
+        raise SystemExit(f"genq worker: {problem}")
     pin_gpu(gpu)  # the prefetch credit is set by the batching consumer (worker/consumer.py)
+
+
+def timing_problem(settings: Settings) -> str | None:
+    """Why the lease and visibility timeout cannot work with a heartbeat every HEARTBEAT_INTERVAL_S."""
+    for name, seconds in (("GENQ_LEASE_S", settings.lease_s),
+                          ("GENQ_VISIBILITY_TIMEOUT_S", settings.visibility_timeout_s)):
+        least = MIN_BEATS * HEARTBEAT_INTERVAL_S
+        if seconds <= least:
+            return (f"{name}={seconds:g} must exceed {MIN_BEATS} heartbeat(s) ({least:g} s): the heartbeat "
+                    "renews leases and held messages, and a live worker would lose them between beats")
+    return None
 
 
 def queues_problem(model: str, queues: str | Iterable[str] | None) -> str | None:
@@ -94,7 +119,8 @@ def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
         state.heartbeat = Heartbeat(state.loaded.fleet, state.loaded.spec.id, sender.hostname,
-                                    lambda: state.batching.held() if state.batching else 0, sweeper.maybe_sweep)
+                                    lambda: state.batching.held() if state.batching else 0,
+                                    (holdings().renew, sweeper.maybe_sweep))
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
         state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)
@@ -117,7 +143,7 @@ def batching_strategy(task: Task, app: Any, consumer: Any, **_: Any) -> Any:
         raise RuntimeError("model not loaded")
     if state.model_thread is None:
         state.model_thread = ModelThread()
-    batching = BatchingConsumer(state.loaded, consumer, state.model_thread)
+    batching = BatchingConsumer(state.loaded, consumer, state.model_thread, holdings())
     if state.batching is not None:
         state.batching.retire(batching)
     state.batching = batching

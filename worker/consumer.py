@@ -17,6 +17,7 @@ from tasks.errors import ErrorCode
 from tasks.messages import InvalidMessage, parse_run
 from tasks.schemas import JobStatus
 from worker.batcher import Batcher
+from worker.holdings import Holdings
 from worker.job import WorkItem
 from worker.loader import Loaded
 from worker.metrics import record_job, record_policy
@@ -27,8 +28,9 @@ KWARGS_REPR_MAX = 400
 
 
 class BatchingConsumer:
-    def __init__(self, loaded: Loaded, consumer: Any, model: ModelThread) -> None:
+    def __init__(self, loaded: Loaded, consumer: Any, model: ModelThread, holdings: Holdings) -> None:
         self.loaded, self.consumer = loaded, consumer
+        self.holdings = holdings  # one per process, shared across reconnects, like the model thread
         self.retired = False  # replaced after a reconnect: its buffered messages died with the old channel
         self.executor = loaded.executor
         self.runtime = loaded.runtime
@@ -54,8 +56,14 @@ class BatchingConsumer:
         if item is None:
             message.ack()  # no job id: no job to fail and nothing anyone can run; drop it rather than loop on it
             return
+        self.holdings.add(item)  # from here until it is settled, the heartbeat keeps its message ours
+        if item.status is None and not self._load(item):
+            return
         self._send("task-received", uuid=item.job_id, name=TASK_RUN, args="()",
                    kwargs=repr(item.raw_input)[:KWARGS_REPR_MAX], root_id=item.job_id, parent_id=None, retries=0)
+        if item.settled:  # unknown job, or one that already ended: nothing to run
+            self._settle([item])
+            return
         if item.status is not None or not self.executor.parse(item):  # failed on arrival, or its input is bad
             self.executor.reject_invalid(item)
             self._settle([item])
@@ -65,9 +73,19 @@ class BatchingConsumer:
         # The held count is reported per batch (start and settle), not per message: a Redis round trip each.
         self.maybe_run()
 
+    def _load(self, item: WorkItem) -> bool:
+        """The job's record into ``item``; False if Redis cannot say (its message then comes back later)."""
+        try:
+            self.executor.load(item)
+            return True
+        except Exception as exc:  # an exception here would kill the worker: leave the message unacked instead
+            log.error("job %s: cannot read its record (%s); leaving its message for redelivery", item.job_id, exc)
+            self.holdings.release([item])
+            return False
+
     @staticmethod
     def _monotonic_deadline(item: WorkItem) -> float | None:
-        """The job's deadline on the batcher's clock (the record's is wall time)."""
+        """The job's deadline on the batcher's clock, for choosing batches (the claim judges it on Redis' clock)."""
         if item.deadline_at is None:
             return None
         return item.arrived + (item.deadline_at - time.time())
@@ -77,8 +95,10 @@ class BatchingConsumer:
 
         Isolating suspects means a job that kills its worker takes down no batch-mates a second time:
         they succeed on their next try while it alone burns through its attempts to ``worker_lost``.
+        The record says so (a run started and never ended), whether kombu restored the message or the
+        sweeper sent a new one.
         """
-        if item.redelivered and self.executor.store.attempts(item.job_id) > 0:
+        if item.attempts > 0:
             return ("suspect", item.job_id)
         return self.runtime.batch_key(item.parsed)  # type: ignore[arg-type]
 
@@ -205,6 +225,8 @@ class BatchingConsumer:
     # --- after a job: event, then ack --------------------------------------------------
 
     def _settle(self, items: list[WorkItem]) -> None:
+        # Acked or left for redelivery, none of them is ours to renew any more.
+        self.holdings.release(items)
         for item in self._record_completed(items):
             if not item.settled:
                 # Its outcome could not be stored (Redis gone for longer than the retries): keep the

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
 from tasks.fleet import FleetStore
 from tasks.inputs import validate_input
-from tasks.job_store import JobStore
+from tasks.job_store import Claim, Ending, JobStore, Verdict
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobMetrics, JobStatus
@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 0.25  # progress writes at most 4 times a second per batch
 
 
+def _settled_status(claim: Claim) -> JobStatus | None:
+    """The status an unrun delivery settles with: the job's, when it has ended."""
+    if claim.verdict == Verdict.expired:
+        return JobStatus.expired
+    return claim.before if claim.verdict == Verdict.done else None
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """torch.cuda.OutOfMemoryError and friends, recognised without importing torch."""
     return isinstance(exc, OutOfMemory) or type(exc).__name__ == "OutOfMemoryError" or (
@@ -38,8 +45,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 class Executor:
     def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int, *,
-                 outputs: OutputStore, fleet: FleetStore, clock: Callable[[], float] = time.time,
-                 events: EventPublisher | None = None) -> None:
+                 outputs: OutputStore, fleet: FleetStore, events: EventPublisher | None = None,
+                 worker: str = "") -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
@@ -47,10 +54,25 @@ class Executor:
         self.writer = OutputWriter(outputs)
         self.fleet = fleet
         self.max_attempts = max_attempts
-        self.clock = clock
         self.events = events  # live job events (worker/events.py); None publishes none
+        self.worker = worker  # written into the leases it takes
 
     # --- before a batch --------------------------------------------------------------
+
+    def load(self, item: WorkItem) -> bool:
+        """Fill ``item`` from its job record, which the message only names; False (settled) if nothing can run.
+
+        A message is not trusted with the job: anyone able to publish to the queue could put foreign input
+        under another user's job id. The record, written by the API, says what runs.
+        """
+        record = with_retries(self.store.get, item.job_id)
+        if record is None or record.status.terminal:  # unknown (never accepted, or long gone), or already done
+            item.settle(None if record is None else record.status)
+            return False
+        if record.input != item.raw_input:
+            log.warning("job %s: its message carries other input than its record; running the record's", item.job_id)
+        item.take_record(record)
+        return True
 
     def parse(self, item: WorkItem) -> bool:
         """Validate the input again in the worker (the API is not the only writer of a queue)."""
@@ -65,11 +87,11 @@ class Executor:
 
     def reject_invalid(self, item: WorkItem) -> None:
         """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""
-        [(before, _)] = with_retries(self.store.claim_many, [item.job_id])
-        if before is None or before.terminal:
-            item.settle(before)
-        else:
+        [claim] = with_retries(self.store.claim_many, [(item.job_id, item.token)], self.worker)
+        if claim.runs:
             self._store_failure(item, None)
+        else:
+            item.settle(_settled_status(claim))
 
     # --- running -------------------------------------------------------------------------
 
@@ -80,31 +102,30 @@ class Executor:
         for item in items:
             if item.job_id in seen:  # one job delivered twice (a redelivery met its original): run it once
                 item.settle(None)
-            elif item.deadline_at is not None and self.clock() > item.deadline_at:
-                before = with_retries(self.store.expire, item.job_id)
-                item.settle(JobStatus.expired if before in (JobStatus.queued, JobStatus.running) else before)
             else:
                 live.append(item)
             seen.add(item.job_id)
-        claims = with_retries(self.store.claim_many, [item.job_id for item in live]) if live else []
-        return [item for item, (before, attempts) in zip(live, claims, strict=True)
-                if self._admit_claimed(item, before, attempts)]
+        claims = with_retries(self.store.claim_many, [(i.job_id, i.token) for i in live], self.worker) if live else []
+        return [item for item, claim in zip(live, claims, strict=True) if self._admit_claimed(item, claim)]
 
-    def _admit_claimed(self, item: WorkItem, before: JobStatus | None, attempts: int) -> bool:
-        """After the claim (queued/running -> running): run it, unless it was canceled, done or is poison."""
-        if before is None or before.terminal:
-            item.settle(before)  # canceled, already succeeded (a redelivery) or unknown: never run
+    def _admit_claimed(self, item: WorkItem, claim: Claim) -> bool:
+        """After the claim: run it, unless it was canceled, done, expired, leased to a live worker, or is poison."""
+        if not claim.runs:
+            if claim.verdict == Verdict.held:
+                log.info("job %s: a live worker holds its lease; this duplicate delivery is dropped", item.job_id)
+            item.settle(_settled_status(claim))
             return False
-        if attempts > self.max_attempts:
+        item.claimed, item.claimed_at = True, claim.now
+        if claim.attempts > self.max_attempts:
             item.fail(ErrorCode.worker_lost.value,
-                      f"the worker died {attempts - 1} times while running this job; giving up")
+                      f"the worker died {claim.attempts - 1} times while running this job; giving up")
             return self._store_failure(item, None)
         return self.parse(item) or self._store_failure(item, None)
 
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""
         if batch:
-            started, started_at = time.perf_counter(), self.clock()
+            started, started_at = time.perf_counter(), time.time()
             self._predict_isolated(batch, started)
             record_batch(self.spec, self.runtime, batch, started_at, time.perf_counter() - started)
 
@@ -147,13 +168,14 @@ class Executor:
                  inference_ms: float | None = None) -> JobMetrics:
         if inference_ms is None:
             inference_ms = (time.perf_counter() - started) * 1000
-        queue_ms = (self.clock() - item.created_at) * 1000 - inference_ms if item.created_at else None
+        # Both on Redis' clock: from the API's submission to this worker's claim.
+        queue_ms = (item.claimed_at - item.created_at) * 1000 if item.claimed_at and item.created_at else None
         return JobMetrics(queue_ms=None if queue_ms is None else round(max(0.0, queue_ms), 2),
                           inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id)
 
     def _store_success(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> None:
-        run_id = uuid.uuid4().hex[:16]  # this run's own object names
-        entries = [OutputEntry.describe(item.job_id, run_id, n, b.data, b.media_type, b.seed)
+        # The run's objects are named by its claim: a losing or late run never touches the winner's.
+        entries = [OutputEntry.describe(item.job_id, item.token, n, b.data, b.media_type, b.seed)
                    for n, b in enumerate(prediction.blobs)]
         # The bytes first, then the transition that lists them: a succeeded job never lacks its outputs.
         try:
@@ -164,13 +186,11 @@ class Executor:
             item.fail(exc.code.value, exc.message[:500])
             self._store_failure(item, metrics)
             return
-        before = with_retries(self.store.finish, item.job_id, JobStatus.succeeded, output=prediction.output,
-                              binary_outputs=entries, metrics=metrics)
-        stored = before == JobStatus.running
-        if not stored:  # another run won (or the job was canceled): this run's own objects go
+        ending = with_retries(self.store.finish, item.job_id, item.token, JobStatus.succeeded,
+                              output=prediction.output, binary_outputs=entries, metrics=metrics)
+        if not ending.stored:  # canceled meanwhile, or its lease lapsed and another run took over
             self._drop_outputs(item.job_id, entries)
-        # Not stored means it was canceled while running: its result is dropped, as promised.
-        item.settle(JobStatus.succeeded if stored else JobStatus.canceled)
+        self._settle_ending(item, ending, JobStatus.succeeded)
         item.extra["metrics"] = metrics
 
     def _drop_outputs(self, job_id: str, entries: list[OutputEntry]) -> None:
@@ -182,10 +202,24 @@ class Executor:
                 log.warning("job %s: could not delete unlisted output %d", job_id, entry.index)
 
     def _store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
-        stored = with_retries(self.store.fail, item.job_id, item.error_code or "internal", item.error_message or "",
-                              metrics=metrics)
-        item.settle(JobStatus.failed if stored else JobStatus.canceled)
+        ending = with_retries(self.store.fail, item.job_id, item.token, item.error_code or "internal",
+                              item.error_message or "", metrics=metrics)
+        self._settle_ending(item, ending, JobStatus.failed)
         return False
+
+    def _settle_ending(self, item: WorkItem, ending: Ending, status: JobStatus) -> None:
+        """Settle with the status this run stored, or with what the job is now if it was not this run's."""
+        item.claimed = False  # the run is over: nothing for the heartbeat to renew
+        if ending.stored:
+            if not ending.replicated:
+                log.warning("job %s: its result did not reach GENQ_REDIS_WAIT_REPLICAS replicas in time (a failover "
+                            "now could roll it back and run the job again)", item.job_id)
+            item.settle(status)
+        elif ending.before is not None and ending.before.terminal:
+            item.settle(ending.before)  # canceled while running, or another run ended it: this result is dropped
+        else:
+            log.warning("job %s: its lease passed to another worker; this run's result is dropped", item.job_id)
+            item.settle(None)
 
     def _progress(self, batch: list[WorkItem]) -> Callable[[int, int], None]:
         last = [0.0]
@@ -196,7 +230,7 @@ class Executor:
                 return
             last[0] = now
             try:
-                self.store.set_progress([item.job_id for item in batch], step, total)
+                self.store.set_progress([(item.job_id, item.token) for item in batch], step, total)
             except Exception:  # progress is best effort; the result write is what matters
                 log.debug("progress write failed", exc_info=True)
 

@@ -11,16 +11,19 @@ from tasks.fleet import FleetStore
 from tasks.os_thread import name_os_thread
 
 log = logging.getLogger(__name__)
-HEARTBEAT_INTERVAL_S = 2.0  # well inside the API's worker TTL (15 s)
+# Well inside the API's worker TTL (15 s), the lease (30 s) and the visibility timeout (60 s): each
+# survives a dozen or more missed beats.
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 class Heartbeat:
     """A daemon thread: it keeps beating while the model thread is busy with a long batch."""
 
     def __init__(self, fleet: FleetStore, model_id: str, worker: str, held: Callable[[], int],
-                 on_beat: Callable[[], object] | None = None) -> None:
+                 chores: tuple[Callable[[], object], ...] = ()) -> None:
         self.fleet, self.model_id, self.worker, self.held = fleet, model_id, worker, held
-        self.on_beat = on_beat  # periodic upkeep riding on the same thread (the orphan sweeper)
+        # Upkeep riding on the same beat: renewing leases and held messages, the orphan sweeper.
+        self.chores = chores
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="genq-heartbeat", daemon=True)
         self.beat_at = time.monotonic()  # last turn of the loop, whether or not Redis answered
@@ -32,13 +35,15 @@ class Heartbeat:
         name_os_thread("genq-heartbeat")
         while not self._stop.is_set():
             self.beat_at = time.monotonic()
-            try:
-                self.fleet.heartbeat(self.model_id, self.worker, self.held())
-                if self.on_beat is not None:
-                    self.on_beat()
-            except Exception as exc:  # Redis down: keep trying, the worker itself reconnects
-                log.warning("heartbeat failed: %s", exc)
+            for chore in (self._beat, *self.chores):
+                try:
+                    chore()
+                except Exception as exc:  # Redis down: keep trying, the worker itself reconnects
+                    log.warning("heartbeat failed: %s", exc)
             self._stop.wait(HEARTBEAT_INTERVAL_S)
+
+    def _beat(self) -> None:
+        self.fleet.heartbeat(self.model_id, self.worker, self.held())
 
     def beating(self) -> bool:
         """The thread runs and turned recently (a Redis outage alone does not stop it)."""

@@ -1,13 +1,21 @@
-"""A job as the worker sees it: the message's fields plus where it is in its life."""
+"""A job as the worker sees it: named by its message, filled from its record, and where it is in its life."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.constants import PRIORITY_VALUES
 from tasks.inputs import AnyInput
+from tasks.job_store import JobRecord
 from tasks.messages import RunMessage
 from tasks.schemas import JobStatus
+
+
+def new_token() -> str:
+    """A claim's lease token; it also names the run's output objects."""
+    return uuid.uuid4().hex[:16]
 
 
 @dataclass
@@ -26,6 +34,10 @@ class WorkItem:
     error_code: str | None = None
     error_message: str | None = None
     settled: bool = False  # its outcome is recorded (or there is none to record): safe to ack
+    token: str = field(default_factory=new_token)  # this delivery's claim, if it makes one
+    claimed: bool = False  # the claim holds the job's lease: the heartbeat extends it
+    claimed_at: float | None = None  # Redis' clock
+    attempts: int = 0  # runs the record counted before this delivery arrived
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -34,6 +46,13 @@ class WorkItem:
         return cls(job_id=message.job_id, raw_input=message.input, created_at=message.created_at,
                    deadline_at=message.deadline_at, priority=message.transport_priority,
                    webhook_events=list(message.webhook_events), **arrival)
+
+    def take_record(self, record: JobRecord) -> None:
+        """The record is the truth: run its input, by its times, whatever the message carried."""
+        self.raw_input, self.parsed = record.input, None
+        self.created_at, self.deadline_at = record.created_at, record.deadline_at
+        self.priority = PRIORITY_VALUES[record.priority]
+        self.webhook_events, self.attempts = list(record.webhook_events), record.attempts
 
     def fail(self, code: str, message: str) -> None:
         self.status, self.error_code, self.error_message = JobStatus.failed, code, message

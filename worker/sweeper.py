@@ -1,10 +1,15 @@
-"""Re-publishes orphaned jobs: still queued after a grace period, yet in no queue and held by no worker.
+"""Re-publishes orphaned jobs: their message is in no queue and held by no worker, and nobody runs them.
 
 kombu's Redis transport pops a message (BRPOP) before it records it as unacknowledged; a worker
-killed in between takes the message with it. The API can likewise die between writing a job's
-record and sending its message. The record holds everything the message did, so a worker of the
-model rebuilds the message and sends it again. A copy that turns out to be a duplicate is
-harmless: the claim lets a job run to one terminal status only.
+killed in between takes the message with it. That happens to a fresh job, and to a running job
+whose worker died and whose restored message went to a second worker killed in that instant. The
+API can likewise die between writing a job's record and sending its message. So a job older than
+the grace period is sent again when it is still ``queued``, or ``running`` under a lease that ran
+out (its worker stopped renewing it), and its message is nowhere. The record holds everything the
+message did. A copy that turns out to be a duplicate is harmless: a claim runs a job under one
+live lease at a time, and to one terminal status.
+
+Everything is measured on Redis' clock (creation times, leases), never this worker's.
 """
 
 from __future__ import annotations
@@ -15,18 +20,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.job_store import JobStore
+from tasks.job_store import Candidate, JobStore
 from tasks.messages import UNACKED_KEY, RunMessage, envelope_job_id, priority_lists, send_args
 from tasks.models_file import ModelSpec
+from tasks.schemas import JobStatus
 
 log = logging.getLogger(__name__)
+MIN_INTERVAL_S = 2.0
+
+
+def sweep_interval(grace_s: float, lease_s: float) -> float:
+    """How often some worker of a model sweeps: often enough that a lapsed lease is noticed soon after."""
+    return max(MIN_INTERVAL_S, min(grace_s, lease_s) / 2)
 
 
 class Sweeper:
     def __init__(self, store: JobStore, spec: ModelSpec, send_task: Callable[..., Any]) -> None:
         self.store, self.spec, self.send_task = store, spec, send_task
         self.grace_s = store.settings.orphan_grace_s
-        self.interval_s = max(2.0, self.grace_s / 2)
+        self.interval_s = sweep_interval(self.grace_s, store.settings.lease_s)
         self._next = time.monotonic() + self.interval_s
 
     def maybe_sweep(self) -> int:
@@ -40,16 +52,21 @@ class Sweeper:
         return self.sweep()
 
     def sweep(self) -> int:
-        stale = self.store.stale_queued(self.spec.id, time.time() - self.grace_s)
-        if not stale:
+        now = self.store.now()
+        orphans = [c for c in self.store.active_since(self.spec.id, now - self.grace_s) if _unowned(c, now)]
+        if not orphans:
             return 0
         present = self._messages_in_redis()
-        orphans = [r for r in stale if r.id not in present]
-        for record in orphans:
-            log.warning("job %s was queued %.0f s ago but its message is gone: sending it again",
-                        record.id, time.time() - record.created_at)
+        sent = 0
+        for candidate in orphans:
+            record = self.store.get(candidate.id) if candidate.id not in present else None
+            if record is None or record.status.terminal:
+                continue
+            log.warning("job %s (%s, %.0f s old) has no message anywhere and no live lease: sending it again",
+                        record.id, record.status.value, now - record.created_at)
             self.send_task(**send_args(RunMessage.of(record)))
-        return len(orphans)
+            sent += 1
+        return sent
 
     def _messages_in_redis(self) -> set[str]:
         """Job ids of every message waiting in the model's queues or held unacknowledged."""
@@ -61,3 +78,10 @@ class Sweeper:
         ids = {envelope_job_id(json.loads(raw)) for q in queued for raw in q}
         ids.update(envelope_job_id(json.loads(raw)[0]) for raw in unacked)  # [envelope, exchange, routing key]
         return ids
+
+
+def _unowned(candidate: Candidate, now: float) -> bool:
+    """Queued, or running under a lease nobody renewed in time."""
+    if candidate.status == JobStatus.queued:
+        return True
+    return candidate.lease_until is None or candidate.lease_until < now

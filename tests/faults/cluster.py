@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from flask.testing import FlaskClient
 
 from api import create_app
 from tasks.job_store import JobStore
+from tasks.messages import UNACKED_INDEX_KEY, UNACKED_KEY, envelope_job_id
 from tasks.redis_client import connect
 from tasks.settings import Settings
 from tests.harness import RedisServer, WorkerProcess
@@ -20,17 +23,31 @@ from tests.harness import RedisServer, WorkerProcess
 TERMINAL = {"succeeded", "failed", "canceled", "expired"}
 
 
-def models_file(folder: Path) -> Path:
+BATCHING = "max_batch_size = 8, max_wait_ms = 20"
+
+
+def models_file(folder: Path, long_ms: int = 0, batching: str = BATCHING) -> Path:
+    """One model, ``work``: 100 ms per batch of up to 8 (``long_ms`` for a batch holding a "long" text)."""
     path = folder / "models.toml"
     path.write_text(f"""
 [models.work]
 kind = "fill-mask"
-source = "fake://?sleep_ms=100&log={folder / 'exec.log'}&die_on=poison"
+source = "fake://?sleep_ms=100&long_ms={long_ms}&log={folder / 'exec.log'}&die_on=poison"
 runtime = "tests.fake_runtime:FakeRuntime"
 max_queue_depth = 100000
-batching = {{ max_batch_size = 8, max_wait_ms = 20 }}
+batching = {{ {batching} }}
 """)
     return path
+
+
+@dataclass
+class Run:
+    """One execution of one job, from the fake runtime's logs (``end`` is None if it was cut short)."""
+
+    text: str
+    pid: int
+    start: float
+    end: float | None
 
 
 @dataclass
@@ -39,15 +56,18 @@ class Cluster:
     redis: RedisServer
     settings: Settings
     workers: list[WorkerProcess] = field(default_factory=list)
+    api: FlaskClient = field(init=False)  # the real app, in process
+    store: JobStore = field(init=False)
 
     @classmethod
-    def start(cls, folder: Path, **overrides: Any) -> Cluster:
+    def start(cls, folder: Path, long_ms: int = 0, batching: str = BATCHING, **overrides: Any) -> Cluster:
         folder.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(folder / "redis").start()
+        # Short everything, so recoveries fit in a test; the lease still outlasts the 5 s Redis pause below.
         options: dict[str, Any] = {"visibility_timeout_s": 5, "worker_ttl_s": 6, "rate_limit": "1000000/minute",
-                                   "orphan_grace_s": 8}
-        settings = Settings(redis_url=redis.url, key_prefix="faults:", models_file=models_file(folder),
-                            **{**options, **overrides})
+                                   "orphan_grace_s": 8, "lease_s": 8}
+        settings = Settings(redis_url=redis.url, key_prefix="faults:",
+                            models_file=models_file(folder, long_ms, batching), **{**options, **overrides})
         cluster = cls(folder, redis, settings)
         cluster.api = create_app(settings).test_client()
         cluster.store = JobStore(connect(settings), settings)
@@ -64,9 +84,38 @@ class Cluster:
         return response.status_code, (response.json or {}).get("id")
 
     def executions(self) -> Counter[str]:
-        log = self.folder / "exec.log"
-        lines = log.read_text().splitlines() if log.exists() else []
-        return Counter(line.split(" ", 2)[2].removesuffix(" [MASK]") for line in lines)
+        return Counter(run.text for run in self.runs())
+
+    def runs(self) -> list[Run]:
+        """Every execution so far, with its start and (if it finished) end, by the runtime's log."""
+        def lines(name: str, fields: int) -> list[list[str]]:
+            path = self.folder / name
+            return [line.split(" ", fields - 1) for line in path.read_text().splitlines()] if path.exists() else []
+
+        ends: dict[tuple[int, str], list[float]] = {}
+        for pid, at, text in lines("exec.log.done", 3):
+            ends.setdefault((int(pid), text), []).append(float(at))
+        runs = []
+        for pid, _, start, text in lines("exec.log", 4):
+            done = ends.get((int(pid), text))
+            runs.append(Run(text.removesuffix(" [MASK]"), int(pid), float(start), done.pop(0) if done else None))
+        return runs
+
+    def lose_in_transit(self, job_ids: set[str]) -> int:
+        """Take these jobs' messages out of kombu's unacked hash and drop them; returns how many.
+
+        What a second worker does to a dead worker's messages when it is SIGKILLed between kombu's restore
+        (which moves them to the queue) and its own BRPOP recording them as unacknowledged: they are
+        nowhere any more. The window is microseconds wide in a real worker, so the tests open it by hand.
+        """
+        client, prefix = self.store.redis, self.settings.key_prefix
+        lost = 0
+        for tag, raw in client.hgetall(prefix + UNACKED_KEY).items():
+            if envelope_job_id(json.loads(raw)[0]) in job_ids:
+                client.hdel(prefix + UNACKED_KEY, tag)
+                client.zrem(prefix + UNACKED_INDEX_KEY, tag)
+                lost += 1
+        return lost
 
     def wait_executed(self, at_least: int, timeout: float = 60) -> None:
         end = time.monotonic() + timeout

@@ -9,20 +9,10 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 import redis
 
 from tests.faults.cluster import Cluster
-
-
-@pytest.fixture
-def cluster(tmp_path) -> Iterator[Cluster]:
-    """A cluster with its own Redis, torn down after the test."""
-    c = Cluster.start(tmp_path)
-    yield c
-    c.stop()
 
 
 def submit_all(cluster: Cluster, texts: list[str]) -> list[str]:

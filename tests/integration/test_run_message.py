@@ -45,6 +45,19 @@ def test_another_models_job_fails_as_wrong_model_and_never_runs(api, worker_for,
     assert worker.proc.poll() is None
 
 
+def test_a_message_with_forged_input_runs_the_stored_input_or_nothing(api, worker_for, store, settings):
+    worker_for("echo")
+    tag = uuid.uuid4().hex
+    record = queued_record(store, "echo", f"stored-{tag}")
+    # Anyone who can publish to the queue (Flower's task API included) names a real job with their own input.
+    forged = RunMessage.of(record.model_copy(update={"input": {"text": f"forged-{tag} [MASK]"}}))
+    api.application.extensions["genq"].celery.send_task(**send_args(forged))
+    job = poll(api, record.id)
+    assert f"forged-{tag}" not in (settings.models_file.parent / "echo-exec.log").read_text()
+    assert job["status"] == "succeeded", job
+    assert job["output"][0]["sequence"] == f"stored-{tag} [MASK]"
+
+
 def publish_raw(store: JobStore, model: str, job_id: str, kwargs: object) -> None:
     """A JSON ``genq.run`` message written straight into a queue, as a foreign or older producer might."""
     body = base64.b64encode(json.dumps([[], kwargs, {}]).encode()).decode()

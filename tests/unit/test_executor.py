@@ -18,7 +18,7 @@ from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from worker.executor import Executor
-from worker.job import WorkItem
+from worker.job import WorkItem, new_token
 from worker.runtimes.base import Blob, Prediction, Runtime
 
 
@@ -53,13 +53,17 @@ def store(key_prefix):
     return JobStore(connect(settings), settings)
 
 
-def items(store: JobStore, texts: list[str], **kw) -> list[WorkItem]:
+def items(store: JobStore, texts: list[str], deadline_s: float | None = None) -> list[WorkItem]:
+    """Queued jobs as the API writes them, each with the work item its message makes once loaded."""
     out = []
     for text in texts:
-        job_id = str(uuid.uuid4())
-        store.create(JobRecord(id=job_id, model="fake", kind=JobKind.fill_mask, status=JobStatus.queued,
-                               created_at=time.time()))
-        out.append(WorkItem(job_id=job_id, raw_input={"text": f"{text} [MASK]"}, created_at=time.time(), **kw))
+        now = time.time()
+        record = store.create(JobRecord(
+            id=str(uuid.uuid4()), model="fake", kind=JobKind.fill_mask, status=JobStatus.queued, created_at=now,
+            deadline_at=None if deadline_s is None else now + deadline_s, input={"text": f"{text} [MASK]"}))
+        item = WorkItem(job_id=record.id, raw_input={})
+        item.take_record(record)
+        out.append(item)
     return out
 
 
@@ -115,7 +119,7 @@ def test_out_of_memory_on_a_single_job_fails_it_clearly(store):
 def test_canceled_and_expired_jobs_are_dropped_before_the_batch(store):
     runtime = ScriptedRuntime()
     live, canceled = items(store, ["live", "canceled"])
-    [expired] = items(store, ["expired"], deadline_at=time.time() - 1)
+    [expired] = items(store, ["expired"], deadline_s=0.0)  # passed by the time it is claimed (Redis' clock)
     store.cancel(canceled.job_id)
     run(store, runtime, [live, canceled, expired])
     assert runtime.calls == [["live [MASK]"]]
@@ -132,11 +136,14 @@ def test_a_succeeded_job_is_not_run_again(store):
     assert runtime.calls == [["once [MASK]"]] and redelivered.status == JobStatus.succeeded
 
 
-def test_a_job_that_keeps_killing_its_worker_fails_as_worker_lost(store):
+def test_a_job_that_keeps_killing_its_worker_fails_as_worker_lost(key_prefix):
+    settings = Settings(key_prefix=key_prefix + "exec:", lease_s=0.001)  # a dead worker's lease lapses at once
+    store = JobStore(connect(settings), settings)
     runtime = ScriptedRuntime()
     [item] = items(store, ["poison"])
-    for _ in range(3):
-        store.claim_many([item.job_id])  # three deliveries whose worker died mid-batch
+    for _ in range(3):  # three runs whose worker died mid-batch: each next claim takes over a lapsed lease
+        store.claim_many([(item.job_id, new_token())])
+        time.sleep(0.005)
     run(store, runtime, [WorkItem(job_id=item.job_id, raw_input=item.raw_input)])
     record = store.get(item.job_id)
     assert record.status == JobStatus.failed and record.error.code == "worker_lost"
@@ -226,9 +233,9 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     executor = executor_for(store, runtime)
     real_finish, seen_at_finish = store.finish, []
 
-    def finish(job_id, status, **kw):
+    def finish(job_id, token, status, **kw):
         seen_at_finish.append([executor.outputs.get(e.key) for e in kw["binary_outputs"]])
-        return real_finish(job_id, status, **kw)
+        return real_finish(job_id, token, status, **kw)
 
     monkeypatch.setattr(store, "finish", finish)
     executor.execute(executor.admit_all([item]))
