@@ -25,7 +25,13 @@ EVENT_STREAM_RESPONSE = {
                    "the stream), `progress` ({step, total}), `text` ({text, offset, tokens}: the text so far is "
                    "text[:offset] + text), `error` ({code, message}). Every event from the worker has an `id`: "
                    "reconnect with `Last-Event-ID` to resume after it.",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    # One event as a client's SSE parser hands it over (what schemathesis checks each event against).
+    "content": {"text/event-stream": {"schema": {
+        "type": "object",
+        "properties": {"event": {"enum": ["status", "progress", "text", "error"]}, "data": {"type": "string"},
+                       "id": {"type": "string"}, "retry": {"type": "integer", "minimum": 0}},
+        "required": ["event", "data"],
+    }}},
 }
 
 
