@@ -8,7 +8,8 @@ between reads: the worker's event channel says the stream grew, the done channel
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import redis
 
@@ -30,8 +31,10 @@ class JobEventStream:
     """
 
     def __init__(self, store: JobStore, watch: Watch | None, job_id: str, after: str | None,
-                 keepalive_s: float = KEEPALIVE_S) -> None:
+                 keepalive_s: float = KEEPALIVE_S, show: Callable[[JobRecord], dict[str, Any]] | None = None) -> None:
         self.store, self.watch, self.job_id, self.after = store, watch, job_id, after
+        # How the terminal event shows the job: as GET /v1/jobs/{id} does (with presigned output URLs).
+        self.show = show or (lambda record: record.public().model_dump(mode="json"))
         self.keepalive_s = keepalive_s
         self._sent: JobStatus | None = None
 
@@ -76,8 +79,8 @@ class JobEventStream:
                 check_record = False  # more to read first
                 continue
             if record.status.terminal:  # read before the stream was: the stream holds all it will
-                yield JobEvent(type=EventType.status,
-                               data=StatusChange(status=record.status, job=record.public()).model_dump(mode="json"))
+                data = StatusChange(status=record.status).model_dump(mode="json")
+                yield JobEvent(type=EventType.status, data={**data, "job": self.show(record)})
                 return
             fired = self._wait(quiet_since)
             if fired is None:

@@ -8,6 +8,7 @@ from flask import Response, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from api.event_stream import JobEventStream
+from api.outputs import public_job
 from api.routes_jobs import JobPath, owned_record
 from api.services import services
 from api.sse import KEEPALIVE, RETRY_MS, event_text, sse_response
@@ -48,7 +49,8 @@ def job_events(path: JobPath) -> Response:
         if watch is None:
             raise Unavailable("this API process holds as many waits and streams as it may; retry shortly, or poll "
                               f"GET /v1/jobs/{record.id}", retry_after=STREAMS_FULL_RETRY_AFTER_S)
-    stream = JobEventStream(svc.store, watch, record.id, stream_id(request.headers.get("Last-Event-ID")))
+    stream = JobEventStream(svc.store, watch, record.id, stream_id(request.headers.get("Last-Event-ID")),
+                            show=lambda shown: public_job(svc, shown))
 
     def chunks() -> Iterator[str]:
         retry = f"retry: {RETRY_MS}\n"  # with the first event: a message of its own reads as an empty event
