@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,11 +42,30 @@ def wait_ready(url: str, timeout: float = 180) -> None:
     raise TimeoutError("stack not ready")
 
 
+def free_ports_in_a_row(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports (`genq up` gives worker i port + i)."""
+    for _ in range(100):
+        first = free_port()
+        sockets = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
 @pytest.fixture(scope="module")
 def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     """`genq up --models bert-demo,sd-demo` on spare ports, with this run's Redis prefix."""
     state = tmp_path_factory.mktemp("stack")
-    api_port, flower_port, metrics_port = free_port(), free_port(), free_port()
+    api_port, flower_port, metrics_port = free_port(), free_port(), free_ports_in_a_row(2)
     env = worker_env(settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2",
                      GENQ_METRICS_PORT=str(metrics_port))
     # The stack lists only the models it serves, so /readyz can say ready.
