@@ -40,9 +40,9 @@ class IdempotencyGuard:
     or that never got a record within ``ABANDONED_AFTER_S`` (its request died), is replaced.
     """
 
-    def __init__(self, store: JobStore, ttl_s: int, owner: str, key: str, digest: str) -> None:
-        self.store, self.owner, self.key, self.digest = store, owner, key, digest
-        self.bindings = IdempotencyBindings(store.redis, store.keys, ttl_s)
+    def __init__(self, store: JobStore, bindings: IdempotencyBindings, owner: str, key: str, digest: str) -> None:
+        # ``bindings`` is the app's (api/services.py): building it per request registered two scripts each time.
+        self.store, self.bindings, self.owner, self.key, self.digest = store, bindings, owner, key, digest
         self.bound: str | None = None
 
     def existing_job(self, new_job_id: str) -> str | None:

@@ -84,7 +84,7 @@ def create_job() -> Response:
             check_webhook_url(body.webhook, svc.settings, field="webhook")
         job_id = str(uuid.uuid4())
         key = requested_key()
-        guard = IdempotencyGuard(svc.store, svc.settings.idempotency_ttl_s, owner, key,
+        guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key,
                                  body_digest(body.model_dump(mode="json"))) if key else None
         existing = guard.existing_job(job_id) if guard else None
         if existing is not None:

@@ -13,6 +13,7 @@ from tasks.celery_app import create_celery
 from tasks.constants import Keys
 from tasks.errors import UnknownModel
 from tasks.fleet import FleetStore
+from tasks.idempotency import IdempotencyBindings
 from tasks.job_store import JobStore
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
 from tasks.outputs import OutputStore, output_store
@@ -35,20 +36,23 @@ class Services:
     keys: KeyRing
     queue_limit: QueueLimit
     waiters: WaitHub
+    idempotency: IdempotencyBindings
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
         client = connect(settings, fail_fast=True)
+        store = JobStore(client, settings)
         return cls(
             settings=settings,
             models=load_models_file(settings.models_file),
-            store=JobStore(client, settings),
+            store=store,
             fleet=FleetStore(client, settings),
             outputs=output_store(client, settings),
             celery=create_celery(settings),
             keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
             queue_limit=QueueLimit(client, settings),
             waiters=WaitHub(client, Keys(settings.key_prefix), settings.waiters_per_process),
+            idempotency=IdempotencyBindings(client, store.keys, settings.idempotency_ttl_s),
         )
 
     def model(self, model_id: str) -> ModelSpec:

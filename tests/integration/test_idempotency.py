@@ -52,3 +52,22 @@ def test_a_binding_is_released_only_by_its_owner(settings, store):
     assert not bindings.drop_stale("alice", key, standing)  # a newer binding stands now
     assert bindings.release("alice", key, "job-3")
     assert bindings.bind("bob", key, "job-4", "d1") is None  # owners never share a key
+
+
+def test_requests_with_a_key_reuse_the_apps_bindings(api, worker_for, monkeypatch):
+    # Built once per app (api/services.py): a per-request build registered two Lua scripts every time.
+    worker_for("echo")
+    built: list[object] = []
+    original = IdempotencyBindings.__init__
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(IdempotencyBindings, "__init__", counting)
+    key = uuid.uuid4().hex
+    body = {"model": "echo", "input": {"text": "a [MASK]"}}
+    first = api.post("/v1/jobs", headers={"Idempotency-Key": key}, json=body)
+    again = api.post("/v1/jobs", headers={"Idempotency-Key": key}, json=body)
+    assert first.status_code == 202 and again.get_json()["id"] == first.get_json()["id"]
+    assert built == []
