@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import redis
+
 from tasks.celery_app import create_celery
 from tasks.redis_transport import Channel
 from tasks.settings import Settings
+from tests.integration.jobs import poll, submit
 
 
 def test_a_channel_reuses_its_client_until_its_pool_changes(settings: Settings) -> None:
@@ -27,3 +32,19 @@ def test_a_channel_reuses_its_client_until_its_pool_changes(settings: Settings) 
         channel.basic_publish(channel.prepare_message("hello"), exchange="", routing_key=queue)
         assert channel._size(queue) == 1
         channel.queue_purge(queue)
+
+
+def test_a_job_is_delivered_without_its_queues_bindings(settings: Settings, worker_for: Any) -> None:
+    """The API publishes with ``declare=[]`` (tasks/messages.py): kombu's anonymous exchange pushes onto the
+    queue's list without its ``_kombu.binding.*`` set, e.g. after a Redis restart without persistence."""
+    from api import create_app
+
+    worker_for("echo")
+    client = redis.Redis.from_url(settings.redis_url)
+    bindings = f"{settings.key_prefix}_kombu.binding.*"
+    for key in client.scan_iter(match=bindings):
+        client.delete(key)
+    api = create_app(settings).test_client()  # a new Celery app: nothing declared on its connection yet
+    job = submit(api, "echo", {"text": "no [MASK] bindings"})
+    assert poll(api, job["id"], timeout=30)["status"] == "succeeded"
+    assert not list(client.scan_iter(match=bindings))  # the API declared nothing

@@ -11,7 +11,7 @@ from tasks.constants import TASK_RUN
 from tasks.errors import ErrorCode
 from tasks.inputs import JobKind
 from tasks.job_store import JobRecord
-from tasks.messages import InvalidMessage, RunMessage, parse_run, send_args
+from tasks.messages import KWARGS_REPR_MAX, InvalidMessage, RunMessage, parse_run, send_args
 from tasks.schemas import JobStatus
 
 
@@ -74,3 +74,9 @@ def test_a_message_whose_task_id_is_not_its_job_id_is_refused():
     kwargs = send_args(RunMessage.of(record()))["kwargs"]
     with pytest.raises(InvalidMessage, match="not its job id"):
         parse_run("job-2", wire(kwargs))
+
+
+def test_send_args_skip_the_declaration_and_carry_a_short_repr():
+    args = send_args(RunMessage.of(record(input={"prompt": "x" * 1000})))
+    assert args["declare"] == [] and args["argsrepr"] == "()"
+    assert args["kwargsrepr"].startswith("{'prompt': 'xxx") and len(args["kwargsrepr"]) == KWARGS_REPR_MAX
