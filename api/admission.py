@@ -7,25 +7,25 @@ import math
 from tasks.errors import ErrorCode, Unavailable
 from tasks.fleet import FleetStore
 from tasks.models_file import ModelSpec
-from tasks.queue_limit import Outcome, QueueLimit
+from tasks.queue_limit import Outcome, Reservation
 
 NO_WORKERS_RETRY_AFTER_S = 10  # a worker loading a model takes seconds to minutes
 
 
-def admit(fleet: FleetStore, limit: QueueLimit, spec: ModelSpec, job_id: str) -> None:
-    """Reserve ``job_id`` a place in ``spec``'s queue, or raise Unavailable (no worker, or the queue is full).
+def refusal(fleet: FleetStore, spec: ModelSpec, reservation: Reservation) -> Unavailable:
+    """The 503 for a reservation Redis refused (no worker, or the queue is full).
 
-    One atomic step in Redis, so concurrent submitters can never take the queue past ``max_queue_depth``.
+    The reservation is one atomic step in Redis (with the record's write: ``JobStore.admit``), so concurrent
+    submitters can never take the queue past ``max_queue_depth``.
     """
-    outcome, depth = limit.reserve(spec.id, job_id, spec.max_queue_depth)
+    outcome, depth = reservation
     if outcome == Outcome.no_workers:
-        raise Unavailable(f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S,
-                          code=ErrorCode.no_workers)
-    if outcome == Outcome.full:
-        raise Unavailable(
-            f"model {spec.id!r} is overloaded ({depth} jobs queued); retry later",
-            retry_after=retry_after_s(fleet, spec, depth, max(1, fleet.workers_online(spec.id))),
-        )
+        return Unavailable(f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S,
+                           code=ErrorCode.no_workers)
+    return Unavailable(
+        f"model {spec.id!r} is overloaded ({depth} jobs queued); retry later",
+        retry_after=retry_after_s(fleet, spec, depth, max(1, fleet.workers_online(spec.id))),
+    )
 
 
 def retry_after_s(fleet: FleetStore, spec: ModelSpec, depth: int, workers: int) -> int:

@@ -13,12 +13,12 @@ from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from api.admission import admit
+from api.admission import refusal
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.outputs import public_job, serve_output
 from api.services import PUBLISH_RETRY_POLICY, Services, services
-from tasks.errors import Gone, NotFound
+from tasks.errors import Gone, NotFound, Unavailable
 from tasks.job_store import JobRecord
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
@@ -105,33 +105,49 @@ def create_job() -> Response:
 
 def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,
            owner: str) -> JobRecord:
-    """Reserve a place, write the record, then send the message (the record first: an id handed out is never
-    unknown). A failure after the reservation gives the place back."""
-    admit(svc.fleet, svc.queue_limit, spec, job_id)
-    deadline_s = body.deadline_s or spec.default_deadline_s
-    now = time.time()
-    record = JobRecord(
-        id=job_id, model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner, key_id=current_key().key_id,
-        priority=body.priority, created_at=now, deadline_at=now + deadline_s if deadline_s else None,
-        input=inp, webhook=body.webhook, webhook_events=list(body.webhook_events) if body.webhook else [],
-    )
+    """Reserve a place and write the record (one script), then send the message (the record first: an id handed
+    out is never unknown). A failure after the reservation gives the place back."""
+    record = new_record(spec, body, inp, job_id, owner)
+    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth)
     try:
-        record = svc.store.create(record)  # stamped with Redis' clock; replicated first if so configured
+        reservation, created = svc.store.admit(record, place)
+    except Unavailable:  # written but not replicated in time. (Redis unreachable: no undo, as it would time out
+        undo(svc, spec, record)  # too; a reservation left by a lost reply is pruned, its record re-sent.)
+        raise
+    if created is None:
+        raise refusal(svc.fleet, spec, reservation)  # nothing was written
+    try:
         svc.celery.send_task(
-            **send_args(RunMessage.of(record)),
+            **send_args(RunMessage.of(created)),
             retry_policy=PUBLISH_RETRY_POLICY,
             # Results live in the job store: without this Celery SUBSCRIBEs and UNSUBSCRIBEs to a result
             # channel on every publish, two Redis round trips per job for nothing.
             ignore_result=True,
         )
     except Exception:
-        try:
-            svc.store.delete(record)
-            svc.queue_limit.release(spec.id, job_id)
-        except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/queue_limit.py)
-            log.warning("job %s: could not undo its record and reservation", job_id)
+        undo(svc, spec, created)
         raise
-    return record
+    return created
+
+
+def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str, owner: str) -> JobRecord:
+    """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
+    deadline_s = body.deadline_s or spec.default_deadline_s
+    now = time.time()
+    return JobRecord(
+        id=job_id, model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner, key_id=current_key().key_id,
+        priority=body.priority, created_at=now, deadline_at=now + deadline_s if deadline_s else None,
+        input=inp, webhook=body.webhook, webhook_events=list(body.webhook_events) if body.webhook else [],
+    )
+
+
+def undo(svc: Services, spec: ModelSpec, record: JobRecord) -> None:
+    """Remove the record and give the place back: the client gets an error, not a job."""
+    try:
+        svc.store.delete(record)
+        svc.queue_limit.release(spec.id, record.id)
+    except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/queue_limit.py)
+        log.warning("job %s: could not undo its record and reservation", record.id)
 
 
 @jobs.get("/<job_id>", responses={"200": Job, "410": ErrorBody})

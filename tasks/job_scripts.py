@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from tasks.queue_limit import RESERVE_FN
+
 _PROLOGUE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -29,19 +31,37 @@ local function ended(status)
 end
 """
 
-#: KEYS job, active set, tombstone. ARGV: id, owner, tombstone TTL, deadline offset ('' for none), field pairs.
-#: The record gets no TTL (it expires from its end); created_at and deadline_at are stamped on Redis' clock.
-CREATE: Final = """
+_NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'created_at', string.format('%.6f', now))
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'deadline_at', string.format('%.6f', now + tonumber(ARGV[4])))
+"""
+# The record gets no TTL (it expires from its end); created_at and deadline_at are stamped on Redis' clock.
+_CREATE_FN = """
+local function create(job, active, tombstone, id, owner, tombstone_ttl, offset, fields_from, now)
+  for i = fields_from, #ARGV, 2 do redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
+  redis.call('HSET', job, 'created_at', string.format('%.6f', now))
+  if offset ~= '' then
+    redis.call('HSET', job, 'deadline_at', string.format('%.6f', now + tonumber(offset)))
+  end
+  redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
+  redis.call('ZADD', active, now, id)
+  return string.format('%.6f', now)
 end
-redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[3])
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-return string.format('%.6f', now)
+"""
+
+#: KEYS job, active set, tombstone. ARGV: id, owner, tombstone TTL, deadline offset ('' for none), field pairs.
+#: Returns created_at.
+CREATE: Final = _NOW + _CREATE_FN + """
+return create(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 5, now)
+"""
+
+#: CREATE behind the queue reservation (tasks/queue_limit.py), in one round trip: the record is written only
+#: with its place reserved. KEYS job, active set, tombstone, queued set, workers. ARGV 1-4 as CREATE's, 5-10 the
+#: reservation's (``QueueLimit.reservation``), field pairs from 11. Returns {outcome, depth, created_at or ''}.
+ADMIT: Final = _NOW + RESERVE_FN + _CREATE_FN + """
+local outcome, depth = reserve(KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], now)
+if outcome ~= 1 then return {outcome, depth, ''} end
+return {outcome, depth, create(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 11, now)}
 """
 
 #: ARGV[5] token, ARGV[6] lease seconds, ARGV[7] worker, ARGV[8] the error JSON for a passed deadline.

@@ -25,6 +25,7 @@ from tasks.job_record import JobRecord as JobRecord  # re-exported: the store's 
 from tasks.job_record import decode, encode
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
+from tasks.queue_limit import Outcome, Reservation, ScriptCall
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
 from tasks.settings import Settings
 
@@ -85,6 +86,7 @@ class JobStore:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self._create = client.register_script(job_scripts.CREATE)
+        self._admit = client.register_script(job_scripts.ADMIT)
         self._claim = client.register_script(job_scripts.CLAIM)
         self._finish = client.register_script(job_scripts.FINISH)
         self._end = client.register_script(job_scripts.END)
@@ -98,15 +100,49 @@ class JobStore:
         ``created_at`` becomes Redis' time, and ``deadline_at`` keeps its distance from it. With
         ``redis_wait_replicas``, raises Unavailable unless that many replicas hold the record.
         """
+        keys, args = self._create_call(record)
+        now, replicated = self._write(self._create, keys, args)
+        self._check_replicated(record, replicated)
+        return self._stamped(record, now)
+
+    def admit(self, record: JobRecord, reservation: ScriptCall) -> tuple[Reservation, JobRecord | None]:
+        """Reserve the job's place in its queue (``QueueLimit.reservation``) and write the record: one script, one
+        round trip, and a record never without its place. The record as ``create`` returns it, or None when the
+        reservation was refused (then nothing was written)."""
+        keys, args = self._create_call(record)
+        reserve_keys, reserve_args = reservation
+        (outcome, depth, now), replicated = self._write(
+            self._admit, [*keys, *reserve_keys], [*args[:4], *reserve_args, *args[4:]])
+        reserved = Reservation(Outcome(int(outcome)), int(depth))
+        if reserved.outcome != Outcome.reserved:
+            return reserved, None
+        self._check_replicated(record, replicated)
+        return reserved, self._stamped(record, now)
+
+    def _create_call(self, record: JobRecord) -> ScriptCall:
+        """CREATE's KEYS and ARGV (id, owner, tombstone TTL, deadline offset, field pairs)."""
         offset = "" if record.deadline_at is None else str(max(0.0, record.deadline_at - record.created_at))
         fields = _pairs(record.model_dump(exclude_none=True, exclude={"created_at", "deadline_at"}))
         keys = [self.keys.job(record.id), self.keys.active(record.model), self.keys.gone(record.id)]
-        args: list[str | float] = [record.id, record.owner or "-", self.settings.tombstone_ttl_s, offset, *fields]
-        now, replicated = self._replicated(lambda pipe: self._create(keys=keys, args=args, client=pipe))
+        return keys, [record.id, record.owner or "-", self.settings.tombstone_ttl_s, offset, *fields]
+
+    def _write(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Any, bool]:
+        """Run a write script: alone when no replica is awaited (one EVALSHA; in a pipeline redis-py sends SCRIPT
+        EXISTS first), else with WAIT on its connection. Returns its reply and whether the replicas hold it."""
+        if self.settings.redis_wait_replicas <= 0:
+            return script(keys=keys, args=args), True
+        return self._replicated(lambda pipe: script(keys=keys, args=args, client=pipe))
+
+    def _check_replicated(self, record: JobRecord, replicated: bool) -> None:
         if not replicated:
             raise Unavailable(f"job {record.id} did not reach {self.settings.redis_wait_replicas} replicas in time; "
                               "it was not accepted", code=ErrorCode.broker_unavailable)
-        deadline = None if record.deadline_at is None else float(now) + float(offset)
+
+    @staticmethod
+    def _stamped(record: JobRecord, now: Any) -> JobRecord:
+        """``record`` with Redis' creation time, its deadline kept at the same distance from it."""
+        offset = None if record.deadline_at is None else max(0.0, record.deadline_at - record.created_at)
+        deadline = None if offset is None else float(now) + offset
         return record.model_copy(update={"created_at": float(now), "deadline_at": deadline})
 
     def _replicated(self, queue: Callable[[Any], object]) -> tuple[Any, bool]:

@@ -10,7 +10,7 @@ failed), and the API drops it when the job's message could not be sent.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, Final, NamedTuple
 
 import redis
 
@@ -23,19 +23,33 @@ STALE_AFTER_S = 60.0
 PRUNE_BATCH = 10
 
 # Times are Redis' own (TIME): the workers' heartbeats are stamped on the same clock.
-_RESERVE = """
+_NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[5]), 'LIMIT', 0, tonumber(ARGV[6]))
-for _, id in ipairs(old) do
-  if redis.call('HGET', ARGV[4] .. id, 'status') ~= 'queued' then redis.call('ZREM', KEYS[1], id) end
-end
-if redis.call('ZCOUNT', KEYS[2], now - tonumber(ARGV[3]), '+inf') == 0 then return {-1, 0} end
-local depth = redis.call('ZCARD', KEYS[1])
-if depth >= tonumber(ARGV[2]) then return {0, depth} end
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-return {1, depth + 1}
 """
+#: The reservation as a Lua function, so the job store's ADMIT script (tasks/job_scripts.py) runs it and writes
+#: the record in the same round trip. Arguments as ``QueueLimit.reservation`` orders them; returns outcome, depth.
+RESERVE_FN: Final = """
+local function reserve(queued, workers, id, limit, worker_ttl, job_prefix, stale_after, batch, now)
+  local old = redis.call('ZRANGEBYSCORE', queued, '-inf', now - tonumber(stale_after), 'LIMIT', 0, tonumber(batch))
+  for _, old_id in ipairs(old) do
+    if redis.call('HGET', job_prefix .. old_id, 'status') ~= 'queued' then redis.call('ZREM', queued, old_id) end
+  end
+  if redis.call('ZCOUNT', workers, now - tonumber(worker_ttl), '+inf') == 0 then return -1, 0 end
+  local depth = redis.call('ZCARD', queued)
+  if depth >= tonumber(limit) then return 0, depth end
+  redis.call('ZADD', queued, now, id)
+  return 1, depth + 1
+end
+"""
+_RESERVE = _NOW + RESERVE_FN + """
+local outcome, depth = reserve(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], now)
+return {outcome, depth}
+"""
+
+
+#: A Lua script's KEYS and ARGV.
+ScriptCall = tuple[list[str], list[Any]]
 
 
 class Outcome(IntEnum):
@@ -55,11 +69,15 @@ class QueueLimit:
         self.keys = Keys(settings.key_prefix)
         self._reserve = client.register_script(_RESERVE)
 
+    def reservation(self, model_id: str, job_id: str, limit: int) -> ScriptCall:
+        """The KEYS and ARGV of ``reserve`` (also what the job store's ADMIT script takes ahead of its own)."""
+        return ([self.keys.queued(model_id), self.keys.workers(model_id)],
+                [job_id, limit, self.settings.worker_ttl_s, self.keys.job(""), STALE_AFTER_S, PRUNE_BATCH])
+
     def reserve(self, model_id: str, job_id: str, limit: int) -> Reservation:
         """Reserve a place for ``job_id`` unless no worker serves the model or ``limit`` places are taken."""
-        outcome, depth = self._reserve(
-            keys=[self.keys.queued(model_id), self.keys.workers(model_id)],
-            args=[job_id, limit, self.settings.worker_ttl_s, self.keys.job(""), STALE_AFTER_S, PRUNE_BATCH])
+        keys, args = self.reservation(model_id, job_id, limit)
+        outcome, depth = self._reserve(keys=keys, args=args)
         return Reservation(Outcome(int(outcome)), int(depth))
 
     def release(self, model_id: str, job_id: str) -> None:
