@@ -6,6 +6,7 @@ import logging
 import re
 import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 from flask import Response, current_app, jsonify, make_response, request, url_for
@@ -18,6 +19,7 @@ from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.outputs import public_job, serve_output
 from api.services import PUBLISH_RETRY_POLICY, Services, services
+from api.waiters import Watch
 from tasks.errors import Gone, NotFound, Unavailable
 from tasks.job_store import JobRecord
 from tasks.messages import RunMessage, send_args
@@ -46,10 +48,20 @@ def prefer_wait_s() -> float:
     return min(float(match.group(1)), services().settings.wait_cap_s) if match else 0.0
 
 
-def wait_for(svc: Services, record: JobRecord, seconds: float) -> JobRecord:
-    """The record once terminal, or as it stands after ``seconds`` (or at once when every wait slot is taken)."""
-    waited = svc.waiters.wait(record.id, seconds, lambda: svc.store.get(record.id), lambda r: r.status.terminal)
-    return waited or record
+def wait_for(svc: Services, record: JobRecord, seconds: float, watch: Watch | None = None) -> JobRecord:
+    """The record once terminal, or as it stands after ``seconds`` (or at once when every wait slot is taken).
+
+    With ``watch`` (registered before ``record`` was written) the wait starts from ``record`` without reading it.
+    """
+    def read() -> JobRecord | None:
+        return svc.store.get(record.id)
+
+    def done(r: JobRecord) -> bool:
+        return r.status.terminal
+
+    if watch is not None:
+        return svc.waiters.wait_on(watch, record, seconds, read, done) or record
+    return svc.waiters.wait(record.id, seconds, read, done) or record
 
 
 def job_response(record: JobRecord, status: int) -> Response:
@@ -75,6 +87,16 @@ def owned_record(job_id: str) -> JobRecord:
 def create_job() -> Response:
     """Submit a job; ``Prefer: wait=N`` blocks up to N s and answers 200 with the finished job."""
     svc = services()
+    wait = prefer_wait_s()
+    with ExitStack() as scope:  # closes the wait's watch, if one was opened, on every path
+        record, watch = accept_job(svc, scope, wait)
+        if wait > 0 and not record.status.terminal:
+            record = wait_for(svc, record, wait, watch)
+    return job_response(record, 200 if record.status.terminal else 202)
+
+
+def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord, Watch | None]:
+    """The job submitted (or an idempotent replay's), and for a new one that will be waited for, its watch."""
     owner = current_owner()
     with current_app.extensions["genq_submission_limit"]:
         # Parsed here, not by flask-openapi3: its body is one model's (api/spec.py), and a JSON string holding
@@ -89,18 +111,17 @@ def create_job() -> Response:
         existing = guard.existing_job(job_id) if guard else None
         if existing is not None:
             record = svc.store.get(existing)
-        else:
-            try:
-                record = submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner)
-            except Exception:
-                if guard:
-                    guard.release()
-                raise
-    assert record is not None
-    wait = prefer_wait_s()
-    if wait > 0 and not record.status.terminal:
-        record = wait_for(svc, record, wait)
-    return job_response(record, 200 if record.status.terminal else 202)
+            assert record is not None
+            return record, None
+        # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
+        # record written here, and reads only when the job's done channel fires.
+        watch = scope.enter_context(svc.waiters.watching(job_id)) if wait > 0 else None
+        try:
+            return submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner), watch
+        except Exception:
+            if guard:
+                guard.release()
+            raise
 
 
 def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,

@@ -119,24 +119,45 @@ class WaitHub:
 
         Without a free slot, or while the listener is not subscribed, it reads once and returns.
         """
+        with self.watching(job_id, min(timeout, POLL_S)) as watch:
+            if watch is None:
+                return read()
+            return self.wait_on(watch, read(), timeout, read, done)  # registered first: a finish in between fires
+
+    @contextmanager
+    def watching(self, job_id: str, ready_s: float = POLL_S) -> Iterator[Watch | None]:
+        """Hold a slot and watch ``job_id``'s done channel for the block; None without a free slot, or when the
+        listener is not subscribed within ``ready_s``.
+
+        A request that submits the job itself opens this before sending the message, so it can wait from the
+        record it wrote (``wait_on``): a finish can only come after the message, and fires the watch.
+        """
         with self.slot() as free:
             if not free:
-                return read()
+                yield None
+                return
             self._ensure_listener()
-            if not self._subscribed.wait(min(timeout, POLL_S)):
-                return read()
+            if not self._subscribed.wait(ready_s):
+                yield None
+                return
             watch = self._register(Watch(self, [self._keys.done_channel(job_id)], owns_slot=False))
             try:
-                record = read()  # registered first: a finish in between sets the event
-                end = time.monotonic() + timeout
-                while record is not None and not done(record):
-                    remaining = end - time.monotonic()
-                    if remaining <= 0 or not watch.wait(remaining):
-                        break
-                    record = read()
-                return record
+                yield watch
             finally:
                 watch.close()
+
+    @staticmethod
+    def wait_on(watch: Watch, record: R | None, timeout: float, read: Callable[[], R | None],
+                done: Callable[[R], bool]) -> R | None:
+        """From ``record`` (as read, or written, after ``watch`` was registered) until ``done`` or ``timeout``,
+        re-reading only when the watch fires (a finish, or the listener (re)subscribed)."""
+        end = time.monotonic() + timeout
+        while record is not None and not done(record):
+            remaining = end - time.monotonic()
+            if remaining <= 0 or not watch.wait(remaining):
+                break
+            record = read()
+        return record
 
     def watch(self, channels: list[str]) -> Watch | None:
         """Take a slot and watch ``channels`` until the Watch is closed (a held stream); None if no slot is free."""

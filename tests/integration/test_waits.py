@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import redis
@@ -112,3 +114,103 @@ def test_five_hundred_waits_do_not_starve_reads_and_submissions(settings, store,
     p99 = {name: statistics.quantiles(values, n=100)[98] for name, values in (("GET", gets), ("POST", posts))}
     assert held >= 40, (sent, held)  # requests really were held open (2 processes x 24 slots by default)
     assert p99["GET"] < 0.1 and p99["POST"] < 0.1, p99
+
+
+GHOST = "waits-ghost@test"
+
+
+@contextmanager
+def sent_commands() -> Iterator[list[bytes]]:
+    """The commands this thread sends to Redis (a pipeline is one send), as their first word."""
+    sent: list[bytes] = []
+    me = threading.get_ident()
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == me:
+            packed = b"".join(command) if isinstance(command, list) else command
+            sent.append(packed.split(b"\r\n")[2].upper())
+        return original(self, command, check_health)
+
+    redis.connection.AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        redis.connection.AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def finishing_after_publish(app, store, fleet, delay_s: float) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """POSTs for ``nobody`` (a ghost worker is online) finish ``delay_s`` after their message is sent (0: in the
+    publishing call itself, before the API gets to wait)."""
+    celery = app.extensions["genq"].celery
+    original = celery.send_task
+    timers: list[threading.Timer] = []
+
+    def send_then_finish(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sent = original(*args, **kwargs)
+        if delay_s:
+            timers.append(threading.Timer(delay_s, finish, (store, kwargs["task_id"])))
+            timers[-1].start()
+        else:
+            finish(store, kwargs["task_id"])
+        return sent
+
+    fleet.heartbeat("nobody", GHOST, 0)
+    celery.send_task = send_then_finish
+    try:
+        yield
+    finally:
+        for timer in timers:
+            timer.join(5)
+        celery.send_task = original
+        fleet.worker_gone("nobody", GHOST)
+
+
+def post_and_wait(client, seconds: int = 10) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    response = client.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}},
+                           headers={"Prefer": f"wait={seconds}"})
+    return time.monotonic() - started, response.json
+
+
+def test_a_post_waits_from_its_own_record_and_misses_no_instant_finish(settings, store, fleet):
+    from api import create_app
+
+    app = create_app(settings)
+    client = app.test_client()
+    with finishing_after_publish(app, store, fleet, delay_s=0):
+        took, job = post_and_wait(client)
+    assert job["status"] == "succeeded" and took < 2.0, (took, job)  # watched before the publish: not missed
+    with finishing_after_publish(app, store, fleet, delay_s=0.3), sent_commands() as sent:
+        took, job = post_and_wait(client)
+    assert job["status"] == "succeeded" and took < 2.0, (took, job)
+    assert sent.count(b"HGETALL") == 1, sent  # only after the done notification: none when the wait starts
+
+
+def test_a_post_with_no_wait_slot_free_answers_at_once(settings, store, fleet):
+    from api import create_app
+
+    app = create_app(dataclasses.replace(settings, max_waiters=1))
+    client = app.test_client()
+    hub = app.extensions["genq"].waiters
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_slot() -> None:
+        with hub.slot():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_the_slot)
+    holder.start()
+    held.wait(5)
+    try:
+        with finishing_after_publish(app, store, fleet, delay_s=1.5):
+            took, job = post_and_wait(client)
+    finally:
+        release.set()
+        holder.join(5)
+    assert job["status"] == "queued" and took < 1.0, (took, job)  # answered as it stood, 202
+    with finishing_after_publish(app, store, fleet, delay_s=0.3):
+        took, job = post_and_wait(client)  # the slot was given back: this one waits
+    assert job["status"] == "succeeded", (took, job)
