@@ -1,7 +1,8 @@
 """API keys: a file of SHA-256 hashes (``GENQ_API_KEYS_FILE``); open mode when unset.
 
 File format, one key per line: ``<sha256 hex of the key> <owner name> [rate=<limit>]``, where
-``rate`` is a flask-limiter limit such as ``10/minute`` overriding ``GENQ_RATE_LIMIT`` for that key;
+``rate`` is a limit in the ``limits`` library's notation such as ``10/minute`` overriding ``GENQ_RATE_LIMIT`` for
+that key;
 ``#`` starts a comment. Create an entry with ``genq hash-key``. Every job records its owner; other
 owners get 404.
 """

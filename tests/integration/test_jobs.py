@@ -7,7 +7,7 @@ import os
 import time
 import uuid
 
-from tests.integration.jobs import poll, submit
+from tests.integration.jobs import poll, sent_commands, submit
 
 
 def test_fill_mask_submit_then_poll(api, worker_for):
@@ -94,3 +94,14 @@ def test_prefer_wait_answers_202_when_time_runs_out(api, worker_for):
     assert response.status_code == 202
     assert time.monotonic() - started < 2
     assert poll(api, response.json["id"])["status"] == "succeeded"
+
+
+def test_a_submission_is_three_round_trips_to_redis(api, worker_for):
+    """The rate limit (one script), the queue reservation with the record (one script: JobStore.admit), the
+    message (LPUSH, nothing declared): no SCRIPT EXISTS, no second read or write."""
+    worker_for("echo")
+    submit(api, "echo", {"text": "warm [MASK]"})  # scripts loaded, connections open
+    with sent_commands() as sent:
+        job = submit(api, "echo", {"text": "three trips [MASK]"})
+    assert sent == [b"EVALSHA", b"EVALSHA", b"LPUSH"], sent
+    assert poll(api, job["id"], timeout=30)["status"] == "succeeded"

@@ -19,6 +19,7 @@ from tasks.constants import Keys
 from tasks.job_store import JobRecord
 from tasks.schemas import JobStatus
 from tests.harness import ROOT, ApiServer
+from tests.integration.jobs import sent_commands
 
 
 def queued_job(store, model: str = "bert-demo") -> str:
@@ -117,26 +118,6 @@ def test_five_hundred_waits_do_not_starve_reads_and_submissions(settings, store,
 
 
 GHOST = "waits-ghost@test"
-
-
-@contextmanager
-def sent_commands() -> Iterator[list[bytes]]:
-    """The commands this thread sends to Redis (a pipeline is one send), as their first word."""
-    sent: list[bytes] = []
-    me = threading.get_ident()
-    original = redis.connection.AbstractConnection.send_packed_command
-
-    def counting(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        if threading.get_ident() == me:
-            packed = b"".join(command) if isinstance(command, list) else command
-            sent.append(packed.split(b"\r\n")[2].upper())
-        return original(self, command, check_health)
-
-    redis.connection.AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        redis.connection.AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
 
 
 @contextmanager
