@@ -19,7 +19,7 @@ from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.outputs import public_job, serve_output
 from api.services import PUBLISH_RETRY_POLICY, Services, services
-from api.waiters import Watch
+from api.waiters import POLL_S, Watch
 from tasks.errors import Gone, NotFound, Unavailable
 from tasks.job_store import JobRecord
 from tasks.messages import RunMessage, send_args
@@ -115,7 +115,7 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
             return record, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
         # record written here, and reads only when the job's done channel fires.
-        watch = scope.enter_context(svc.waiters.watching(job_id)) if wait > 0 else None
+        watch = scope.enter_context(svc.waiters.watching(job_id, min(wait, POLL_S))) if wait > 0 else None
         try:
             return submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner), watch
         except Exception:
