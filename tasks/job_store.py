@@ -243,10 +243,12 @@ class JobStore:
     def finish_many(self, outcomes: list[Outcome], also: Tail | None = None) -> list[Ending]:
         """End each job as ``finish`` does, all in one round trip (one WAIT covers them); safe to retry.
 
-        ``also`` queues more commands into the same round trip (a completion counter), after the endings.
+        ``also`` queues more commands into the same round trip (a completion counter), after the endings;
+        a retry after a lost reply sends them again, so they must tolerate that.
         """
         if not outcomes:
             return []
+
         def queue(calls: ScriptCalls) -> None:
             for outcome in outcomes:
                 self._queue_finish(calls, outcome)

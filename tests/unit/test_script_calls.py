@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 
@@ -98,6 +99,26 @@ def test_a_wait_follows_the_scripts_run_again(throwaway: RedisServer, key_prefix
         replies = calls.execute(lambda p: p.wait(0, 10))
     assert replies == [1, None, 0]
     assert trips[0] == ["EVALSHA", "GET", "WAIT"] and trips[-1] == ["EVALSHA", "WAIT"]  # the WAIT after the re-run
+
+
+def test_endings_run_again_are_covered_by_a_wait_of_their_own(throwaway: RedisServer, key_prefix):
+    store, trips = counting_store(throwaway.url, key_prefix, redis_wait_replicas=1, redis_wait_timeout_s=0.01)
+    jobs = [queued_unreplicated(store) for _ in range(2)]
+    store.claim_many([(job_id, "t") for job_id in jobs])
+    store.redis.script_flush()
+    trips.clear()
+    endings = store.finish_many([Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs],
+                                also=lambda pipe: pipe.incr(key_prefix + "count"))
+    assert [(e.stored, e.replicated) for e in endings] == [(True, False), (True, False)]  # no replica here
+    assert trips[0] == ["EVALSHA", "EVALSHA", "INCRBY", "WAIT"] and trips[-1] == ["EVALSHA", "EVALSHA", "WAIT"]
+    assert store.redis.get(key_prefix + "count") == b"1"  # the other commands ran once
+    assert all(store.get(job_id).status == JobStatus.succeeded for job_id in jobs)
+
+
+def queued_unreplicated(store: JobStore) -> str:
+    """A queued job written without WAIT (``create`` would refuse it: this Redis has no replica)."""
+    plain = JobStore(store.redis, dataclasses.replace(store.settings, redis_wait_replicas=0))
+    return queued(plain)
 
 
 def test_errors_other_than_noscript_are_raised(throwaway: RedisServer, key_prefix):
