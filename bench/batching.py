@@ -19,8 +19,6 @@ Prints one table and the targets, writes bench/out/batching.{png,json}. Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -34,6 +32,7 @@ from bench.load import Point, measure_open_loop, measure_point  # noqa: E402
 from bench.policies import POLICIES, plot_policies, policy_targets  # noqa: E402
 from bench.raw import RawProbe  # noqa: E402
 from bench.report import Raw, attach_raw, raw_spread, read_json, table, write_json  # noqa: E402
+from bench.run_meta import machine  # noqa: E402
 from bench.scenarios import SPAWN_RATE, run_scenario, scenarios  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
 from bench.workload import kind_of  # noqa: E402
@@ -150,8 +149,7 @@ def report(args: argparse.Namespace, p: Plan, models: list[str], max_batch: int,
            points: list[Point], seconds: float) -> None:
     """Write the JSON of the run, then print and plot it."""
     loads = [pt.load_avg[0] for pt in points] + [r.load_avg[0] for r in raws]
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.node()} {platform.machine()}, "
-            f"{os.cpu_count()} CPUs, Python {platform.python_version()}", "command": " ".join(sys.argv),
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "command": " ".join(sys.argv),
             "seconds": round(seconds), "load_1m_min": min(loads), "load_1m_max": max(loads),
             "warmup_s": p.warmup_s, "duration_s": p.duration_s, "models": models, "max_batch": max_batch}
     out_dir = Path(args.out)

@@ -151,6 +151,43 @@ def start_clients(url: str, model: str, kind: str, count: int, next_job: Callabl
     return threads
 
 
+class RunningClients:
+    """Closed-loop clients that keep going until ``stop()``: a caller that measures between two job counts
+    (bench/overhead.py) waits with ``wait_for`` instead of a fixed window."""
+
+    POLL_S = 0.05  # how often ``wait_for`` looks at the finished count (the caller is part of the load generator)
+
+    def __init__(self, url: str, model: str, kind: str, count: int) -> None:
+        self.samples: list[Sample] = []
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        counter = iter(range(10**9))
+
+        def next_job() -> int | None:
+            if self._stop.is_set():
+                return None
+            with self.lock:
+                return next(counter)
+
+        self.threads = start_clients(url, model, kind, count, next_job, self.samples, self.lock)
+
+    def finished(self) -> int:
+        with self.lock:
+            return len(self.samples)
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while self.finished() < count:
+            if time.monotonic() > end:
+                raise TimeoutError(f"only {self.finished()} of {count} jobs finished in {timeout:.0f} s")
+            time.sleep(self.POLL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self.threads:
+            thread.join(CLIENT_TIMEOUT_S)
+
+
 def measure_point(url: str, model: str, kind: str, max_batch_size: int, concurrency: int, warmup_s: float,
                   duration_s: float, label: str = "closed loop") -> Point:
     samples, window = closed_loop(url, model, kind, concurrency, warmup_s, duration_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.load import Point
+from bench.plots import save_figure
 from bench.report import Raw, mean_raw
 
 POLICIES = ("greedy", "fixed", "adaptive")
@@ -99,7 +100,4 @@ def plot_policies(raws: list[Raw], points: list[Point], model_ids: dict[str, dic
             ax.set_ylabel(ylabel)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

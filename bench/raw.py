@@ -16,32 +16,50 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.workload import job_input  # noqa: E402
 from tasks.inputs import validate_input  # noqa: E402
-from tasks.models_file import load_models_file  # noqa: E402
+from tasks.models_file import ModelSpec, load_models_file  # noqa: E402
+
+if TYPE_CHECKING:
+    from worker.runtimes import Runtime
+    from worker.torch_settings import TorchOptions
+
+
+def load_runtime(models_file: Path, model_id: str, device: str,
+                 env: dict[str, str] | None = None) -> tuple[Runtime, ModelSpec, TorchOptions]:
+    """``model_id``'s runtime loaded on ``device`` as a worker loads it: torch settings from ``env`` (this
+    process' environment by default) and the models file, applied process-wide first."""
+    from worker.runtimes import create_runtime
+    from worker.torch_settings import TorchOptions, apply_global
+
+    models = load_models_file(models_file)
+    spec = models.models[model_id]
+    options = TorchOptions.from_env(env).with_overrides(spec.torch)
+    apply_global(options, device)
+    runtime = create_runtime(spec, models.source_of(model_id), options)
+    runtime.load(device)
+    return runtime, spec, options
+
+
+def job_batches(spec: ModelSpec, sizes: Iterable[int]) -> dict[int, list[Any]]:
+    """One batch of validated benchmark jobs (bench/workload.py) per size, as the worker would hand them over."""
+    return {b: [validate_input(spec.kind, job_input(spec.kind.value, n), spec.limits) for n in range(b)]
+            for b in sizes}
 
 
 class Probe:
     """A loaded runtime and its inputs per batch size."""
 
     def __init__(self, models_file: Path, model_id: str, batch_sizes: list[int]) -> None:
-        from worker.runtimes import create_runtime
-        from worker.torch_settings import TorchOptions, apply_global
-
-        models = load_models_file(models_file)
-        spec = models.models[model_id]
-        options = TorchOptions.from_env().with_overrides(spec.torch)
-        apply_global(options, "cpu")
         self.model_id = model_id
-        self.runtime = create_runtime(spec, models.source_of(model_id), options)
-        self.runtime.load("cpu")
-        self.batches = {b: [validate_input(spec.kind, job_input(spec.kind.value, n), spec.limits) for n in range(b)]
-                        for b in batch_sizes}
+        self.runtime, spec, _ = load_runtime(models_file, model_id, "cpu")
+        self.batches = job_batches(spec, batch_sizes)
         for batch in self.batches.values():
             self.runtime.predict(batch)  # first call at this shape
 

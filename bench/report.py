@@ -34,7 +34,8 @@ def attach_raw(point: Point, before: Raw, after: Raw) -> None:
     point.raw_median_ms = {b: (before.median_ms[b] + after.median_ms[b]) / 2 for b in before.median_ms}
 
 
-def _fmt(value: float, digits: int = 0) -> str:
+def fmt(value: float, digits: int = 0) -> str:
+    """A number for a table cell; ``-`` for none or NaN (no sample in the window)."""
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
@@ -49,12 +50,12 @@ def table(raws: list[Raw], points: list[Point]) -> str:
         raw = mean_raw(raws, demo)
         n = sum(1 for r in raws if r.model == demo)
         for b in sorted(raw.items_per_s):
-            rows.append((f"raw runtime (mean of {n})", raw.model, str(b), "-", _fmt(raw.items_per_s[b], 1), "-",
-                         _fmt(raw.median_ms[b]), "-", "-", "-", str(b), _fmt(raw.load_avg[0], 2)))
+            rows.append((f"raw runtime (mean of {n})", raw.model, str(b), "-", fmt(raw.items_per_s[b], 1), "-",
+                         fmt(raw.median_ms[b]), "-", "-", "-", str(b), fmt(raw.load_avg[0], 2)))
     for p in points:
-        rows.append((p.label, p.model, str(p.max_batch_size), str(p.concurrency), _fmt(p.rps, 1), _fmt(p.mean_ms),
-                     _fmt(p.p50_ms), _fmt(p.p90_ms), _fmt(p.p95_ms), _fmt(p.p99_ms), _fmt(p.mean_batch, 2),
-                     _fmt(p.load_avg[0], 2)))
+        rows.append((p.label, p.model, str(p.max_batch_size), str(p.concurrency), fmt(p.rps, 1), fmt(p.mean_ms),
+                     fmt(p.p50_ms), fmt(p.p90_ms), fmt(p.p95_ms), fmt(p.p99_ms), fmt(p.mean_batch, 2),
+                     fmt(p.load_avg[0], 2)))
     return markdown_table(HEADER, rows)
 
 

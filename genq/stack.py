@@ -14,13 +14,13 @@ from pathlib import Path
 
 import httpx
 
+from genq.metrics_ports import FIRST_PORT, pick_ports, url_host
 from genq.redis_server import LOCAL_URL, answers, start_embedded
 from tasks.constants import queue_name
 from tasks.models_file import load_models_file
 from tasks.settings import Settings
 
 STOP_TIMEOUT_S = 30.0  # a worker finishes its running batch on SIGTERM; give it that long
-WORKER_METRICS_PORT = 9101  # the first worker's /metrics port, the next one +1 ... (GENQ_METRICS_PORT moves it)
 
 
 @dataclass
@@ -99,6 +99,12 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     models_file = settings.models_file.resolve()
     env["GENQ_MODELS_FILE"] = str(models_file)
     build_demo_models(models_file, env)
+    models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
+    workers = [(model, gpu) for model in models for gpu in ([*gpus] if gpus else [None])]
+    # Before anything starts (a refusal leaves nothing running): a busy port is skipped here rather than found
+    # by a worker once its model is loaded, which then serves no metrics at all.
+    first_port = settings.metrics_port or FIRST_PORT
+    metrics_ports = pick_ports(len(workers), first_port, settings.metrics_address)
     if "GENQ_REDIS_URL" in env:
         redis_url = env["GENQ_REDIS_URL"]
     elif answers(LOCAL_URL):
@@ -118,23 +124,21 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     env["GENQ_FLOWER_PASSWORD"] = flower_password
     # Secrets travel in the environment, never on a command line (anyone on the host can read those in ps).
     env["GENQ_WEBHOOK_SECRET"] = settings.webhook_secret or webhook_secret(state_dir)
-    models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
     py = sys.executable
     # gunicorn's processes add up their metrics in this folder; workers and Flower serve their own.
     api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus"))}
     stack.start("api", [py, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"0.0.0.0:{api_port}",
                         "api.wsgi:app"], api_env, state_dir)
-    metrics_ports: list[int] = []
-    for model in models:
-        for gpu in [*gpus] if gpus else [None]:
-            name = f"{model}-gpu{gpu}" if gpu is not None else model
-            cmd = [py, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
-                   "-Q", queue_name(model), "--model", model, "-n", f"{name}@%h", "--loglevel", "INFO"]
-            if gpu is not None:
-                cmd += ["--gpu", gpu]
-            metrics_ports.append((settings.metrics_port or WORKER_METRICS_PORT) + len(metrics_ports))
-            cmd += ["--metrics-port", str(metrics_ports[-1])]
-            stack.start(f"worker-{name}", cmd, env, state_dir)
+    worker_metrics: dict[str, int] = {}
+    for (model, gpu), metrics_port in zip(workers, metrics_ports, strict=True):
+        name = f"{model}-gpu{gpu}" if gpu is not None else model
+        cmd = [py, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+               "-Q", queue_name(model), "--model", model, "-n", f"{name}@%h", "--loglevel", "INFO",
+               "--metrics-port", str(metrics_port)]
+        if gpu is not None:
+            cmd += ["--gpu", gpu]
+        worker_metrics[name] = metrics_port
+        stack.start(f"worker-{name}", cmd, env, state_dir)
     stack.start("flower", [py, "-m", "celery", "-A", "worker", "flower", f"--port={flower_port}",
                            f"--address={flower_address}"],
                 {**env, "FLOWER_BASIC_AUTH": f"{flower_user}:{flower_password}"}, state_dir)
@@ -145,8 +149,12 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     print(f"  Playground  {api_url}/")
     print(f"  Flower      http://{flower_address}:{flower_port}   user {flower_user!r} password {flower_password!r}")
     print(f"  Redis       {redis_url}")
-    print(f"  Metrics     {api_url}/metrics, http://{flower_address}:{flower_port}/metrics, workers "
-          + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in metrics_ports))
+    print(f"  Metrics     {api_url}/metrics, http://{flower_address}:{flower_port}/metrics")
+    skipped = sorted(set(range(first_port, max(metrics_ports, default=first_port))) - set(metrics_ports))
+    if skipped:
+        print(f"  Metrics     port{'s' if len(skipped) > 1 else ''} {', '.join(map(str, skipped))} busy: skipped")
+    for name, port in worker_metrics.items():
+        print(f"  Metrics     worker {name}: http://{url_host(settings.metrics_address)}:{port}/metrics")
     print(f"  Workers     {', '.join(n for n in stack.procs if n.startswith('worker-'))} (loading models)")
     print("Ctrl-C stops everything.", flush=True)
     code = 0

@@ -11,6 +11,7 @@ import time
 from typing import NamedTuple
 
 import redis
+from redis.client import Pipeline
 
 from tasks.constants import Keys, queue_name
 from tasks.messages import priority_lists
@@ -79,12 +80,15 @@ class FleetStore:
             pipe.execute()
 
     def count_completed(self, model_id: str, n: int) -> None:
-        bucket = int(time.time()) // RATE_BUCKET_S
-        key = self.keys.completed(model_id, bucket)
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.incrby(key, n)
-            pipe.expire(key, RATE_WINDOW_S * 2)
+            self.queue_completed(model_id, n, pipe)
             pipe.execute()
+
+    def queue_completed(self, model_id: str, n: int, pipe: Pipeline) -> None:
+        """Count ``n`` finished jobs on ``pipe`` (a worker folds it into its batch's result writes)."""
+        key = self.keys.completed(model_id, int(time.time()) // RATE_BUCKET_S)
+        pipe.incrby(key, n)
+        pipe.expire(key, RATE_WINDOW_S * 2)
 
     def service_rate(self, model_id: str) -> float:
         """Jobs per second finished for ``model_id`` over the last minute (all workers)."""

@@ -23,9 +23,11 @@ from tasks.constants import Keys
 from tasks.errors import ErrorCode, Unavailable
 from tasks.job_record import JobRecord as JobRecord  # re-exported: the store's callers name the record here
 from tasks.job_record import decode, encode
+from tasks.lua import ScriptCalls, Tail
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
-from tasks.queue_limit import Outcome, Reservation, ScriptCall
+from tasks.queue_limit import Outcome as Admission  # not this module's Outcome (a run's ending)
+from tasks.queue_limit import Reservation, ScriptCall
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
 from tasks.settings import Settings
 
@@ -60,6 +62,18 @@ class Ending(NamedTuple):
     before: JobStatus | None  # the status the ending found
     stored: bool  # this run's outcome is the job's (now, or by the same call before a lost reply)
     replicated: bool = True  # with redis_wait_replicas: that many replicas hold it
+
+
+class Outcome(NamedTuple):
+    """One job's ending as a run reports it (``JobStore.finish_many``)."""
+
+    job_id: str
+    token: str
+    status: JobStatus
+    output: Any = None
+    binary_outputs: list[OutputEntry] | None = None
+    error: JobErrorInfo | None = None
+    metrics: JobMetrics | None = None
 
 
 class Candidate(NamedTuple):
@@ -113,8 +127,8 @@ class JobStore:
         reserve_keys, reserve_args = reservation
         (outcome, depth, now), replicated = self._write(
             self._admit, [*keys, *reserve_keys], [*args[:4], *reserve_args, *args[4:]])
-        reserved = Reservation(Outcome(int(outcome)), int(depth))
-        if reserved.outcome != Outcome.reserved:
+        reserved = Reservation(Admission(int(outcome)), int(depth))
+        if reserved.outcome != Admission.reserved:
             return reserved, None
         self._check_replicated(record, replicated)
         return reserved, self._stamped(record, now)
@@ -127,11 +141,12 @@ class JobStore:
         return keys, [record.id, record.owner or "-", self.settings.tombstone_ttl_s, offset, *fields]
 
     def _write(self, script: Any, keys: list[str], args: list[Any]) -> tuple[Any, bool]:
-        """Run a write script: alone when no replica is awaited (one EVALSHA; in a pipeline redis-py sends SCRIPT
-        EXISTS first), else with WAIT on its connection. Returns its reply and whether the replicas hold it."""
+        """Run a write script: alone when no replica is awaited (one EVALSHA, no pipeline to build), else with
+        WAIT on its connection. Returns its reply and whether the replicas hold it."""
         if self.settings.redis_wait_replicas <= 0:
             return script(keys=keys, args=args), True
-        return self._replicated(lambda pipe: script(keys=keys, args=args, client=pipe))
+        [reply], replicated = self._replicated(lambda calls: calls.call(script, keys, args))
+        return reply, replicated
 
     def _check_replicated(self, record: JobRecord, replicated: bool) -> None:
         if not replicated:
@@ -145,18 +160,22 @@ class JobStore:
         deadline = None if offset is None else float(now) + offset
         return record.model_copy(update={"created_at": float(now), "deadline_at": deadline})
 
-    def _replicated(self, queue: Callable[[Any], object]) -> tuple[Any, bool]:
-        """Run the call ``queue`` puts on a pipeline, then (with redis_wait_replicas) WAIT on the same connection.
+    def _replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:
+        """Run the script calls ``queue`` makes (and the commands ``also`` queues) in one round trip; the
+        scripts' replies, and whether (with redis_wait_replicas) that many replicas hold their writes.
 
-        WAIT covers the writes of the connection it runs on, so it must share the pipeline's.
+        WAIT covers the writes of the connection it runs on, so it shares the pipeline's and comes last.
         """
         wanted = self.settings.redis_wait_replicas
         with self.redis.pipeline(transaction=False) as pipe:
-            queue(pipe)
-            if wanted > 0:
-                pipe.wait(wanted, int(self.settings.redis_wait_timeout_s * 1000))
-            replies = pipe.execute()
-        return replies[0], wanted <= 0 or int(replies[1]) >= wanted
+            calls = ScriptCalls(pipe)
+            queue(calls)
+            scripts = len(pipe)
+            if also is not None:
+                also(pipe)
+            tail = (lambda p: p.wait(wanted, int(self.settings.redis_wait_timeout_s * 1000))) if wanted > 0 else None
+            replies = calls.execute(tail)
+        return replies[:scripts], wanted <= 0 or int(replies[-1]) >= wanted
 
     def delete(self, record: JobRecord) -> None:
         """Remove a record whose message could not be sent (the client got an error, not a job)."""
@@ -205,10 +224,11 @@ class JobStore:
         """Claim a batch's jobs, each ``(job id, token)``, in one round trip; safe to retry with the same tokens."""
         error = json.dumps(_DEADLINE_PASSED.model_dump())
         with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
             for job_id, token in claims:
                 keys, frame = self._frame(job_id)
-                self._claim(keys=keys, args=[*frame, token, self.settings.lease_s, worker, error], client=pipe)
-            replies = pipe.execute()
+                calls.call(self._claim, keys, [*frame, token, self.settings.lease_s, worker, error])
+            replies = calls.execute()
         return [Claim(_status(before), int(attempts), Verdict(verdict.decode()), float(now))
                 for before, attempts, verdict, now in replies]
 
@@ -222,21 +242,23 @@ class JobStore:
         clock, not Redis'. ``XX``: a message already acknowledged or restored is never put back.
         """
         with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
             for job_id, token in leases:
-                self._holder(keys=[self.keys.job(job_id)], args=[token, self.settings.lease_s], client=pipe)
+                calls.call(self._holder, [self.keys.job(job_id)], [token, self.settings.lease_s])
             if delivery_tags:
                 stamp = time.time()
                 pipe.zadd(self.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
-            replies = pipe.execute()
+            replies = calls.execute()
         return [job_id for (job_id, _), held in zip(leases, replies, strict=False) if held == -1]
 
     def set_progress(self, leases: list[tuple[str, str]], step: int, total: int) -> None:
         """Progress of a running batch, for all its jobs in one round trip (only where the lease is still held)."""
         fields = _pairs({"progress": Progress(step=step, total=total)})
         with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
             for job_id, token in leases:
-                self._holder(keys=[self.keys.job(job_id)], args=[token, 0, *fields], client=pipe)
-            pipe.execute()
+                calls.call(self._holder, [self.keys.job(job_id)], [token, 0, *fields])
+            calls.execute()
 
     def finish(
         self,
@@ -253,12 +275,31 @@ class JobStore:
 
         Binary outputs must be in the output store already: the record lists them from this moment.
         """
-        entries = [e.model_dump(mode="json") for e in binary_outputs or ()] or None
-        fields = {"output": output, "binary_outputs": entries, "error": error, "metrics": metrics}
-        keys, frame = self._frame(job_id)
-        args = [*frame, token, status.value, *_pairs(fields)]
-        (before, verdict), replicated = self._replicated(lambda pipe: self._finish(keys=keys, args=args, client=pipe))
-        return Ending(_status(before), verdict == b"stored", replicated)
+        [ending] = self.finish_many([Outcome(job_id, token, status, output, binary_outputs, error, metrics)])
+        return ending
+
+    def finish_many(self, outcomes: list[Outcome], also: Tail | None = None) -> list[Ending]:
+        """End each job as ``finish`` does, all in one round trip (one WAIT covers them); safe to retry.
+
+        ``also`` queues more commands into the same round trip (a completion counter), after the endings;
+        a retry after a lost reply sends them again, so they must tolerate that.
+        """
+        if not outcomes:
+            return []
+
+        def queue(calls: ScriptCalls) -> None:
+            for outcome in outcomes:
+                self._queue_finish(calls, outcome)
+
+        replies, replicated = self._replicated(queue, also)
+        return [Ending(_status(before), verdict == b"stored", replicated) for before, verdict in replies]
+
+    def _queue_finish(self, calls: ScriptCalls, outcome: Outcome) -> None:
+        entries = [e.model_dump(mode="json") for e in outcome.binary_outputs or ()] or None
+        fields = {"output": outcome.output, "binary_outputs": entries, "error": outcome.error,
+                  "metrics": outcome.metrics}
+        keys, frame = self._frame(outcome.job_id)
+        calls.call(self._finish, keys, [*frame, outcome.token, outcome.status.value, *_pairs(fields)])
 
     def fail(self, job_id: str, token: str, code: str, message: str, **kw: Any) -> Ending:
         """Fail a running job under ``token``'s lease (not stored if it was canceled or taken over meanwhile)."""

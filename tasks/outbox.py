@@ -15,6 +15,7 @@ from typing import NamedTuple
 import redis
 
 from tasks.constants import Keys
+from tasks.lua import ScriptCalls
 from tasks.settings import Settings
 
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)  # ~2 min of retries, then the delivery fails
@@ -88,11 +89,12 @@ class Outbox:
         now = time.time()
         ttl = self.settings.result_ttl_s + EXTRA_TTL_S
         with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
             for job_id, event in events:
                 member = f"{job_id}:{event}"
-                self._record(keys=[self.keys.webhook(member), self.keys.webhooks_due()],
-                             args=["msg_" + uuid.uuid4().hex, now, ttl, member], client=pipe)
-            return sum(int(r) for r in pipe.execute())
+                calls.call(self._record, [self.keys.webhook(member), self.keys.webhooks_due()],
+                           ["msg_" + uuid.uuid4().hex, now, ttl, member])
+            return sum(int(r) for r in calls.execute())
 
     def claim(self, limit: int = 1) -> list[Delivery]:
         """Take up to ``limit`` due deliveries under a lease of ``webhook_lease_s``."""

@@ -109,6 +109,12 @@ source = "fake://?sleep_ms=150&log={tmp / 'prio-exec.log'}"
 runtime = "tests.fake_runtime:FakeRuntime"
 batching = {{ max_batch_size = 2, buffer_batches = 1 }}
 
+[models.flower]
+kind = "fill-mask"
+source = "fake://?sleep_ms=50"
+runtime = "tests.fake_runtime:FakeRuntime"
+batching = {{ max_batch_size = 32 }}
+
 [models.hooks]
 kind = "fill-mask"
 source = "fake://?log={tmp / 'hooks-exec.log'}"

@@ -82,13 +82,16 @@ class WorkerProcess:
         store = JobStore(connect(self.settings), self.settings)
         end = time.monotonic() + timeout
         key = store.keys.workers(self.model)
-        while time.monotonic() < end:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            if store.redis.zscore(key, f"{self.name}@{os.uname().nodename}") is not None:
-                return
-            time.sleep(0.1)
+        try:
+            while time.monotonic() < end:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+                if store.redis.zscore(key, f"{self.name}@{os.uname().nodename}") is not None:
+                    return
+                time.sleep(0.1)
+        finally:
+            store.redis.close()  # its socket, not the shared Redis
         raise TimeoutError(f"worker {self.name} not online after {timeout} s:\n{self.log()[-3000:]}")
 
     def log(self) -> str:
@@ -126,13 +129,13 @@ class RedisServer:
         assert binary, "no redis-server binary (install genq[embedded])"
         self.proc = subprocess.Popen(server_command(binary, self.port, self.data_dir),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        for _ in range(100):
-            try:
-                client.ping()
-                return self
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
+        with redis.Redis.from_url(self.url, socket_connect_timeout=0.5) as client:
+            for _ in range(100):
+                try:
+                    client.ping()
+                    return self
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.05)
         raise RuntimeError("test redis did not start")
 
     def kill(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from tasks.constants import TASK_RUN
 from tasks.errors import ErrorCode
 from tasks.messages import InvalidMessage, parse_run
+from tasks.redis_transport import ack_many
 from tasks.schemas import JobStatus
 from worker.batcher import Batcher
 from worker.holdings import Holdings
@@ -25,6 +26,7 @@ from worker.model_thread import ModelThread
 
 log = logging.getLogger("genq.batching")
 KWARGS_REPR_MAX = 400
+RECEIVED_FLUSH_S = 0.05  # task-received events wait at most this long to share a publish with others
 
 
 class BatchingConsumer:
@@ -48,6 +50,8 @@ class BatchingConsumer:
         self._timer_generation = 0
         self._timer_deadline: float | None = None
         self._busy_s = 0.0
+        self._received: list[dict[str, Any]] = []  # task-received events not yet handed to the dispatcher
+        self._received_timer = False
 
     # --- Celery's side: one call per message ---------------------------------------------
 
@@ -59,8 +63,7 @@ class BatchingConsumer:
         self.holdings.add(item)  # from here until it is settled, the heartbeat keeps its message ours
         if item.status is None and not self._load(item):
             return
-        self._send("task-received", uuid=item.job_id, name=TASK_RUN, args="()",
-                   kwargs=repr(item.raw_input)[:KWARGS_REPR_MAX], root_id=item.job_id, parent_id=None, retries=0)
+        self._buffer_received(item)
         if item.settled:  # unknown job, or one that already ended: nothing to run
             self._settle([item])
             return
@@ -136,26 +139,35 @@ class BatchingConsumer:
         """Messages this worker holds unacknowledged (for queue depth and the heartbeat)."""
         return len(self.batcher) + len(self.running)
 
-    def maybe_run(self) -> None:
-        """If the model is idle, start the batch the rules pick, or arm the deadline timer."""
+    def maybe_run(self) -> bool:
+        """If the model is idle, start the batch the rules pick, or arm the deadline timer.
+
+        True if a batch started: the held count is then reported already.
+        """
         while not self.retired and not self.running and not self.model.busy and len(self.batcher):
             decision = self.batcher.decide(fetchable=self._more_coming)
             batch = decision.batch
             if not batch:
                 self._arm_timer(decision.wake_at)
-                return
+                return False
             self._cancel_revoked(batch)
             admitted = self.executor.admit_all(batch)
-            self._settle([item for item in batch if item not in admitted])
+            rejected = [item for item in batch if item not in admitted]
+            if rejected:  # an empty settle still costs a webhook record, an event flush and an HSET
+                self._settle(rejected, report_held=False)
             if admitted:
                 self._start(admitted)
-                self._report_held()
+            self._report_held()  # once per batch: arrivals since the last report, and this batch's start
+            if admitted:
+                return True
+        return False
 
     def _start(self, batch: list[WorkItem]) -> None:
         self.running = batch
         self.model.submit(lambda: self._execute_timed(batch), self._batch_done_threadsafe)
         # Events after the model has its batch: each is a Redis round trip, and the model need not wait
         # for them. The batch's task-succeeded events still come after these (they run in this thread).
+        self._release_received()  # each job's task-received before its task-started, in the same publish
         for item in batch:
             self._send("task-started", uuid=item.job_id)
         self._flush_events()  # events are buffered until the next loop turn otherwise
@@ -183,11 +195,8 @@ class BatchingConsumer:
         record_policy(self.loaded.spec, learner.stats())
         # The next batch first, then the finished batch's events and acks (a Redis round trip each): the
         # model idles for none of them. Its results are already stored, so acking a moment later is safe.
-        if self.successor is not None:
-            self.successor.maybe_run()
-        else:
-            self.maybe_run()
-        self._settle(batch)
+        started = self.successor.maybe_run() if self.successor is not None else self.maybe_run()
+        self._settle(batch, report_held=not started)  # a batch that started reported the same count
 
     def _more_coming(self) -> bool:
         """More messages will arrive soon: some wait in Redis and prefetch credit lets them in."""
@@ -224,9 +233,11 @@ class BatchingConsumer:
 
     # --- after a job: event, then ack --------------------------------------------------
 
-    def _settle(self, items: list[WorkItem]) -> None:
+    def _settle(self, items: list[WorkItem], report_held: bool = True) -> None:
         # Acked or left for redelivery, none of them is ours to renew any more.
         self.holdings.release(items)
+        self._release_received()  # a job's task-received goes before its outcome
+        done = []
         for item in self._record_completed(items):
             if not item.settled:
                 # Its outcome could not be stored (Redis gone for longer than the retries): keep the
@@ -234,13 +245,21 @@ class BatchingConsumer:
                 log.error("job %s: outcome not stored; leaving its message for redelivery", item.job_id)
                 continue
             self._send_outcome(item)
-            try:
-                item.handle.ack()
-            except Exception as exc:  # the channel died under us: Redis gives the message back, claim dedupes
-                log.warning("job %s: ack failed (%s); it will be redelivered and skipped", item.job_id, exc)
+            done.append(item)
+        self._ack(done)
+        for item in done:
             record_job(self.loaded.spec, item.status)
         self._flush_events()
-        self._report_held()
+        if report_held:
+            self._report_held()
+
+    def _ack(self, items: list[WorkItem]) -> None:
+        """Acknowledge settled items' messages in one round trip (kombu's ack is one per message)."""
+        by_message = {id(item.handle): item for item in items}
+        for message, exc in ack_many([item.handle for item in items]):
+            # The channel died under us: Redis gives the message back, and the claim dedupes it.
+            log.warning("job %s: ack failed (%s); it will be redelivered and skipped", by_message[id(message)].job_id,
+                        exc)
 
     def _record_completed(self, items: list[WorkItem]) -> list[WorkItem]:
         """Record ``completed`` webhooks in the outbox before acking; items whose record failed stay unacked.
@@ -276,6 +295,30 @@ class BatchingConsumer:
             self._send("task-revoked", uuid=item.job_id, terminated=False, signum=None,
                        expired=item.status == JobStatus.expired)
 
+    def _buffer_received(self, item: WorkItem) -> None:
+        """The job's task-received event, published with others: at a batch's start, a settle, or within 50 ms."""
+        dispatcher = self.consumer.event_dispatcher
+        if dispatcher is None or not dispatcher.enabled:
+            return
+        self._received.append({"uuid": item.job_id, "name": TASK_RUN, "args": "()",
+                               "kwargs": repr(item.raw_input)[:KWARGS_REPR_MAX], "root_id": item.job_id,
+                               "parent_id": None, "retries": 0, "timestamp": time.time()})
+        if not self._received_timer:
+            self._received_timer = True
+            self.consumer.timer.call_after(RECEIVED_FLUSH_S, self._on_received_timer)
+
+    def _on_received_timer(self) -> None:
+        self._received_timer = False
+        if self._received:
+            self._release_received()
+            self._flush_events()
+
+    def _release_received(self) -> None:
+        """Hand the buffered task-received events to the dispatcher (which sends them at its next flush)."""
+        received, self._received = self._received, []
+        for fields in received:
+            self._send("task-received", **fields)
+
     def _send(self, event: str, **fields: Any) -> None:
         dispatcher = self.consumer.event_dispatcher
         if dispatcher is not None and dispatcher.enabled:
@@ -306,6 +349,8 @@ class BatchingConsumer:
                 log.warning("running batch did not finish in %.0f s; its jobs will be redelivered", timeout)
                 return
             self._batch_done_inline()
+        self._release_received()  # Flower hears of every job this worker received, run or not
+        self._flush_events()
         log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher))
 
     def _batch_done_inline(self) -> None:

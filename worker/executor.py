@@ -10,11 +10,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
 from tasks.fleet import FleetStore
 from tasks.inputs import validate_input
-from tasks.job_store import Claim, Ending, JobStore, Verdict
+from tasks.job_store import Claim, Ending, JobStore, Outcome, Verdict
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobMetrics, JobStatus
@@ -158,9 +159,8 @@ class Executor:
                 self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000
-        for item, prediction in zip(batch, predictions, strict=True):
-            self._store_success(item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
-        with_retries(self.fleet.count_completed, self.spec.id, len(batch))
+        self._store_successes([(item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
+                               for item, prediction in zip(batch, predictions, strict=True)])
 
     # --- results ---------------------------------------------------------------------
 
@@ -173,11 +173,32 @@ class Executor:
         return JobMetrics(queue_ms=None if queue_ms is None else round(max(0.0, queue_ms), 2),
                           inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id)
 
-    def _store_success(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> None:
+    def _store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
+        """Every job's outputs, then all their endings and the batch's completion count in one round trip.
+
+        Each ending still settles its own job: one canceled or taken over meanwhile drops only its result.
+        """
+        written = [(item, prediction, entries, metrics) for item, prediction, metrics in results
+                   if (entries := self._write_outputs(item, prediction, metrics)) is not None]
+        outcomes = [Outcome(item.job_id, item.token, JobStatus.succeeded, output=prediction.output,
+                            binary_outputs=entries, metrics=metrics) for item, prediction, entries, metrics in written]
+        if outcomes:
+            count = partial(self.fleet.queue_completed, self.spec.id, len(results))
+            endings = with_retries(self.store.finish_many, outcomes, count)
+        else:  # every job failed at the output store: the batch still counts as done, as before
+            endings = []
+            with_retries(self.fleet.count_completed, self.spec.id, len(results))
+        for (item, _, entries, metrics), ending in zip(written, endings, strict=True):
+            if not ending.stored:  # canceled meanwhile, or its lease lapsed and another run took over
+                self._drop_outputs(item.job_id, entries)
+            self._settle_ending(item, ending, JobStatus.succeeded)
+            item.extra["metrics"] = metrics
+
+    def _write_outputs(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> list[OutputEntry] | None:
+        """The job's binary outputs into the output store, before any record lists them; None if it failed there."""
         # The run's objects are named by its claim: a losing or late run never touches the winner's.
         entries = [OutputEntry.describe(item.job_id, item.token, n, b.data, b.media_type, b.seed)
                    for n, b in enumerate(prediction.blobs)]
-        # The bytes first, then the transition that lists them: a succeeded job never lacks its outputs.
         try:
             self.writer.put_all(entries, prediction.blobs)
         except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running
@@ -185,13 +206,8 @@ class Executor:
             self._drop_outputs(item.job_id, entries)  # the ones written before the failure
             item.fail(exc.code.value, exc.message[:500])
             self._store_failure(item, metrics)
-            return
-        ending = with_retries(self.store.finish, item.job_id, item.token, JobStatus.succeeded,
-                              output=prediction.output, binary_outputs=entries, metrics=metrics)
-        if not ending.stored:  # canceled meanwhile, or its lease lapsed and another run took over
-            self._drop_outputs(item.job_id, entries)
-        self._settle_ending(item, ending, JobStatus.succeeded)
-        item.extra["metrics"] = metrics
+            return None
+        return entries
 
     def _drop_outputs(self, job_id: str, entries: list[OutputEntry]) -> None:
         """Outputs no record will ever list; left behind, they would expire with the result TTL anyway."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -26,8 +27,10 @@ class Stack:
     api: str
     flower: str
     proc: subprocess.Popen[str]
-    workers: list[str]  # each worker's metrics port: GENQ_METRICS_PORT, +1, ...
+    workers: list[str]  # each worker's metrics URL, as `genq up` printed it
     state: Path
+    banner: str  # what `genq up` printed up to "Ctrl-C stops everything."
+    busy_port: int  # GENQ_METRICS_PORT, held by another program for the whole module
 
 
 def wait_ready(url: str, timeout: float = 180) -> None:
@@ -40,6 +43,17 @@ def wait_ready(url: str, timeout: float = 180) -> None:
             pass
         time.sleep(0.5)
     raise TimeoutError("stack not ready")
+
+
+def read_banner(proc: subprocess.Popen[str]) -> str:
+    """`genq up`'s output up to its last banner line (or its end, if it exited)."""
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("Ctrl-C stops everything"):
+            break
+    return "".join(lines)
 
 
 def free_ports_in_a_row(count: int) -> int:
@@ -63,9 +77,16 @@ def free_ports_in_a_row(count: int) -> int:
 
 @pytest.fixture(scope="module")
 def stack(settings, tmp_path_factory) -> Iterator[Stack]:
-    """`genq up --models bert-demo,sd-demo` on spare ports, with this run's Redis prefix."""
+    """`genq up --models bert-demo,sd-demo` on spare ports, with this run's Redis prefix.
+
+    GENQ_METRICS_PORT is taken by another program before `genq up` starts: the workers' ports are the ones it
+    prints, and every one of them must serve /metrics.
+    """
     state = tmp_path_factory.mktemp("stack")
-    api_port, flower_port, metrics_port = free_port(), free_port(), free_ports_in_a_row(2)
+    api_port, flower_port, metrics_port = free_port(), free_port(), free_ports_in_a_row(3)
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", metrics_port))
+    busy.listen()
     env = worker_env(settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2",
                      GENQ_METRICS_PORT=str(metrics_port))
     # The stack lists only the models it serves, so /readyz can say ready.
@@ -80,12 +101,15 @@ def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     api = f"http://127.0.0.1:{api_port}"
     try:
         wait_ready(api)
-        yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc,
-                    workers=[f"http://127.0.0.1:{metrics_port + i}" for i in range(2)], state=state)
+        banner = read_banner(proc)
+        workers = re.findall(r"Metrics +worker \S+: (http://[\d.]+:\d+)/metrics", banner)
+        yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc, workers=workers, state=state,
+                    banner=banner, busy_port=metrics_port)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
+        busy.close()
 
 
 def test_seed_example_with_prefer_wait(stack):
@@ -154,6 +178,16 @@ def test_metrics_of_the_api_every_worker_and_flower(stack):
     assert any(t["state"] == "SUCCESS" and (t.get("runtime") or 0) > 0 for t in tasks.values())  # each job's runtime
 
 
+def test_a_busy_metrics_port_is_skipped_and_every_workers_port_printed(stack):
+    assert len(stack.workers) == 2, stack.banner  # one line per worker: bert-demo, sd-demo
+    ports = [int(url.rsplit(":", 1)[1]) for url in stack.workers]
+    assert stack.busy_port not in ports and len(set(ports)) == 2
+    assert f"port {stack.busy_port} busy: skipped" in stack.banner
+    for url in stack.workers:
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        assert any(n == "genq_worker_model_load_seconds" for n, _, _ in samples(url))
+
+
 def command_lines() -> list[str]:
     lines = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -201,7 +235,7 @@ def test_ctrl_c_stops_everything(stack):
     stack.proc.send_signal(signal.SIGINT)
     assert stack.proc.wait(60) == 0
     output = stack.proc.stdout.read() if stack.proc.stdout else ""
-    assert "Flower" in output and "stopping" in output
+    assert "Flower" in stack.banner and "stopping" in output
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{stack.api}/healthz", timeout=2)
     flower = subprocess.run(["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"],

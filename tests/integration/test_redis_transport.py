@@ -7,7 +7,7 @@ from typing import Any
 import redis
 
 from tasks.celery_app import create_celery
-from tasks.redis_transport import Channel
+from tasks.redis_transport import Channel, ack_many
 from tasks.settings import Settings
 from tests.integration.jobs import poll, submit
 
@@ -32,6 +32,56 @@ def test_a_channel_reuses_its_client_until_its_pool_changes(settings: Settings) 
         channel.basic_publish(channel.prepare_message("hello"), exchange="", routing_key=queue)
         assert channel._size(queue) == 1
         channel.queue_purge(queue)
+
+
+def test_a_batch_of_messages_is_acknowledged_in_one_round_trip(settings: Settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    app = create_celery(settings)
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        queue = f"{settings.key_prefix}ack-test"
+        channel.queue_declare(queue)
+        for n in range(3):
+            channel.basic_publish(channel.prepare_message(f"m{n}"), exchange="", routing_key=queue)
+        messages = [channel.basic_get(queue) for _ in range(3)]
+        with channel.conn_or_acquire() as client:
+            unacked = channel.qos.unacked_key
+            assert all(client.hget(unacked, m.delivery_tag) for m in messages)
+            pipelines: list[object] = []
+            real_pipeline = client.pipeline
+            monkeypatch.setattr(client, "pipeline", lambda *a, **kw: pipelines.append(1) or real_pipeline(*a, **kw))
+            monkeypatch.setattr(channel.qos, "ack", None)  # the one-by-one path is not taken
+            assert ack_many(messages) == []
+            assert len(pipelines) == 1
+            assert not any(client.hget(unacked, m.delivery_tag) for m in messages)
+            assert client.zscore(channel.qos.unacked_index_key, messages[0].delivery_tag) is None
+        assert all(m.acknowledged for m in messages)
+        assert len(channel.qos._delivered) - len(channel.qos._dirty) == 0  # prefetch credit is back
+        assert ack_many(messages) == []  # acknowledged already: nothing sent twice
+        assert len(pipelines) == 2
+        channel.close()
+
+
+def test_acks_that_cannot_go_in_one_trip_are_tried_one_by_one(settings: Settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    app = create_celery(settings)
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        queue = f"{settings.key_prefix}ack-closed"
+        channel.queue_declare(queue)
+        channel.basic_publish(channel.prepare_message("m"), exchange="", routing_key=queue)
+        message = channel.basic_get(queue)
+        tried = []
+
+        def gone(*args: object, **kwargs: object) -> None:
+            tried.append(1)
+            raise redis.exceptions.ConnectionError("connection already closed")  # a channel lost in a reconnect
+
+        monkeypatch.setattr(channel.qos, "pipe_or_acquire", gone)
+        failed = ack_many([message])
+        assert [m for m, _ in failed] == [message] and not message.acknowledged
+        assert len(tried) == 2  # the batch, then the message on its own (kombu's path, as before)
+        monkeypatch.undo()
+        assert ack_many([message]) == [] and message.acknowledged
+        channel.close()
 
 
 def test_a_job_is_delivered_without_its_queues_bindings(settings: Settings, worker_for: Any) -> None:

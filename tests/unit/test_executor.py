@@ -17,6 +17,8 @@ from tasks.outputs import OutputEntry, output_store
 from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tests.conftest import REDIS_URL
+from tests.round_trips import counting_client
 from worker.executor import Executor
 from worker.job import WorkItem, new_token
 from worker.runtimes.base import Blob, Prediction, Runtime
@@ -89,6 +91,27 @@ def test_batch_results_are_stored_per_job_with_metrics(store):
         assert record.output == item.raw_input["text"].upper()
         assert record.metrics.batch_size == 3 and record.metrics.queue_ms is not None
     assert runtime.calls == [["a [MASK]", "b [MASK]", "c [MASK]"]]
+
+
+def test_a_batch_ends_in_one_round_trip_and_each_job_on_its_own_verdict(key_prefix):
+    client, trips = counting_client(REDIS_URL)
+    settings = Settings(key_prefix=key_prefix + "exec-trips:")
+    store = JobStore(client, settings)
+    batch = items(store, ["a", "b", "c", "d"])
+    executor = executor_for(store, ScriptedRuntime())
+    admitted = executor.admit_all(batch)
+    store.cancel(batch[1].job_id)  # canceled while it runs: only its result is dropped
+    trips.clear()
+    executor.execute(admitted)
+    writes = [trip for trip in trips if "EVALSHA" in trip]
+    # One progress write, then the four endings and the completion count together.
+    assert writes == [["EVALSHA"] * 4, ["EVALSHA"] * 4 + ["INCRBY", "EXPIRE"]]
+    assert [i.status for i in batch] == [JobStatus.succeeded, JobStatus.canceled, JobStatus.succeeded,
+                                         JobStatus.succeeded]
+    assert [store.get(i.job_id).status for i in batch] == [i.status for i in batch]
+    bucket = int(time.time()) // 10
+    assert int(client.get(store.keys.completed("fake", bucket)) or 0) + int(
+        client.get(store.keys.completed("fake", bucket - 1)) or 0) == 4
 
 
 def test_one_bad_item_fails_alone(store):
@@ -184,7 +207,7 @@ def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
     monkeypatch.setattr(worker.store_retry, "RETRY_DELAYS_S", (0.01, 0.01, 0.01))
     runtime = ScriptedRuntime()
     [item] = items(store, ["blip"])
-    real_finish, failures = store.finish, []
+    real_finish, failures = store.finish_many, []
 
     def flaky_finish(*args, **kwargs):
         if len(failures) < 2:
@@ -192,7 +215,7 @@ def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
             raise redis.exceptions.ConnectionError("blip")
         return real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(store, "finish", flaky_finish)
+    monkeypatch.setattr(store, "finish_many", flaky_finish)
     run(store, runtime, [item])
     record = store.get(item.job_id)
     assert len(failures) == 2 and record.status == JobStatus.succeeded and record.output == "BLIP [MASK]"
@@ -212,7 +235,7 @@ def test_a_result_that_cannot_be_stored_leaves_the_job_unsettled(store, monkeypa
     def down(*args, **kwargs):
         raise redis.exceptions.ConnectionError("down")
 
-    monkeypatch.setattr(store, "finish", down)
+    monkeypatch.setattr(store, "finish_many", down)
     with pytest.raises(redis.exceptions.ConnectionError):
         executor.execute(admitted)
     assert not item.settled  # so its message is not acked and the job comes back
@@ -231,13 +254,13 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     runtime = ImageRuntime()
     [item] = items(store, ["img"])
     executor = executor_for(store, runtime)
-    real_finish, seen_at_finish = store.finish, []
+    real_finish, seen_at_finish = store.finish_many, []
 
-    def finish(job_id, token, status, **kw):
-        seen_at_finish.append([executor.outputs.get(e.key) for e in kw["binary_outputs"]])
-        return real_finish(job_id, token, status, **kw)
+    def finish_many(outcomes, also=None):
+        seen_at_finish.extend([executor.outputs.get(e.key) for e in o.binary_outputs] for o in outcomes)
+        return real_finish(outcomes, also)
 
-    monkeypatch.setattr(store, "finish", finish)
+    monkeypatch.setattr(store, "finish_many", finish_many)
     executor.execute(executor.admit_all([item]))
     assert seen_at_finish == [[b"img [MASK]#0", b"img [MASK]#1"]]  # the bytes were there before the transition
     record = store.get(item.job_id)

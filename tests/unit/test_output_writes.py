@@ -112,3 +112,15 @@ def test_a_job_whose_outputs_cannot_be_written_fails_with_the_code_and_keeps_no_
     assert record.error.code == "output_store_unavailable" and "the disk is full" in record.error.message
     assert record.binary_outputs == [] and len(outputs.objects) == 2  # its first image went again
     assert all(key.startswith(ok.job_id) for key in outputs.objects)
+
+
+def test_in_one_batch_only_the_job_whose_outputs_cannot_be_written_fails(store):
+    outputs = HalfStore(room=3)  # the batch's first job fits, the second's second image does not
+    executor = Executor(ImageRuntime(), ImageRuntime().spec, store, max_attempts=3, outputs=outputs,
+                        fleet=FleetStore(store.redis, store.settings))
+    ok, full = items(store, ["ok", "full"])
+    executor.execute(executor.admit_all([ok, full]))
+    assert store.get(ok.job_id).status == JobStatus.succeeded and ok.status == JobStatus.succeeded
+    assert len(store.get(ok.job_id).binary_outputs) == 2
+    assert store.get(full.job_id).status == JobStatus.failed and full.status == JobStatus.failed
+    assert all(key.startswith(ok.job_id) for key in outputs.objects)
