@@ -102,7 +102,7 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         # Parsed here, not by flask-openapi3: its body is one model's (api/spec.py), and a JSON string holding
         # JSON would be decoded a second time there.
         body, spec, inp = parse_job_create(request.get_json(silent=True), svc.models)
-        if body.webhook:
+        if body.webhook is not None:  # "" too: a webhook that was asked for is checked, never dropped
             check_webhook_url(body.webhook, svc.settings, field="webhook")
         job_id = str(uuid.uuid4())
         key = requested_key()
