@@ -30,7 +30,8 @@ def test_submit_wait_saves_a_png_and_exits_0(genq, worker_for, tmp_path):
                   "--wait", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
     png, = tmp_path.glob("*-0.png")
-    assert Image.open(png).size == (64, 48)
+    with Image.open(png) as image:  # closed: a file, unlike the BytesIO images elsewhere
+        assert image.size == (64, 48)
     assert "succeeded (sd-demo, text-to-image)" in result.stdout and f"saved {png}" in result.stdout
     assert "inference" in result.stdout and "batch of" in result.stdout
     assert "sd-demo succeeded" in result.stderr  # the progress bar's last state
