@@ -14,7 +14,7 @@ from typing import Any
 
 from tasks.constants import TASK_RUN
 from tasks.errors import ErrorCode
-from tasks.messages import InvalidMessage, parse_run
+from tasks.messages import KWARGS_REPR_MAX, InvalidMessage, parse_run
 from tasks.redis_transport import ack_many
 from tasks.schemas import JobStatus
 from worker.batcher import Batcher
@@ -25,7 +25,6 @@ from worker.metrics import record_job, record_policy
 from worker.model_thread import ModelThread
 
 log = logging.getLogger("genq.batching")
-KWARGS_REPR_MAX = 400
 RECEIVED_FLUSH_S = 0.05  # task-received events wait at most this long to share a publish with others
 
 
