@@ -19,26 +19,24 @@ import time
 from types import TracebackType
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, request
 from limits import RateLimitItem, parse_many
 from limits.storage import storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 
 from api.auth import Unauthorized, current_key
-from api.errors import error_response
-from tasks.errors import ErrorCode, GenqError
+from tasks.errors import ErrorCode, Unavailable
 from tasks.redis_client import SentinelURL, is_sentinel
 from tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-class RateLimited(GenqError):
-    code = ErrorCode.rate_limited
+class RateLimited(Unavailable):
+    """429 with Retry-After, answered by the app's GenqError handler as every Unavailable is."""
 
     def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after, code=ErrorCode.rate_limited)
 
 
 def _limit_key() -> str:
@@ -125,10 +123,5 @@ class SubmissionLimit:
 
 def create_limiter(app: Flask, settings: Settings) -> SubmissionLimit:
     limit = SubmissionLimit(settings)
-    app.extensions["genq_submission_limit"] = limit
-
-    @app.errorhandler(RateLimited)
-    def _rate_limited(exc: RateLimited) -> Response:
-        return error_response(exc.code, exc.message, retry_after=exc.retry_after)
-
+    app.extensions["genq_submission_limit"] = limit  # a refusal is a GenqError: api/errors.py answers it
     return limit

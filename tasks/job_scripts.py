@@ -12,9 +12,11 @@ from typing import Final
 
 from tasks.queue_limit import RESERVE_FN
 
-_PROLOGUE = """
+_NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+"""
+_PROLOGUE = _NOW + """
 local function stamp(x) return string.format('%.6f', x) end
 local function set_pairs(from)
   for i = from, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
@@ -31,10 +33,6 @@ local function ended(status)
 end
 """
 
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-"""
 # The record gets no TTL (it expires from its end); created_at and deadline_at are stamped on Redis' clock.
 _CREATE_FN = """
 local function create(job, active, tombstone, id, owner, tombstone_ttl, offset, fields_from, now)

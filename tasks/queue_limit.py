@@ -1,10 +1,11 @@
 """``max_queue_depth`` as a hard limit: one atomic reservation per accepted job, in Redis.
 
 Checking the depth and then enqueueing lets N concurrent submitters overshoot by N. Instead, one
-Lua script counts the workers online, compares the model's reservations with its limit and adds
-the job's reservation, all at once. The reservation goes when the job leaves the queue: the job
-store's transition script drops it on any change from ``queued`` (claimed, canceled, expired,
-failed), and the API drops it when the job's message could not be sent.
+Lua function (run by the job store's ADMIT script, with the record's write) counts the workers online,
+compares the model's reservations with its limit and adds the job's reservation, all at once. The
+reservation goes when the job leaves the queue: the job store's transition script drops it on any change
+from ``queued`` (claimed, canceled, expired, failed), and the API drops it when the job's message could
+not be sent.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ from tasks.settings import Settings
 STALE_AFTER_S = 60.0
 PRUNE_BATCH = 10
 
-# Times are Redis' own (TIME): the workers' heartbeats are stamped on the same clock.
-_NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-"""
 #: The reservation as a Lua function, so the job store's ADMIT script (tasks/job_scripts.py) runs it and writes
 #: the record in the same round trip. Arguments as ``QueueLimit.reservation`` orders them; returns outcome, depth.
+#: ``now`` is Redis' TIME, as the calling script read it: the workers' heartbeats are on the same clock.
 RESERVE_FN: Final = """
 local function reserve(queued, workers, id, limit, worker_ttl, job_prefix, stale_after, batch, now)
   local old = redis.call('ZRANGEBYSCORE', queued, '-inf', now - tonumber(stale_after), 'LIMIT', 0, tonumber(batch))
@@ -42,11 +39,6 @@ local function reserve(queued, workers, id, limit, worker_ttl, job_prefix, stale
   return 1, depth + 1
 end
 """
-_RESERVE = _NOW + RESERVE_FN + """
-local outcome, depth = reserve(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], now)
-return {outcome, depth}
-"""
-
 
 #: A Lua script's KEYS and ARGV.
 ScriptCall = tuple[list[str], list[Any]]
@@ -67,18 +59,11 @@ class QueueLimit:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.redis, self.settings = client, settings
         self.keys = Keys(settings.key_prefix)
-        self._reserve = client.register_script(_RESERVE)
 
     def reservation(self, model_id: str, job_id: str, limit: int) -> ScriptCall:
-        """The KEYS and ARGV of ``reserve`` (also what the job store's ADMIT script takes ahead of its own)."""
+        """The KEYS and ARGV of the Lua ``reserve`` (also what the job store's ADMIT script takes ahead of its own)."""
         return ([self.keys.queued(model_id), self.keys.workers(model_id)],
                 [job_id, limit, self.settings.worker_ttl_s, self.keys.job(""), STALE_AFTER_S, PRUNE_BATCH])
-
-    def reserve(self, model_id: str, job_id: str, limit: int) -> Reservation:
-        """Reserve a place for ``job_id`` unless no worker serves the model or ``limit`` places are taken."""
-        keys, args = self.reservation(model_id, job_id, limit)
-        outcome, depth = self._reserve(keys=keys, args=args)
-        return Reservation(Outcome(int(outcome)), int(depth))
 
     def release(self, model_id: str, job_id: str) -> None:
         """Give the place back (the job's message was never sent)."""
