@@ -34,15 +34,19 @@ def test_a_channel_reuses_its_client_until_its_pool_changes(settings: Settings) 
         channel.queue_purge(queue)
 
 
+def delivered(channel: Any, queue: str, count: int) -> list[Any]:
+    """``count`` messages published to ``queue`` and taken from it, unacknowledged."""
+    channel.queue_declare(queue)
+    for n in range(count):
+        channel.basic_publish(channel.prepare_message(f"m{n}"), exchange="", routing_key=queue)
+    return [channel.basic_get(queue) for _ in range(count)]
+
+
 def test_a_batch_of_messages_is_acknowledged_in_one_round_trip(settings: Settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     app = create_celery(settings)
     with app.connection_for_write() as conn:
         channel = conn.channel()
-        queue = f"{settings.key_prefix}ack-test"
-        channel.queue_declare(queue)
-        for n in range(3):
-            channel.basic_publish(channel.prepare_message(f"m{n}"), exchange="", routing_key=queue)
-        messages = [channel.basic_get(queue) for _ in range(3)]
+        messages = delivered(channel, f"{settings.key_prefix}ack-test", 3)
         with channel.conn_or_acquire() as client:
             unacked = channel.qos.unacked_key
             assert all(client.hget(unacked, m.delivery_tag) for m in messages)
@@ -65,10 +69,7 @@ def test_acks_that_cannot_go_in_one_trip_are_tried_one_by_one(settings: Settings
     app = create_celery(settings)
     with app.connection_for_write() as conn:
         channel = conn.channel()
-        queue = f"{settings.key_prefix}ack-closed"
-        channel.queue_declare(queue)
-        channel.basic_publish(channel.prepare_message("m"), exchange="", routing_key=queue)
-        message = channel.basic_get(queue)
+        [message] = delivered(channel, f"{settings.key_prefix}ack-closed", 1)
         tried = []
 
         def gone(*args: object, **kwargs: object) -> None:
