@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from tasks.errors import ErrorCode, Unavailable
-from tasks.fleet import FleetStore
 from tasks.models_file import ModelSpec
-from tasks.queue_limit import Outcome, Reservation
+from tasks.store.fleet import FleetStore
+from tasks.store.queue_limit import Outcome, Reservation
 
 NO_WORKERS_RETRY_AFTER_S = 10  # a worker loading a model takes seconds to minutes
 

@@ -7,18 +7,19 @@ import logging
 from flask import Response
 from flask_openapi3 import Info, OpenAPI
 
-from api import body
+from api import body, http_limits
 from api.auth import authenticate
 from api.errors import error_response, register_error_handlers, validation_error_response
 from api.limits import create_limiter
 from api.metrics import register_metrics
 from api.openai_compat import install as install_openai
 from api.playground import playground
+from api.routes_batch import batches
 from api.routes_events import events
 from api.routes_jobs import jobs
 from api.routes_models import models
 from api.routes_webhooks import webhooks
-from api.services import Services
+from api.services import Services, warm_up
 from api.spec import build_spec
 from tasks.errors import ErrorCode
 from tasks.settings import Settings
@@ -40,13 +41,16 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_content_length
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["genq"] = Services.build(settings)
+    warm_up(app.extensions["genq"].celery)  # in each server process: the app is built there, after any fork
     register_error_handlers(app)
     register_metrics(app)  # before the other request hooks, so every request is timed
+    http_limits.install(app)  # the request line and headers within gunicorn's limits, whatever the server
     create_limiter(app, settings)
 
     app.before_request(authenticate)  # before any lookup: a job's existence says nothing to a stranger
-    body.install(app, bodiless=("not_here",))
+    body.install(app, bodiless=("not_here",), limits={"batches.create_batch": settings.batch_max_content_length})
 
+    app.register_api(batches)  # first: GET /v1/jobs and POST /v1/jobs/batch before the blueprint of /v1/jobs/<id>
     app.register_api(jobs)
     app.register_api(events)
     app.register_api(models)

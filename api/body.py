@@ -8,24 +8,13 @@ and a chunked body has no ``Content-Length`` for the size check to look at.
 from __future__ import annotations
 
 import io
-from typing import Any
 
 from flask import Flask, Response, current_app, request
-from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from api.errors import error_response
+from api.json_provider import FastJSONProvider
 from tasks.errors import ErrorCode
-
-
-class StrictJSONProvider(DefaultJSONProvider):
-    """Flask's JSON, but a document too deep to decode is malformed input (ValueError), not a crash."""
-
-    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
-        try:
-            return super().loads(s, **kwargs)
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
 
 
 def _has_body() -> bool:
@@ -41,6 +30,9 @@ def read_json_body() -> Response | None:
         return None
     if request.endpoint in current_app.extensions.get("genq_bodiless", ()):
         return None
+    larger = current_app.extensions.get("genq_body_limits", {}).get(request.endpoint)
+    if larger is not None:
+        request.max_content_length = larger
     if not request.is_json:
         return error_response(ErrorCode.bad_request, "body must be JSON (Content-Type: application/json)")
     if request.content_length is None:
@@ -69,8 +61,10 @@ def _buffer_chunked_body() -> None:
     request.environ.pop("HTTP_TRANSFER_ENCODING", None)
 
 
-def install(app: Flask, *, bodiless: tuple[str, ...] = ()) -> None:
-    """Decode JSON bodies up front, except for the ``bodiless`` endpoints (they answer whatever was sent)."""
+def install(app: Flask, *, bodiless: tuple[str, ...] = (), limits: dict[str, int] | None = None) -> None:
+    """Decode JSON bodies up front, except for the ``bodiless`` endpoints (they answer whatever was sent);
+    ``limits`` gives endpoints a body limit of their own (a batch of jobs), instead of MAX_CONTENT_LENGTH."""
     app.extensions["genq_bodiless"] = frozenset(bodiless)
-    app.json = StrictJSONProvider(app)
+    app.extensions["genq_body_limits"] = dict(limits or {})
+    app.json = FastJSONProvider(app)
     app.before_request(read_json_body)

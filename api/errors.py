@@ -27,15 +27,20 @@ def request_id() -> str:
     return str(g.request_id)
 
 
+def error_body(code: ErrorCode | str, message: str, field: str | None = None) -> dict[str, object]:
+    """The documented error shape, ``{"error": {code, message, request_id, field?}}`` (also a batch's entry)."""
+    body: dict[str, object] = {"code": ErrorCode(code).value, "message": message, "request_id": request_id()}
+    if field:
+        body["field"] = field
+    return {"error": body}
+
+
 def error_response(
     code: ErrorCode | str, message: str, status: int | None = None, *, field: str | None = None,
     retry_after: int | None = None,
 ) -> Response:
     code = ErrorCode(code)
-    body: dict[str, object] = {"code": code.value, "message": message, "request_id": request_id()}
-    if field:
-        body["field"] = field
-    response = jsonify({"error": body})
+    response = jsonify(error_body(code, message, field))
     response.status_code = status or HTTP_STATUS[code]
     if retry_after is not None:
         response.headers["Retry-After"] = str(retry_after)

@@ -14,10 +14,10 @@ from typing import Any
 import redis
 
 from api.waiters import EVERYTHING, Watch
-from tasks import events as job_events
 from tasks.events import EventType, JobEvent, StatusChange, StreamError
-from tasks.job_store import JobRecord, JobStore
 from tasks.schemas import JobStatus
+from tasks.store import event_log
+from tasks.store.job_store import JobRecord, JobStore
 
 KEEPALIVE_S = 15.0  # a comment this often keeps proxies and clients from timing out a quiet stream
 UNSUBSCRIBED_POLL_S = 1.0  # while the process's listener is down, look this often instead
@@ -64,7 +64,7 @@ class JobEventStream:
                     yield self._status(record.status)
             assert record is not None
             # Read after the record: whatever the worker wrote before the job ended is in the stream by now.
-            batch = job_events.read(self.store.redis, self.store.keys, self.job_id, self.after)
+            batch = event_log.read(self.store.redis, self.store.keys, self.job_id, self.after)
             for event in batch:
                 self.after = event.id
                 if event.type == EventType.status:
@@ -75,7 +75,7 @@ class JobEventStream:
                 yield event
             if batch:
                 quiet_since = time.monotonic()
-            if len(batch) == job_events.READ_COUNT:
+            if len(batch) == event_log.READ_COUNT:
                 check_record = False  # more to read first
                 continue
             if record.status.terminal:  # read before the stream was: the stream holds all it will

@@ -10,8 +10,8 @@ from typing import Any
 from flask import request
 
 from tasks.errors import BadRequest, Conflict
-from tasks.idempotency import IdempotencyBindings
-from tasks.job_store import JobStore
+from tasks.store.idempotency import IdempotencyBindings
+from tasks.store.job_store import JobRecord, JobStore
 
 MAX_KEY_LENGTH = 255
 PENDING_WAIT_S = 5.0  # a duplicate waits this long for the first request's record (written within ms)
@@ -45,8 +45,9 @@ class IdempotencyGuard:
         self.store, self.bindings, self.owner, self.key, self.digest = store, bindings, owner, key, digest
         self.bound: str | None = None
 
-    def existing_job(self, new_job_id: str) -> str | None:
-        """Bind the key to ``new_job_id`` (None: go on and submit it), or return the job it already names."""
+    def existing_record(self, new_job_id: str) -> JobRecord | None:
+        """Bind the key to ``new_job_id`` (None: go on and submit it), or return the record of the job it already
+        names, as read once: a record that expires right after is still this replay's answer, never a 500."""
         give_up_at = time.monotonic() + PENDING_WAIT_S
         while True:
             found = self.bindings.bind(self.owner, self.key, new_job_id, self.digest)
@@ -55,8 +56,9 @@ class IdempotencyGuard:
                 return None
             if found.digest != self.digest:
                 raise Conflict("Idempotency-Key was already used with a different body", field="Idempotency-Key")
-            if self.store.get(found.job_id) is not None:
-                return found.job_id
+            record = self.store.get(found.job_id)
+            if record is not None:
+                return record
             # The tombstone is written with the record (one transaction), so tombstone without record means
             # expired only when the record is read again after it: the first read may predate both.
             expired = self.store.was_known(found.job_id, self.owner) and self.store.get(found.job_id) is None

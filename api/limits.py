@@ -26,8 +26,8 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 
 from api.auth import Unauthorized, current_key
 from tasks.errors import ErrorCode, Unavailable
-from tasks.redis_client import SentinelURL, is_sentinel
 from tasks.settings import Settings
+from tasks.store.redis_client import SentinelConnection, SentinelURL, is_sentinel
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ def limiter_storage(settings: Settings) -> tuple[str, dict[str, Any]]:
     hosts = ",".join(f"{host}:{port}" for host, port in url.hosts)
     return f"redis+sentinel://{hosts}/{settings.redis_sentinel_master}", {
         **options, "db": url.db, "password": url.password, "use_replicas": False,
+        "connection_class": SentinelConnection,  # a failed read closes the connection (tasks/store/redis_client.py)
         "sentinel_kwargs": {**timeouts, "password": None},  # the password is the master's, as in Celery's URL
     }
 
@@ -88,24 +89,44 @@ class SubmissionLimit:
         self.scope = f"{settings.key_prefix}ratelimit"  # the counters' keys name it, as flask-limiter's did
         self.default = settings.rate_limit
 
-    def check(self) -> None:
-        """Count one submission, or raise RateLimited. A failing Redis lets it through: the job store answers
-        the 503, the limiter must not turn it into a 500."""
+    def check(self, cost: int = 1) -> None:
+        """Count ``cost`` submissions (a batch's jobs), or raise RateLimited. A failing Redis lets it through: the
+        job store answers the 503, the limiter must not turn it into a 500."""
         try:
-            refused = self._refused(_limit_key())
+            refused = self._refused(_limit_key(), cost)
         except Exception:
             log.exception("rate limit check failed; letting the request through")
             return
         if refused is not None:
             raise refused
 
-    def _refused(self, who: str) -> RateLimited | None:
+    def _refused(self, who: str, cost: int = 1) -> RateLimited | None:
         for item in parsed(self._limit()):
-            if not self.strategy.hit(item, self.scope, who):
+            if not self.strategy.hit(item, self.scope, who, cost=cost):
                 reset_at = self.strategy.get_window_stats(item, self.scope, who).reset_time
                 return RateLimited(f"rate limit exceeded ({item}); retry later",
                                    retry_after=max(1, math.ceil(reset_at - time.time())))
         return None
+
+    def allow(self, wanted: int) -> tuple[int, RateLimited | None]:
+        """A batch's share: how many of ``wanted`` submissions the caller's budget takes now (counted), and the
+        refusal for the rest (None when all fit). Like ``check``, a failing Redis lets them all through."""
+        if wanted <= 0:
+            return 0, None
+        who = _limit_key()
+        try:
+            stats = [(self.strategy.get_window_stats(item, self.scope, who), item) for item in parsed(self._limit())]
+            granted = min([wanted, *(max(0, window.remaining) for window, _ in stats)])
+            if granted > 0 and self._refused(who, granted) is not None:
+                granted = 0  # taken meanwhile by the caller's other requests: refuse the batch, count none of it
+        except Exception:
+            log.exception("rate limit check failed; letting the batch through")
+            return wanted, None
+        if granted == wanted or not stats:
+            return granted, None
+        window, item = min(stats, key=lambda pair: pair[0].remaining)
+        return granted, RateLimited(f"rate limit exceeded ({item}); retry later",
+                                    retry_after=max(1, math.ceil(window.reset_time - time.time())))
 
     def _limit(self) -> str:
         try:
@@ -121,7 +142,21 @@ class SubmissionLimit:
         return None
 
 
+class StreamOpenLimit(SubmissionLimit):
+    """Event stream opens per key (``GENQ_STREAM_RATE_LIMIT``): closing and reopening streams cannot churn
+    through a process's held-request slots."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.scope = f"{settings.key_prefix}streamlimit"
+        self.default = settings.stream_rate_limit
+
+    def _limit(self) -> str:
+        return self.default  # a key's own rate= is its submission budget, not this one
+
+
 def create_limiter(app: Flask, settings: Settings) -> SubmissionLimit:
     limit = SubmissionLimit(settings)
     app.extensions["genq_submission_limit"] = limit  # a refusal is a GenqError: api/errors.py answers it
+    app.extensions["genq_stream_limit"] = StreamOpenLimit(settings)
     return limit

@@ -22,8 +22,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from api.backlog import read_backlog
 from tasks.errors import ErrorCode
-from tasks.outbox import Outbox
+from tasks.store.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ QUEUE_DEPTH = "genq_queue_depth"
 WORKERS_ONLINE = "genq_workers_online"
 REDIS_UP = "genq_redis_up"
 WEBHOOK_BACKLOG = "genq_webhook_backlog"
+BACKLOG = "genq_backlog"
 
 #: Why a submission was refused, from the error code of its response.
 REJECTION_REASONS: dict[str, str] = {
@@ -74,28 +76,31 @@ class FleetCollector(Collector):
         return self._families()
 
     def collect(self) -> Iterable[Metric]:
-        depth, workers, up, backlog = self._families()
+        depth, workers, up, backlog, jobs = self._families()
         svc = self.app.extensions["genq"]
         try:
-            for model in svc.models.models:
-                fleet = svc.fleet.snapshot(model)
-                depth.add_metric([model], fleet.queue_depth)
-                workers.add_metric([model], fleet.workers_online)
+            for model, spec in svc.models.models.items():
+                fleet = read_backlog(svc, spec)
+                depth.add_metric([model], fleet.queued + fleet.held)
+                workers.add_metric([model], fleet.workers)
+                jobs.add_metric([model], fleet.backlog)
             backlog.add_metric([], Outbox(svc.store.redis, svc.settings).backlog())
         except redis.RedisError as exc:
             log.warning("metrics: cannot read the fleet from Redis: %s", exc)
             up.add_metric([], 0)
             return [up]
         up.add_metric([], 1)
-        return [depth, workers, up, backlog]
+        return [depth, workers, up, backlog, jobs]
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, ...]:
         return (
             GaugeMetricFamily(QUEUE_DEPTH, "Jobs waiting in Redis or held by workers, per model", labels=["model"]),
             GaugeMetricFamily(WORKERS_ONLINE, "Workers whose heartbeat is recent, per model", labels=["model"]),
             GaugeMetricFamily(REDIS_UP, "1 when Redis answered this scrape"),
             GaugeMetricFamily(WEBHOOK_BACKLOG, "Webhook deliveries recorded and not yet delivered or given up"),
+            GaugeMetricFamily(BACKLOG, "Jobs accepted and not ended (waiting, prefetched, running), per model: "
+                              "what an autoscaler scales workers on", labels=["model"]),
         )
 
 
@@ -155,6 +160,23 @@ def _count_submission(response: Response) -> None:
         error = body.get("error") if isinstance(body, dict) else None
         code = error.get("code", "") if isinstance(error, dict) else ""
         JOBS_REJECTED.labels(model, rejection_reason(code)).inc()
+
+
+def count_batch(items: list[object], accepted: list[bool], codes: list[str]) -> None:
+    """A batch's jobs, each counted as its own submission (``POST /v1/jobs/batch`` is not ``JOBS_ROUTE``):
+    ``accepted[i]`` or refused with ``codes[i]``."""
+    served = current_app.extensions["genq"].models.models
+    tally: dict[tuple[str, str], int] = {}
+    for item, ok, code in zip(items, accepted, codes, strict=True):
+        model = item.get("model") if isinstance(item, dict) else None
+        label = model if isinstance(model, str) and model in served else "unknown"
+        key = (label, "" if ok else rejection_reason(code))
+        tally[key] = tally.get(key, 0) + 1
+    for (model, reason), n in tally.items():
+        if reason:
+            JOBS_REJECTED.labels(model, reason).inc(n)
+        else:
+            JOBS_ACCEPTED.labels(model).inc(n)
 
 
 def _model_label(status: int) -> str:

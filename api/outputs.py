@@ -8,17 +8,19 @@ works without the API key until it expires, and the job object carries one per o
 
 from __future__ import annotations
 
+import math
 import time
+from datetime import datetime
 from typing import Any
 
 from flask import Response, redirect, request
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from api.services import Services
-from tasks.errors import Gone
-from tasks.job_store import JobRecord
+from tasks.errors import Gone, OutputStoreUnavailable
 from tasks.outputs import OutputEntry, PresigningStore
-from tasks.schemas import JobStatus, timestamp
+from tasks.schemas import timestamp
+from tasks.store.job_store import JobRecord
 
 
 def presigning(svc: Services) -> PresigningStore | None:
@@ -29,16 +31,17 @@ def presigning(svc: Services) -> PresigningStore | None:
 
 
 def public_job(svc: Services, record: JobRecord) -> dict[str, Any]:
-    """The job object as JSON; with presigned delivery, each binary output with its URL and expiry."""
-    body = record.public().model_dump(mode="json")
+    """The job object as JSON (tasks/job_record.py shapes it); with presigned delivery, each binary output with
+    its URL and expiry."""
     signer = presigning(svc)
-    if signer is not None and record.status == JobStatus.succeeded and record.binary_outputs:
-        ttl = svc.settings.output_url_ttl_s
-        expires_at = timestamp(time.time() + ttl)
-        for shown, entry in zip(body["output"], record.binary_outputs, strict=True):
-            shown["download_url"] = signer.presigned_url(entry.key, ttl)
-            shown["download_expires_at"] = expires_at.isoformat() if expires_at else None
-    return body
+    if signer is None:
+        return record.public().model_dump(mode="json")
+    ttl = svc.settings.output_url_ttl_s
+
+    def sign(entry: OutputEntry) -> tuple[str, datetime | None]:
+        return signer.presigned_url(entry.key, ttl), timestamp(time.time() + ttl)
+
+    return record.public(sign).model_dump(mode="json")
 
 
 def serve_output(svc: Services, record: JobRecord, entry: OutputEntry) -> WerkzeugResponse:
@@ -50,11 +53,27 @@ def serve_output(svc: Services, record: JobRecord, entry: OutputEntry) -> Werkze
         return response
     if request.if_none_match.contains(entry.etag):  # the caller has it: no read from the store at all
         return _cached(Response(status=304), entry)
-    data = svc.outputs.get(entry.key)
+    data = _read(svc, entry.key)
     if data is None:
         raise Gone(f"output {entry.index} of job {record.id} has expired")
     response = _cached(Response(data, mimetype=entry.media_type), entry)
     return response.make_conditional(request, accept_ranges=True, complete_length=len(data))
+
+
+def _read(svc: Services, key: str) -> bytes | None:
+    """The object's bytes; OutputStoreUnavailable (503) within about a second when the store stalls, and at
+    once while its circuit is open (one request probes it)."""
+    circuit = svc.outputs_circuit
+    if not circuit.allow():
+        raise OutputStoreUnavailable("the output store did not answer moments ago; retry shortly",
+                                     retry_after=max(1, math.ceil(circuit.open_for())))
+    try:
+        data = svc.outputs.get(key)
+    except OutputStoreUnavailable:
+        circuit.failed()
+        raise
+    circuit.succeeded()
+    return data
 
 
 def _cached(response: Response, entry: OutputEntry) -> Response:

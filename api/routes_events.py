@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from flask import Response, request
+from flask import Response, current_app, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from api.event_stream import JobEventStream
@@ -12,14 +12,11 @@ from api.outputs import public_job
 from api.routes_jobs import JobPath, owned_record
 from api.services import services
 from api.sse import KEEPALIVE, RETRY_MS, event_text, sse_response
-from tasks.errors import Unavailable
 from tasks.events import stream_id
 from tasks.schemas import ErrorBody
 
-STREAMS_FULL_RETRY_AFTER_S = 2  # a slot frees as soon as any held wait or stream ends
-
 events = APIBlueprint("events", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
-                      abp_responses={"404": ErrorBody, "410": ErrorBody, "503": ErrorBody})
+                      abp_responses={"404": ErrorBody, "410": ErrorBody, "429": ErrorBody, "503": ErrorBody})
 
 EVENT_STREAM_RESPONSE = {
     "description": "text/event-stream: `status` ({status}, and the whole `job` on the terminal one, which ends "
@@ -44,11 +41,9 @@ def job_events(path: JobPath) -> Response:
     watch = None
     if not record.status.terminal:
         keys = svc.store.keys
-        # A held stream parks a thread like Prefer: wait does, and counts against the same cap.
-        watch = svc.waiters.watch([keys.done_channel(record.id), keys.event_channel(record.id)])
-        if watch is None:
-            raise Unavailable("this API process holds as many waits and streams as it may; retry shortly, or poll "
-                              f"GET /v1/jobs/{record.id}", retry_after=STREAMS_FULL_RETRY_AFTER_S)
+        current_app.extensions["genq_stream_limit"].check()  # 429 past the key's stream opens per minute
+        # A held stream parks a thread like Prefer: wait does, and counts against the same caps (503 beyond).
+        watch = svc.waiters.watch([keys.done_channel(record.id), keys.event_channel(record.id)], record.id)
     stream = JobEventStream(svc.store, watch, record.id, stream_id(request.headers.get("Last-Event-ID")),
                             show=lambda shown: public_job(svc, shown))
 

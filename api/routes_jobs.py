@@ -17,14 +17,17 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import refusal
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
+from api.job_reads import MAX_IDS_LENGTH, read_many
 from api.outputs import public_job, serve_output
 from api.services import PUBLISH_RETRY_POLICY, Services, services
 from api.waiters import POLL_S, Watch
+from tasks.batch import BatchResult
 from tasks.errors import Gone, NotFound, Unavailable
-from tasks.job_store import JobRecord
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus, parse_job_create
+from tasks.store.deadlines import expire_if_overdue
+from tasks.store.job_store import JobRecord
 from tasks.webhooks import check_webhook_url
 
 jobs = APIBlueprint("jobs", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
@@ -60,8 +63,10 @@ def wait_for(svc: Services, record: JobRecord, seconds: float, watch: Watch | No
         return r.status.terminal
 
     if watch is not None:
-        return svc.waiters.wait_on(watch, record, seconds, read, done) or record
-    return svc.waiters.wait(record.id, seconds, read, done) or record
+        found = svc.waiters.wait_on(watch, record, seconds, read, done) or record
+    else:
+        found = svc.waiters.wait(record.id, seconds, read, done) or record
+    return expire_if_overdue(svc.store, found)  # no worker may be there to expire it (min_workers = 0)
 
 
 def job_response(record: JobRecord, status: int) -> Response:
@@ -108,11 +113,9 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         key = requested_key()
         guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key,
                                  body_digest(body.model_dump(mode="json"))) if key else None
-        existing = guard.existing_job(job_id) if guard else None
-        if existing is not None:
-            record = svc.store.get(existing)
-            assert record is not None
-            return record, None
+        existing = guard.existing_record(job_id) if guard else None
+        if existing is not None:  # a replay: the record as read once (one that expires meanwhile is no 500)
+            return existing, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
         # record written here, and reads only when the job's done channel fires.
         watch = scope.enter_context(svc.waiters.watching(job_id, min(wait, POLL_S))) if wait > 0 else None
@@ -129,7 +132,7 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
     """Reserve a place and write the record (one script), then send the message (the record first: an id handed
     out is never unknown). A failure after the reservation gives the place back."""
     record = new_record(spec, body, inp, job_id, owner)
-    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth)
+    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0)
     try:
         reservation, created = svc.store.admit(record, place)
     except Unavailable:  # written but not replicated in time. (Redis unreachable: no undo, as it would time out
@@ -167,14 +170,25 @@ def undo(svc: Services, spec: ModelSpec, record: JobRecord) -> None:
     try:
         svc.store.delete(record)
         svc.queue_limit.release(spec.id, record.id)
-    except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/queue_limit.py)
+    except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/store/queue_limit.py)
         log.warning("job %s: could not undo its record and reservation", record.id)
+
+
+class JobIds(BaseModel):
+    ids: str = Field(min_length=1, max_length=MAX_IDS_LENGTH, description="job ids, comma-separated (100 uuids fit)")
+
+
+@jobs.get("", responses={"200": BatchResult})
+def list_jobs(query: JobIds) -> Response:
+    """Several of the caller's jobs in one read: one entry per id, in order, the job or its error (404, 410).
+    ``Prefer: wait=N`` waits up to N s for all of them to finish."""
+    return jsonify({"jobs": read_many(services(), query.ids, prefer_wait_s())})
 
 
 @jobs.get("/<job_id>", responses={"200": Job, "410": ErrorBody})
 def get_job(path: JobPath) -> Response:
     """The job object; ``Prefer: wait=N`` waits up to N s for it to finish."""
-    record = owned_record(path.job_id)
+    record = expire_if_overdue(services().store, owned_record(path.job_id))
     wait = prefer_wait_s()
     if wait > 0 and not record.status.terminal:
         record = wait_for(services(), record, wait)

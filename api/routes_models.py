@@ -6,11 +6,14 @@ from collections.abc import Mapping
 
 from flask import Response, jsonify
 from flask_openapi3 import APIBlueprint, Tag
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api.auth import current_owner
+from api.backlog import read_backlog
 from api.services import services
-from tasks.schemas import BatchingInfo, ModelInfo, ModelList, model_input
+from tasks.errors import NotFound
+from tasks.kinds import KINDS
+from tasks.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList, model_input
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
 
@@ -22,16 +25,46 @@ def list_models() -> Response:
     svc = services()
     infos = []
     for spec in svc.models.models.values():
+        kind = KINDS[spec.kind]
         infos.append(ModelInfo(
             id=spec.id, kind=spec.kind, input_schema=model_input(spec).model_json_schema(),
+            example_input=kind.example(spec.limits), display=kind.display, batch_key=kind.batch_key,
             limits=spec.limits, max_queue_depth=spec.max_queue_depth,
             batching=BatchingInfo(max_batch_size=spec.batching.max_batch_size,
                                   max_wait_ms=spec.batching.max_wait_ms,
                                   buffer_size=spec.batching.buffer_size,
-                                  policy=spec.batching.policy),
+                                  policy=spec.batching.policy, scheduling=spec.batching.scheduling,
+                                  max_step_cost=spec.batching.max_step_cost),
             **svc.fleet.snapshot(spec.id)._asdict(),
         ))
     return jsonify(ModelList(models=infos).model_dump(mode="json"))
+
+
+class ModelPath(BaseModel):
+    model_id: str = Field(min_length=1, max_length=64)
+
+
+class BacklogInfo(BaseModel):
+    model: str
+    backlog: int = Field(description="jobs accepted and not ended: waiting, prefetched by workers, or running")
+    queued: int = Field(description="messages waiting in Redis")
+    held: int = Field(description="messages online workers hold (prefetched and running)")
+    running: int = Field(description="jobs running under a lease")
+    workers: int = Field(description="workers online")
+    min_workers: int
+
+
+@models.get("/v1/models/<model_id>/backlog",
+            responses={"200": BacklogInfo, "401": ErrorBody, "404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
+def model_backlog(path: ModelPath) -> Response:
+    """The number an autoscaler scales the model's workers on (KEDA metrics-api: ``valueLocation: backlog``)."""
+    current_owner()  # with keys configured, a key is needed (KEDA sends one in a header)
+    svc = services()
+    spec = svc.models.get(path.model_id)
+    if spec is None:
+        raise NotFound(f"no model {path.model_id!r} is served")
+    return jsonify(BacklogInfo(model=spec.id, min_workers=spec.min_workers,
+                               **read_backlog(svc, spec)._asdict()).model_dump())
 
 
 class Health(BaseModel):
@@ -51,10 +84,10 @@ def healthz() -> Response:
 
 @models.get("/readyz", responses={"200": Readiness, "503": Readiness})
 def readyz() -> Response:
-    """Readiness: Redis answers and every configured model has a worker online (503 otherwise)."""
+    """Readiness: Redis answers and every model that needs one (``min_workers`` 1) has a worker online (else 503)."""
     svc = services()
     svc.store.redis.ping()
-    missing = [m for m in svc.models.models if svc.fleet.workers_online(m) == 0]
+    missing = [m for m, spec in svc.models.models.items() if spec.min_workers > 0 and svc.fleet.workers_online(m) == 0]
     body = {"status": "ok" if not missing else "degraded", "models_without_workers": missing}
     return make_json(body, 200 if not missing else 503)
 

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 
 from celery import Celery
 from flask import current_app
 
-from api.auth import KeyRing
+from api.keyring import KeyRing
 from api.waiters import WaitHub
-from tasks.celery_app import create_celery
+from tasks.circuit import Circuit
 from tasks.constants import Keys
 from tasks.errors import UnknownModel
-from tasks.fleet import FleetStore
-from tasks.idempotency import IdempotencyBindings
-from tasks.job_store import JobStore
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
-from tasks.outputs import OutputStore, output_store
-from tasks.queue_limit import QueueLimit
-from tasks.redis_client import connect
+from tasks.outputs import OutputStore
 from tasks.settings import Settings
+from tasks.store.celery_app import create_celery
+from tasks.store.fleet import FleetStore
+from tasks.store.idempotency import IdempotencyBindings
+from tasks.store.job_batches import JobBatches
+from tasks.store.job_store import JobStore
+from tasks.store.output_stores import output_store
+from tasks.store.queue_limit import QueueLimit
+from tasks.store.redis_client import connect
 
+log = logging.getLogger(__name__)
+OUTPUT_READS_OPEN_S = 2.0  # a stalled store costs one request a second's wait, the others a 503 at once
 # A failed publish must turn into a 503 within the Redis timeouts, not after kombu's default retries.
 PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
@@ -37,6 +43,9 @@ class Services:
     queue_limit: QueueLimit
     waiters: WaitHub
     idempotency: IdempotencyBindings
+    batches: JobBatches
+    # Output reads after the store just failed answer 503 at once for a moment (api/outputs.py).
+    outputs_circuit: Circuit = field(default_factory=lambda: Circuit(OUTPUT_READS_OPEN_S))
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -47,12 +56,14 @@ class Services:
             models=load_models_file(settings.models_file),
             store=store,
             fleet=FleetStore(client, settings),
-            outputs=output_store(client, settings),
+            outputs=output_store(client, settings, api=True),
             celery=create_celery(settings),
             keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
             queue_limit=QueueLimit(client, settings),
-            waiters=WaitHub(client, Keys(settings.key_prefix), settings.waiters_per_process),
+            waiters=WaitHub(client, Keys(settings.key_prefix), settings.waiters_per_process,
+                            settings.waiters_per_owner),
             idempotency=IdempotencyBindings(client, store.keys, settings.idempotency_ttl_s),
+            batches=JobBatches(store),
         )
 
     def model(self, model_id: str) -> ModelSpec:
@@ -61,6 +72,18 @@ class Services:
             known = ", ".join(sorted(self.models.models)) or "none"
             raise UnknownModel(f"model: unknown model {model_id!r} (served: {known})", field="model")
         return spec
+
+
+def warm_up(celery: Celery) -> None:
+    """Build now what a process's first submission would otherwise build while its client waits (~50 ms idle,
+    ~200 ms with 500 waits held): the result backend every ``send_task`` touches (imported on first use) and a
+    broker connection in the producer pool. Best effort: a broker that is down now is the first request's 503."""
+    try:
+        _ = celery.backend
+        with celery.producer_or_acquire() as producer:
+            producer.connection.ensure_connection(max_retries=1)
+    except Exception:  # logged; the request path reports the outage itself
+        log.warning("could not warm up the broker connection; the first submission will", exc_info=True)
 
 
 def services() -> Services:

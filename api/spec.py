@@ -16,7 +16,9 @@ from tasks.settings import Settings
 
 SCHEMAS = "#/components/schemas/"
 #: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key
-#: reused, 410 expired, 413 too large, 422 invalid, 429 rate limited, 503 overloaded or Redis unreachable).
+#: reused, 410 expired, 413 too large, 414 request line too long, 422 invalid, 429 rate limited, 431 headers too
+#: large, 503 overloaded or Redis unreachable). 414 and 431 come before routing (api/http_limits.py), so any
+#: operation can answer them: a query value within its maxLength can still overflow the line once percent-encoded.
 ERROR_STATUSES = {
     "400": "Malformed request: the body is not valid JSON",
     "401": "Missing or unknown API key",
@@ -24,11 +26,15 @@ ERROR_STATUSES = {
     "409": "Idempotency-Key reused with a different body",
     "410": "The job's result has expired",
     "413": "The body is larger than the server accepts",
+    "414": "The request line (path and query) is longer than 4094 bytes",
     "422": "A field is invalid, or the body is not an object: error.field names it",
     "429": "Rate limited: retry after Retry-After seconds",
+    "431": "A header is longer than 8190 bytes, or there are more than 100",
     "503": "Overloaded, no worker for the model, or the queue unreachable: retry after Retry-After seconds",
 }
 RETRY_AFTER = {"description": "seconds to wait before retrying", "schema": {"type": "integer", "minimum": 1}}
+# A batch's item may be anything: one that is not a valid job is answered in its own entry, not with a 4xx.
+ANY_ITEM = {"description": "anything else: answered in its own entry with the error that job gets"}
 LOCATION = {"description": "the job's URL", "required": True, "schema": {"type": "string"}}
 
 
@@ -38,7 +44,8 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.pop("ValidationErrorModel", None)  # flask-openapi3's; genq's 422 is the error body
     webhooks = bool(settings.webhook_secret or settings.webhook_allow_unsigned)
-    _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http)
+    _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http,
+                    settings.batch_max_jobs)
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
             _error_responses(operation, path)
@@ -52,8 +59,9 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
 
 
 def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[ModelSpec], webhooks: bool,
-                    allow_http: bool) -> None:
-    """``POST /v1/jobs`` takes one of the models' bodies, told apart by ``model`` (a constant in each)."""
+                    allow_http: bool, max_jobs: int) -> None:
+    """``POST /v1/jobs`` takes one of the models' bodies, told apart by ``model`` (a constant in each);
+    ``POST /v1/jobs/batch`` a list of them."""
     refs: dict[str, str] = {}
     for spec in specs:
         input_name, body_name = f"Input.{spec.id}", f"JobCreate.{spec.id}"
@@ -72,6 +80,13 @@ def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[Mo
               "discriminator": {"propertyName": "model", "mapping": refs}}
     doc["paths"]["/v1/jobs"]["post"]["requestBody"] = {
         "required": True, "content": {"application/json": {"schema": schema}}}
+    batch = {"type": "object", "additionalProperties": False, "required": ["jobs"], "title": "BatchCreate",
+             "properties": {"jobs": {"type": "array", "minItems": 1, "maxItems": max_jobs,
+                                     "items": {"anyOf": [copy.deepcopy(schema), ANY_ITEM]},
+                                     "description": "jobs as POST /v1/jobs takes them; each is answered on its own"}}}
+    schemas["BatchCreate"] = batch
+    doc["paths"]["/v1/jobs/batch"]["post"]["requestBody"] = {
+        "required": True, "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}}}
 
 
 def _webhook_schema(enabled: bool, allow_http: bool) -> dict[str, Any]:
@@ -108,7 +123,8 @@ def _authentication(operation: dict[str, Any], path: str, *, keys: bool) -> None
 
 def _headers(operation: dict[str, Any], path: str, method: str) -> None:
     responses = operation["responses"]
-    if path.startswith("/v1/jobs") and not path.endswith(("/outputs/{n}", "/events")):
+    if path.startswith("/v1/jobs/") and not path.endswith(("/outputs/{n}", "/events", "/batch")) or (
+            path == "/v1/jobs" and method == "post"):
         for status in ("200", "202"):
             if status in responses:
                 responses[status].setdefault("headers", {})["Location"] = LOCATION
@@ -124,12 +140,17 @@ def _headers(operation: dict[str, Any], path: str, method: str) -> None:
 
 
 def _links(doc: dict[str, Any]) -> None:
-    """From a submitted job to reading it, cancelling it and fetching its first output."""
+    """From a submitted job to reading it, cancelling it and fetching its first output.
+
+    The output link takes ``n`` from the job's first binary entry: a job without one (queued, or of a kind whose
+    output is inline) gives no ``n``, so the link promises an output only where the job object lists it.
+    """
     paths = doc["paths"]
+    first_output = {"job_id": "$response.body#/id", "n": "$response.body#/output/0/index"}
     targets = {
         "GetJob": (paths["/v1/jobs/{job_id}"]["get"], {"job_id": "$response.body#/id"}),
         "CancelJob": (paths["/v1/jobs/{job_id}/cancel"]["post"], {"job_id": "$response.body#/id"}),
-        "GetFirstOutput": (paths["/v1/jobs/{job_id}/outputs/{n}"]["get"], {"job_id": "$response.body#/id", "n": "0"}),
+        "GetFirstOutput": (paths["/v1/jobs/{job_id}/outputs/{n}"]["get"], first_output),
     }
     links = {name: {"operationId": op["operationId"], "parameters": params} for name, (op, params) in targets.items()}
     for status in ("200", "202"):

@@ -7,6 +7,8 @@ finishes inside the measured window; throughput is those requests over the windo
 from __future__ import annotations
 
 import os
+import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -151,25 +153,17 @@ def start_clients(url: str, model: str, kind: str, count: int, next_job: Callabl
     return threads
 
 
-class RunningClients:
-    """Closed-loop clients that keep going until ``stop()``: a caller that measures between two job counts
-    (bench/overhead.py) waits with ``wait_for`` instead of a fixed window."""
+class ClientPool:
+    """Client threads that keep going until ``stop()``, their samples under ``lock``: a caller that measures
+    between two job counts (bench/overhead.py) waits with ``wait_for`` instead of a fixed window."""
 
     POLL_S = 0.05  # how often ``wait_for`` looks at the finished count (the caller is part of the load generator)
 
-    def __init__(self, url: str, model: str, kind: str, count: int) -> None:
+    def __init__(self) -> None:
         self.samples: list[Sample] = []
         self.lock = threading.Lock()
         self._stop = threading.Event()
-        counter = iter(range(10**9))
-
-        def next_job() -> int | None:
-            if self._stop.is_set():
-                return None
-            with self.lock:
-                return next(counter)
-
-        self.threads = start_clients(url, model, kind, count, next_job, self.samples, self.lock)
+        self.threads: list[threading.Thread] = []
 
     def finished(self) -> int:
         with self.lock:
@@ -188,6 +182,22 @@ class RunningClients:
             thread.join(CLIENT_TIMEOUT_S)
 
 
+class RunningClients(ClientPool):
+    """Closed-loop clients sending one job per request (``POST /v1/jobs``, ``Prefer: wait``) until ``stop()``."""
+
+    def __init__(self, url: str, model: str, kind: str, count: int) -> None:
+        super().__init__()
+        counter = iter(range(10**9))
+
+        def next_job() -> int | None:
+            if self._stop.is_set():
+                return None
+            with self.lock:
+                return next(counter)
+
+        self.threads = start_clients(url, model, kind, count, next_job, self.samples, self.lock)
+
+
 def measure_point(url: str, model: str, kind: str, max_batch_size: int, concurrency: int, warmup_s: float,
                   duration_s: float, label: str = "closed loop") -> Point:
     samples, window = closed_loop(url, model, kind, concurrency, warmup_s, duration_s)
@@ -201,14 +211,18 @@ OPEN_LOOP_THREADS = 96  # enough senders that a burst never waits for a free one
 def open_loop(url: str, model: str, kind: str, rate: float, warmup_s: float, duration_s: float,
               seed: int = 7) -> tuple[list[Sample], tuple[float, float]]:
     """Poisson arrivals at ``rate`` per second: each request leaves on schedule, whatever the others do."""
-    import queue
-    import random
-
-    rng = random.Random(seed)
     samples: list[Sample] = []
     lock = threading.Lock()
     todo: queue.Queue[int | None] = queue.Queue()
     threads = start_clients(url, model, kind, OPEN_LOOP_THREADS, todo.get, samples, lock)
+    return samples, send_poisson(todo, threads, rate, warmup_s, duration_s, seed)
+
+
+def send_poisson(todo: queue.Queue[int | None], threads: list[threading.Thread], rate: float, warmup_s: float,
+                 duration_s: float, seed: int) -> tuple[float, float]:
+    """Put job numbers on ``todo`` at Poisson arrivals of ``rate`` per second for warmup + duration, then one None
+    per sender thread, and wait for them; returns the measured window."""
+    rng = random.Random(seed)
     start = time.perf_counter()
     window = (start + warmup_s, start + warmup_s + duration_s)
     due, n = start, 0
@@ -221,7 +235,7 @@ def open_loop(url: str, model: str, kind: str, rate: float, warmup_s: float, dur
         todo.put(None)
     for thread in threads:
         thread.join()
-    return samples, window
+    return window
 
 
 def measure_open_loop(url: str, model: str, kind: str, max_batch_size: int, rate: float, warmup_s: float,

@@ -27,9 +27,9 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/outputs.py`: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tasks.job_store import JobStore
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.harness import ROOT, RedisServer, WorkerProcess
 from tests.s3_server import AWS_ENV, S3Server
 

@@ -1,8 +1,8 @@
 """CPU milliseconds per job outside the model (issue 12, section 2), per process and per worker thread.
 
-A private Redis on a spare port (the shared one's counters carry other people's work), gunicorn with
-the real API, one real worker of the fill-mask demo model (max batch 32), Flower, and 32 closed-loop
-clients (``bench/load.py``, ``Prefer: wait``) in this process. After a warm-up, each round measures
+A private Redis on a spare port (the shared one's counters carry other people's work), the real API as
+deployed (granian, api/serve.py), one real worker of the fill-mask demo model (max batch 32), Flower, and 32
+closed-loop clients (``bench/load.py``, ``Prefer: wait``) in this process. After a warm-up, each round measures
 ``--jobs`` jobs: utime + stime from ``/proc/<pid>/stat`` of every process, and from
 ``/proc/<pid>/task/<tid>/stat`` of the worker's event-loop thread (the main thread) and its model thread
 (``genq-model``), read while the clients run at both ends of the round, divided by the jobs finished in
@@ -14,7 +14,7 @@ every genq process (API, worker, Redis, Flower) minus that per job. Redis' ``INF
 the commands per job (commands run inside Lua scripts included). ``--monitor`` records one job end to
 end with ``MONITOR`` instead, each command attributed to the process that sent it. Usage::
 
-    python bench/overhead.py [--quick] [--label before] [--rounds 3] [--jobs 3000]
+    python bench/overhead.py [--quick] [--label before] [--rounds 3] [--jobs 3000] [--batch 500]
     python bench/overhead.py --monitor
     python bench/overhead.py --report bench/out/overhead-before.json bench/out/overhead-after.json
 
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import redis  # noqa: E402
 
+from bench.overhead_batch import BATCH_CLIENTS  # noqa: E402
 from bench.overhead_report import merge_runs, report  # noqa: E402
 from bench.overhead_results import CLIENTS, DEMO, MAX_BATCH, MODEL, Round, Run  # noqa: E402
 from bench.overhead_round import find_processes, measure_round  # noqa: E402
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> Run:
                     return Run({}, [])
                 for n in range(args.rounds):
                     r = measure_round(stack, lambda: find_processes(stack, worker.pid, flower.pid), probe,
-                                      args.jobs, args.warmup_jobs, args.raw_reps, client)
+                                      args.jobs, args.warmup_jobs, args.raw_reps, client, args.batch)
                     rounds.append(r)
                     print(f"  round {n + 1}: {r.jobs} jobs at {r.jobs_per_s:.1f} jobs/s "
                           f"({r.jobs_per_s / r.raw_items_per_s:.1%} of raw batch {MAX_BATCH}, "
@@ -82,7 +83,8 @@ def run(args: argparse.Namespace) -> Run:
             probe.close()
     meta = {"label": args.label, "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
             "command": " ".join(sys.argv), "seconds": round(time.time() - started), "jobs": args.jobs,
-            "clients": CLIENTS, "model": f"{DEMO}, max batch {MAX_BATCH}", "commit": git_commit()}
+            "clients": CLIENTS if not args.batch else f"{BATCH_CLIENTS} x {args.batch} jobs per request",
+            "model": f"{DEMO}, max batch {MAX_BATCH}", "commit": git_commit()}
     return Run(meta, rounds)
 
 
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=3000, help="jobs measured per round")
     parser.add_argument("--warmup-jobs", type=int, default=500, help="jobs before each round's measurement")
     parser.add_argument("--raw-reps", type=int, default=30, help="raw predict calls before and after each round")
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="submit N jobs per request (POST /v1/jobs/batch) instead of one")
     parser.add_argument("--monitor", action="store_true", help="print one job's Redis commands by process, and stop")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="where the JSON goes")
     parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",

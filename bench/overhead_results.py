@@ -15,7 +15,7 @@ CLIENTS = 32
 
 # Rows of the table, in order; "worker other threads" is the worker process minus its two named threads.
 API_MASTER, LOOP, MODEL_ROW, WORKER_OTHER, REDIS, FLOWER, LOADGEN = (
-    "API gunicorn master", "worker event loop", "worker model thread", "worker other threads", "Redis", "Flower",
+    "API main process", "worker event loop", "worker model thread", "worker other threads", "Redis", "Flower",
     "load generator")
 
 

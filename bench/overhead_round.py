@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from bench.load import RunningClients, percentile
+from bench.overhead_batch import BATCH_CLIENTS, BatchClients
 from bench.overhead_results import (
     API_MASTER,
     CLIENTS,
@@ -80,9 +81,12 @@ def redis_commands(client: redis.Redis) -> dict[str, tuple[int, int]]:
 
 
 def measure_round(stack: BenchStack, procs_of: Callable[[], Processes], probe: RawProbe, jobs: int,
-                  warmup_jobs: int, raw_reps: int, client: redis.Redis) -> Round:
+                  warmup_jobs: int, raw_reps: int, client: redis.Redis, batch: int = 0) -> Round:
+    """One round; ``batch`` > 0: clients send that many jobs per request (bench/overhead_batch.py)."""
     raw_before = probe.measure(raw_reps)["batches"][str(MAX_BATCH)]
-    load = RunningClients(stack.url, MODEL, kind_of(DEMO), CLIENTS)
+    load: RunningClients | BatchClients = (
+        BatchClients(stack.url, MODEL, kind_of(DEMO), BATCH_CLIENTS, batch) if batch
+        else RunningClients(stack.url, MODEL, kind_of(DEMO), CLIENTS))
     try:
         load.wait_for(warmup_jobs, 120)
         procs = procs_of()

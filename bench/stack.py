@@ -1,4 +1,5 @@
-"""The stack a benchmark runs against: a private Redis, a generated models file, gunicorn, one worker at a time.
+"""The stack a benchmark runs against: a private Redis, a generated models file, the API as deployed (granian,
+api/serve.py), one worker at a time.
 
 Every model configuration under test is its own entry of the models file (``gpt2-b1``, ``gpt2-b8``...,
 all pointing at the same demo folder), so the API serves all of them and a configuration's worker
@@ -23,7 +24,7 @@ from tasks.settings import Settings
 from tests.harness import ROOT, RedisServer, WorkerProcess, worker_env
 
 KEY_PREFIX = "genqbench:"
-API_THREADS = 64  # every closed-loop client holds one gunicorn thread while it waits
+API_THREADS = 64  # every closed-loop client holds one API thread while it waits
 API_WORKERS = 2
 START_TIMEOUT_S = 180.0
 
@@ -37,6 +38,7 @@ class ModelConfig:
     max_batch_size: int
     max_wait_ms: float
     policy: str = "adaptive"
+    scheduling: str | None = None  # "step" or "request"; None: the model's default
 
     def toml(self, demo_dir: Path) -> str:
         kind = kind_of(self.demo)
@@ -45,12 +47,13 @@ class ModelConfig:
             f'kind = "{kind}"',
             f'source = "{demo_dir / self.demo}"',
             f"batching = {{ max_batch_size = {self.max_batch_size}, max_wait_ms = {self.max_wait_ms}, "
-            f'policy = "{self.policy}", buffer_batches = 2 }}',
+            f'policy = "{self.policy}", buffer_batches = 2'
+            + (f', scheduling = "{self.scheduling}"' if self.scheduling else "") + " }",
             "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
         if kind == "text-to-image":
             lines.append("limits = { default_width = 64, default_height = 64, default_steps = 4, "
-                         "max_width = 256, max_height = 256, max_pixels = 65536 }")
+                         "max_width = 256, max_height = 256, max_pixels = 65536, max_steps = 50 }")
         return "\n".join(lines) + "\n"
 
 
@@ -71,7 +74,8 @@ class BenchStack:
     def env(self) -> dict[str, str]:
         """What the API, the workers and Locust share: the private Redis and models file, no rate limit."""
         assert self.settings is not None
-        return worker_env(self.settings, GENQ_RATE_LIMIT="1000000/minute", GENQ_API_THREADS=str(API_THREADS),
+        return worker_env(self.settings, GENQ_RATE_LIMIT="1000000/minute", GENQ_STREAM_RATE_LIMIT="1000000/minute",
+                          GENQ_API_THREADS=str(API_THREADS),
                           GENQ_API_WORKERS=str(API_WORKERS))
 
     def start(self) -> BenchStack:
@@ -84,9 +88,9 @@ class BenchStack:
         self.settings = Settings(redis_url=self.redis.url, key_prefix=KEY_PREFIX, models_file=models_file)
         self.api_port = free_port()
         log = open(self.work_dir / "api.log", "ab")
-        cmd = [sys.executable, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b",
-               f"127.0.0.1:{self.api_port}", "api.wsgi:app"]  # access log on, as deployed
-        self.api = subprocess.Popen(cmd, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
+        cmd = [sys.executable, "-m", "api.serve"]  # the deployed server (granian), access log on, as deployed
+        self.api = subprocess.Popen(cmd, cwd=ROOT, env={**self.env(), "GENQ_API_BIND": f"127.0.0.1:{self.api_port}"},
+                                    stdout=log, stderr=subprocess.STDOUT)
         end = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < end:
             if self.api.poll() is not None:

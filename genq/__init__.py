@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from genq.aio import AsyncClient
+    from genq.batch_flows import job_body
     from genq.client import Client
 
-__all__ = ["AsyncClient", "Client"]
+__all__ = ["AsyncClient", "Client", "job_body"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from genq.aio import AsyncClient
 
         return AsyncClient
+    if name == "job_body":
+        from genq.batch_flows import job_body
+
+        return job_body
     raise AttributeError(f"module 'genq' has no attribute {name!r}")

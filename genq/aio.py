@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from genq import flows
+from genq import batch_flows, flows
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
@@ -90,6 +90,26 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         """See ``Client.generate``."""
         flow = flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
                               on_update=on_update, on_text=on_text, priority=priority, deadline_s=deadline_s)
+        return await self._run(flow)
+
+    async def submit_many(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
+                          batch_size: int = batch_flows.BATCH_SIZE,
+                    on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+        """See ``Client.submit_many``."""
+        return await self._run(batch_flows.submit_many(self.config, jobs, idempotency_key=idempotency_key,
+                                                   batch_size=batch_size, on_submitted=on_submitted))
+
+    async def wait_many(self, jobs: list[Job], timeout: float | None = flows.DEFAULT_WAIT_S,
+                  on_update: flows.OnUpdate | None = None) -> list[Job]:
+        """See ``Client.wait_many``."""
+        return await self._run(batch_flows.wait_many(self.config, jobs, timeout, on_update))
+
+    async def generate_many(self, jobs: list[dict[str, Any]], *, timeout: float | None = flows.DEFAULT_WAIT_S,
+                      batch_size: int = batch_flows.BATCH_SIZE, on_update: flows.OnUpdate | None = None,
+                      on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+        """See ``Client.generate_many``."""
+        flow = batch_flows.generate_many(self.config, jobs, timeout=timeout, batch_size=batch_size,
+                                           on_update=on_update, on_submitted=on_submitted)
         return await self._run(flow)
 
     async def models(self) -> list[ModelInfo]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from genq import cli_jobs
+from genq import cli_batch, cli_jobs
 
 
 @click.group()
@@ -18,6 +18,7 @@ def main() -> None:
 
 
 cli_jobs.register(main)  # submit, get, cancel, models
+main.add_command(cli_batch.batch)  # batch jobs.jsonl
 
 
 @main.command()

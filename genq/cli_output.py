@@ -17,7 +17,8 @@ from rich.text import Text
 
 from genq.client import Client
 from genq.flows import OnUpdate, binary_outputs
-from tasks.inputs import JobKind
+from tasks.job_outputs import EmbeddingOutput, FillMaskCandidate, TextGenerationOutput
+from tasks.kinds import KINDS
 from tasks.schemas import Job, ModelInfo
 
 out = Console(highlight=False, markup=False, soft_wrap=True)  # results: stdout, for pipes and scripts
@@ -68,16 +69,17 @@ def summary(job: Job, text_shown: bool = False) -> None:
         out.print(f"  {job.error.code}: {job.error.message}")
     if job.status != "succeeded" or job.output is None:
         return
-    if job.kind == JobKind.fill_mask:
+    output, display = job.output, KINDS[job.kind].display  # files: save_outputs
+    if display == "candidates" and isinstance(output, list):
         table = Table("token", "score", "sequence", box=None, padding=(0, 2))
-        for row in job.output:
-            table.add_row(Text(str(row.get("token_str"))), f"{row.get('score', 0):.4f}", Text(str(row.get("sequence"))))
+        for row in output:
+            if isinstance(row, FillMaskCandidate):
+                table.add_row(Text(row.token_str), f"{row.score:.4f}", Text(row.sequence))
         out.print(table)
-    elif job.kind == JobKind.text_generation and not text_shown:
-        out.print(job.output.get("text", ""))
-    elif job.kind == JobKind.embedding:
-        vectors = job.output.get("embeddings", [])
-        out.print(f"  {len(vectors)} embeddings of dimension {job.output.get('dim')} (--json prints them)")
+    elif isinstance(output, TextGenerationOutput) and not text_shown:
+        out.print(output.text)
+    elif isinstance(output, EmbeddingOutput):
+        out.print(f"  {len(output.embeddings)} embeddings of dimension {output.dim} (--json prints them)")
 
 
 def save_outputs(client: Client, job: Job, directory: Path) -> list[Path]:
@@ -86,16 +88,16 @@ def save_outputs(client: Client, job: Job, directory: Path) -> list[Path]:
     entries = binary_outputs(job)
     if not entries:
         path = directory / f"{job.id}.json"
-        path.write_text(json.dumps(job.output, indent=2) + "\n")
+        path.write_text(json.dumps(job.model_dump(mode="json")["output"], indent=2) + "\n")
         out.print(f"  saved {path}")
         return [path]
     paths = []
     for n, (entry, data) in enumerate(zip(entries, client.outputs(job, raw=True), strict=True)):
-        ext = mimetypes.guess_extension(entry["media_type"]) or ".bin"
+        ext = mimetypes.guess_extension(entry.media_type) or ".bin"
         path = directory / f"{job.id}-{n}{ext}"
         path.write_bytes(data)
         paths.append(path)
-        seed = f", seed {entry['seed']}" if entry.get("seed") is not None else ""
+        seed = f", seed {entry.seed}" if entry.seed is not None else ""
         out.print(f"  saved {path} ({len(data)} bytes{seed})")
     return paths
 

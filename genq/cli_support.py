@@ -26,7 +26,7 @@ from genq.errors import (
     WaitTimeout,
 )
 from genq.protocol import DEFAULT_URL
-from tasks.inputs import INPUT_SCHEMAS, JobKind
+from tasks.kinds import KINDS
 from tasks.schemas import Job
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_API_ERROR, EXIT_UNAVAILABLE, EXIT_SERVER_ERROR = range(6)
@@ -103,8 +103,8 @@ def input_options(command: F) -> F:
     """One option per input field of every job kind (``--prompt``, ``--width``, ``--texts`` ...)."""
     seen: dict[str, list[str]] = {}
     props: dict[str, dict[str, Any]] = {}
-    for kind, schema in INPUT_SCHEMAS.items():
-        for name, prop in schema.model_json_schema()["properties"].items():
+    for kind, declared in KINDS.items():
+        for name, prop in declared.input.model_json_schema()["properties"].items():
             seen.setdefault(name, []).append(kind.value)
             props.setdefault(name, prop)
     for name in reversed(list(props)):
@@ -144,7 +144,7 @@ def finish(client: Client, job: Job, *, wait: bool, timeout: float, out: Path | 
     streamed = False
     if wait and not job.status.terminal:
         try:
-            if job.kind == JobKind.text_generation and not as_json:
+            if KINDS[job.kind].display == "text" and not as_json:  # a text kind streams its text
                 streamed = True  # the text goes to stdout as the model writes it
                 job = client.wait(job.id, timeout, on_text=show.text_piece)
             else:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from genq import flows
+from genq import batch_flows, flows
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
@@ -98,6 +98,28 @@ class Client(ClientBase[httpx.Client]):
         return self._run(flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
                                         on_update=on_update, on_text=on_text, priority=priority,
                                         deadline_s=deadline_s))
+
+    def submit_many(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
+                    batch_size: int = batch_flows.BATCH_SIZE,
+                    on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+        """Submit many jobs (each a ``POST /v1/jobs`` body, see ``genq.job_body``) in batches of ``batch_size``
+        per request; one result per job, in order: the job (queued), or the error that job got (``GenqError``)."""
+        return self._run(batch_flows.submit_many(self.config, jobs, idempotency_key=idempotency_key,
+                                                   batch_size=batch_size, on_submitted=on_submitted))
+
+    def wait_many(self, jobs: list[Job], timeout: float | None = flows.DEFAULT_WAIT_S,
+                  on_update: flows.OnUpdate | None = None) -> list[Job]:
+        """Wait for many jobs at once (many per request): the jobs, terminal or as they stand after ``timeout``."""
+        return self._run(batch_flows.wait_many(self.config, jobs, timeout, on_update))
+
+    def generate_many(self, jobs: list[dict[str, Any]], *, timeout: float | None = flows.DEFAULT_WAIT_S,
+                      batch_size: int = batch_flows.BATCH_SIZE, on_update: flows.OnUpdate | None = None,
+                      on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+        """Submit many jobs and wait for all: per job, in order, the succeeded job, ``JobFailed``, ``WaitTimeout``
+        or the error it was refused with. ``on_update`` gets each job as it changes."""
+        flow = batch_flows.generate_many(self.config, jobs, timeout=timeout, batch_size=batch_size,
+                                           on_update=on_update, on_submitted=on_submitted)
+        return self._run(flow)
 
     def models(self) -> list[ModelInfo]:
         """The models being served, with their input schema, limits and workers online."""

@@ -6,10 +6,12 @@ Everything the client raises on purpose derives from ``GenqError`` (itself the c
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tasks import errors as contract
-from tasks.errors import ErrorCode, code_for_status
+from tasks.errors import HTTP_STATUS, ErrorCode, code_for_status
 from tasks.schemas import Job
 
 
@@ -143,14 +145,27 @@ def error_from_response(response: httpx.Response) -> APIError:
         info = response.json().get("error") or {}
     except (ValueError, AttributeError):
         info = {}
+    # Retry-After means something only on 429 and 503 (a rate limiter may stamp it on every answer).
+    return error_from_info(status, info, retry_after_s(response) if status in (429, 503) else None,
+                           response.reason_phrase)
+
+
+def error_from_entry(info: dict[str, Any]) -> APIError:
+    """The typed exception for one entry of a batch's answer (``{"error": {...}}``): the status its code has."""
+    code = str(info.get("code", ""))
+    status = HTTP_STATUS[ErrorCode(code)] if code in ErrorCode.__members__ else 500
+    retry_after = info.get("retry_after")
+    return error_from_info(status, info, float(retry_after) if retry_after is not None else None, "")
+
+
+def error_from_info(status: int, info: dict[str, Any], retry_after: float | None, reason: str) -> APIError:
+    """The typed exception for an error body's ``error`` object answered with ``status``."""
     raw_code = str(info.get("code", ""))
     # Without a genq error body (a proxy's 502, say) the contract's table names the code.
     code = ErrorCode(raw_code) if raw_code in ErrorCode.__members__ else code_for_status(status)
     cls = _BY_CODE.get(code) or (BadRequest if status < 500 else ServerError)
     if status == 503 and not issubclass(cls, Unavailable):
         cls = Unavailable
-    message = str(info.get("message") or response.reason_phrase or f"HTTP {status}")
-    # Retry-After means something only on 429 and 503 (a rate limiter may stamp it on every answer).
-    retry_after = retry_after_s(response) if status in (429, 503) else None
+    message = str(info.get("message") or reason or f"HTTP {status}")
     return cls(message, code=code, status=status, request_id=info.get("request_id"),
                field=info.get("field"), retry_after=retry_after)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -17,6 +16,7 @@ import httpx
 from genq.errors import APIError, JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
 from genq.watch import OnText, TextSoFar, follow
+from tasks.job_outputs import OutputEntry, binary_entries
 from tasks.schemas import Job, JobStatus, ModelInfo, ModelList
 
 LONG_POLL_S = 30.0  # one `Prefer: wait` request; below the API's cap and gunicorn's worker timeout
@@ -152,10 +152,9 @@ def generate(config: Config, model: str, input: dict[str, Any], *, timeout: floa
     return check((yield from _poll(config, job.id, left, None, clock)))
 
 
-def binary_outputs(job: Job) -> list[dict[str, Any]]:
+def binary_outputs(job: Job) -> list[OutputEntry]:
     """The job's binary output entries (``url``, ``media_type``, ``seed``); none for inline outputs."""
-    entries = job.output if isinstance(job.output, list) else []
-    return [e for e in entries if isinstance(e, dict) and "url" in e and "media_type" in e]
+    return binary_entries(job.output)
 
 
 def decode(data: bytes, media_type: str) -> Any:
@@ -178,13 +177,10 @@ def same_origin(url: str, base_url: str) -> bool:
     return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
 
 
-def _fresh(entry: dict[str, Any], clock: Clock) -> bool:
+def _fresh(entry: OutputEntry, clock: Clock) -> bool:
     """A presigned URL the job carries, still valid for a few seconds (the job object may be old)."""
-    expires = entry.get("download_expires_at")
-    try:
-        return bool(entry.get("download_url")) and datetime.fromisoformat(str(expires)).timestamp() - clock() > 5
-    except ValueError:
-        return False
+    expires = entry.download_expires_at
+    return bool(entry.download_url) and expires is not None and expires.timestamp() - clock() > 5
 
 
 def fetch(config: Config, url: str) -> Flow[httpx.Response]:
@@ -194,23 +190,23 @@ def fetch(config: Config, url: str) -> Flow[httpx.Response]:
     return (yield from call(config, Request("GET", url, external=True)))
 
 
-def output_bytes(config: Config, entry: dict[str, Any], clock: Clock = time.time) -> Flow[bytes]:
+def output_bytes(config: Config, entry: OutputEntry, clock: Clock = time.time) -> Flow[bytes]:
     """One output's bytes: from the presigned URL the job carries, else from the API, which may redirect to one.
 
     The API key goes to the API's origin only: a presigned URL needs none, and its host is not ours to trust.
     """
     if _fresh(entry, clock):
         try:
-            response = yield from fetch(config, str(entry["download_url"]))
+            response = yield from fetch(config, str(entry.download_url))
             return response.content
         except APIError:  # expired after all, or revoked: ask the API for a fresh one
             pass
-    response = yield from fetch(config, str(entry["url"]))
+    response = yield from fetch(config, entry.url)
     if response.is_redirect:
         location = urljoin(str(response.url), response.headers["Location"])
         response = yield from fetch(config, location)
         if response.is_redirect:
-            raise APIError(f"too many redirects fetching {entry['url']}", status=response.status_code)
+            raise APIError(f"too many redirects fetching {entry.url}", status=response.status_code)
     return response.content
 
 
@@ -221,5 +217,5 @@ def outputs(config: Config, job: Job | str, raw: bool = False) -> Flow[list[Any]
     result = []
     for entry in binary_outputs(job):
         data = yield from output_bytes(config, entry)
-        result.append(data if raw else decode(data, entry["media_type"]))
+        result.append(data if raw else decode(data, entry.media_type))
     return result

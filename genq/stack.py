@@ -73,7 +73,7 @@ def build_demo_models(models_file: Path, env: dict[str, str]) -> None:
 
 
 def fresh_dir(path: Path) -> Path:
-    """An empty directory: gunicorn's metric files from an earlier run must not be added to this one's."""
+    """An empty directory: the API's metric files from an earlier run must not be added to this one's."""
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
@@ -125,10 +125,11 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     # Secrets travel in the environment, never on a command line (anyone on the host can read those in ps).
     env["GENQ_WEBHOOK_SECRET"] = settings.webhook_secret or webhook_secret(state_dir)
     py = sys.executable
-    # gunicorn's processes add up their metrics in this folder; workers and Flower serve their own.
-    api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus"))}
-    stack.start("api", [py, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"0.0.0.0:{api_port}",
-                        "api.wsgi:app"], api_env, state_dir)
+    # The API's processes (granian, api/serve.py) add up their metrics in this folder; workers and Flower serve
+    # their own.
+    api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus")),
+               "GENQ_API_BIND": f"0.0.0.0:{api_port}"}
+    stack.start("api", [py, "-m", "api.serve"], api_env, state_dir)
     worker_metrics: dict[str, int] = {}
     for (model, gpu), metrics_port in zip(workers, metrics_ports, strict=True):
         name = f"{model}-gpu{gpu}" if gpu is not None else model

@@ -17,6 +17,7 @@ import httpx
 from genq.errors import APIError, Unauthorized, WaitTimeout, error_from_response
 from genq.protocol import Config, Flow, NextEvent, OpenStream, Request, Sleep
 from tasks.events import EventType, StatusChange, TextPiece
+from tasks.job_outputs import TextGenerationOutput
 from tasks.schemas import Job, JobStatus, Progress
 
 READ_TIMEOUT_S = 60.0  # the server sends a keep-alive every 15 s: a minute of silence is a dead connection
@@ -32,19 +33,25 @@ class TextSoFar:
     """The job's text rebuilt from its pieces, and the part of it handed to ``on_text``.
 
     Only extensions of what was handed on are handed on: a generation that starts over (a retried batch)
-    repeats nothing, and whatever the pieces missed comes from the finished job's output.
+    repeats nothing, and whatever the pieces missed comes from the finished job's output. A piece past the
+    text so far (the server's stream dropped the ones before it: a long job, a late reader) ends the pieces'
+    say: the rest comes from the output.
     """
 
     def __init__(self, on_text: OnText | None) -> None:
         self.on_text, self.text, self.given = on_text, "", ""
+        self.gap = False
 
     def piece(self, piece: TextPiece) -> None:
+        if self.gap or piece.offset > len(self.text):
+            self.gap = True
+            return
         self.text = self.text[: piece.offset] + piece.text
         self._give(self.text)
 
     def final(self, job: Job) -> None:
-        if job.status == JobStatus.succeeded and isinstance(job.output, dict) and "text" in job.output:
-            self._give(str(job.output["text"]))
+        if job.status == JobStatus.succeeded and isinstance(job.output, TextGenerationOutput):
+            self._give(job.output.text)
 
     def _give(self, text: str) -> None:
         if self.on_text is not None and len(text) > len(self.given) and text.startswith(self.given):

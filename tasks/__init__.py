@@ -1,4 +1,7 @@
-"""genq's job contract, shared by the API and the worker: schemas, names, errors, settings, job store."""
+"""genq's job contract, shared by the API, the workers and the client: kinds, schemas, names, errors, settings.
+
+No I/O here: what stores and moves the contract is tasks/store.
+"""
 
 from tasks.constants import TASK_RUN, queue_name
 from tasks.errors import ErrorCode, GenqError

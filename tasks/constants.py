@@ -84,6 +84,10 @@ class Keys:
     def idempotency(self, owner: str, key_digest: str) -> str:
         return f"{self.prefix}idem:{owner}:{key_digest}"
 
+    def batch_reply(self, batch_id: str) -> str:
+        """What ``POST /v1/jobs/batch`` answered (job ids and errors), kept for its Idempotency-Key's replays."""
+        return f"{self.prefix}batch:{batch_id}"
+
     def webhook(self, member: str) -> str:
         """Hash of one webhook delivery (``member`` = ``<job id>:<event>``): its id, attempts, lease, state."""
         return f"{self.prefix}hook:{member}"

@@ -11,21 +11,16 @@ The terminal status is not in the stream: the API reads it from the job record, 
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-import redis
 from pydantic import BaseModel, Field
 
-from tasks.constants import Keys
 from tasks.schemas import Job, JobStatus, Progress
 
 EVENTS_TTL_S = 600  # watching live and reconnecting; a finished job's end comes from its record for a day
 EVENTS_MAXLEN = 4096  # far above a 256-token job (~260 entries); a longer one loses its oldest entries first
-READ_COUNT = 512  # entries per XRANGE: a client that connects late catches up in a few reads
 _STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
@@ -81,28 +76,6 @@ class JobEvent(BaseModel):
 def entry(event_type: EventType, data: BaseModel) -> dict[str, str]:
     """The stream entry for one event."""
     return {"type": event_type.value, "data": data.model_dump_json(exclude_none=True)}
-
-
-def append(pipe: Any, keys: Keys, job_id: str, entries: Sequence[Mapping[str, str]]) -> None:
-    """Queue on ``pipe`` the writes of ``entries`` to one job's stream, its TTL and one notification."""
-    stream = keys.event_stream(job_id)
-    for fields in entries:
-        pipe.xadd(stream, dict(fields), maxlen=EVENTS_MAXLEN, approximate=True)
-    pipe.expire(stream, EVENTS_TTL_S)
-    pipe.publish(keys.event_channel(job_id), len(entries))
-
-
-def read(client: redis.Redis, keys: Keys, job_id: str, after: str | None, count: int = READ_COUNT) -> list[JobEvent]:
-    """Up to ``count`` events of a job's stream after the entry ``after`` (from the start when None)."""
-    start = f"({after}" if after else "-"
-    raw: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
-        keys.event_stream(job_id), min=start, max="+", count=count)
-    return [_decode(entry_id, fields) for entry_id, fields in raw]
-
-
-def _decode(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
-    return JobEvent(id=entry_id.decode(), type=EventType(fields[b"type"].decode()),
-                    data=json.loads(fields[b"data"]))
 
 
 def stream_id(value: str | None) -> str | None:

@@ -36,67 +36,6 @@ SCHEDULERS = ("default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc"
 Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc"]
 
 
-class _Input(BaseModel):
-    # Unknown fields are typos more often than not: reject them and name them. Strict: a string where an
-    # integer is documented is refused, not coerced ("16", true and "yes" are not numbers or booleans); an
-    # integer is still a number, as in JSON. NaN and infinities are not JSON numbers.
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integral_numbers(cls, data: Any) -> Any:
-        # JSON has one number type, and JSON Schema counts 3.0 as the integer 3: a client may send it.
-        # 3.5, "3" and true are still refused where an integer is documented.
-        if not isinstance(data, dict):
-            return data
-        ints = {name for name, f in cls.model_fields.items() if f.annotation in (int, int | None)}
-        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
-
-
-class TextToImageInput(_Input):
-    prompt: str = Field(min_length=1)
-    negative_prompt: str = ""
-    width: int | None = Field(default=None, ge=8, multiple_of=8,
-                              description="pixels, a multiple of 8; model default when absent")
-    height: int | None = Field(default=None, ge=8, multiple_of=8,
-                               description="pixels, a multiple of 8; model default when absent")
-    num_inference_steps: int | None = Field(default=None, ge=1)
-    guidance_scale: float = Field(default=7.5, ge=0.0, le=30.0)
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
-    num_images: int = Field(default=1, ge=1)
-    scheduler: Scheduler = "default"
-
-
-class TextGenerationInput(_Input):
-    prompt: str = Field(min_length=1)
-    max_new_tokens: int = Field(default=32, ge=1)
-    temperature: float = Field(default=1.0, gt=0.0, le=5.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    do_sample: bool = False
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=4)
-
-
-class FillMaskInput(_Input):
-    text: str = Field(min_length=1, description="must contain the model's mask token exactly once")
-    top_k: int = Field(default=5, ge=1)
-
-
-class EmbeddingInput(_Input):
-    texts: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
-
-
-INPUT_SCHEMAS: dict[JobKind, type[_Input]] = {
-    JobKind.text_to_image: TextToImageInput,
-    JobKind.text_generation: TextGenerationInput,
-    JobKind.fill_mask: FillMaskInput,
-    JobKind.embedding: EmbeddingInput,
-}
-
-
-AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
-
-
 class ModelLimits(BaseModel):
     """Per-model bounds, enforced by the API (422) and again by the worker.
 
@@ -123,11 +62,51 @@ class ModelLimits(BaseModel):
     mask_token: str = Field(default="[MASK]", min_length=1)
 
 
-def _limited_fields(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
-    """The fields whose bounds depend on the model: (type, FieldInfo) pairs for pydantic's create_model."""
-    chars = lim.max_prompt_chars
-    if kind == JobKind.text_to_image:
-        step = lim.size_multiple
+class JobInput(BaseModel):
+    """The base of every kind's input: ``limited_fields`` and ``limited_validators`` give a model's bounds."""
+
+    # Unknown fields are typos more often than not: reject them and name them. Strict: a string where an
+    # integer is documented is refused, not coerced ("16", true and "yes" are not numbers or booleans); an
+    # integer is still a number, as in JSON. NaN and infinities are not JSON numbers.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers(cls, data: Any) -> Any:
+        # JSON has one number type, and JSON Schema counts 3.0 as the integer 3: a client may send it.
+        # 3.5, "3" and true are still refused where an integer is documented.
+        if not isinstance(data, dict):
+            return data
+        ints = {name for name, f in cls.model_fields.items() if f.annotation in (int, int | None)}
+        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+    @classmethod
+    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
+        """The fields whose bounds depend on the model: (type, FieldInfo) pairs for pydantic's create_model."""
+        return {}
+
+    @classmethod
+    def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
+        """What one field's bounds cannot say (the pixel budget, the one mask token, the model's defaults)."""
+        return {}
+
+
+class TextToImageInput(JobInput):
+    prompt: str = Field(min_length=1)
+    negative_prompt: str = ""
+    width: int | None = Field(default=None, ge=8, multiple_of=8,
+                              description="pixels, a multiple of 8; model default when absent")
+    height: int | None = Field(default=None, ge=8, multiple_of=8,
+                               description="pixels, a multiple of 8; model default when absent")
+    num_inference_steps: int | None = Field(default=None, ge=1)
+    guidance_scale: float = Field(default=7.5, ge=0.0, le=30.0)
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
+    num_images: int = Field(default=1, ge=1)
+    scheduler: Scheduler = "default"
+
+    @classmethod
+    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
+        chars, step = lim.max_prompt_chars, lim.size_multiple
         about = f"pixels, a multiple of {step}; the model's default when absent"
         if lim.max_pixels < lim.max_width * lim.max_height:  # the one bound a JSON schema cannot state
             about += f"; width x height at most {lim.max_pixels}"
@@ -141,27 +120,9 @@ def _limited_fields(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
             "num_inference_steps": (int | None, Field(default=None, ge=1, le=lim.max_steps)),
             "num_images": (int, Field(default=1, ge=1, le=lim.max_images)),
         }
-    if kind == JobKind.text_generation:
-        return {
-            "prompt": (str, Field(min_length=1, max_length=chars)),
-            "max_new_tokens": (int, Field(default=min(32, lim.max_new_tokens), ge=1, le=lim.max_new_tokens)),
-        }
-    if kind == JobKind.fill_mask:
-        mask = re.escape(lim.mask_token)
-        # "Exactly once" for clients and fuzzers; validate_input counts instead (pydantic's regex has no lookahead).
-        pattern = rf"^(?![\s\S]*{mask}[\s\S]*{mask})[\s\S]*{mask}[\s\S]*$"
-        return {
-            "text": (str, Field(min_length=1, max_length=chars, json_schema_extra={"pattern": pattern},
-                                description=f"must contain {lim.mask_token} exactly once")),
-            "top_k": (int, Field(default=min(5, lim.max_top_k), ge=1, le=lim.max_top_k)),
-        }
-    return {"texts": (list[Annotated[str, Field(min_length=1, max_length=chars)]],
-                      Field(min_length=1, max_length=lim.max_texts))}
 
-
-def _limited_validators(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
-    """What one field's bounds cannot say: the pixel budget, the one mask token, the model's defaults."""
-    if kind == JobKind.text_to_image:
+    @classmethod
+    def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
         def pixel_budget(height: int | None, info: ValidationInfo) -> int | None:
             width = info.data.get("width", lim.default_width) or lim.default_width
             if "width" in info.data and width * (height or lim.default_height) > lim.max_pixels:
@@ -177,27 +138,81 @@ def _limited_validators(kind: JobKind, lim: ModelLimits) -> dict[str, Any]:
 
         return {"pixel_budget": field_validator("height")(pixel_budget),
                 "model_defaults": model_validator(mode="after")(model_defaults)}
-    if kind == JobKind.fill_mask:
+
+
+class TextGenerationInput(JobInput):
+    prompt: str = Field(min_length=1)
+    max_new_tokens: int = Field(default=32, ge=1)
+    temperature: float = Field(default=1.0, gt=0.0, le=5.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    do_sample: bool = False
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
+    stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=4)
+
+    @classmethod
+    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
+        return {
+            "prompt": (str, Field(min_length=1, max_length=lim.max_prompt_chars)),
+            "max_new_tokens": (int, Field(default=min(32, lim.max_new_tokens), ge=1, le=lim.max_new_tokens)),
+        }
+
+
+class FillMaskInput(JobInput):
+    text: str = Field(min_length=1, description="must contain the model's mask token exactly once")
+    top_k: int = Field(default=5, ge=1)
+
+    @classmethod
+    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
+        mask = re.escape(lim.mask_token)
+        # "Exactly once" for clients and fuzzers; validate_input counts instead (pydantic's regex has no lookahead).
+        pattern = rf"^(?![\s\S]*{mask}[\s\S]*{mask})[\s\S]*{mask}[\s\S]*$"
+        return {
+            "text": (str, Field(min_length=1, max_length=lim.max_prompt_chars, json_schema_extra={"pattern": pattern},
+                                description=f"must contain {lim.mask_token} exactly once")),
+            "top_k": (int, Field(default=min(5, lim.max_top_k), ge=1, le=lim.max_top_k)),
+        }
+
+    @classmethod
+    def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
         def one_mask(text: str) -> str:
             if text.count(lim.mask_token) != 1:
                 raise PydanticCustomError("mask_token", "must contain {mask} exactly once", {"mask": lim.mask_token})
             return text
 
         return {"one_mask": field_validator("text")(one_mask)}
-    return {}
+
+
+class EmbeddingInput(JobInput):
+    texts: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+
+    @classmethod
+    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
+        return {"texts": (list[Annotated[str, Field(min_length=1, max_length=lim.max_prompt_chars)]],
+                          Field(min_length=1, max_length=lim.max_texts))}
+
+
+INPUT_SCHEMAS: dict[JobKind, type[JobInput]] = {
+    JobKind.text_to_image: TextToImageInput,
+    JobKind.text_generation: TextGenerationInput,
+    JobKind.fill_mask: FillMaskInput,
+    JobKind.embedding: EmbeddingInput,
+}
+
+
+AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
 
 
 @functools.lru_cache(maxsize=256)
-def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[_Input]:
+def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput]:
     lim = ModelLimits.model_validate_json(limits_json)
     base = INPUT_SCHEMAS[kind]
     return create_model(
-        name, __base__=base, __doc__=base.__doc__, __validators__=_limited_validators(kind, lim),
-        **_limited_fields(kind, lim),
+        name, __base__=base, __doc__=base.__doc__, __validators__=base.limited_validators(lim),
+        **base.limited_fields(lim),
     )
 
 
-def limited_input_model(kind: JobKind, limits: ModelLimits, name: str | None = None) -> type[_Input]:
+def limited_input_model(kind: JobKind, limits: ModelLimits, name: str | None = None) -> type[JobInput]:
     """The kind's input model with the model's limits as field bounds: one source for validation and schema."""
     return _limited_model(kind, limits.model_dump_json(), name or INPUT_SCHEMAS[kind].__name__)
 

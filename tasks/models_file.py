@@ -25,6 +25,12 @@ DEFAULT_POLICY: BatchPolicy = "adaptive"  # bench/README.md: full batches under 
 # Enough to pick the next batch while one runs; short enough to stay far below the visibility timeout.
 DEFAULT_BUFFER_BATCHES = 2
 DEFAULT_MAX_QUEUE_DEPTH = 256  # past this a new job would wait minutes: answer 503 instead
+#: step: jobs join and leave a running batch between two steps where the runtime gives step keys (STEPS.md);
+#: request: a batch is fixed for its whole run (the behaviour before 0.x, kept measurable).
+Scheduling = Literal["step", "request"]
+# The per-step memory budget of a step session: the sum of its rows' step_cost (images: latent pixels x images, so
+# 64x64 latents = one 512x512 image cost 4096). Generous: 16 images of 1024x1024 (128x128 latents) per step.
+DEFAULT_MAX_STEP_COST = 16 * 128 * 128
 
 
 class BatchingSettings(BaseModel):
@@ -34,6 +40,9 @@ class BatchingSettings(BaseModel):
     max_wait_ms: float = Field(default=DEFAULT_MAX_WAIT_MS, ge=0)
     buffer_batches: int = Field(default=DEFAULT_BUFFER_BATCHES, ge=1, le=8)
     policy: BatchPolicy = DEFAULT_POLICY
+    scheduling: Scheduling = "step"  # request-level wherever the runtime gives no step key (fill-mask, embeddings)
+    max_step_cost: int = Field(default=DEFAULT_MAX_STEP_COST, ge=1,
+                               description="budget of the rows' step_cost per step (images: latent pixels x images)")
 
     @model_validator(mode="before")
     @classmethod
@@ -65,6 +74,9 @@ class ModelSpec(BaseModel):
     limits: ModelLimits = Field(default_factory=ModelLimits)
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     max_queue_depth: int = Field(default=DEFAULT_MAX_QUEUE_DEPTH, ge=1)
+    min_workers: int = Field(default=1, ge=0, le=1, description=(
+        "1: with no worker online the API answers 503 no_workers; 0: it queues jobs anyway (scale to zero, an "
+        "autoscaler starts a worker on the backlog) and /readyz does not wait for one"))
     default_deadline_s: float | None = Field(default=None, gt=0)
     torch: dict[str, Any] = Field(default_factory=dict, description="overrides of the worker's torch settings")
 

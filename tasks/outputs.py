@@ -17,14 +17,13 @@ import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.constants import Keys
-from tasks.errors import GenqError, OutputStoreUnavailable
-from tasks.settings import Settings
+from tasks.errors import GenqError
+from tasks.job_outputs import OutputEntry as PublicEntry
 
 INPUTS = "input"  # the folder of a job's inputs, beside its runs' folders (a run id is never this word)
 _KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_.-]+)*")
@@ -62,7 +61,7 @@ def output_url(job_id: str, index: int) -> str:
 
 
 class OutputEntry(BaseModel):
-    """One binary output as the job's record lists it and the job object shows it."""
+    """One binary output as the job's record lists it: the job object's entry (``public``) and the object's key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -81,9 +80,10 @@ class OutputEntry(BaseModel):
         return cls(index=index, key=object_key(job_id, run_id, index), url=output_url(job_id, index),
                    media_type=media_type, size=len(data), sha256=hashlib.sha256(data).hexdigest(), seed=seed)
 
-    def public(self) -> dict[str, object]:
-        """As the job object shows it: where the store keeps it is the server's business."""
-        return self.model_dump(mode="json", exclude={"key"})
+    def public(self, download_url: str | None = None, expires_at: datetime | None = None) -> PublicEntry:
+        """As the job object shows it (where the store keeps it is the server's business), with a presigned URL."""
+        return PublicEntry(**self.model_dump(exclude={"key"}), download_url=download_url,
+                           download_expires_at=expires_at)
 
     @property
     def etag(self) -> str:
@@ -129,41 +129,3 @@ class SweptStore(Protocol):
     def scan(self) -> Iterator[JobObjects]: ...
 
     def delete_many(self, keys: list[str]) -> None: ...
-
-
-class RedisOutputStore:
-    """Outputs as Redis strings that expire with the job's result (the embedded demo's store)."""
-
-    backend = "redis"
-
-    def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int) -> None:
-        self.redis, self.keys, self.ttl_s = client, keys, ttl_s
-
-    def put(self, key: str, data: bytes, media_type: str) -> None:
-        try:
-            self.redis.set(self.keys.output(key), data, ex=self.ttl_s)  # one SET: never half written
-        except redis.exceptions.ResponseError as exc:  # OOM under noeviction: Redis is full
-            raise OutputStoreUnavailable(f"redis refused output {key}: {exc}") from exc
-
-    def get(self, key: str) -> bytes | None:
-        return self.redis.get(self.keys.output(key))  # type: ignore[return-value]
-
-    def delete(self, key: str) -> None:
-        self.redis.delete(self.keys.output(key))
-
-
-def output_store(client: redis.Redis, settings: Settings) -> OutputStore:
-    """The deployment's output store, as ``GENQ_OUTPUT_STORE`` names it (``tasks/outputs_config.py``)."""
-    from tasks.outputs_config import OutputStoreSpec
-
-    spec = OutputStoreSpec.of(settings)
-    if spec.backend == "filesystem":
-        from tasks.outputs_fs import FilesystemOutputStore
-
-        return FilesystemOutputStore(spec.directory)
-    if spec.backend == "s3":
-        from tasks.outputs_s3 import S3OutputStore
-
-        return S3OutputStore(spec.bucket, spec.prefix, endpoint_url=settings.s3_endpoint_url,
-                             public_url=settings.s3_public_url, region=settings.s3_region)
-    return RedisOutputStore(client, Keys(settings.key_prefix), settings.result_ttl_s)

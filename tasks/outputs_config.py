@@ -13,7 +13,7 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from tasks.errors import GenqError
-from tasks.settings import Settings
+from tasks.settings import SharedSettings
 
 Backend = Literal["redis", "filesystem", "s3"]
 DELIVERIES = ("proxy", "presigned")
@@ -33,7 +33,7 @@ class OutputStoreSpec:
     prefix: str = ""
 
     @classmethod
-    def of(cls, settings: Settings) -> OutputStoreSpec:
+    def of(cls, settings: SharedSettings) -> OutputStoreSpec:
         """The store ``settings`` name; a GenqError saying what is wrong at startup, never at the first job."""
         spec = cls.parse(settings)
         if settings.output_delivery not in DELIVERIES:
@@ -43,7 +43,7 @@ class OutputStoreSpec:
         return spec
 
     @classmethod
-    def parse(cls, settings: Settings) -> OutputStoreSpec:
+    def parse(cls, settings: SharedSettings) -> OutputStoreSpec:
         raw = settings.output_store.strip()
         if raw in ("", "redis"):
             return cls("redis")

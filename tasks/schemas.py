@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tasks.errors import InvalidInput, UnknownModel
 from tasks.inputs import JobKind, ModelLimits, invalid_from_validation, limited_input_model
+from tasks.job_outputs import JobOutput
+from tasks.kinds import Display
 from tasks.models_file import ModelsFile, ModelSpec
 
 
@@ -104,7 +106,9 @@ class JobMetrics(BaseModel):
     queue_ms: float | None = None
     inference_ms: float | None = None
     batch_size: int | None = None
-    batch_id: str | None = Field(default=None, description="jobs that ran in one model call share it")
+    batch_id: str | None = Field(default=None, description="jobs that ran in one model call (or step session) share it")
+    rows_per_step: float | None = Field(
+        default=None, description="step-level scheduling: mean rows per step while it ran (batch_size: the most)")
 
 
 class Job(BaseModel):
@@ -120,7 +124,7 @@ class Job(BaseModel):
     completed_at: datetime | None = None
     deadline_at: datetime | None = None
     progress: Progress | None = None
-    output: Any = None
+    output: JobOutput | None = Field(default=None, description="a succeeded job's result, typed by its kind")
     error: JobErrorInfo | None = None
     metrics: JobMetrics | None = None
 
@@ -130,6 +134,7 @@ class ErrorInfo(BaseModel):
     message: str
     request_id: str
     field: str | None = None
+    retry_after: int | None = Field(default=None, description="a batch entry refused for now: seconds until a retry")
 
 
 class ErrorBody(BaseModel):
@@ -141,12 +146,18 @@ class BatchingInfo(BaseModel):
     max_wait_ms: float
     buffer_size: int
     policy: str
+    scheduling: str = Field(default="request", description="step: jobs join and leave between steps, where the "
+                                                            "model's runtime iterates (denoising, decoding)")
+    max_step_cost: int | None = None
 
 
 class ModelInfo(BaseModel):
     id: str
     kind: JobKind
     input_schema: dict[str, Any]
+    example_input: dict[str, Any] = Field(default_factory=dict, description="a valid input for this model")
+    display: Display = Field(default="text", description="how a client shows its output (tasks/kinds.py)")
+    batch_key: str = Field(default="", description="which jobs may share a batch")
     limits: ModelLimits
     batching: BatchingInfo
     max_queue_depth: int

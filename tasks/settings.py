@@ -1,4 +1,10 @@
-"""Process settings, read once from ``GENQ_*`` environment variables; every default named and explained."""
+"""Process settings, read once from ``GENQ_*`` environment variables; every default named and explained.
+
+One dataclass per process: ``SharedSettings`` (Redis, the models file, records, leases, webhooks' policy, the
+output store: what the API and the workers must agree on), ``ApiSettings`` and ``WorkerSettings`` extending it,
+``FlowerSettings`` for the monitor, and ``Settings``, the whole, for ``genq up`` and the CLI (which start all of
+them) and every caller that takes one object. Each field is read from ``GENQ_<FIELD>`` and parsed by its type.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar, get_type_hints
+
+from pydantic import StringConstraints, ValidationError
+
+from tasks.errors import GenqError
+from tasks.type_adapters import adapter
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "genq:"
@@ -29,6 +40,9 @@ DEFAULT_API_THREADS = 256
 # Threads of each process that waits never take, so reads and submissions always find one free.
 MIN_FREE_THREADS = 16
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
+DEFAULT_BATCH_MAX_JOBS = 1000  # jobs in one POST /v1/jobs/batch; more is a 422 naming the limit
+# POST /v1/jobs/batch only: a thousand ordinary jobs (a few KiB each at most) fit; past it, 413.
+DEFAULT_BATCH_MAX_CONTENT_LENGTH = 16 << 20
 DEFAULT_WORKER_TTL_S = 15.0  # a worker that has not beaten for this long counts as offline
 # SIGTERM lets the running batch finish this long; keep the orchestrator's grace period above it.
 DEFAULT_SHUTDOWN_TIMEOUT_S = 120
@@ -38,9 +52,13 @@ DEFAULT_MAX_ATTEMPTS = 3  # a job that killed its worker this often is failed as
 # died, or one the API never got to send. Young jobs are left alone: their message may be in flight.
 DEFAULT_ORPHAN_GRACE_S = 60
 DEFAULT_RATE_LIMIT = "600/minute"  # submissions per API key; a key's own `rate=` overrides it
+DEFAULT_STREAM_RATE_LIMIT = "120/minute"  # event stream opens per API key: a reconnecting client is far below
 DEFAULT_IDEMPOTENCY_TTL_S = 24 * 3600  # the same Idempotency-Key returns the same job for a day
-# A worker that took a webhook delivery and died gives it up after this long; above the longest attempt (~7 s).
+# A worker that took a webhook delivery and died gives it up after this long: three times an attempt at least.
 DEFAULT_WEBHOOK_LEASE_S = 30.0
+# One attempt as a whole (lookup, connect, send, answer); a receiver trickling bytes is cut off. At most a
+# third of the lease is used, so an attempt always ends before another worker may take the delivery.
+DEFAULT_WEBHOOK_ATTEMPT_S = 10.0
 DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
@@ -49,10 +67,13 @@ DEFAULT_REDIS_WAIT_TIMEOUT_S = 1.0  # with GENQ_REDIS_WAIT_REPLICAS: how long a 
 # default timeout), and its job expires unstarted after it, since nobody would be waiting for the answer.
 DEFAULT_OPENAI_WAIT_S = 600.0
 # Where binary outputs go: redis (the embedded demo), filesystem, s3, or a URL (file:///dir, s3://bucket/prefix).
-DEFAULT_OUTPUT_STORE = "redis"
+OutputStoreName = Literal["redis", "filesystem", "s3"]
+OutputStoreUrl = Annotated[str, StringConstraints(pattern=r"^(file|s3):")]  # checked by tasks/outputs_config.py
+DEFAULT_OUTPUT_STORE: OutputStoreName = "redis"
 DEFAULT_OUTPUT_DIR = "/var/lib/genq/outputs"  # GENQ_OUTPUT_STORE=filesystem without a directory of its own
 DEFAULT_S3_BUCKET = "genq"  # GENQ_OUTPUT_STORE=s3 without a bucket of its own
-DEFAULT_OUTPUT_DELIVERY = "proxy"  # the API sends the bytes; "presigned" hands out S3 URLs instead
+OutputDelivery = Literal["proxy", "presigned"]
+DEFAULT_OUTPUT_DELIVERY: OutputDelivery = "proxy"  # the API sends the bytes; "presigned" hands out S3 URLs instead
 DEFAULT_OUTPUT_URL_TTL_S = 900  # a presigned URL works this long: one page view, not a permanent link
 # Outputs of expired records are looked for this often (filesystem, s3; Redis expires its own)...
 DEFAULT_OUTPUT_SWEEP_S = 300.0
@@ -60,34 +81,38 @@ DEFAULT_OUTPUT_SWEEP_S = 300.0
 DEFAULT_OUTPUT_SWEEP_GRACE_S = 600.0
 
 
+
+class SettingError(GenqError, ValueError):
+    """A ``GENQ_*`` variable that does not parse as its setting's type: the process refuses to start."""
+
+
 def env_fields(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Values for the dataclass ``cls`` from ``<prefix><FIELD>`` variables, parsed by the field's type."""
+    """Values for the dataclass ``cls`` from ``<prefix><FIELD>`` variables, each parsed by its field's type
+    (pydantic's string parsing: numbers, booleans as 1/0, true/false, yes/no, on/off, paths, Literal choices)."""
     env = os.environ if environ is None else environ
+    hints = get_type_hints(cls, include_extras=True)
     values: dict[str, Any] = {}
     for f in fields(cls):
         name = f"{prefix}{f.name.upper()}"
         raw = env.get(name)
         if raw is None or raw == "":
             continue
-        kind = str(f.type)
         try:
-            if "Path" in kind:
-                values[f.name] = Path(raw)
-            elif kind.startswith("bool"):
-                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif kind.startswith("int"):
-                values[f.name] = int(raw)
-            elif kind.startswith("float"):
-                values[f.name] = float(raw)
-            else:
-                values[f.name] = raw
-        except ValueError:
-            raise ValueError(f"{name}={raw!r} is not a valid {kind}") from None
+            values[f.name] = adapter(hints[f.name]).validate_strings(raw.strip())
+        except ValidationError as exc:
+            reason = "; ".join(dict.fromkeys(e["msg"] for e in exc.errors()))
+            raise SettingError(f"{name}={raw!r} is not a valid {f.type}: {reason}", field=name) from None
     return values
 
 
+S = TypeVar("S", bound="SharedSettings")
+
+
 @dataclass(frozen=True)
-class Settings:
+class SharedSettings:
+    """What the API and the workers must agree on: Redis, key names, the models file, records and leases, the
+    webhooks' policy and the output store."""
+
     redis_url: str = DEFAULT_REDIS_URL
     redis_sentinel_master: str | None = None  # the master's name when redis_url is sentinel://...
     key_prefix: str = DEFAULT_KEY_PREFIX
@@ -101,42 +126,47 @@ class Settings:
     # asynchronously, so a failover can lose an accepted job without it). Workers wait likewise after results.
     redis_wait_replicas: int = 0
     redis_wait_timeout_s: float = DEFAULT_REDIS_WAIT_TIMEOUT_S
-    wait_cap_s: float = DEFAULT_WAIT_CAP_S
-    api_threads: int = DEFAULT_API_THREADS
-    max_waiters: int | None = None  # Prefer: wait requests held at once per API process; beyond, 202 at once
-    max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
     worker_ttl_s: float = DEFAULT_WORKER_TTL_S
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
-    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
-    api_keys_file: Path | None = None
-    rate_limit: str = DEFAULT_RATE_LIMIT
-    idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S
     webhook_secret: str = field(default="", repr=False)  # server secret each key's signing secret derives from
     webhook_allow_unsigned: bool = False  # without a secret, webhooks are refused unless this says otherwise
     webhook_allow_http: bool = False  # https only unless told otherwise
     webhook_allow_private: bool = False  # never loopback/private/link-local targets unless told (tests, dev)
     webhook_lease_s: float = DEFAULT_WEBHOOK_LEASE_S
-    webhook_poll_s: float = DEFAULT_WEBHOOK_POLL_S
-    keys_reload_s: float = DEFAULT_KEYS_RELOAD_S
-    openai_wait_s: float = DEFAULT_OPENAI_WAIT_S
-    model: str | None = None  # the model a worker serves (worker only)
-    gpu: str | None = None  # the GPU a worker owns (worker only)
-    metrics_port: int | None = None  # a worker's Prometheus /metrics and /healthz port (worker only)
-    metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
-    flower_user: str = "genq"
-    flower_password: str = field(default="", repr=False)
-    output_store: str = DEFAULT_OUTPUT_STORE  # redis | filesystem | s3 | file:///dir | s3://bucket/prefix
+    webhook_attempt_s: float = DEFAULT_WEBHOOK_ATTEMPT_S
+    output_store: OutputStoreName | OutputStoreUrl = DEFAULT_OUTPUT_STORE  # or file:///dir, s3://bucket/prefix
     output_dir: Path = Path(DEFAULT_OUTPUT_DIR)
     s3_bucket: str = DEFAULT_S3_BUCKET
     s3_prefix: str = ""
     s3_endpoint_url: str | None = None  # MinIO, R2, Ceph...; unset: AWS (credentials: the AWS_* variables)
     s3_public_url: str | None = None  # the endpoint presigned URLs name, when clients reach S3 elsewhere
     s3_region: str | None = None
-    output_delivery: str = DEFAULT_OUTPUT_DELIVERY  # proxy | presigned
+    output_delivery: OutputDelivery = DEFAULT_OUTPUT_DELIVERY
+
+    @classmethod
+    def from_env(cls: type[S], environ: Mapping[str, str] | None = None) -> S:
+        """Build settings from ``GENQ_<FIELD>`` variables; unset ones keep their defaults."""
+        return cls(**env_fields(cls, "GENQ_", environ))
+
+
+@dataclass(frozen=True)
+class ApiSettings(SharedSettings):
+    """The API process: threads, waits, bodies, keys and rate limits, idempotency, the OpenAI routes."""
+
+    wait_cap_s: float = DEFAULT_WAIT_CAP_S
+    api_threads: int = DEFAULT_API_THREADS
+    max_waiters: int | None = None  # Prefer: wait requests held at once per API process; beyond, 202 at once
+    max_waiters_per_owner: int | None = None  # of those, one key's owner holds at most this (default: a quarter)
+    stream_rate_limit: str = DEFAULT_STREAM_RATE_LIMIT  # event stream opens per key (/v1 events, OpenAI streams)
+    max_content_length: int = DEFAULT_MAX_CONTENT_LENGTH
+    batch_max_jobs: int = DEFAULT_BATCH_MAX_JOBS
+    batch_max_content_length: int = DEFAULT_BATCH_MAX_CONTENT_LENGTH
+    api_keys_file: Path | None = None
+    rate_limit: str = DEFAULT_RATE_LIMIT
+    idempotency_ttl_s: int = DEFAULT_IDEMPOTENCY_TTL_S
+    keys_reload_s: float = DEFAULT_KEYS_RELOAD_S
+    openai_wait_s: float = DEFAULT_OPENAI_WAIT_S
     output_url_ttl_s: int = DEFAULT_OUTPUT_URL_TTL_S
-    output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
-    output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
 
     @property
     def waiters_per_process(self) -> int:
@@ -144,7 +174,37 @@ class Settings:
             return max(1, self.max_waiters)
         return max(1, self.api_threads - max(MIN_FREE_THREADS, self.api_threads // 8))
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build settings from ``GENQ_<FIELD>`` variables; unset ones keep their defaults."""
-        return cls(**env_fields(cls, "GENQ_", environ))
+    @property
+    def waiters_per_owner(self) -> int:
+        """Held requests one owner may have in one API process (with keys; open mode has no owners to share)."""
+        if self.max_waiters_per_owner is not None:
+            return max(1, self.max_waiters_per_owner)
+        return max(1, self.waiters_per_process // 4)
+
+
+@dataclass(frozen=True)
+class WorkerSettings(SharedSettings):
+    """A worker process: its model and GPU, shutdown, the sweepers, webhook sending, its metrics port."""
+
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
+    webhook_poll_s: float = DEFAULT_WEBHOOK_POLL_S
+    model: str | None = None  # the model it serves
+    gpu: str | None = None  # the GPU it owns
+    metrics_port: int | None = None  # its Prometheus /metrics and /healthz port
+    metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
+    output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
+    output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
+
+
+@dataclass(frozen=True)
+class FlowerSettings(SharedSettings):
+    """Flower, the monitor."""
+
+    flower_user: str = "genq"
+    flower_password: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class Settings(ApiSettings, WorkerSettings, FlowerSettings):
+    """The whole: ``genq up`` and the CLI start every process from it, and any caller may take it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from urllib.parse import SplitResult, urlsplit
 
 from tasks.errors import InvalidInput
@@ -27,9 +28,15 @@ _V6_FORBIDDEN = tuple(ipaddress.IPv6Network(n) for n in (
     "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
 ))
 # IPv6 ranges that carry an IPv4 address in their low 32 bits (NAT64's well-known prefix, the deprecated
-# IPv4-compatible form); IPv4-mapped and 6to4 have their own accessors.
+# IPv4-compatible form, SIIT's IPv4-translated ::ffff:0:a.b.c.d of RFC 2765); IPv4-mapped and 6to4 have
+# their own accessors. ISATAP interface ids (RFC 5214: ...:0:5efe:a.b.c.d, ...:200:5efe:a.b.c.d) carry one
+# under any prefix.
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_V4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_ISATAP_IDS = (0x00005EFE, 0x02005EFE)
+# Full stops that IDNA (UTS #46) maps to "." when a client resolves a name: ideographic, full-width, half-width.
+_IDNA_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 # Cloud metadata endpoints outside the ranges above (AWS's IPv6 one is ULA, Alibaba's is shared space):
 # listed so that no allow-list change can let them through.
 METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200"),
@@ -40,13 +47,17 @@ _NUMBER = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 form carries: IPv4-mapped, IPv4-compatible, 6to4 or NAT64 (64:ff9b::/96)."""
+    """The IPv4 address an IPv6 form carries: IPv4-mapped, IPv4-compatible, IPv4-translated, 6to4, NAT64
+    (64:ff9b::/96) or an ISATAP interface id."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     if ip.sixtofour is not None:
         return ip.sixtofour
-    if ip in _NAT64 or (ip in _V4_COMPATIBLE and int(ip) > 1):
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _NAT64 or ip in _V4_TRANSLATED or (ip in _V4_COMPATIBLE and int(ip) > 1):
+        return low
+    if (int(ip) >> 32) & 0xFFFFFFFF in _ISATAP_IDS:
+        return low
     return None
 
 
@@ -124,9 +135,13 @@ def split_webhook_url(url: str, *, allow_http: bool, field: str = "webhook") -> 
 def check_host(host: str, *, allow_private: bool, field: str = "webhook") -> IPAddress | None:
     """Refuse a host that is, or spells, a non-public address or a local-only name; no DNS lookup.
 
-    Returns the literal address when the host is one (it needs no resolving later).
+    Returns the literal address when the host is one (it needs no resolving later). A host with non-ASCII
+    digits is refused: a resolver's IDNA mapping turns full-width ``１２７.０.０.１`` into 127.0.0.1. Other
+    characters are checked as IDNA would map them (NFKC, its full stops), so ``ｌｏｃａｌｈｏｓｔ`` is localhost.
     """
-    host = host.lower()
+    if any(ch.isdigit() and not ch.isascii() for ch in host):
+        raise InvalidInput(f"{field}: {host!r} has non-ASCII digits (write the host in ASCII)", field=field)
+    host = unicodedata.normalize("NFKC", host).translate(_IDNA_DOTS).lower()
     try:
         literal = literal_address(host)
     except ValueError:

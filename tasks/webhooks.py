@@ -14,7 +14,7 @@ import hmac
 import time
 
 from tasks.errors import InvalidInput
-from tasks.settings import Settings
+from tasks.settings import SharedSettings
 from tasks.ssrf import check_host, split_webhook_url
 
 ID_HEADER = "webhook-id"
@@ -62,7 +62,7 @@ def verify(secret: str, headers: dict[str, str], body: bytes, *, now: float | No
     return any(hmac.compare_digest(expected, given) for given in lower.get(SIGNATURE_HEADER, "").split())
 
 
-def signing_headers(settings: Settings, key_id: str, delivery_id: str, body: bytes) -> dict[str, str]:
+def signing_headers(settings: SharedSettings, key_id: str, delivery_id: str, body: bytes) -> dict[str, str]:
     """Headers of one attempt; unsigned (no signature header) only when the settings allow it."""
     timestamp = int(time.time())
     headers = {ID_HEADER: delivery_id, TIMESTAMP_HEADER: str(timestamp)}
@@ -73,7 +73,7 @@ def signing_headers(settings: Settings, key_id: str, delivery_id: str, body: byt
     return headers
 
 
-def check_webhook_url(url: str, settings: Settings, *, field: str = "webhook") -> None:
+def check_webhook_url(url: str, settings: SharedSettings, *, field: str = "webhook") -> None:
     """At submit: refuse a URL that cannot be delivered (scheme, credentials, forbidden address); no DNS."""
     if not settings.webhook_secret and not settings.webhook_allow_unsigned:
         raise InvalidInput(f"{field}: webhooks are disabled on this server (no GENQ_WEBHOOK_SECRET to sign them)",

@@ -11,10 +11,10 @@ import pytest
 import redis
 
 from genq.redis_server import free_port
-from tasks.fleet import FleetStore
-from tasks.job_store import JobStore
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.fleet import FleetStore
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.harness import ROOT, WorkerProcess
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -125,6 +125,24 @@ kind = "fill-mask"
 source = "fake://"
 runtime = "tests.fake_runtime:FakeRuntime"
 max_queue_depth = 10
+
+[models.stepper]
+kind = "fill-mask"
+source = "fake://?step_ms=100&log={tmp / 'stepper-exec.log'}"
+runtime = "tests.fake_runtime:FakeSteppingRuntime"
+batching = {{ max_batch_size = 4 }}
+
+[models.stepper-request]
+kind = "fill-mask"
+source = "fake://?step_ms=100&log={tmp / 'stepper-request-exec.log'}"
+runtime = "tests.fake_runtime:FakeSteppingRuntime"
+batching = {{ max_batch_size = 4, scheduling = "request" }}
+
+[models.batch-queue]
+kind = "fill-mask"
+source = "fake://"
+runtime = "tests.fake_runtime:FakeRuntime"
+max_queue_depth = 3
 
 [models.nobody]
 kind = "fill-mask"

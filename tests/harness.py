@@ -14,9 +14,9 @@ import redis
 
 from genq.redis_server import free_port, redis_server_binary, server_command
 from tasks.constants import queue_name
-from tasks.job_store import JobStore
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,10 @@ class WorkerProcess:
 
     def __init__(self, settings: Settings, model: str, log_dir: Path, *, name: str | None = None,
                  extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None, checkout: Path = ROOT, host: str | None = None) -> None:
+        # ``checkout`` and ``host``: a worker started from another copy of the code under another node name,
+        # as on a second machine.
+        self.checkout, self.host = checkout, host or os.uname().nodename
         self.settings, self.model = settings, model
         self.name = name or f"{model}-{uuid.uuid4().hex[:6]}"
         self.log_path = log_dir / f"worker-{self.name}.log"
@@ -56,13 +59,13 @@ class WorkerProcess:
 
     def start(self, wait: bool = True, timeout: float = 120) -> WorkerProcess:
         cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
-               "-Q", queue_name(self.model), "--model", self.model, "-n", f"{self.name}@%h",
+               "-Q", queue_name(self.model), "--model", self.model, "-n", f"{self.name}@{self.host}",
                "--loglevel", "INFO", "--without-mingle", "--without-gossip", *self.extra_args]
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.settings, **self.extra_env),
-                                         stdout=log, stderr=subprocess.STDOUT)
+            env = worker_env(self.settings, **{"PYTHONPATH": str(self.checkout), **self.extra_env})
+            self.proc = subprocess.Popen(cmd, cwd=self.checkout, env=env, stdout=log, stderr=subprocess.STDOUT)
         if wait:
             self.wait_online(timeout)
         return self
@@ -87,7 +90,7 @@ class WorkerProcess:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-                if store.redis.zscore(key, f"{self.name}@{os.uname().nodename}") is not None:
+                if store.redis.zscore(key, f"{self.name}@{self.host}") is not None:
                     return
                 time.sleep(0.1)
         finally:
@@ -150,7 +153,8 @@ class RedisServer:
 
 
 class ApiServer:
-    """The API as deployed: ``gunicorn -c python:api.gunicorn_conf api.wsgi:app`` on a spare loopback port."""
+    """The API as deployed: ``python -m api.serve`` (granian; ``GENQ_API_SERVER=gunicorn`` for the former) on a spare
+    loopback port."""
 
     def __init__(self, settings: Settings, log_path: Path, **env: str) -> None:
         self.port = free_port()
@@ -164,8 +168,8 @@ class ApiServer:
 
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", "-b", f"127.0.0.1:{self.port}",
-                 "api.wsgi:app"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+                [sys.executable, "-m", "api.serve"], cwd=ROOT,
+                env={**self.env, "GENQ_API_BIND": f"127.0.0.1:{self.port}"}, stdout=log, stderr=subprocess.STDOUT)
         end = time.monotonic() + 30
         while time.monotonic() < end:
             try:

@@ -16,9 +16,9 @@ import click
 from celery import Task, bootsteps, signals
 from celery.worker import state as celery_state
 
-from tasks.celery_app import create_celery
 from tasks.constants import TASK_RUN, queue_name
 from tasks.settings import Settings
+from tasks.store.celery_app import create_celery
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.health import LoopTick, liveness

@@ -1,8 +1,11 @@
 """Chooses the next batch from the worker's buffer: pure logic on a clock, no Celery, no torch.
 
-Requests are grouped by their runtime's compatibility key (a batch never mixes keys); a group worth
-``max_batch_size`` runs at once, highest priority then oldest first. Otherwise the policy decides,
-whenever the model is idle and again on every arrival:
+Requests are grouped by their runtime's compatibility key (a batch never mixes keys). Fairness first: a job
+that has waited longer than ``fair_bound_s`` (``FAIR_WAIT_BATCHES`` learned batch times, at least
+``FAIR_WAIT_FLOOR_S``) runs next with its group, however small, most urgent (priority, then age) first; while
+one waits, a running step session admits no newcomers (``take_joiners``), so it drains. Then a group worth
+``max_batch_size`` (or the step-cost budget) runs at once, highest priority then oldest first. Otherwise the
+policy decides, whenever the model is idle and again on every arrival:
 
 - ``greedy``: fetch what Redis already holds, then run whatever is buffered;
 - ``fixed``: wait until ``max_wait`` has passed since the oldest arrival (a lone request pays it all);
@@ -30,6 +33,12 @@ from worker.batch_learning import CostModel, EchoModel
 T = TypeVar("T")
 WAIT_MARGIN = 1.05  # waiting must promise 5% more goodput than running now: noise never buys a wait
 ECHO_HORIZON_WAITS = 2  # echoes are learned up to twice max_wait after a completion: late ones still count
+# The fairness bound: a job buffered longer than max(FAIR_WAIT_FLOOR_S, FAIR_WAIT_BATCHES x the learned time of a
+# full batch, or of a row's run under step scheduling) goes next, whatever full groups wait. Two batch times leave
+# room to batch its own group; the floor keeps a cold cost model (or microsecond batches) from reordering
+# everything on noise.
+FAIR_WAIT_BATCHES = 2.0
+FAIR_WAIT_FLOOR_S = 0.5
 
 
 @dataclass
@@ -41,6 +50,7 @@ class Pending(Generic[T]):
     arrived: float  # clock time of arrival
     seq: int  # arrival order, to break ties between equal clock readings
     deadline: float | None = None  # clock time by which the job must have finished, if any
+    cost: int = 0  # share of the per-step budget (step scheduling: latent pixels x images)
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,9 @@ class BatcherStats:
 
 class Batcher(Generic[T]):
     def __init__(self, max_batch_size: int, max_wait_s: float, policy: Policy = "adaptive",
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, max_cost: int | None = None) -> None:
         self.max_batch_size = max_batch_size
+        self.max_cost = max_cost  # the per-step budget of a batch's summed cost; None: none
         self.max_wait_s = max_wait_s
         self.policy: Policy = policy
         self.clock = clock or time.monotonic
@@ -89,10 +100,11 @@ class Batcher(Generic[T]):
 
     # --- what happens to the worker ------------------------------------------------------
 
-    def add(self, item: T, key: Hashable, weight: int = 1, priority: int = 5, deadline: float | None = None) -> None:
+    def add(self, item: T, key: Hashable, weight: int = 1, priority: int = 5, deadline: float | None = None,
+            cost: int = 0) -> None:
         now = self.clock()
         self._seq += 1
-        self._pending.append(Pending(item, key, max(1, weight), priority, now, self._seq, deadline))
+        self._pending.append(Pending(item, key, max(1, weight), priority, now, self._seq, deadline, cost))
         self.echoes.on_arrival(now)
         self._weight_mean += 0.1 * (max(1, weight) - self._weight_mean)
 
@@ -100,17 +112,50 @@ class Batcher(Generic[T]):
         """Take over another batcher's pending requests and what it learned (a reconnect, not a new model)."""
         for p in other._pending:
             self._seq += 1
-            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq, p.deadline))
+            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq, p.deadline,
+                                         p.cost))
         other._pending = []
         self.cost, self.echoes, self._weight_mean = other.cost, other.echoes, other._weight_mean
         self._waited_s = other._waited_s
 
     def batch_done(self, weight: float, seconds: float) -> None:
         """A batch of ``weight`` finished after keeping the model busy ``seconds``: learn, and the model is free."""
-        now = self.clock()
-        self.cost.observe(weight, seconds)
-        self.echoes.on_completion(now, weight / self._weight_mean)
-        self._idle_since = now
+        self.rows_done(weight, weight, seconds)
+        self.idle()
+
+    def rows_done(self, weight: float, rows_per_step: float, seconds: float) -> None:
+        """Step scheduling: jobs of ``weight`` left a session after ``seconds`` among ``rows_per_step`` rows."""
+        self.cost.observe(rows_per_step, seconds)
+        self.echoes.on_completion(self.clock(), weight / self._weight_mean)
+
+    def idle(self) -> None:
+        """The model became free (a batch or a step session ended)."""
+        self._idle_since = self.clock()
+
+    def fair_bound_s(self) -> float:
+        """How long a buffered job may wait before it goes next whatever else is full (the fairness bound)."""
+        learned = self.cost.cost(self.max_batch_size) if self.cost.ready else 0.0
+        return max(FAIR_WAIT_FLOOR_S, FAIR_WAIT_BATCHES * learned)
+
+    def overdue(self) -> Pending[T] | None:
+        """The most urgent job past the fairness bound (priority, then age), if any."""
+        limit = self.clock() - self.fair_bound_s()
+        late = [p for p in self._pending if p.arrived < limit]
+        return min(late, key=lambda p: (p.priority, p.arrived, p.seq)) if late else None
+
+    def take_joiners(self, key: Hashable, room_weight: int, room_cost: int | None) -> list[T]:
+        """Buffered jobs of ``key`` that fit a running session's free rows and budget, best first; none while a
+        job of another key is overdue (the session then drains, and that job's group starts next)."""
+        late = self.overdue()
+        if room_weight <= 0 or (late is not None and late.key != key):
+            return []
+        chosen, weight, cost = [], 0, 0
+        for p in sorted((p for p in self._pending if p.key == key), key=self._urgency()):
+            if weight + p.weight > room_weight or (room_cost is not None and cost + p.cost > room_cost):
+                break
+            chosen.append(p)
+            weight, cost = weight + p.weight, cost + p.cost
+        return self._remove(chosen)
 
     def stats(self) -> BatcherStats:
         return BatcherStats(self.cost.a, self.cost.b, self.echoes.share, self.echoes.delay_quantile(0.9),
@@ -129,7 +174,10 @@ class Batcher(Generic[T]):
         if not groups:
             return Decision()
         now = self.clock()
-        full = [g for g in groups if _weight(g) >= self.max_batch_size]
+        late = self.overdue()
+        if late is not None:  # fairness before filling: it has waited long enough behind fuller groups
+            return self._run(next(g for g in groups if late in g), now)
+        full = [g for g in groups if _weight(g) >= self.max_batch_size or self._over_budget(sum(p.cost for p in g))]
         if full:
             return self._run(min(full, key=_rank), now)
         oldest = min(self._pending, key=lambda p: (p.arrived, p.seq))
@@ -188,15 +236,27 @@ class Batcher(Generic[T]):
             by_key.setdefault(p.key, []).append(p)
         return list(by_key.values())
 
+    def _urgency(self) -> Callable[[Pending[T]], tuple[bool, int, float, int]]:
+        """Sort key: overdue jobs first (the fairness bound), then highest priority, then oldest."""
+        limit = self.clock() - self.fair_bound_s()
+        return lambda p: (p.arrived >= limit, p.priority, p.arrived, p.seq)
+
+    def _over_budget(self, cost: int) -> bool:
+        return self.max_cost is not None and cost >= self.max_cost
+
     def _take(self, group: Iterable[Pending[T]]) -> list[T]:
-        """Up to max_batch_size worth of the group, highest priority then oldest first."""
+        """Up to max_batch_size (and the step-cost budget) worth of the group, highest priority then oldest first."""
         chosen: list[Pending[T]] = []
-        total = 0
-        for p in sorted(group, key=lambda p: (p.priority, p.arrived, p.seq)):
-            if chosen and total + p.weight > self.max_batch_size:
+        total = cost = 0
+        for p in sorted(group, key=self._urgency()):
+            over = self.max_cost is not None and cost + p.cost > self.max_cost
+            if chosen and (total + p.weight > self.max_batch_size or over):
                 break
             chosen.append(p)
-            total += p.weight
+            total, cost = total + p.weight, cost + p.cost
+        return self._remove(chosen)
+
+    def _remove(self, chosen: list[Pending[T]]) -> list[T]:
         ids = {id(p) for p in chosen}
         self._pending = [p for p in self._pending if id(p) not in ids]
         return [p.item for p in chosen]

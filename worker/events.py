@@ -18,8 +18,9 @@ from typing import Any
 import redis
 
 from tasks.constants import Keys
-from tasks.events import EventType, StatusChange, TextPiece, append, entry
+from tasks.events import EventType, StatusChange, TextPiece, entry
 from tasks.schemas import JobStatus, Progress
+from tasks.store.event_log import append
 from worker.runtimes.base import ProgressFn, TextSink
 
 log = logging.getLogger(__name__)

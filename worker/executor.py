@@ -13,12 +13,12 @@ from collections.abc import Callable
 from functools import partial
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
-from tasks.fleet import FleetStore
 from tasks.inputs import validate_input
-from tasks.job_store import Claim, Ending, JobStore, Outcome, Verdict
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobMetrics, JobStatus
+from tasks.store.fleet import FleetStore
+from tasks.store.job_store import Claim, Ending, JobStore, Outcome, Verdict
 from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
@@ -162,16 +162,32 @@ class Executor:
         self._store_successes([(item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
                                for item, prediction in zip(batch, predictions, strict=True)])
 
+    def run_alone(self, item: WorkItem) -> None:
+        """``item`` on its own, request-level (a step that failed is run again this way): its own status."""
+        self._predict_isolated([item], time.perf_counter())
+
     # --- results ---------------------------------------------------------------------
+
+    def store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
+        """Jobs that left a step session with a prediction: outputs, then their endings (one round trip)."""
+        self._store_successes(results)
+
+    def store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> None:
+        """A job that failed on its own (the failure ``item`` carries)."""
+        self._store_failure(item, metrics)
+
+    def queue_ms(self, item: WorkItem) -> float | None:
+        """From the API's submission to this worker's claim, both on Redis' clock."""
+        if not (item.claimed_at and item.created_at):
+            return None
+        return round(max(0.0, (item.claimed_at - item.created_at) * 1000), 2)
 
     def _metrics(self, item: WorkItem, batch_size: int, started: float, batch_id: str,
                  inference_ms: float | None = None) -> JobMetrics:
         if inference_ms is None:
             inference_ms = (time.perf_counter() - started) * 1000
-        # Both on Redis' clock: from the API's submission to this worker's claim.
-        queue_ms = (item.claimed_at - item.created_at) * 1000 if item.claimed_at and item.created_at else None
-        return JobMetrics(queue_ms=None if queue_ms is None else round(max(0.0, queue_ms), 2),
-                          inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id)
+        return JobMetrics(queue_ms=self.queue_ms(item), inference_ms=round(inference_ms, 2), batch_size=batch_size,
+                          batch_id=batch_id)
 
     def _store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
         """Every job's outputs, then all their endings and the batch's completion count in one round trip.

@@ -7,8 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from tasks.fleet import FleetStore
 from tasks.os_thread import name_os_thread
+from tasks.store.fleet import FleetStore
 
 log = logging.getLogger(__name__)
 # Well inside the API's worker TTL (15 s), the lease (30 s) and the visibility timeout (60 s): each

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from tasks.job_store import JobStore
+from tasks.store.job_store import JobStore
 from worker.job import WorkItem
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from typing import Any
 
 from tasks.constants import PRIORITY_VALUES
 from tasks.inputs import AnyInput
-from tasks.job_store import JobRecord
 from tasks.messages import RunMessage
 from tasks.schemas import JobStatus
+from tasks.store.job_store import JobRecord
 
 
 def new_token() -> str:
@@ -26,6 +26,7 @@ class WorkItem:
     deadline_at: float | None = None
     priority: int = 5  # Redis transport priority: 0 first
     arrived: float = 0.0  # monotonic time the worker received the message
+    run_deadline: float | None = None  # its deadline on the monotonic clock (a step session drops it then)
     handle: Any = None  # the kombu message, acknowledged once the outcome is stored
     webhook_events: list[str] = field(default_factory=list)
     redelivered: bool = False  # Redis gave this message back (a worker died or shut down holding it)

@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass
 
 from tasks.errors import GenqError
-from tasks.fleet import FleetStore
-from tasks.job_store import JobStore
 from tasks.models_file import ModelSpec, load_models_file
-from tasks.outputs import output_store
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.fleet import FleetStore
+from tasks.store.job_store import JobStore
+from tasks.store.output_stores import output_store
+from tasks.store.redis_client import connect
 from worker.events import EventPublisher
 from worker.executor import Executor
 from worker.runtimes import Runtime, create_runtime

@@ -54,6 +54,14 @@ BACKGROUND_RATE = Gauge("genq_worker_background_arrivals_per_second", "Arrivals 
                         ["model"])
 POLICY_WAIT = Counter("genq_worker_batching_wait_seconds", "Seconds the model sat idle by choice with work buffered",
                       ["model"])
+# Step-level scheduling (worker/step_loop.py): what every step of a session held and cost.
+_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256)
+STEP_ROWS = Histogram("genq_worker_step_rows", "Rows (jobs) in one step of a step session", ["model"], buckets=_ROWS)
+STEP_ADMISSIONS = Histogram("genq_worker_step_admissions", "Rows that joined a step session just before a step",
+                            ["model"], buckets=(0, *_ROWS))
+STEP_SECONDS = Histogram("genq_worker_step_seconds", "Seconds per step, by the rows it held", ["model", "rows"],
+                         buckets=(0.001, 0.0025, *_SECONDS))
+STEP_LEFT = Counter("genq_worker_step_rows_left", "Rows that left a step session, by why", ["model", "reason"])
 # The output store (tasks/outputs.py), by backend: redis, filesystem, s3.
 OUTPUT_BYTES = Counter("genq_worker_output_bytes", "Bytes of outputs written to the output store", ["backend"])
 OUTPUT_OBJECTS = Counter("genq_worker_output_objects", "Outputs written to the output store", ["backend"])
@@ -79,6 +87,26 @@ def record_batch(spec: ModelSpec, runtime: Runtime, batch: list[WorkItem], start
     ITEMS.labels(model).inc(done)
     if seconds > 0:
         ITEMS_PER_SECOND.labels(model).set(done / seconds)
+
+
+def record_step(model: str, rows: int, admitted: int, seconds: float) -> None:
+    """One step of a step session: the rows it held, how many joined just before it, and its time."""
+    STEP_ROWS.labels(model).observe(rows)
+    STEP_ADMISSIONS.labels(model).observe(admitted)
+    STEP_SECONDS.labels(model, str(rows)).observe(seconds)
+
+
+def record_rows_succeeded(model: str, items: int, queue_seconds: list[float]) -> None:
+    """Jobs that left a step session succeeded: their items, and each one's wait from submission to joining."""
+    ITEMS.labels(model).inc(items)
+    for seconds in queue_seconds:
+        QUEUE_WAIT.labels(model).observe(seconds)
+
+
+def record_rows_left(model: str, reason: str, count: int = 1) -> None:
+    """Rows that left a session: finished, failed, canceled, deadline, lease_lost, failover."""
+    if count:
+        STEP_LEFT.labels(model, reason).inc(count)
 
 
 def record_output_write(backend: str, size: int, seconds: float) -> None:

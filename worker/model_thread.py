@@ -18,6 +18,30 @@ log = logging.getLogger(__name__)
 Work = tuple[Callable[[], None], Callable[[], None]]
 
 
+class HandBack:
+    """Callbacks made on the model thread, run in the event loop in the order they were made.
+
+    kombu's hub keeps ``call_soon`` callbacks in a set, so their order is lost (a step session's end overtook
+    the hand-back of its last rows): they queue here, and each ``call_soon`` drains the queue in order.
+    """
+
+    def __init__(self, call_soon: Callable[[Callable[[], None]], object]) -> None:
+        self._call_soon = call_soon
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def __call__(self, callback: Callable[[], None]) -> None:
+        self._queue.put(callback)
+        self._call_soon(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                callback = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            callback()
+
+
 class ModelThread:
     def __init__(self) -> None:
         self._work: queue.SimpleQueue[Work] = queue.SimpleQueue()

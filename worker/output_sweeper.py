@@ -1,7 +1,11 @@
 """Deletes stored outputs that no job record lists: a store without expiry of its own (filesystem, S3).
 
 Every object lives under its job's name. For each job found in the store:
-- no record (it expired, or was never written): every object goes, and the API answers 410 as before;
+- no record, and no tombstone either: the job is not this deployment's (another one, with its own key
+  prefix or Redis, shares the bucket, prefix or directory), or it ended over ``GENQ_TOMBSTONE_TTL_S`` ago;
+  nothing is touched. Every job's tombstone is written with its record and outlives it by days, so this
+  deployment's own expired jobs are still recognised, swept many times over before it lapses;
+- no record but its tombstone (it expired): every object goes, and the API answers 410 as before;
 - a finished record: objects it does not list go (runs that lost, writes cut short, a failed job's leftovers);
   inputs stay as long as the record;
 - a queued or running record: nothing is touched, a run may be writing.
@@ -20,9 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tasks.errors import GenqError
-from tasks.job_store import JobStore
 from tasks.outputs import JobObjects, OutputStore, SweptStore, check_key, is_input_key
 from tasks.schemas import JobStatus
+from tasks.store.job_store import JobStore
 
 log = logging.getLogger(__name__)
 CHUNK = 256  # records read per Redis round trip
@@ -39,10 +43,11 @@ def _valid(keys: Iterable[str]) -> list[str]:
     return valid
 
 
-def unlisted(objects: JobObjects, status: str | None, listed: set[str]) -> list[str]:
-    """The keys of ``objects`` that may go, given the job's record (status and listed keys; None: no record)."""
+def unlisted(objects: JobObjects, status: str | None, listed: set[str], known: bool = True) -> list[str]:
+    """The keys of ``objects`` that may go, given the job's record (status and listed keys; None: no record)
+    and whether this deployment knows the job (its tombstone): a stranger's objects never go."""
     if status is None:
-        return objects.keys
+        return objects.keys if known else []
     if not JobStatus(status).terminal:
         return []
     return [key for key in objects.keys if key not in listed and not is_input_key(key)]
@@ -58,8 +63,8 @@ class OutputSweeper:
         deleted = 0
         for chunk in _chunks(self.outputs.scan(), CHUNK):
             old = [o for o in chunk if self.clock() - o.modified >= self.grace_s]
-            doomed = [key for objects, (status, listed) in zip(old, self._records(old), strict=True)
-                      for key in _valid(unlisted(objects, status, listed))]
+            doomed = [key for objects, (status, listed, known) in zip(old, self._records(old), strict=True)
+                      for key in _valid(unlisted(objects, status, listed, known))]
             if doomed:
                 self.outputs.delete_many(doomed)
                 deleted += len(doomed)
@@ -67,15 +72,17 @@ class OutputSweeper:
             log.info("output sweep: deleted %d objects no job record lists", deleted)
         return deleted
 
-    def _records(self, objects: list[JobObjects]) -> list[tuple[str | None, set[str]]]:
+    def _records(self, objects: list[JobObjects]) -> list[tuple[str | None, set[str], bool]]:
+        """Per job: its status and listed keys (from the record) and whether this deployment knew it."""
         with self.jobs.redis.pipeline(transaction=False) as pipe:
             for o in objects:
                 pipe.hmget(self.jobs.keys.job(o.job_id), "status", "binary_outputs")
+                pipe.exists(self.jobs.keys.gone(o.job_id))
             replies: list[Any] = pipe.execute()
         records = []
-        for status, entries in replies:
+        for (status, entries), tombstones in zip(replies[::2], replies[1::2], strict=True):
             listed = {e["key"] for e in json.loads(entries)} if entries else set()
-            records.append((status.decode() if status else None, listed))
+            records.append((status.decode() if status else None, listed, bool(tombstones)))
         return records
 
 

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.job_store import Candidate, JobStore
 from tasks.messages import UNACKED_KEY, RunMessage, envelope_job_id, priority_lists, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobStatus
+from tasks.store.job_store import Candidate, JobStore
 
 log = logging.getLogger(__name__)
 MIN_INTERVAL_S = 2.0

@@ -1,9 +1,14 @@
-"""Webhook delivery from the outbox (``tasks/outbox.py``): signed per key, SSRF-checked, pinned, retried.
+"""Webhook delivery from the outbox (``tasks/store/outbox.py``): signed per key, SSRF-checked, pinned, retried.
 
 Every worker runs a few sender threads that take due deliveries from Redis under a lease, whatever
 model recorded them, so a delivery outlives the worker that recorded it. Each attempt resolves the
 host once, refuses it if any address is not public, and connects to the address it checked (the
 URL's host is replaced by that address; Host and TLS SNI keep the name): DNS rebinding gains nothing.
+
+An attempt is bounded as a whole, lookup included, well inside the lease (``worker/webhook_attempt.py``),
+and a worker sends at most ``HOST_IN_FLIGHT`` deliveries to one host at a time: a delivery taken for a
+host that has its share in flight goes back unattempted (``tasks/store/outbox_defer.py``), so slow
+receivers hold one sender thread each, never all of them.
 """
 
 from __future__ import annotations
@@ -13,23 +18,25 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections import Counter as Tally
 from urllib.parse import SplitResult
 
 import httpx
 from prometheus_client import Counter
 
 from tasks.errors import InvalidInput
-from tasks.job_store import JobStore
 from tasks.os_thread import name_os_thread
-from tasks.outbox import Delivery, Outbox
-from tasks.ssrf import check_host, forbidden_address, split_webhook_url
+from tasks.ssrf import IPAddress, check_host, forbidden_address, split_webhook_url
+from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.outbox import Delivery, Outbox
+from tasks.store.outbox_defer import OutboxDeferral
 from tasks.webhooks import EVENT_HEADER, Unsigned, signing_headers
+from worker.webhook_attempt import AttemptExpired, Deadline, Resolver, new_client, post_within, resolve_within
 
 log = logging.getLogger(__name__)
-TIMEOUT = httpx.Timeout(5.0, connect=2.0)  # a receiver gets seconds, not minutes; below the lease
-SENDER_THREADS = 2  # one slow receiver does not hold up every other delivery
-Resolver = Callable[[str, int], list[str]]
+SENDER_THREADS = 4  # k slow receivers hold k of them at most (HOST_IN_FLIGHT): the others keep sending
+HOST_IN_FLIGHT = 1  # deliveries one worker sends to one receiver host at once
+BUSY_DEFER_S = 1.0  # a delivery for a host with its share in flight is due again this soon (no attempt counted)
 DELIVERIES = Counter("genq_worker_webhooks", "Webhook attempts by outcome", ["outcome"])
 
 
@@ -54,6 +61,33 @@ def pinned_request(parts: SplitResult, address: str) -> tuple[str, dict[str, str
     return url, {"Host": host}, extensions
 
 
+class HostSlots:
+    """Deliveries in flight per receiver host in this process, at most ``per_host`` each."""
+
+    def __init__(self, per_host: int) -> None:
+        self.per_host = per_host
+        self._busy: Tally[str] = Tally()
+        self._lock = threading.Lock()
+
+    def take(self, host: str) -> bool:
+        with self._lock:
+            if self._busy[host] >= self.per_host:
+                return False
+            self._busy[host] += 1
+            return True
+
+    def give(self, host: str) -> None:
+        with self._lock:
+            self._busy[host] -= 1
+            if self._busy[host] <= 0:
+                del self._busy[host]
+
+
+def attempt_seconds(lease_s: float, attempt_s: float) -> float:
+    """An attempt's deadline: the setting, and never more than a third of the lease (no duplicate sends)."""
+    return max(0.1, min(attempt_s, lease_s / 3))
+
+
 class WebhookSender:
     """Sender threads over the outbox; ``wake()`` after recording sends at once instead of at the next poll."""
 
@@ -61,8 +95,11 @@ class WebhookSender:
                  start: bool = True) -> None:
         self.store, self.settings, self.resolver = store, store.settings, resolver
         self.outbox = Outbox(store.redis, store.settings)
+        self.deferral = OutboxDeferral(store.redis, store.keys)
+        self.hosts = HostSlots(HOST_IN_FLIGHT)
+        self.attempt_s = attempt_seconds(self.settings.webhook_lease_s, self.settings.webhook_attempt_s)
         self._wake = threading.Event()
-        self._client = httpx.Client(timeout=TIMEOUT, follow_redirects=False, trust_env=False)
+        self._client = new_client()
         if start:
             for n in range(threads):
                 threading.Thread(target=self._run, name=f"genq-webhooks-{n}", daemon=True).start()
@@ -102,7 +139,9 @@ class WebhookSender:
             outcome = "error"
         DELIVERIES.labels(outcome).inc()
         try:
-            if outcome in ("delivered", "gone"):
+            if outcome == "busy":
+                self.deferral.defer(delivery, BUSY_DEFER_S)
+            elif outcome in ("delivered", "gone"):
                 self.outbox.delivered(delivery)
             elif outcome in ("refused", "rejected"):
                 self.outbox.failed(delivery)
@@ -114,7 +153,9 @@ class WebhookSender:
         return outcome
 
     def send(self, delivery: Delivery) -> str:
-        """POST the event: ``delivered`` (2xx), ``rejected`` (a 4xx: not worth retrying), ``retry``, ``gone``."""
+        """POST the event: ``delivered`` (2xx), ``rejected`` (a 4xx: not worth retrying), ``retry``, ``gone``,
+        or ``busy`` (its host has this worker's share of deliveries in flight: not attempted)."""
+        deadline = Deadline(self.attempt_s)
         record = self.store.get(delivery.job_id)
         if record is None or not record.webhook:
             return "gone"  # the job expired, or never had a webhook: nothing to send
@@ -122,10 +163,25 @@ class WebhookSender:
             parts = split_webhook_url(record.webhook, allow_http=self.settings.webhook_allow_http)
             assert parts.hostname is not None
             literal = check_host(parts.hostname, allow_private=self.settings.webhook_allow_private)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            addresses = [str(literal)] if literal is not None else self.resolver(parts.hostname, port)
         except InvalidInput as exc:
             raise Refused(exc.message) from None
+        if not self.hosts.take(parts.hostname):
+            return "busy"
+        try:
+            return self._send(delivery, record, parts, literal, deadline)
+        except AttemptExpired as exc:
+            log.info("webhook for job %s: %s", delivery.job_id, exc)
+            return "retry"
+        finally:
+            self.hosts.give(parts.hostname)
+
+    def _send(self, delivery: Delivery, record: JobRecord, parts: SplitResult, literal: IPAddress | None,
+              deadline: Deadline) -> str:
+        assert parts.hostname is not None
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            addresses = ([str(literal)] if literal is not None
+                         else resolve_within(self.resolver, parts.hostname, port, deadline))
         except OSError as exc:
             log.info("webhook host %r does not resolve: %s", parts.hostname, exc)
             return "retry"
@@ -144,12 +200,12 @@ class WebhookSender:
         headers.update({"Content-Type": "application/json", EVENT_HEADER: delivery.event,
                         "User-Agent": "genq-webhook/2"})
         try:
-            response = self._client.post(url, content=body, headers=headers, extensions=extensions)
+            status = post_within(self._client, url, body, headers, extensions, deadline)
         except httpx.HTTPError as exc:
             log.info("webhook for job %s: %s", delivery.job_id, exc)
             return "retry"
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             return "delivered"
-        log.info("webhook for job %s answered %d", delivery.job_id, response.status_code)
-        rejected = 400 <= response.status_code < 500 and response.status_code not in (408, 409, 425, 429)
+        log.info("webhook for job %s answered %d", delivery.job_id, status)
+        rejected = 400 <= status < 500 and status not in (408, 409, 425, 429)
         return "rejected" if rejected else "retry"

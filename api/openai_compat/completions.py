@@ -6,17 +6,17 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Response, jsonify, request
+from flask import Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.event_stream import JobEventStream
 from api.openai_compat.errors import error_body
-from api.openai_compat.jobs import WAITS_FULL_RETRY_AFTER_S, accept, parse, run, served_model
+from api.openai_compat.jobs import accept, parse, run, served_model
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
-from tasks.errors import Unavailable
 from tasks.events import EventType, TextPiece
 from tasks.inputs import SEED_MAX, JobKind
+from tasks.job_outputs import TextGenerationOutput
 from tasks.models_file import ModelSpec
 from tasks.schemas import Job, JobStatus, Priority
 
@@ -98,11 +98,10 @@ def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
     svc = services()
     job_id = str(uuid.uuid4())
     keys = svc.store.keys
-    # Watch before submitting: no event of the job can come before the stream listens.
-    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)])
-    if watch is None:
-        raise Unavailable("this API process holds as many waiting requests and streams as it may; retry shortly",
-                          retry_after=WAITS_FULL_RETRY_AFTER_S)
+    current_app.extensions["genq_stream_limit"].check()
+    # Watch before submitting: no event of the job can come before the stream listens. Beyond the process's
+    # or the key's share of held requests: 503 with Retry-After.
+    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
     try:
         record = accept(spec, req.genq_input(), req.priority, PARAMS, job_id)
     except Exception:
@@ -117,11 +116,15 @@ def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
 def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool) -> Iterator[str]:
     """OpenAI's chunks from the job's events: new text as it comes, the finish reason, usage, ``[DONE]``."""
     text, sent = "", ""  # the job's text so far; the part of it the client has
+    gap = False  # the stream lost entries this reader needed (its cap trimmed the head): the record tells the rest
     for event in events:
         if event is None:
             yield KEEPALIVE
-        elif event.type == EventType.text:
+        elif event.type == EventType.text and not gap:
             piece = TextPiece.model_validate(event.data)
+            if piece.offset > len(text):  # a piece of text after some this reader never saw
+                gap = True
+                continue
             text = text[: piece.offset] + piece.text
             if text.startswith(sent) and len(text) > len(sent):  # a restarted generation re-sends nothing
                 yield data_text({**head, "choices": [_choice(text[len(sent) :], None)]})
@@ -140,9 +143,10 @@ def _end(job: Job, head: dict[str, Any], sent: str, include_usage: bool) -> Iter
         yield data_text(error_body(f"job {job.id} {job.status.value}{reason}", "server_error", job.status.value))
         return
     out = job.output
-    final = str(out["text"])
+    assert isinstance(out, TextGenerationOutput), "a succeeded text-generation job has a text output"
+    final = out.text
     rest = final[len(sent) :] if final.startswith(sent) else ""  # whatever the events did not carry
-    yield data_text({**head, "choices": [_choice(rest, out.get("finish_reason") or "stop")]})
+    yield data_text({**head, "choices": [_choice(rest, out.finish_reason or "stop")]})
     if include_usage:
         yield data_text({**head, "choices": [], "usage": _usage(out)})
     yield data_text("[DONE]")
@@ -156,7 +160,7 @@ def _choice(text: str, finish_reason: str | None) -> dict[str, Any]:
     return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
 
 
-def _usage(out: dict[str, Any]) -> dict[str, int]:
+def _usage(out: TextGenerationOutput | dict[str, Any]) -> dict[str, int]:
     prompt, completion = int(out.get("prompt_tokens", 0)), int(out.get("tokens", 0))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

@@ -20,9 +20,9 @@ from api.routes_jobs import submit, wait_for
 from api.services import services
 from tasks.errors import InvalidInput, Unavailable, UnknownModel
 from tasks.inputs import JobKind, invalid_from_validation, validate_input
-from tasks.job_store import JobRecord
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus, Priority
+from tasks.store.job_store import JobRecord
 
 WAITS_FULL_RETRY_AFTER_S = 2  # a slot frees as soon as any held wait or stream ends
 _FIELD_HEAD = re.compile(r"[.\[]")

@@ -8,15 +8,6 @@ const LIMIT_MAX = {
 const LIMIT_DEFAULT = { width: "default_width", height: "default_height", num_inference_steps: "default_steps" };
 const LONG_TEXT = new Set(["prompt", "negative_prompt", "text", "texts", "stop"]);
 
-function examples(limits) {
-  return {
-    "text-to-image": { prompt: "a red fox in the snow, watercolor" },
-    "text-generation": { prompt: "Once upon a time" },
-    "fill-mask": { text: `Paris is the ${limits.mask_token || "[MASK]"} of France.` },
-    "embedding": { texts: "A man is playing a guitar.\nSomeone plays an instrument." },
-  };
-}
-
 // The JSON Schema of one property without its "or null" branch.
 function plain(prop) {
   const branch = (prop.anyOf || []).find((p) => p.type !== "null");
@@ -69,7 +60,9 @@ export function buildForm(container, model) {
   container.replaceChildren();
   const schema = model.input_schema || {};
   const required = new Set(schema.required || []);
-  const example = examples(model.limits || {})[model.kind] || {};
+  // The kind's example (tasks/kinds.py, via GET /v1/models); a list fills a text area one item a line.
+  const example = Object.fromEntries(Object.entries(model.example_input || {})
+    .map(([k, v]) => [k, Array.isArray(v) ? v.join("\n") : v]));
   for (const [name, prop] of Object.entries(schema.properties || {})) {
     const el = control(name, prop, model);
     if (example[name] !== undefined) el.value = example[name];

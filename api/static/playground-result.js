@@ -97,21 +97,31 @@ async function image(entry, n, job, fetchBlob) {
   return figure;
 }
 
-export async function showResult(job, fetchBlob) {
+// One renderer per ``display`` of a kind (tasks/kinds.py): the model's ``display`` in GET /v1/models picks it.
+const DISPLAYS = {
+  files: async (out, box, job, fetchBlob) => {
+    for (const [n, entry] of out.entries()) box.append(await image(entry, n, job, fetchBlob));
+  },
+  candidates: (out, box) => {
+    box.append(table(["token", "score", "sequence"], out.map((r) => [r.token_str, r.score.toFixed(4), r.sequence])));
+  },
+  text: (out, box) => {
+    box.append(el("pre", out.text), el("p", `${out.tokens ?? "?"} tokens · seed ${out.seed ?? "–"}`, { class: "hint" }));
+  },
+  vectors: (out, box) => {
+    box.append(el("p", `${out.embeddings.length} embeddings of dimension ${out.dim}`));
+    box.append(el("pre", out.embeddings.map((v) => `[${v.slice(0, 6).map((x) => x.toFixed(4)).join(", ")}, …]`).join("\n")));
+  },
+};
+
+export async function showResult(job, fetchBlob, display) {
   const box = $("result");
   box.replaceChildren();
   if (job.status !== "succeeded") return;
-  const out = job.output;
-  if (Array.isArray(out) && out.length && out[0].url) {
-    for (const [n, entry] of out.entries()) box.append(await image(entry, n, job, fetchBlob));
-  } else if (job.kind === "fill-mask" && Array.isArray(out)) {
-    box.append(table(["token", "score", "sequence"], out.map((r) => [r.token_str, r.score.toFixed(4), r.sequence])));
-  } else if (job.kind === "text-generation" && out && typeof out.text === "string") {
-    box.append(el("pre", out.text), el("p", `${out.tokens ?? "?"} tokens · seed ${out.seed ?? "–"}`, { class: "hint" }));
-  } else if (job.kind === "embedding" && out && Array.isArray(out.embeddings)) {
-    box.append(el("p", `${out.embeddings.length} embeddings of dimension ${out.dim}`));
-    box.append(el("pre", out.embeddings.map((v) => `[${v.slice(0, 6).map((x) => x.toFixed(4)).join(", ")}, …]`).join("\n")));
+  const render = DISPLAYS[display];
+  if (render && job.output != null) {
+    await render(job.output, box, job, fetchBlob);
   } else {
-    box.append(el("pre", JSON.stringify(out, null, 2)));
+    box.append(el("pre", JSON.stringify(job.output, null, 2)));
   }
 }

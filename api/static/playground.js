@@ -70,7 +70,7 @@ function selected() {
 
 function describe(model) {
   const l = model.limits;
-  const bounds = model.kind === "text-to-image" ? ` · up to ${l.max_width}×${l.max_height}, ${l.max_steps} steps` : "";
+  const bounds = model.display === "files" ? ` · up to ${l.max_width}×${l.max_height}, ${l.max_steps} steps` : "";
   const workers = model.workers_online === 1 ? "1 worker" : `${model.workers_online} workers`;
   $("model-info").textContent = `${model.kind} · ${workers} online · ${model.queue_depth} queued${bounds}`;
   buildForm($("fields"), model);
@@ -132,7 +132,9 @@ function renderRecent() {
 async function show(job) {
   showStatus(job);
   showMetrics(job);
-  if (TERMINAL.has(job.status)) await showResult(job, fetchBlob);
+  // How its output reads comes from its model's kind (GET /v1/models), for a recent job of another model too.
+  const info = models.find((m) => m.id === job.model) || models.find((m) => m.kind === job.kind);
+  if (TERMINAL.has(job.status)) await showResult(job, fetchBlob, info && info.display);
   else $("result").replaceChildren();
 }
 

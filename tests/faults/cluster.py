@@ -14,10 +14,10 @@ import redis
 from flask.testing import FlaskClient
 
 from api import create_app
-from tasks.job_store import JobStore
 from tasks.messages import UNACKED_INDEX_KEY, UNACKED_KEY, envelope_job_id
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.harness import RedisServer, WorkerProcess
 
 TERMINAL = {"succeeded", "failed", "canceled", "expired"}
@@ -26,14 +26,16 @@ TERMINAL = {"succeeded", "failed", "canceled", "expired"}
 BATCHING = "max_batch_size = 8, max_wait_ms = 20"
 
 
-def models_file(folder: Path, long_ms: int = 0, batching: str = BATCHING) -> Path:
-    """One model, ``work``: 100 ms per batch of up to 8 (``long_ms`` for a batch holding a "long" text)."""
+def models_file(folder: Path, long_ms: int = 0, batching: str = BATCHING,
+                runtime: str = "tests.fake_runtime:FakeRuntime") -> Path:
+    """One model, ``work``: 100 ms per batch of up to 8 (``long_ms`` for a batch holding a "long" text); with
+    ``runtime`` the fake stepping runtime, 50 ms per step."""
     path = folder / "models.toml"
     path.write_text(f"""
 [models.work]
 kind = "fill-mask"
-source = "fake://?sleep_ms=100&long_ms={long_ms}&log={folder / 'exec.log'}&die_on=poison"
-runtime = "tests.fake_runtime:FakeRuntime"
+source = "fake://?sleep_ms=100&step_ms=50&long_ms={long_ms}&log={folder / 'exec.log'}&die_on=poison"
+runtime = "{runtime}"
 max_queue_depth = 100000
 batching = {{ {batching} }}
 """)
@@ -60,14 +62,15 @@ class Cluster:
     store: JobStore = field(init=False)
 
     @classmethod
-    def start(cls, folder: Path, long_ms: int = 0, batching: str = BATCHING, **overrides: Any) -> Cluster:
+    def start(cls, folder: Path, long_ms: int = 0, batching: str = BATCHING,
+              runtime: str = "tests.fake_runtime:FakeRuntime", **overrides: Any) -> Cluster:
         folder.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(folder / "redis").start()
         # Short everything, so recoveries fit in a test; the lease still outlasts the 5 s Redis pause below.
         options: dict[str, Any] = {"visibility_timeout_s": 5, "worker_ttl_s": 6, "rate_limit": "1000000/minute",
                                    "orphan_grace_s": 8, "lease_s": 8}
         settings = Settings(redis_url=redis.url, key_prefix="faults:",
-                            models_file=models_file(folder, long_ms, batching), **{**options, **overrides})
+                            models_file=models_file(folder, long_ms, batching, runtime), **{**options, **overrides})
         cluster = cls(folder, redis, settings)
         cluster.api = create_app(settings).test_client()
         cluster.store = JobStore(connect(settings), settings)

@@ -155,8 +155,8 @@ def test_a_job_whose_message_vanished_is_sent_again(cluster):
     import uuid
 
     from tasks.inputs import JobKind
-    from tasks.job_store import JobRecord
     from tasks.schemas import JobStatus
+    from tasks.store.job_store import JobRecord
 
     cluster.worker()
     job_id = str(uuid.uuid4())

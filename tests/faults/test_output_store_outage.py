@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from api import create_app
 from tests.integration.output_backends import KEY_A, MODEL, backend_settings, bearer, start_worker, wait_until
 from tests.integration.test_outputs_s3 import BUCKET, PREFIX
 from tests.s3_server import AWS_ENV, S3Server
+from worker.output_writes import OPEN_S
 
 TERMINAL = {"succeeded", "failed", "canceled", "expired"}
 
@@ -67,7 +69,19 @@ def test_s3_stopped_mid_run_fails_the_cut_off_jobs_clearly_and_leaves_none_runni
         assert int(unavailable.headers["Retry-After"]) > 0
 
         s3.start().client().create_bucket(Bucket=BUCKET)  # back on its port (and empty): writes work again
-        again = submit(2)
-        wait_until(lambda: all(j["status"] == "succeeded" for j in statuses(again).values()), timeout=60)
+        # The worker's circuit keeps failing writes at once for its open period (OPEN_S after the last
+        # failure), then one write probes the store and it closes: jobs sent from then on succeed.
+        started, again = time.monotonic(), submit(2)
+
+        def recovered() -> bool:
+            nonlocal again
+            jobs = statuses(again)
+            if any(j["status"] == "failed" for j in jobs.values()):
+                again = submit(2)
+                return False
+            return all(j["status"] == "succeeded" for j in jobs.values())
+
+        wait_until(recovered, timeout=OPEN_S + 60)
+        print(f"jobs succeeded again {time.monotonic() - started:.1f} s after the S3 server came back")
     finally:
         worker.stop()

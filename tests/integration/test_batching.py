@@ -43,7 +43,10 @@ def test_32_concurrent_jobs_run_in_batches(api, worker_for):
     by_batch = defaultdict(list)
     for job in jobs:
         by_batch[job["metrics"]["batch_id"]].append(job)
-    assert all(len(members) == members[0]["metrics"]["batch_size"] for members in by_batch.values())
+    # A request-level batch holds exactly batch_size jobs; a step session (one batch_id) holds more over its life
+    # than the most rows it ran at once (each job's batch_size), never fewer.
+    assert all(len(members) >= max(m["metrics"]["batch_size"] for m in members) for members in by_batch.values())
+    assert max(sizes) <= 8
 
 
 def test_batched_text_generation_equals_single_runs(api, worker_for):

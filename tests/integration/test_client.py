@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from genq import AsyncClient, Client, errors
+from tasks.job_outputs import FillMaskCandidate
 
 
 @pytest.fixture
@@ -21,7 +22,8 @@ def test_generate_fill_mask(client, worker_for):
     worker_for("bert-demo")
     job = client.generate("bert-demo", text="Paris is the [MASK] of France.", top_k=3, timeout=60)
     assert job.status == "succeeded" and len(job.output) == 3
-    assert {"score", "token_str", "sequence"} <= set(job.output[0])
+    assert isinstance(job.output, list) and isinstance(job.output[0], FillMaskCandidate)
+    assert {"score", "token_str", "sequence"} <= set(job.output[0].model_dump())
     assert job.metrics is not None and job.metrics.batch_size >= 1
     assert client.outputs(job) == []  # inline output: nothing to fetch
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 import uuid
 
-from tasks import events as job_events
 from tasks.events import EVENTS_TTL_S, EventType
 from tasks.schemas import Progress
+from tasks.store import event_log
 from worker.events import BatchEvents, EventPublisher
 
 
@@ -29,12 +29,12 @@ def test_a_batchs_events_land_in_order_per_job_with_a_ttl(store):
     batch.flush()
     assert steps == [(1, 3), (2, 3), (3, 3)]  # the record's progress still gets every step
     for job_id, text in zip(jobs, (["Hello ", "world"], ["Bonjour "]), strict=True):
-        events = job_events.read(store.redis, store.keys, job_id, None)
+        events = event_log.read(store.redis, store.keys, job_id, None)
         assert [e.type for e in events] == [EventType.status] + [EventType.progress] * 3 + [EventType.text] * len(text)
         assert [e.data["step"] for e in events if e.type == EventType.progress] == [1, 2, 3]
         assert [e.data["text"] for e in events if e.type == EventType.text] == text
         assert 0 < store.redis.ttl(store.keys.event_stream(job_id)) <= EVENTS_TTL_S
-        later = job_events.read(store.redis, store.keys, job_id, events[1].id)
+        later = event_log.read(store.redis, store.keys, job_id, events[1].id)
         assert [e.id for e in later] == [e.id for e in events[2:]]
     notes = []
     end = time.monotonic() + 5

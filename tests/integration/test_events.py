@@ -11,8 +11,8 @@ from datetime import datetime
 import httpx
 import pytest
 
-from tasks.job_store import JobRecord
 from tasks.schemas import JobStatus
+from tasks.store.job_store import JobRecord
 from tests.harness import ApiServer
 from tests.integration.sse import joined_text, read_events
 

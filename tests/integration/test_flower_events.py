@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.celery_app import create_celery
 from tasks.settings import Settings
+from tasks.store.celery_app import create_celery
 from tests.harness import WorkerProcess
 from tests.integration.jobs import poll, submit
 

@@ -1,4 +1,5 @@
-"""The HTTP edge as deployed (gunicorn): bodies, gunicorn's own errors, auth before lookup, open-mode limits.
+"""The HTTP edge as deployed (granian, api/serve.py): bodies, request-line and header limits, auth before lookup,
+open-mode limits.
 
 Each test is one finding of the contract review (issue 15) and failed before its fix.
 """
@@ -22,7 +23,7 @@ JOB = {"model": "echo", "input": {"text": "hello [MASK]"}}
 
 @pytest.fixture(scope="module")
 def open_api(settings: Settings, worker_for, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """gunicorn in open mode (no keys) with a small submission limit, so per-address buckets show."""
+    """The deployed API in open mode (no keys) with a small submission limit, so per-address buckets show."""
     worker_for("echo")
     log = tmp_path_factory.mktemp("edges") / "gunicorn-open.log"
     with ApiServer(settings, log, GENQ_RATE_LIMIT="3/minute", GENQ_API_KEYS_FILE="") as server:
@@ -73,7 +74,7 @@ def test_chunked_bodies_get_the_same_answers_as_sized_ones(open_api: str) -> Non
     assert accepted.status_code == 202, accepted.text
 
 
-def test_gunicorn_own_errors_are_json(open_api: str) -> None:
+def test_oversized_request_lines_and_headers_are_json_errors(open_api: str) -> None:
     too_long = httpx.get(f"{open_api}/v1/jobs/{'x' * 9000}")
     assert too_long.status_code == 414 and error_of(too_long)["code"] == "uri_too_long"
     huge_header = httpx.get(f"{open_api}/healthz", headers={"X-Big": "y" * 10000})

@@ -8,7 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tasks.idempotency import IdempotencyBindings
+from api.idempotency import IdempotencyGuard
+from tasks.store.idempotency import IdempotencyBindings
+from tasks.store.job_store import JobStore
 from tests.harness import ApiServer
 
 
@@ -71,3 +73,26 @@ def test_requests_with_a_key_reuse_the_apps_bindings(api, worker_for, monkeypatc
     again = api.post("/v1/jobs", headers={"Idempotency-Key": key}, json=body)
     assert first.status_code == 202 and again.get_json()["id"] == first.get_json()["id"]
     assert built == []
+
+
+def test_a_replay_answers_the_record_it_read_even_if_it_expires_right_after(api, store, worker_for):
+    worker_for("echo")
+    # The replay path read the record twice (is it there? then: the record); one expiring in between was a 500.
+    key = uuid.uuid4().hex
+    body = {"model": "echo", "input": {"text": "a [MASK]"}}
+    first = api.post("/v1/jobs", headers={"Idempotency-Key": key}, json=body)
+    assert first.status_code == 202
+    bindings = IdempotencyBindings(store.redis, store.keys, ttl_s=60)
+    owner = store.get(first.get_json()["id"]).owner
+    standing = bindings.bind(owner, key, "probe", "probe")  # the binding as the API wrote it (its digest)
+    assert standing is not None
+    reads: list[str] = []
+
+    class ExpiringStore(JobStore):
+        def get(self, job_id: str):  # type: ignore[no-untyped-def]
+            reads.append(job_id)
+            return super().get(job_id) if len(reads) == 1 else None  # gone after the first read
+
+    guard = IdempotencyGuard(ExpiringStore(store.redis, store.settings), bindings, owner, key, standing.digest)
+    record = guard.existing_record(str(uuid.uuid4()))
+    assert record is not None and record.id == first.get_json()["id"] and reads == [record.id]

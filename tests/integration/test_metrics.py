@@ -110,9 +110,9 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
     assert value(after, "genq_redis_up") == 1
 
 
-def test_gunicorn_workers_add_up_in_one_metrics_page(settings, tmp_path):
-    """Under gunicorn, /metrics sums every worker process's samples (PROMETHEUS_MULTIPROC_DIR)."""
-    with ApiServer(settings, tmp_path / "gunicorn.log", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
+def test_api_worker_processes_add_up_in_one_metrics_page(settings, tmp_path):
+    """Under the deployed server's worker processes, /metrics sums every one's samples (PROMETHEUS_MULTIPROC_DIR)."""
+    with ApiServer(settings, tmp_path / "api.log", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
                    GENQ_API_WORKERS="3") as server:
         url = server.url
         before = scrape(httpx.get(f"{url}/metrics").text)

@@ -29,18 +29,20 @@ from schemathesis.schemas import BaseSchema
 
 from api import create_app
 from api.auth import hash_key
-from tasks.job_store import JobStore
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.harness import WorkerProcess
 from tests.live_server import LiveServer
 
-# Two to three minutes on two idle cores (most of it Redis round trips and Hypothesis); far more when shared.
+# ~1,900 cases (the stateful phase's ~200 included): 102 s of fuzzing and ~85 s of worker start-up measured on
+# two cores shared with other work (load 9); a fraction of that on idle cores. Far more when shared further.
 pytestmark = pytest.mark.timeout(900)
 
-MIN_CASES = 5000
-SUBMISSIONS = 3800  # generated bodies for POST /v1/jobs (positive and negative); the rest get OTHER_EXAMPLES
-OTHER_EXAMPLES = 100
+MIN_CASES = 1200
+SUBMISSIONS = 800  # generated bodies for POST /v1/jobs (positive and negative); the rest get OTHER_EXAMPLES
+OTHER_EXAMPLES = 30
+MIN_ACCEPTED = 300
 MODELS = ("fuzz-bert", "fuzz-gpt2", "fuzz-minilm", "fuzz-sd")
 # Real demo models, limits tightened so a job costs milliseconds on a CPU; the limits the models themselves
 # define (the image minimum, fill-mask's text bound) still come from their config files.
@@ -85,6 +87,7 @@ class Fuzzed:
     accepted: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     stop_reason: StopReason | None = None
+    seconds: float = 0.0  # the schemathesis run alone (the workers were online before it)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +127,10 @@ def fuzzed(fuzz_settings: Settings, fuzz_workers: list[WorkerProcess]) -> Iterat
         "seed": seed,
         "headers": {"Authorization": f"Bearer {key}"},
         "suppress-health-check": ["all"],  # a shared CI machine is slow; that says nothing about the API
+        # --checks all. A schema-violating query may be refused before routing: too long a request line is a 414.
+        "checks": {"enabled": True, "negative_data_rejection": {"expected-statuses": [
+            "400", "401", "403", "404", "405", "406", "409", "414", "415", "422", "428", "429", "431", "5xx"]}},
+        "phases": {name: {"enabled": True} for name in ("examples", "coverage", "fuzzing", "stateful")},
         "generation": {"mode": "all", "max-examples": OTHER_EXAMPLES, "database": "none", "no-shrink": True},
         "operations": [{"include-name": "POST /v1/jobs", "generation": {"max-examples": SUBMISSIONS}}],
     })
@@ -141,6 +148,7 @@ def fuzzed(fuzz_settings: Settings, fuzz_workers: list[WorkerProcess]) -> Iterat
 def run(schema: BaseSchema, seed: int) -> Fuzzed:
     """Drive schemathesis's engine (what `schemathesis run` does) and keep score."""
     result = Fuzzed(seed=seed)
+    start = time.monotonic()
     for event in from_schema(schema).execute():
         if isinstance(event, events.ScenarioFinished):
             record(result, event.recorder)
@@ -150,6 +158,7 @@ def run(schema: BaseSchema, seed: int) -> Fuzzed:
             result.problems.append(f"fatal: {event.exception!r}")
         elif isinstance(event, events.EngineFinished):
             result.stop_reason = event.stop_reason
+    result.seconds = time.monotonic() - start
     return result
 
 
@@ -197,7 +206,7 @@ def test_it_ran_enough_cases_through_every_route(fuzzed: Fuzzed) -> None:
 
 def test_accepted_jobs_run_to_completion(fuzzed: Fuzzed, fuzz_settings: Settings) -> None:
     """A good share of the cases are jobs the workers really run; none fails in the worker."""
-    assert len(fuzzed.accepted) >= 1000 and len(fuzzed.accepted) >= fuzzed.cases // 5, (len(fuzzed.accepted),
+    assert len(fuzzed.accepted) >= MIN_ACCEPTED and len(fuzzed.accepted) >= fuzzed.cases // 5, (len(fuzzed.accepted),
                                                                                           fuzzed.cases)
     store = JobStore(connect(fuzz_settings), fuzz_settings)
     end = time.monotonic() + 120
@@ -207,10 +216,14 @@ def test_accepted_jobs_run_to_completion(fuzzed: Fuzzed, fuzz_settings: Settings
             break
         time.sleep(0.5)
     statuses = Counter(r.status.value if r else "missing" for r in records)
-    failed = [(r.model, r.input, r.error) for r in records if r is not None and r.status.value == "failed"]
+    # A deadline that passes while a job runs stops it at the next step (failed, deadline_exceeded): the fuzzer's
+    # deadlines of milliseconds do that. Any other failure is the worker's fault.
+    failed = [(r.model, r.input, r.error) for r in records if r is not None and r.status.value == "failed"
+              and not (r.deadline_at is not None and r.error is not None and r.error.code == "deadline_exceeded")]
     assert not failed, failed[:5]
     # Expired: the fuzzer asked for deadlines of microseconds; canceled: it followed the cancel link.
-    assert set(statuses) <= {"succeeded", "expired", "canceled"}, statuses
+    assert set(statuses) <= {"succeeded", "expired", "canceled", "failed"}, statuses
     assert all(r.deadline_at is not None for r in records if r is not None and r.status.value == "expired")
     assert statuses["succeeded"] >= 0.6 * len(fuzzed.accepted), statuses
-    print(f"\nschemathesis: {fuzzed.cases} cases, {len(fuzzed.accepted)} jobs accepted, {dict(statuses)}")
+    print(f"\nschemathesis: {fuzzed.cases} cases in {fuzzed.seconds:.0f} s, {len(fuzzed.accepted)} jobs accepted, "
+          f"{dict(statuses)}, {dict(fuzzed.per_operation)}")

@@ -77,6 +77,23 @@ def test_a_submitted_job_links_to_its_reads(spec):
     links = spec["paths"]["/v1/jobs"]["post"]["responses"]["202"]["links"]
     assert set(links) == {"GetJob", "CancelJob", "GetFirstOutput"}
     assert links["GetJob"]["parameters"] == {"job_id": "$response.body#/id"}
+    # n from the job's first binary entry: no link to an output the job object does not list (a fill-mask job's)
+    assert links["GetFirstOutput"]["parameters"]["n"] == "$response.body#/output/0/index"
+
+
+def test_a_jobs_output_has_a_schema_per_kind(spec):
+    from tasks.kinds import KINDS
+
+    output = component(spec, f"{SCHEMAS}Job")["properties"]["output"]
+    shown = {f"{SCHEMAS}{name}" for name in ("OutputEntry", "TextGenerationOutput", "EmbeddingOutput",
+                                             "FillMaskCandidate")}
+    refs = {ref for choice in output["anyOf"] for ref in (choice.get("$ref"), choice.get("items", {}).get("$ref"))}
+    assert shown <= refs and len(output["anyOf"]) == len(KINDS) + 1  # one per kind, and null until it succeeds
+    entry = component(spec, f"{SCHEMAS}OutputEntry")
+    assert {"url", "media_type", "seed", "size", "sha256", "index"} <= set(entry["properties"])
+    assert "key" not in entry["properties"]  # where the store keeps it is the server's business
+    text = component(spec, f"{SCHEMAS}TextGenerationOutput")["properties"]
+    assert {"text", "seed", "tokens", "prompt_tokens", "finish_reason"} <= set(text)
 
 
 def test_open_mode_asks_no_key(spec):

@@ -6,8 +6,8 @@ import pytest
 
 from api import create_app
 from genq import Client
-from tasks.outputs_fs import FilesystemOutputStore
 from tasks.settings import Settings
+from tasks.store.outputs_fs import FilesystemOutputStore
 from tests.integration.output_backends import (
     KEY_A,
     backend_settings,

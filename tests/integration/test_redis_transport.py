@@ -1,4 +1,4 @@
-"""genq's kombu transport keeps one redis-py client per channel and pool (tasks/redis_transport.py)."""
+"""genq's kombu transport keeps one redis-py client per channel and pool (tasks/store/redis_transport.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import redis
 
-from tasks.celery_app import create_celery
-from tasks.redis_transport import Channel, ack_many
 from tasks.settings import Settings
+from tasks.store.celery_app import create_celery
+from tasks.store.redis_transport import Channel, ack_many
 from tests.integration.jobs import poll, submit
 
 
@@ -57,7 +57,7 @@ def test_a_batch_of_messages_is_acknowledged_in_one_round_trip(settings: Setting
             assert ack_many(messages) == []
             assert len(pipelines) == 1
             assert not any(client.hget(unacked, m.delivery_tag) for m in messages)
-            assert client.zscore(channel.qos.unacked_index_key, messages[0].delivery_tag) is None
+            assert client.zscore(settings.key_prefix + channel.qos.unacked_index_key, messages[0].delivery_tag) is None
         assert all(m.acknowledged for m in messages)
         assert len(channel.qos._delivered) - len(channel.qos._dirty) == 0  # prefetch credit is back
         assert ack_many(messages) == []  # acknowledged already: nothing sent twice
@@ -99,3 +99,72 @@ def test_a_job_is_delivered_without_its_queues_bindings(settings: Settings, work
     job = submit(api, "echo", {"text": "no [MASK] bindings"})
     assert poll(api, job["id"], timeout=30)["status"] == "succeeded"
     assert not list(client.scan_iter(match=bindings))  # the API declared nothing
+
+
+def consume_once(conn: Any, channel: Any, queue: str, prefetch: int) -> list[Any]:
+    """One BRPOP wake-up of a consumer with ``prefetch`` credit: the messages it delivered, in order."""
+    got: list[Any] = []
+    channel.basic_qos(prefetch_count=prefetch)
+    channel.basic_consume(queue, no_ack=False, callback=got.append, consumer_tag="bulk-test")
+    conn.drain_events(timeout=5)
+    channel.basic_cancel("bulk-test")
+    return got
+
+
+def test_one_wake_up_fetches_the_free_credit_in_priority_order(settings: Settings) -> None:
+    """BRPOP brings one message; the rest of the credit comes in one pop and one unacked write, highest
+    priority first, and each is recorded as unacked before the consumer sees it."""
+    app = create_celery(settings)
+    queue = "bulk-order-" + settings.key_prefix.rstrip(":")  # no ":" (the sep) in a consumed queue name
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        channel.queue_declare(queue)
+        for n, priority in enumerate([9, 9, 0, 5, 9, 0, 5, 9]):
+            channel.basic_publish(channel.prepare_message(f"m{n}", priority=priority), exchange="", routing_key=queue)
+        sent: list[str] = []
+        with channel.conn_or_acquire() as client:
+            real = client.execute_command
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                sent.append(str(args[0]))
+                return real(*args, **kwargs)
+
+            client.execute_command = counting  # type: ignore[method-assign]
+            got = consume_once(conn, channel, queue, prefetch=6)
+            client.execute_command = real  # type: ignore[method-assign]
+            assert [m.body for m in got] == [b"m2", b"m5", b"m3", b"m6", b"m0", b"m1"]  # 0 first, then 5, then 9
+            assert sent.count("EVAL") == 1  # the five after BRPOP's one came in a single pop
+            for message in got:
+                assert client.hget(channel.qos.unacked_key, message.delivery_tag)
+                index = settings.key_prefix + channel.qos.unacked_index_key  # kombu's client prefixes no ZSCORE
+                assert client.zscore(index, message.delivery_tag) is not None
+        assert channel._size(queue) == 2  # the credit, not the whole queue
+        assert not channel.qos.can_consume()
+        assert ack_many(got) == []
+        channel.queue_purge(queue)
+        channel.close()
+
+
+def test_a_bulk_fetched_set_comes_back_when_its_worker_dies(settings: Settings) -> None:
+    """Nothing acknowledged, the holder gone: kombu's unacked index gives every message back."""
+    app = create_celery(settings)
+    queue = "bulk-restore-" + settings.key_prefix.rstrip(":")
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        channel.queue_declare(queue)
+        for n in range(5):
+            channel.basic_publish(channel.prepare_message(f"r{n}"), exchange="", routing_key=queue)
+        got = consume_once(conn, channel, queue, prefetch=8)
+        assert len(got) == 5 and channel._size(queue) == 0
+        channel.qos.restore_at_shutdown = False  # a SIGKILL: nothing is handed back on the way out
+        channel.qos._delivered.clear()
+        channel.close()
+    restorer = create_celery(settings)
+    restorer.conf.broker_transport_options = {**restorer.conf.broker_transport_options, "visibility_timeout": 0}
+    with restorer.connection_for_write() as conn:
+        channel = conn.channel()
+        channel.qos.restore_visible(num=100)
+        assert channel._size(queue) == 5
+        bodies = sorted(channel.basic_get(queue, no_ack=True).body for _ in range(5))
+        assert bodies == [b"r0", b"r1", b"r2", b"r3", b"r4"]
+        channel.close()

@@ -13,9 +13,9 @@ import pytest
 
 from tasks.constants import TASK_RUN, queue_name
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord, JobStore
 from tasks.messages import RunMessage, send_args
 from tasks.schemas import JobStatus
+from tasks.store.job_store import JobRecord, JobStore
 from tests.harness import ROOT, worker_env
 from tests.integration.jobs import poll, submit
 

@@ -14,9 +14,9 @@ import redis
 
 from api import create_app
 from genq.redis_server import free_port, redis_server_binary
-from tasks.job_store import JobStore
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.harness import RedisServer, WorkerProcess
 from tests.integration.jobs import poll, submit
 

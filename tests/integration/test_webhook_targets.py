@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord, JobStore
-from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.redis_client import connect
 from tests.integration.test_webhooks import Receiver
 from worker.webhooks import WebhookSender
 

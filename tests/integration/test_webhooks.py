@@ -22,8 +22,8 @@ import pytest
 from api import create_app
 from api.auth import hash_key
 from tasks.messages import RunMessage, send_args
-from tasks.outbox import Outbox
 from tasks.settings import Settings
+from tasks.store.outbox import Outbox
 from tasks.webhooks import ID_HEADER, key_secret, verify
 from tests.harness import WorkerProcess
 
@@ -202,6 +202,10 @@ def test_a_webhook_pending_in_a_killed_worker_is_delivered_by_another(settings, 
     # names that mean this host or a private network, and numbers that are no address
     "https://localhost/hook", "https://api.localhost/", "https://metadata.google.internal/", "https://intranet/",
     "https://1.2.3.4.5/", "https://0x1g.0.0.1/",
+    # IPv4-translated (RFC 2765) and ISATAP forms; full-width and other non-ASCII digits, IDNA full stops
+    "https://[::ffff:0:127.0.0.1]/", "https://[::ffff:0:a9fe:a9fe]/", "https://[fe80::5efe:10.0.0.1]/",
+    "https://\uff11\uff12\uff17.0.0.1/", "https://\u0661\u0662\u0667.0.0.1/", "https://127\u30020\u30020\u30021/",
+    "https://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/",
     # not https, or credentials
     "http://example.com/hook", "ftp://example.com/", "https://user:pass@example.com/",
 ])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tasks.celery_app import create_celery
 from tasks.settings import Settings
+from tasks.store.celery_app import create_celery
 
 
 def test_json_only_and_bounded_visibility():

@@ -127,7 +127,8 @@ def test_url_and_key_from_environment_and_relative_output_urls(monkeypatch):
     monkeypatch.setenv("GENQ_URL", "http://proxy.test/genq/")
     monkeypatch.setenv("GENQ_API_KEY", "secret")
     seen, handler = recording(httpx.Response(200, content=png.getvalue(), headers={"Content-Type": "image/png"}))
-    finished = job(kind="text-to-image", output=[{"url": "/v1/jobs/j1/outputs/0", "media_type": "image/png"}])
+    finished = job(kind="text-to-image", output=[{"index": 0, "url": "/v1/jobs/j1/outputs/0", "media_type": "image/png",
+                                                     "size": 3, "sha256": "0" * 64}])
     with Client(transport=httpx.MockTransport(handler)) as c:
         from tasks.schemas import Job
 

@@ -23,7 +23,7 @@ def sse(*events: tuple[str | None, str, dict[str, Any]]) -> httpx.Response:
     return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
 
 
-DONE = job(output={"text": "Hello world, again", "tokens": 4})
+DONE = job(output={"text": "Hello world, again", "tokens": 4, "prompt_tokens": 2, "finish_reason": "length"})
 
 
 def first() -> httpx.Response:
@@ -104,3 +104,21 @@ def test_async_client_follows_the_same_stream():
 
     done = asyncio.run(main())
     assert "".join(pieces) == done.output["text"] == "Hello world, again"
+
+
+def test_text_after_a_gap_in_the_stream_comes_from_the_output_once():
+    from genq.watch import TextSoFar
+    from tasks.events import TextPiece
+    from tasks.schemas import Job
+
+    given: list[str] = []
+    text = TextSoFar(given.append)
+    text.piece(TextPiece(text="one", offset=0, tokens=1))
+    text.piece(TextPiece(text=" four", offset=13, tokens=4))  # " two three" was dropped from the stream's head
+    text.piece(TextPiece(text=" five", offset=18, tokens=5))
+    job = Job.model_validate({"id": "j", "model": "m", "kind": "text-generation", "status": "succeeded",
+                              "created_at": "2026-01-01T00:00:00Z",
+                              "output": {"text": "one two three four five", "seed": 1, "tokens": 5,
+                                         "prompt_tokens": 2, "finish_reason": "length"}})
+    text.final(job)
+    assert "".join(given) == "one two three four five"

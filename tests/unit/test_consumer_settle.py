@@ -10,7 +10,7 @@ import pytest
 from tasks.inputs import JobKind
 from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
-from worker import consumer as consumer_module
+from worker import settlement as settlement_module
 from worker.consumer import BatchingConsumer
 from worker.holdings import Holdings
 from worker.job import WorkItem
@@ -79,7 +79,7 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[BatchingConsumer, Model, Dis
     calls, timers = Calls(), []
     spec = ModelSpec(id="m", kind=JobKind.fill_mask, source="x",
                      batching=BatchingSettings(max_batch_size=3, policy="greedy"))
-    runtime = SimpleNamespace(weight=lambda parsed: 1, batch_key=lambda parsed: "k")
+    runtime = SimpleNamespace(weight=lambda parsed: 1, batch_key=lambda parsed: "k", step_key=lambda parsed: None)
     loaded = SimpleNamespace(spec=spec, runtime=runtime, executor=Executor(),
                              webhooks=SimpleNamespace(record=calls.hooks.append),
                              fleet=SimpleNamespace(set_held=lambda model, worker, n: calls.held.append(n)))
@@ -88,7 +88,7 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[BatchingConsumer, Model, Dis
         event_dispatcher=dispatcher, hostname="w", task_consumer=None,
         timer=SimpleNamespace(call_after=lambda delay, fun, args=(): timers.append((delay, fun, args))),
         controller=SimpleNamespace(state=SimpleNamespace(revoked=set())))
-    monkeypatch.setattr(consumer_module, "ack_many",
+    monkeypatch.setattr(settlement_module, "ack_many",
                         lambda messages: calls.acks.append([m.job_id for m in messages]) or [])
     model = Model()
     batching = BatchingConsumer(loaded, celery_consumer, model, Holdings(None))  # type: ignore[arg-type]
@@ -103,8 +103,8 @@ def arrive(batching: BatchingConsumer, n: int, **raw: Any) -> list[WorkItem]:
         item.handle = SimpleNamespace(job_id=item.job_id)
         item.parsed = object()  # type: ignore[assignment]
         batching.holdings.add(item)
-        batching._buffer_received(item)
-        batching.batcher.add(item, "k", 1, item.priority)
+        batching.flower.buffer_received(item)
+        batching.buffer(item)
         items.append(item)
     return items
 

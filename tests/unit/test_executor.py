@@ -9,14 +9,15 @@ import uuid
 import pytest
 
 from tasks.errors import OutOfMemory
-from tasks.fleet import FleetStore
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord, JobStore
 from tasks.models_file import ModelSpec
-from tasks.outputs import OutputEntry, output_store
-from tasks.redis_client import connect
+from tasks.outputs import OutputEntry
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tasks.store.fleet import FleetStore
+from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.output_stores import output_store
+from tasks.store.redis_client import connect
 from tests.conftest import REDIS_URL
 from tests.round_trips import counting_client
 from worker.executor import Executor
@@ -272,7 +273,7 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
                                     seed=n)
         assert entry.key.startswith(f"{item.job_id}/") and entry.key.endswith(f"/{n}")
     assert record.public().output == [e.public() for e in record.binary_outputs]
-    assert "key" not in record.public().output[0]
+    assert "key" not in record.public().model_dump(mode="json")["output"][0]
 
 
 def test_outputs_of_a_job_canceled_while_running_are_deleted(store):

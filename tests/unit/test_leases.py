@@ -8,11 +8,11 @@ import uuid
 import pytest
 
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord, JobStore, Verdict
 from tasks.messages import UNACKED_INDEX_KEY
-from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tasks.store.job_store import JobRecord, JobStore, Verdict
+from tasks.store.redis_client import connect
 
 
 def store_with(key_prefix: str, **overrides: object) -> JobStore:

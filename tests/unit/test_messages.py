@@ -10,9 +10,9 @@ import pytest
 from tasks.constants import TASK_RUN
 from tasks.errors import ErrorCode
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord
 from tasks.messages import KWARGS_REPR_MAX, InvalidMessage, RunMessage, parse_run, send_args
 from tasks.schemas import JobStatus
+from tasks.store.job_store import JobRecord
 
 
 def record(**overrides: object) -> JobRecord:

@@ -1,4 +1,4 @@
-"""Prometheus config, Grafana dashboards and the KEDA manifest agree with what genq exports and where."""
+"""Prometheus config and Grafana dashboards agree with what genq exports and where."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import api.metrics
 import worker.metrics
-from tasks.constants import queue_name
-from tasks.messages import priority_lists
-from tasks.settings import DEFAULT_KEY_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -134,18 +131,3 @@ def test_promtool_parses_every_dashboard_query(tmp_path):
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_keda_scales_on_every_priority_list_of_the_queue():
-    docs = list(yaml.safe_load_all((COMPOSE / "k8s" / "keda-scaledobject.yaml").read_text()))
-    scaled = next(d for d in docs if d["kind"] == "ScaledObject")
-    auth = next(d for d in docs if d["kind"] == "TriggerAuthentication")
-    assert scaled["apiVersion"] == auth["apiVersion"] == "keda.sh/v1alpha1"
-    assert scaled["spec"]["minReplicaCount"] >= 1  # no worker online means 503, not a growing queue
-    # The lists the fleet's queue depth reads: priority 0 on the bare name, the others suffixed.
-    lists = set(priority_lists(DEFAULT_KEY_PREFIX, queue_name("sd-turbo")))
-    triggers = scaled["spec"]["triggers"]
-    assert {t["metadata"]["listName"] for t in triggers} == lists
-    for trigger in triggers:
-        assert trigger["type"] == "redis" and int(trigger["metadata"]["listLength"]) > 0
-        assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from tasks.errors import ErrorCode, GenqError, OutputStoreUnavailable
-from tasks.outputs import check_key, input_key, is_input_key, object_key, output_store
+from tasks.outputs import check_key, input_key, is_input_key, object_key
 from tasks.outputs_config import OutputStoreSpec
-from tasks.outputs_fs import FilesystemOutputStore
 from tasks.settings import Settings
+from tasks.store.output_stores import output_store
+from tasks.store.outputs_fs import FilesystemOutputStore
 
 
 @pytest.mark.parametrize(("env", "expected"), [
@@ -36,11 +37,11 @@ def test_the_store_is_named_or_given_as_a_url(env, expected):
 
 
 @pytest.mark.parametrize(("env", "complaint"), [
-    ({"GENQ_OUTPUT_STORE": "gcs://bucket"}, "use redis, filesystem, s3"),
+    ({"GENQ_OUTPUT_STORE": "gcs://bucket"}, "GENQ_OUTPUT_STORE='gcs://bucket'.*'redis', 'filesystem' or 's3'"),
     ({"GENQ_OUTPUT_STORE": "file://host/dir"}, "file:///absolute/dir"),
     ({"GENQ_OUTPUT_STORE": "file:relative"}, "file:///absolute/dir"),
     ({"GENQ_OUTPUT_STORE": "s3://"}, "s3://bucket/prefix"),
-    ({"GENQ_OUTPUT_DELIVERY": "cdn"}, "use proxy or presigned"),
+    ({"GENQ_OUTPUT_DELIVERY": "cdn"}, "GENQ_OUTPUT_DELIVERY='cdn'.*'proxy' or 'presigned'"),
     ({"GENQ_OUTPUT_STORE": "filesystem", "GENQ_OUTPUT_DELIVERY": "presigned"}, "needs the s3 output store"),
 ])
 def test_a_bad_store_setting_is_refused_at_startup_with_the_reason(env, complaint):

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord, JobStore
 from tasks.outputs import OutputEntry, input_key, object_key
-from tasks.outputs_fs import FilesystemOutputStore
-from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.outputs_fs import FilesystemOutputStore
+from tasks.store.redis_client import connect
 from worker.output_sweeper import OutputSweeper
 
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from prometheus_client import REGISTRY
 
 import worker.output_writes
 from tasks.errors import OutputStoreUnavailable
-from tasks.fleet import FleetStore
-from tasks.job_store import JobStore
 from tasks.outputs import OutputEntry
-from tasks.redis_client import connect
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tasks.store.fleet import FleetStore
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.unit.test_executor import ImageRuntime, items
 from worker.executor import Executor
 from worker.output_writes import OutputWriter
@@ -72,18 +74,59 @@ def test_writes_are_counted_and_timed_per_backend():
     assert [a - b for a, b in zip(after, before, strict=True)] == [7, 2, 2]
 
 
-def test_a_blip_is_retried_and_an_outage_gives_up_then_tries_once_while_it_lasts():
+def test_a_blip_is_retried_and_an_outage_opens_the_circuit_then_one_write_probes():
     flaky = FlakyStore(failures=2)
     OutputWriter(flaky).put_all(*entries(b"x"))
     assert flaky.objects and flaky.tries == 3
     down, errors = FlakyStore(failures=-1), sample("genq_worker_output_write_errors_total")
-    writer = OutputWriter(down)
+    now = [0.0]
+    writer = OutputWriter(down, clock=lambda: now[0])
     with pytest.raises(OutputStoreUnavailable):
         writer.put_all(*entries(b"x"))
     assert down.tries == 3 and sample("genq_worker_output_write_errors_total") - errors == 3
+    now[0] += worker.output_writes.OPEN_S - 1
+    with pytest.raises(OutputStoreUnavailable, match="no write is tried"):
+        writer.put_all(*entries(b"y", b"z"))
+    assert down.tries == 3  # open: the store is not touched at all
+    now[0] += 1
     with pytest.raises(OutputStoreUnavailable):
         writer.put_all(*entries(b"y"))
-    assert down.tries == 4  # one try: the store was down a moment ago
+    assert down.tries == 4  # half-open: one probe, one try; it failed, so open again
+    down.failures = 0
+    with pytest.raises(OutputStoreUnavailable):
+        writer.put_all(*entries(b"y"))
+    assert down.tries == 4
+    now[0] += worker.output_writes.OPEN_S
+    writer.put_all(*entries(b"y", b"z"))
+    assert down.tries == 6  # the probe succeeded: closed again
+
+
+class HungStore(FlakyStore):
+    """A store whose every write times out after ``seconds`` (an S3 that accepts connections and never answers)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def put(self, key: str, data: bytes, media_type: str) -> None:
+        self.tries += 1
+        time.sleep(self.seconds)
+        raise OutputStoreUnavailable(f"s3://x: cannot write output {key}: ReadTimeoutError")
+
+
+def test_a_hung_store_costs_one_give_up_then_every_output_fails_at_once(monkeypatch):
+    monkeypatch.setattr(worker.output_writes, "RETRY_DELAYS_S", (0.05, 0.05))
+    monkeypatch.setattr(worker.output_writes, "GIVE_UP_AFTER_S", 0.5)
+    hung = HungStore(0.5)
+    writer = OutputWriter(hung)
+    started = time.monotonic()
+    with pytest.raises(OutputStoreUnavailable):
+        writer.put_all(*entries(b"a", b"b"))
+    assert hung.tries == 1  # the budget was spent by the first try: no retry after it
+    for _ in range(5):  # every later batch's outputs: no try, no wait
+        with pytest.raises(OutputStoreUnavailable):
+            writer.put_all(*entries(b"c", b"d"))
+    assert hung.tries == 1 and time.monotonic() - started < 1.0
 
 
 class HalfStore(FlakyStore):

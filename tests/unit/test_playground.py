@@ -55,3 +55,32 @@ def test_page_is_not_in_the_spec_and_never_500s(client):
     assert status_of(client, "/?x=%ff%00") == 200
     assert client.post("/").status_code == 405
     assert client.get("/playground/../api/app.py").status_code == 404
+
+
+def test_the_page_renders_kinds_from_their_declaration():
+    """No job kind is named in the page's code: /v1/models gives each model's display and example input."""
+    from typing import get_args
+
+    from tasks.inputs import JobKind
+    from tasks.kinds import Display
+
+    static = ROOT / "api" / "static"
+    code = "\n".join(path.read_text() for path in sorted(static.glob("*.js")))
+    assert not [kind.value for kind in JobKind if f'"{kind.value}"' in code]
+    renderers = re.search(r"const DISPLAYS = \{(.*?)\n\};", (static / "playground-result.js").read_text(), re.S)
+    assert renderers and set(re.findall(r"^  (\w+):", renderers.group(1), re.M)) == set(get_args(Display))
+    assert "model.example_input" in code
+
+
+def test_models_list_each_kinds_display_and_a_valid_example(client):
+    from tasks.kinds import KINDS
+    from tasks.models_file import load_models_file
+
+    specs = load_models_file(ROOT / "models.toml").models
+    with client.get("/v1/models") as response:  # reads queue depths from Redis (read only)
+        listed = response.json["models"]
+    assert {info["id"] for info in listed} == set(specs)
+    for info in listed:
+        kind = KINDS[specs[info["id"]].kind]
+        assert info["display"] == kind.display and info["batch_key"] == kind.batch_key
+        assert kind.input.model_validate(info["example_input"])

@@ -1,4 +1,4 @@
-"""Scripts on pipelines in one round trip (tasks/lua.py), and the NOSCRIPT recovery a fresh Redis needs."""
+"""Scripts on pipelines in one round trip (tasks/store/lua.py), and the NOSCRIPT recovery a fresh Redis needs."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 import redis
 
 from tasks.inputs import JobKind
-from tasks.job_store import JobRecord, JobStore, Outcome
-from tasks.lua import ScriptCalls
-from tasks.outbox import Outbox
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
+from tasks.store.job_store import JobRecord, JobStore, Outcome
+from tasks.store.lua import ScriptCalls
+from tasks.store.outbox import Outbox
 from tests.conftest import REDIS_URL
 from tests.harness import RedisServer
 from tests.round_trips import counting_client

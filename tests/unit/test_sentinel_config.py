@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from api.limits import limiter_storage
-from tasks.celery_app import create_celery
 from tasks.errors import GenqError
-from tasks.redis_client import SentinelURL, connect
 from tasks.settings import Settings
+from tasks.store.celery_app import create_celery
+from tasks.store.redis_client import SentinelURL, connect
 
 URL = "sentinel://:pw@s1:26380/2;sentinel://s2"
 
@@ -36,3 +36,14 @@ def test_rate_limiter_storage_uses_the_limits_sentinel_form():
     assert uri == "redis+sentinel://s1:26380,s2:26379/mymaster"
     assert options["password"] == "pw" and options["db"] == 2 and options["sentinel_kwargs"]["password"] is None
     assert limiter_storage(Settings())[0] == Settings().redis_url
+
+
+def test_workers_try_the_broker_again_every_two_seconds_at_most(monkeypatch):
+    from tasks.store.celery_app import RECONNECT_MAX_S, FollowingConnection
+
+    conn = create_celery(Settings(redis_url=URL, redis_sentinel_master="mymaster")).connection_for_write()
+    assert isinstance(conn, FollowingConnection) and isinstance(conn.clone(), FollowingConnection)
+    seen: dict[str, float] = {}
+    monkeypatch.setattr(type(conn).__mro__[1], "_ensure_connection", lambda self, *a, **kw: seen.update(kw))
+    conn.ensure_connection(None, None)  # as Celery's consumer calls it: kombu's defaults back off to 30 s
+    assert seen["interval_max"] == RECONNECT_MAX_S and seen["interval_step"] <= 1

@@ -69,3 +69,25 @@ def test_signatures_follow_standard_webhooks_and_are_per_key():
     assert not verify(key_secret("server", "b" * 64), headers, body, now=1700000010)
     assert not verify(secret, headers, body + b" ", now=1700000010)
     assert not verify(secret, headers, body, now=1700000000 + 3600)  # a replay, an hour later
+
+
+@pytest.mark.parametrize("address", ["::ffff:0:127.0.0.1", "::ffff:0:7f00:1", "::ffff:0:169.254.169.254",
+                                     "::ffff:0:10.0.0.1", "fe80::5efe:127.0.0.1", "2001:db9::200:5efe:a00:1"])
+def test_ipv4_translated_and_isatap_forms_carry_their_ipv4_address(address):
+    assert embedded_ipv4(ipaddress.IPv6Address(address)) is not None
+    assert forbidden_address(address)
+    with pytest.raises(InvalidInput, match="webhook"):  # the submit check refuses the literal too
+        check_webhook_url(f"https://[{address}]/hook", Settings(webhook_secret="s"))
+
+
+def test_ipv4_translated_public_address_is_judged_by_its_ipv4_address():
+    assert embedded_ipv4(ipaddress.IPv6Address("::ffff:0:8.8.8.8")) == ipaddress.IPv4Address("8.8.8.8")
+
+
+@pytest.mark.parametrize("host", ["\uff11\uff12\uff17.\uff10.\uff10.\uff11", "127.0.0.\uff11",
+                                  "\u0661\u0662\u0667.0.0.1", "hooks\uff11.example.com", "127\u30020\u30020\u30021",
+                                  "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54"])
+def test_full_width_and_other_non_ascii_hosts_are_refused_at_submit(host):
+    with pytest.raises(InvalidInput, match="webhook") as refused:
+        check_webhook_url(f"https://{host}/hook", Settings(webhook_secret="s"))
+    assert refused.value.field == "webhook"

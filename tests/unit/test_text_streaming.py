@@ -6,46 +6,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from tasks.inputs import JobKind, TextGenerationInput
-from tasks.models_file import ModelSpec
+from tasks.inputs import TextGenerationInput
+from tests.unit.text_sinks import Collected
 from worker.runtimes.text_generation import TextGenerationRuntime
-from worker.torch_settings import TorchOptions, apply_global
 
-OPTIONS = TorchOptions(num_threads=1)
 PROMPTS = ["Hello", "Once upon a time", "The weather today is", "A", "def main():", "Numbers 0, 1, 2", "q", "fox"]
-
-
-@pytest.fixture(scope="module")
-def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
-    """The demo GPT-2 loaded on CPU with the worker's torch settings."""
-    import torch
-
-    threads = torch.get_num_threads()
-    apply_global(OPTIONS, "cpu")
-    folder = str(demo_models / "gpt2-demo")
-    runtime = TextGenerationRuntime(ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=folder),
-                                    folder, OPTIONS)
-    runtime.load("cpu")
-    yield runtime
-    torch.set_num_threads(threads)
-    torch.set_grad_enabled(True)
-
-
-class Collected:
-    """What a client of the event stream rebuilds from one row's pieces."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.pieces: list[tuple[int, str, int]] = []
-
-    def __call__(self, offset: int, piece: str, tokens: int) -> None:
-        self.pieces.append((offset, piece, tokens))
-        self.text = self.text[:offset] + piece
 
 
 def stream(runtime: TextGenerationRuntime, inputs: list[TextGenerationInput]) -> tuple[list[dict], list[Collected]]:

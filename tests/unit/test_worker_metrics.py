@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from genq.redis_server import free_port
-from tasks.job_store import JobStore
-from tasks.redis_client import connect
 from tasks.settings import Settings
+from tasks.store.job_store import JobStore
+from tasks.store.redis_client import connect
 from tests.harness import ROOT
 from tests.unit.test_executor import ScriptedRuntime, items, run
 from worker import metrics

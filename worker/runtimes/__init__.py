@@ -1,4 +1,8 @@
-"""Model runtimes by job kind; imported lazily so that importing ``worker`` never loads torch."""
+"""Model runtimes by job kind; imported lazily so that importing ``worker`` never loads torch.
+
+A model's runtime is its kind's default here, or its own ``runtime = "module:Class"`` in the models file: any
+importable subclass of ``Runtime`` whose ``kind`` is the model's (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ def runtime_class(spec: ModelSpec) -> type[Runtime]:
     cls = getattr(importlib.import_module(module_name), class_name)
     if not (isinstance(cls, type) and issubclass(cls, Runtime)):
         raise TypeError(f"{spec.runtime} is not a worker.runtimes.base.Runtime")
+    kind = getattr(cls, "kind", None)
+    if kind != spec.kind:
+        raise TypeError(f"model {spec.id} is a {spec.kind.value} model, but its runtime {module_name}:{class_name} "
+                        f"runs {kind.value if isinstance(kind, JobKind) else 'no kind'} jobs (set its class's kind)")
     return cls
 
 
@@ -30,4 +38,4 @@ def create_runtime(spec: ModelSpec, source: str, options: Any) -> Runtime:
     return runtime_class(spec)(spec, source, options)
 
 
-__all__ = ["Blob", "Prediction", "ProgressFn", "Runtime", "create_runtime", "runtime_class"]
+__all__ = ["DEFAULT_RUNTIMES", "Blob", "Prediction", "ProgressFn", "Runtime", "create_runtime", "runtime_class"]

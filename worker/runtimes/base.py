@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,6 +33,64 @@ class Prediction:
     blobs: list[Blob] = field(default_factory=list)
 
 
+@dataclass
+class Row:
+    """One job handed to a step session: ``handle`` is the caller's name for it (the job id)."""
+
+    handle: str
+    input: Any  # the job's parsed input (tasks.inputs.AnyInput)
+    text_sink: TextSink | None = None  # where a text runtime streams this job's new text
+
+
+@dataclass
+class RowResult:
+    """A job that left the session: its prediction, or the exception its own row raised (isolated)."""
+
+    handle: str
+    prediction: Prediction | None = None
+    error: BaseException | None = None
+
+
+class StepSession(ABC):
+    """The rows of one step key in flight on the model, advanced one step at a time (STEPS.md).
+
+    The model thread owns it: between two calls to ``step`` it ``admit``s newcomers and ``drop``s rows that
+    were canceled, passed their deadline or lost their lease. Every row keeps its own settings, seed and
+    state, so a job's result does not depend on when it joined or who shared its steps.
+    """
+
+    @abstractmethod
+    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+        """Prefill newcomers (text encoder, prompt KV cache) so they take part in the next ``step``.
+
+        Returns the rows that ended at admission: a row whose own prefill failed (``error``), or one already
+        finished by it (a 1-token text, say). Every other row is now held.
+        """
+
+    @abstractmethod
+    def step(self) -> list[RowResult]:
+        """Advance every held row by one step (one UNet call, one decode step); returns the rows that finished,
+        decoded (VAE, detokenised), and no longer held. An exception here concerns the whole step: the caller
+        runs the rows again on their own."""
+
+    @abstractmethod
+    def drop(self, handles: Iterable[str]) -> None:
+        """Rows that leave now, unfinished: their state is freed and the next step costs only the others."""
+
+    @abstractmethod
+    def progress(self) -> dict[str, tuple[int, int]]:
+        """Each held row's (steps done, steps in all), as its job reports progress."""
+
+    @property
+    @abstractmethod
+    def handles(self) -> list[str]:
+        """The rows held, in admission order."""
+
+    def weight(self) -> int:
+        """Slots of ``max_batch_size`` in use (images of all held jobs, texts...)."""
+        return len(self.handles)
+
+
 class Runtime(ABC):
     """A model served by a worker. ``predict`` takes a list and returns a list of the same length."""
 
@@ -60,3 +118,19 @@ class Runtime(ABC):
     @abstractmethod
     def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
         """Run one batch of compatible inputs; one Prediction per input, in order."""
+
+    # --- step-level scheduling (runtimes that iterate: denoising, decoding) -----------------------------
+
+    def step_key(self, inp: AnyInput) -> Hashable | None:
+        """Rows with equal keys may share a step session (images: the latent size; text: all); None when this
+        runtime runs request-level batches only (one forward pass: fill-mask, embeddings)."""
+        return None
+
+    def open_session(self, key: Hashable) -> StepSession:
+        """An empty session for rows of ``key``; only called when ``step_key`` gives keys."""
+        raise NotImplementedError(f"{type(self).__name__} runs request-level batches only")
+
+    def step_cost(self, inp: AnyInput) -> int:
+        """What a row of ``inp`` costs per step against the model's per-step budget (images: latent pixels x
+        images); the session admits rows while the sum stays within the budget."""
+        return self.weight(inp)

@@ -1,35 +1,28 @@
 """Text generation with a causal LM: our own batched KV-cache decoding loop with per-row seeds.
 
+The loop itself is a step session (``text_session``): rows join between decode steps and leave as they finish.
+A request-level batch is a session that admits every row at once and steps until it is empty.
+
 HF ``generate()`` takes one generator for the whole batch, so a job's text would depend on which
-other jobs shared its batch. Here every row samples from its own ``torch.Generator`` by inverse CDF
-over the vocabulary in id order, so a batched run and a single run pick the same tokens (batched
-logits differ from single ones by ~1e-6 float noise, which moves CDF boundaries, not the order).
+other jobs shared its batch. Here every row samples with noise from its own ``torch.Generator``
+(Gumbel-max: the argmax of log-probabilities plus Gumbel noise), so a job picks the same tokens alone,
+in a batch or joining one. Batched logits differ from single ones by ~1e-6 float noise; a Gumbel-max
+choice turns on the gap between the two best noisy scores (order 1), where inverse-CDF sampling turned
+on where a uniform fell between boundaries spaced by token probabilities (order 1e-4 on a flat
+distribution): on the demo GPT-2 it changed 2 of 192 jobs between a request-level batch and a step
+session, Gumbel-max none (bench/README.md).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.inputs import SEED_MAX, JobKind, TextGenerationInput
-from worker.runtimes.base import Prediction, ProgressFn, Runtime, TextSink
+from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
-
-
-@dataclass
-class _Row:
-    """One job's decoding state."""
-
-    prompt_ids: list[int]
-    max_new_tokens: int
-    seed: int
-    generator: Any  # torch.Generator
-    stop: list[str]
-    generated: list[int] = field(default_factory=list)
-    text: str | None = None
-    finish_reason: str | None = None
+from worker.runtimes.text_rows import DecodeRow
 
 
 class TextGenerationRuntime(Runtime):
@@ -37,10 +30,14 @@ class TextGenerationRuntime(Runtime):
 
     kind = JobKind.text_generation
     streams_text = True
+    #: Whether rows can join a running batch: the model's KV cache is a plain ``DynamicCache`` (checked at load).
+    joins_rows = False
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
         from transformers import AutoModelForCausalLM
+
+        from worker.runtimes.kv_rows import splices
 
         self.device = device
         self.tokenizer, self.model = load_pretrained(self, AutoModelForCausalLM, device, padding_side="left")
@@ -50,71 +47,68 @@ class TextGenerationRuntime(Runtime):
         eos = self.model.generation_config.eos_token_id
         eos = self.tokenizer.eos_token_id if eos is None else eos
         self.eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        with self.grad_off():
+            probe = self.model(input_ids=self.tokenizer("Hello", return_tensors="pt")["input_ids"].to(device),
+                               use_cache=True, logits_to_keep=1)
+        self.joins_rows = splices(probe.past_key_values)
         self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
 
     def batch_key(self, inp: Any) -> Hashable:
-        """Jobs with the same sampling settings share a batch; greedy ignores temperature and top_p."""
+        """Jobs with the same sampling settings share a request-level batch; greedy ignores temperature and top_p."""
         return (True, inp.temperature, inp.top_p) if inp.do_sample else (False, None, None)
+
+    def step_key(self, inp: Any) -> Hashable | None:
+        """Every text job may join every running session: sampling settings are per row, never a key.
+        None (request-level only) for a model whose KV cache rows cannot be spliced (sliding windows...)."""
+        return () if self.joins_rows else None
+
+    def open_session(self, key: Hashable) -> StepSession:
+        """An empty decode batch that rows join between steps."""
+        from worker.runtimes.text_session import TextStepSession
+
+        return TextStepSession(self)
+
+    def step_cost(self, inp: Any) -> int:
+        """One row per job."""
+        return 1
+
+    def grad_off(self) -> Any:
+        """The context the model runs under: inference mode (or no_grad when the setting turns it off)."""
+        import torch
+
+        return torch.inference_mode() if self.options.inference_mode else torch.no_grad()
 
     def predict(self, inputs: list[Any], progress: ProgressFn | None = None,
                 text_sinks: Sequence[TextSink] | None = None) -> list[Prediction]:
-        """Decode all inputs together, one forward pass per step; rows leave the batch as they finish.
+        """Decode all inputs together as one step session (admit all, step until empty): one left-padded prefill,
+        then one forward pass per step; rows leave the batch as they finish.
 
         With ``text_sinks`` (one per input), each row's new text goes to its sink as it is generated.
         """
-        import torch
+        from worker.runtimes.text_session import TextStepSession
 
         if not inputs:
             return []
-        rows = [self._row(inp) for inp in inputs]
-        streamers = self._streamers(rows, text_sinks) if text_sinks else None
-        sampling = [(inp.do_sample, inp.temperature, inp.top_p) for inp in inputs]
-        width = max(len(r.prompt_ids) for r in rows)
-        pad = self.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
-        ids = torch.tensor([[pad] * (width - len(r.prompt_ids)) + r.prompt_ids for r in rows], device=self.device)
-        mask = torch.tensor(
-            [[0] * (width - len(r.prompt_ids)) + [1] * len(r.prompt_ids) for r in rows], device=self.device
-        )
-        alive = list(range(len(rows)))  # batch position -> row index
-        total = max(r.max_new_tokens for r in rows)
-        cache = None
-        grad_off = torch.inference_mode() if self.options.inference_mode else torch.no_grad()
-        with grad_off:
-            for step in range(total):
-                positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]
-                out = self.model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                cache = out.past_key_values
-                tokens = self._choose(
-                    out.logits[:, -1, :].float(), [rows[i] for i in alive], [sampling[i] for i in alive]
-                )
-                for pos, i in enumerate(alive):
-                    if rows[i].finish_reason is None:
-                        self._advance(rows[i], tokens[pos])
-                        if streamers:
-                            self._stream(streamers[i], rows[i], tokens[pos])
-                keep = [pos for pos, i in enumerate(alive) if rows[i].finish_reason is None]
-                if progress:
-                    progress(step + 1, total)
-                if not keep:
-                    break
-                if len(keep) < len(alive) and hasattr(cache, "batch_select_indices"):
-                    # Finished rows leave the batch: later steps cost only what is still running.
-                    index = torch.tensor(keep, device=self.device)
-                    cache.batch_select_indices(index)
-                    mask, alive = mask[index], [alive[pos] for pos in keep]
-                    tokens = [tokens[pos] for pos in keep]
-                ids = torch.tensor(tokens, device=self.device).unsqueeze(-1)
-                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-        return [self._prediction(r) for r in rows]
+        sinks: Sequence[TextSink | None] = text_sinks if text_sinks else [None] * len(inputs)
+        session = TextStepSession(self)
+        done = session.admit([Row(str(i), inp, sink) for i, (inp, sink) in enumerate(zip(inputs, sinks, strict=True))])
+        total = max(min(inp.max_new_tokens, self.max_length - 1) for inp in inputs)
+        steps = 1
+        if progress:
+            progress(steps, total)
+        while session.handles:
+            done += session.step()
+            steps += 1
+            if progress:
+                progress(steps, total)
+        by_handle = {result.handle: result for result in done}
+        for result in by_handle.values():
+            if result.error is not None:
+                raise result.error  # request-level: the executor isolates a bad input by splitting the batch
+        return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
-    def _row(self, inp: Any) -> _Row:
+    def decode_row(self, inp: Any) -> DecodeRow:
+        """A job's decoding state: its prompt's token ids (the end of it, leaving room to answer) and generator."""
         import torch
 
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
@@ -122,35 +116,36 @@ class TextGenerationRuntime(Runtime):
         max_new = min(inp.max_new_tokens, self.max_length - 1)
         ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
-        return _Row(ids, max_new, seed, torch.Generator().manual_seed(seed), list(inp.stop))
+        return DecodeRow(ids, max_new, seed, torch.Generator().manual_seed(seed), list(inp.stop),
+                         inp.do_sample, inp.temperature, inp.top_p)
 
-    def _choose(self, logits: Any, rows: list[_Row], sampling: list[tuple[bool, float, float]]) -> list[int]:
-        """Next token per batch position: argmax, or inverse-CDF sampling with the row's generator."""
+    def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
+        """Next token per batch position: argmax, or Gumbel-max sampling (argmax of log-probabilities plus Gumbel
+        noise from the row's own generator) within the row's temperature and top-p nucleus."""
         import torch
 
         chosen = logits.argmax(dim=-1)
-        sample_at = [pos for pos, (do_sample, _, _) in enumerate(sampling) if do_sample]
+        sample_at = [pos for pos, row in enumerate(rows) if row.do_sample]
         if sample_at:
             index = torch.tensor(sample_at, device=logits.device)
-            temperature = torch.tensor([sampling[p][1] for p in sample_at], device=logits.device).unsqueeze(-1)
-            top_p = torch.tensor([sampling[p][2] for p in sample_at], device=logits.device).unsqueeze(-1)
-            probs = (logits[index] / temperature).softmax(dim=-1)
+            temperature = torch.tensor([rows[p].temperature for p in sample_at], device=logits.device).unsqueeze(-1)
+            top_p = torch.tensor([rows[p].top_p for p in sample_at], device=logits.device).unsqueeze(-1)
+            log_probs = (logits[index] / temperature).log_softmax(dim=-1)
+            probs = log_probs.exp()
             # Nucleus: keep every token at least as likely as the one where the sorted mass reaches top_p.
             ordered = probs.sort(dim=-1, descending=True).values
             cut = ((ordered.cumsum(-1) < top_p).sum(-1, keepdim=True)).clamp(max=probs.shape[-1] - 1)
             # top_p = 1 keeps everything exactly: a cumsum ending at 1 - 1e-7 must not trim the tail.
             floor = torch.where(top_p >= 1.0, torch.zeros_like(top_p), ordered.gather(-1, cut))
-            probs = torch.where(probs >= floor, probs, torch.zeros_like(probs))
-            cdf = probs.double().cumsum(-1)
             uniform = torch.stack(
-                [torch.rand((), generator=rows[p].generator, dtype=torch.float64) for p in sample_at]
+                [torch.rand(probs.shape[-1], generator=rows[p].generator) for p in sample_at]
             ).to(logits.device)
-            target = (uniform * cdf[:, -1]).unsqueeze(-1)
-            picked = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
-            chosen[index] = picked
+            score = log_probs - torch.log(-torch.log(uniform))
+            score = torch.where(probs >= floor, score, torch.full_like(score, -torch.inf))
+            chosen[index] = score.argmax(dim=-1)
         return [int(t) for t in chosen.tolist()]
 
-    def _advance(self, row: _Row, token: int) -> None:
+    def advance(self, row: DecodeRow, token: int) -> None:
         """Append ``token`` and decide whether the row is done (eos, a stop string, or its length)."""
         row.generated.append(token)
         if token in self.eos_ids:
@@ -165,25 +160,21 @@ class TextGenerationRuntime(Runtime):
         if len(row.generated) >= row.max_new_tokens:
             row.finish_reason = "length"
 
-    def _decode(self, tokens: list[int]) -> str:
-        return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
-
-    def _text(self, row: _Row) -> str:
-        return row.text if row.text is not None else self._decode(row.generated)
-
-    def _streamers(self, rows: list[_Row], sinks: Sequence[TextSink]) -> list[Any]:
-        from worker.runtimes.text_streaming import RowStreamer
-
-        return [RowStreamer(self.tokenizer, sink, row.stop) for row, sink in zip(rows, sinks, strict=True)]
-
-    def _stream(self, streamer: Any, row: _Row, token: int) -> None:
+    def stream(self, streamer: Any, row: DecodeRow, token: int) -> None:
         """The row's streamer gets the token (not an end-of-sequence one) and, once the row is done, its text."""
         if token not in self.eos_ids:
             streamer.put_token(token)
         if row.finish_reason is not None:
             streamer.finish(self._text(row))
 
-    def _prediction(self, row: _Row) -> Prediction:
+    def prediction(self, row: DecodeRow) -> Prediction:
+        """A finished row's output: ``{text, seed, tokens, prompt_tokens, finish_reason}``."""
         output = {"text": self._text(row), "seed": row.seed, "tokens": len(row.generated),
                   "prompt_tokens": len(row.prompt_ids), "finish_reason": row.finish_reason}
         return Prediction(output=output)
+
+    def _decode(self, tokens: list[int]) -> str:
+        return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
+
+    def _text(self, row: DecodeRow) -> str:
+        return row.text if row.text is not None else self._decode(row.generated)

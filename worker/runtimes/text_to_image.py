@@ -1,4 +1,5 @@
-"""Text to image with a diffusers pipeline (SD 1.x/2.x, SDXL, turbo): one pipeline call per batch.
+"""Text to image with a diffusers pipeline (SD 1.x/2.x, SDXL, turbo): one pipeline call per batch, or a step
+session (image_steps.py) where jobs of one size join and leave between denoising steps.
 
 Every image gets its own ``torch.Generator`` seeded ``seed + j``, so a job's pixels do not depend
 on which other jobs shared its batch, and image j of a job can be reproduced alone with its seed.
@@ -6,16 +7,18 @@ on which other jobs shared its batch, and image j of a job can be reproduced alo
 
 from __future__ import annotations
 
-import io
-import secrets
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, cast
 
 from tasks.errors import ModelError
-from tasks.inputs import SEED_MAX, JobKind, TextToImageInput
+from tasks.inputs import JobKind, TextToImageInput
 from tasks.models_file import ModelSpec
-from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
+from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
+from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
+from worker.runtimes.image_steps import ImageStepSession, can_step
 from worker.torch_settings import apply_to_pipeline, inference_context
+
+__all__ = ["RANDOM_SEED_MAX", "SCHEDULER_CLASSES", "TextToImageRuntime", "image_seeds", "png_bytes"]
 
 #: Scheduler names of the contract (tasks.schemas.SCHEDULERS) -> diffusers classes; "default" = as shipped.
 SCHEDULER_CLASSES: dict[str, str] = {
@@ -26,22 +29,7 @@ SCHEDULER_CLASSES: dict[str, str] = {
     "dpm++_2m": "DPMSolverMultistepScheduler",  # its defaults are DPM-Solver++ of order 2
     "unipc": "UniPCMultistepScheduler",
 }
-#: A random seed leaves room for seed + j of every image of a job without wrapping.
-RANDOM_SEED_MAX = SEED_MAX - 16
 WARM_UP_STEPS = 1  # one step runs every kernel (text encoder, UNet, VAE) once
-
-
-def image_seeds(inp: TextToImageInput) -> list[int]:
-    """The seed of each image of a job: ``seed + j`` (wrapping at 2**32), a random base when absent."""
-    base = inp.seed if inp.seed is not None else secrets.randbelow(RANDOM_SEED_MAX + 1)
-    return [(base + j) % (SEED_MAX + 1) for j in range(inp.num_images)]
-
-
-def png_bytes(image: Any) -> bytes:
-    """Encode a PIL image as PNG."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def _has_safety_checker(source: str, revision: str | None) -> bool:
@@ -62,6 +50,7 @@ class TextToImageRuntime(Runtime):
         self.pipe: Any = None
         self.device = "cpu"
         self._schedulers: dict[str, Any] = {}
+        self._steppable = False  # set at load: whether step sessions can run this pipeline
 
     def load(self, device: str) -> None:
         """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
@@ -82,6 +71,7 @@ class TextToImageRuntime(Runtime):
         pipe.set_progress_bar_config(disable=True)
         self.pipe, self.device = pipe, device
         self._schedulers = {"default": pipe.scheduler}
+        self._steppable = can_step(pipe)
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -119,6 +109,29 @@ class TextToImageRuntime(Runtime):
                 reason = " ".join(str(exc).split())
                 raise ModelError(f"scheduler {name!r} is not available on this worker: {reason}") from None
         return self._schedulers[name]
+
+    def new_scheduler(self, name: str) -> Any:
+        """A fresh instance of scheduler ``name`` for one image of a step session (schedulers keep per-run state)."""
+        shared = self.scheduler(name)
+        return type(shared).from_config(shared.config)
+
+    # --- step-level scheduling ------------------------------------------------------------------------
+
+    def step_key(self, inp: Any) -> Hashable | None:
+        """Images of one size share a step session; None (request-level) for pipelines a session cannot step."""
+        return (inp.width, inp.height) if self._steppable else None
+
+    def open_session(self, key: Hashable) -> StepSession:
+        """An empty session for images of ``key`` = (width, height)."""
+        if not self._steppable:
+            return super().open_session(key)
+        width, height = cast(tuple[int, int], key)
+        return ImageStepSession(self.pipe, self.device, self.options, (int(width), int(height)), self.new_scheduler)
+
+    def step_cost(self, inp: Any) -> int:
+        """Latent pixels x images: what a job adds to every UNet call it takes part in."""
+        factor = int(getattr(self.pipe, "vae_scale_factor", 8))
+        return (int(inp.width) // factor) * (int(inp.height) // factor) * int(inp.num_images)
 
     def predict(self, inputs: list[Any], progress: ProgressFn | None = None) -> list[Prediction]:
         """Run all images of all inputs in one pipeline call; inputs share one batch key."""
@@ -158,14 +171,14 @@ def _step_callback(steps: int, progress: ProgressFn) -> Any:
     """A ``callback_on_step_end`` reporting (step, steps) as the job asked for them.
 
     Some schedulers run more timesteps than steps (PNDM runs steps + 1, Heun 2x): scale to ``steps``
-    and report only increases, so clients see 1..steps ending exactly at ``steps``.
+    (``scaled_step``, as step sessions do) and report only increases, so clients see 1..steps ending at ``steps``.
     """
     reported = 0
 
     def on_step_end(pipe: Any, index: int, timestep: Any, tensors: dict[str, Any]) -> dict[str, Any]:
         nonlocal reported
         total = max(int(getattr(pipe, "num_timesteps", steps) or steps), 1)
-        step = min((index + 1) * steps // total, steps)
+        step = scaled_step(index + 1, total, steps)
         if step > reported:
             reported = step
             progress(step, steps)

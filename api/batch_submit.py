@@ -1,0 +1,101 @@
+"""A batch's jobs: each checked on its own, all admitted in one Redis round trip, all published in one pipeline.
+
+Per job the outcome is what ``POST /v1/jobs`` would have given it: its record (as written), or the error it would
+have got (invalid input, unknown model, over the rate limit, the queue full). Only a failure of the whole round
+trip (Redis or the broker unreachable) fails the request, after undoing every record it wrote.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+
+from api.admission import refusal
+from api.routes_jobs import new_record
+from api.services import PUBLISH_RETRY_POLICY, Services
+from tasks.errors import GenqError
+from tasks.messages import RunMessage, send_args
+from tasks.models_file import ModelSpec
+from tasks.schemas import JobCreate, parse_job_create
+from tasks.store.job_store import JobRecord
+from tasks.store.queue_limit import Outcome
+from tasks.webhooks import check_webhook_url
+
+log = logging.getLogger(__name__)
+
+#: One job of a batch as checked: its model, body and parsed input, or the error that job gets.
+Checked = tuple[ModelSpec, JobCreate, dict[str, Any]] | GenqError
+#: One job's outcome: its record as written, or its error.
+Entry = JobRecord | GenqError
+
+
+def check_items(svc: Services, items: list[Any]) -> list[Checked]:
+    """Each item checked as ``POST /v1/jobs`` checks its body (the same errors, naming the same fields)."""
+    checked: list[Checked] = []
+    for item in items:
+        try:
+            body, spec, inp = parse_job_create(item, svc.models)
+            if body.webhook is not None:
+                check_webhook_url(body.webhook, svc.settings, field="webhook")
+            checked.append((spec, body, inp.model_dump(mode="json")))
+        except GenqError as exc:
+            checked.append(exc)
+    return checked
+
+
+def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner: str) -> list[Entry]:
+    """Admit the valid jobs (reservations and records in one round trip) and publish the admitted ones."""
+    entries: list[Entry | None] = [c if isinstance(c, GenqError) else None for c in checked]
+    todo: list[tuple[int, ModelSpec, JobRecord]] = []
+    for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
+        if not isinstance(item, GenqError):
+            spec, body, inp = item
+            todo.append((i, spec, new_record(spec, body, inp, job_id, owner)))
+    if not todo:
+        return [e for e in entries if e is not None]
+    places = [(record, svc.queue_limit.reservation(spec.id, record.id, spec.max_queue_depth,
+                                                   need_worker=spec.min_workers > 0))
+              for _, spec, record in todo]
+    try:
+        admitted = svc.batches.admit_many(places)
+    except GenqError:  # written but not replicated in time: none of it is accepted
+        undo(svc, [record for _, _, record in todo])
+        raise
+    refusals: dict[tuple[str, Outcome], GenqError] = {}  # one per model and reason: Retry-After reads Redis
+    created: list[JobRecord] = []
+    for (i, spec, _), (reservation, written) in zip(todo, admitted, strict=True):
+        if written is None:
+            reason = (spec.id, reservation.outcome)
+            if reason not in refusals:
+                refusals[reason] = refusal(svc.fleet, spec, reservation)
+            entries[i] = refusals[reason]
+        else:
+            entries[i] = written
+            created.append(written)
+    try:
+        publish_many(svc.celery, created)
+    except Exception:
+        undo(svc, created)
+        raise
+    return [e for e in entries if e is not None]
+
+
+def publish_many(celery: Celery, records: list[JobRecord]) -> None:
+    """Send every record's run message through one producer, buffered into one Redis pipeline (kombu's
+    ``Producer.batch``): one round trip for all the LPUSHes instead of one each."""
+    if not records:
+        return
+    with celery.producer_or_acquire() as producer, producer.batch(max_size=max(1, len(records))):
+        for record in records:
+            celery.send_task(**send_args(RunMessage.of(record)), retry_policy=PUBLISH_RETRY_POLICY,
+                             ignore_result=True, producer=producer)
+
+
+def undo(svc: Services, records: list[JobRecord]) -> None:
+    """Remove records (and their reservations) whose jobs the client is told were not accepted."""
+    try:
+        svc.batches.delete_many(records, [(r.model, r.id) for r in records])
+    except Exception:  # Redis is gone: stale reservations are pruned later (tasks/store/queue_limit.py)
+        log.warning("could not undo %d records and reservations of a failed batch", len(records))

@@ -1,0 +1,37 @@
+-- ADMIT_MANY: ADMIT for each job of a batch, in order, on one clock reading: a queue with room for k more takes
+-- the batch's first k jobs of its model and refuses the rest, as k + n single submissions in that order would.
+-- Per job (``AdmitManyArgs``): 5 KEYS (job, active set, tombstone, queued set, workers) and 6 ARGV from jobs_from
+-- (id, owner, deadline offset or '', queue limit, need_worker, the record's fields as one JSON object of strings:
+-- one argument instead of a pair each, which was most of the API's CPU per batched job).
+-- Returns {outcome, depth, created_at or ''} per job.
+--#include time
+local queued, workers, id, limit, need_worker  -- reserve()'s per-job arguments, set before each call
+--#include queue_reserve_fn
+local created = stamp(now)
+local replies = {}
+for j = 0, #KEYS / 5 - 1 do
+  local at, arg = j * 5, jobs_from + j * 6
+  local job, active, tombstone = KEYS[at + 1], KEYS[at + 2], KEYS[at + 3]
+  queued, workers = KEYS[at + 4], KEYS[at + 5]
+  id, limit, need_worker = ARGV[arg], ARGV[arg + 3], ARGV[arg + 4]
+  local owner, offset, fields = ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 5]
+  local outcome, depth = reserve()
+  if outcome == 1 then
+    local flat = {'created_at', created}
+    for name, value in pairs(cjson.decode(fields)) do
+      flat[#flat + 1] = name
+      flat[#flat + 1] = value
+    end
+    if offset ~= '' then
+      flat[#flat + 1] = 'deadline_at'
+      flat[#flat + 1] = stamp(now + tonumber(offset))
+    end
+    redis.call('HSET', job, unpack(flat))
+    redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
+    redis.call('ZADD', active, now, id)
+    replies[j + 1] = {outcome, depth, created}
+  else
+    replies[j + 1] = {outcome, depth, ''}
+  end
+end
+return replies

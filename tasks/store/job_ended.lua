@@ -1,0 +1,16 @@
+-- The bookkeeping of every ending (the wrapper is a JobFrame): the record and its tombstone start to expire
+-- from now (a live job never expires), the job leaves its model's active and queued sets, waiters hear of it.
+--#include time
+local function set_pairs(from)
+  for i = from, #ARGV, 2 do redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
+end
+local function ended(status)
+  local model, job_id, owner = unpack(redis.call('HMGET', job, 'model', 'id', 'owner'))
+  if not owner or owner == '' then owner = '-' end
+  redis.call('HSET', job, 'status', status, 'completed_at', stamp(now))
+  redis.call('EXPIRE', job, record_ttl)
+  redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
+  redis.call('ZREM', active_prefix .. model, job_id)
+  redis.call('ZREM', queued_prefix .. model, job_id)
+  redis.call('PUBLISH', done_channel, status)
+end

@@ -1,0 +1,18 @@
+-- Take up to limit due deliveries under lease: each moves its due time to lease_until and counts an attempt.
+-- Returns a flat list of member, delivery id, attempts.
+local found = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(limit))
+local out = {}
+for _, member in ipairs(found) do
+  local record = delivery_prefix .. member
+  if redis.call('EXISTS', record) == 0 then
+    redis.call('ZREM', due, member)
+  else
+    redis.call('ZADD', due, lease_until, member)
+    redis.call('HSET', record, 'lease', lease)
+    local attempts = redis.call('HINCRBY', record, 'attempts', 1)
+    table.insert(out, member)
+    table.insert(out, redis.call('HGET', record, 'id'))
+    table.insert(out, attempts)
+  end
+end
+return out

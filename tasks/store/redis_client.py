@@ -1,0 +1,125 @@
+"""Redis connections for genq's own keys, with the timeouts that turn an outage into a 503."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import redis
+import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tasks.errors import GenqError
+from tasks.settings import SharedSettings
+
+SENTINEL_SCHEME = "sentinel://"
+DEFAULT_SENTINEL_PORT = 26379
+
+
+#: The API's share of GENQ_REDIS_TIMEOUT_S per Redis call: a request makes at most two calls before one
+#: fails (the rate limiter's, which is swallowed, then the job store's), so a stall answers 503 within it.
+API_CALL_SHARE = 0.5
+
+
+def connect(settings: SharedSettings, *, timeout: float | None = None, fail_fast: bool = False) -> redis.Redis:
+    """A client with connect and socket timeouts; ``timeout`` widens the socket one for blocking reads.
+
+    ``fail_fast`` (the API): each call gets half the Redis timeout, a timeout is never retried, and a
+    dropped connection is retried once at once (a Redis restart costs no request), never after a backoff.
+    """
+    call_timeout = settings.redis_timeout_s * (API_CALL_SHARE if fail_fast else 1.0)
+    options: dict[str, Any] = {
+        "socket_connect_timeout": call_timeout,
+        "socket_timeout": timeout or call_timeout,
+        "health_check_interval": 10,
+        "retry_on_timeout": False,
+    }
+    if fail_fast:
+        options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+    if is_sentinel(settings.redis_url):
+        return sentinel_master(settings, options)
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith(SENTINEL_SCHEME)
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """Celery's Sentinel URL form, ``sentinel://[:pw@]host:port[/db];sentinel://host:port...``.
+
+    As in kombu, the password (and db) of the first URL are the master's; Sentinels are asked without one.
+    """
+
+    hosts: list[tuple[str, int]]
+    db: int
+    username: str | None
+    password: str | None
+
+    @classmethod
+    def parse(cls, url: str) -> SentinelURL:
+        parts = [urlparse(part) for part in url.split(";") if part]
+        first = parts[0]
+        return cls(hosts=[(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in parts],
+                   db=int(first.path.strip("/") or 0), username=first.username or None,
+                   password=first.password or None)
+
+
+class SentinelConnection(redis.sentinel.SentinelManagedConnection):
+    """redis-py's Sentinel-managed connection, less a hazard found in a failover under load.
+
+    Its ``read_response`` leaves the connection open when a read fails (``disconnect_on_error`` defaults to
+    False there, True in the plain connection): after a timeout, say a WAIT that outlasted the socket timeout
+    while the new primary had no replica yet, the connection goes back to the pool with the reply still on
+    its way, and every later command on it reads the reply of the one before (measured: HGETALL answered
+    with a list, EVALSHA with WAIT's integer, a 500 for every request after). A failed read now closes it,
+    as it does on any plain connection. Demoted-primary READONLY errors are still turned into a reconnect.
+    """
+
+    def read_response(self, disable_decoding: bool = False, *, disconnect_on_error: bool | None = True,
+                      **kwargs: Any) -> Any:
+        return super().read_response(disable_decoding, disconnect_on_error=disconnect_on_error, **kwargs)
+
+
+#: How often a Sentinel pool asks where the primary is when it hands out a connection.
+POOL_CHECK_S = 1.0
+
+
+class CheckedSentinelPool(redis.sentinel.SentinelConnectionPool):
+    """redis-py's Sentinel pool, asking the Sentinels where the primary is at most every ``POOL_CHECK_S``.
+
+    redis-py asks only when a connection connects. A primary frozen (SIGSTOP, a stalled VM) past the Sentinels'
+    down-after time is replaced, then wakes up still a primary for ~10 s until the Sentinels demote it: every
+    connection that was open to it (an API's publishing connection, measured) goes on writing there, and all of it
+    is thrown away at the demotion (jobs whose message vanished). Asking again on a change makes redis-py drop the
+    idle connections at once and the busy ones when they come back (``owns_connection``).
+    """
+
+    _checked_at = 0.0
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        now = time.monotonic()
+        if self.is_master and now - self._checked_at >= POOL_CHECK_S:
+            self._checked_at = now
+            try:
+                self.get_master_address()  # type: ignore[no-untyped-call]
+            except redis.exceptions.ConnectionError:
+                pass  # no primary named right now: the connection's own connect will say so
+        return super().get_connection(*args, **kwargs)
+
+
+def sentinel_master(settings: SharedSettings, options: dict[str, Any]) -> redis.Redis:
+    """The current master named ``GENQ_REDIS_SENTINEL_MASTER``; the client follows a failover on reconnect."""
+    if not settings.redis_sentinel_master:
+        raise GenqError("a sentinel:// Redis URL needs GENQ_REDIS_SENTINEL_MASTER (the monitored master's name)")
+    url = SentinelURL.parse(settings.redis_url)
+    timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+    sentinel = redis.sentinel.Sentinel(url.hosts, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        settings.redis_sentinel_master, connection_pool_class=CheckedSentinelPool, db=url.db, username=url.username,
+        password=url.password, connection_class=SentinelConnection, **options)
+    return master

@@ -1,0 +1,38 @@
+"""What the step loop asks Redis about the rows it holds, between two steps: one round trip each."""
+
+from __future__ import annotations
+
+from tasks.schemas import JobStatus, Progress
+from tasks.store.job_scripts import HolderArgs
+from tasks.store.job_store import JobStore, _pairs, _status
+from tasks.store.lua import ScriptCalls
+
+
+def lease_states(store: JobStore, leases: list[tuple[str, str]]) -> list[tuple[JobStatus | None, bool]]:
+    """Per ``(job id, token)``: the job's status, and whether the token still holds its lease.
+
+    A canceled row reads ``canceled``; a row whose lease lapsed and passed to another worker reads ``running``
+    under another token. Plain reads (HMGET), pipelined: no script, nothing written.
+    """
+    if not leases:
+        return []
+    with store.redis.pipeline(transaction=False) as pipe:
+        for job_id, _ in leases:
+            pipe.hmget(store.keys.job(job_id), "status", "lease_token")
+        replies = pipe.execute()
+    out: list[tuple[JobStatus | None, bool]] = []
+    for (_, token), (status, holder) in zip(leases, replies, strict=True):
+        out.append((_status(status), holder is not None and holder.decode() == token))
+    return out
+
+
+def set_row_progress(store: JobStore, rows: list[tuple[str, str, int, int]]) -> None:
+    """Each row's own progress ``(job id, token, step, total)``, written only where its lease is still held."""
+    if not rows:
+        return
+    with store.redis.pipeline(transaction=False) as pipe:
+        calls = ScriptCalls(pipe)
+        for job_id, token, step, total in rows:
+            fields = _pairs({"progress": Progress(step=step, total=total)})
+            calls.run(store.scripts, HolderArgs(job=store.keys.job(job_id), token=token, extend_s=0, fields=fields))
+        calls.execute()

@@ -1,0 +1,79 @@
+"""Step-level scheduling on real workers with the demo models: jobs join a running batch between steps.
+
+A short job sent while a long one runs joins at the next step and leaves first; what it computes does not
+depend on having joined (the same seed gives the same pixels and the same tokens as a run alone).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from tests.integration.jobs import poll, submit
+
+
+def wait_until_running(api: Any, job_id: str, timeout: float = 60, min_step: int = 0) -> dict[str, Any]:
+    """Poll until the job runs (and has done ``min_step`` steps, when it reports steps)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        job = api.get(f"/v1/jobs/{job_id}").json
+        assert job["status"] in ("queued", "running"), job
+        step = (job.get("progress") or {}).get("step", 0)
+        if job["status"] == "running" and step >= min_step:
+            return job  # type: ignore[no-any-return]
+        time.sleep(0.02)
+    raise TimeoutError(f"job {job_id} did not start")
+
+
+def alone(api: Any, model: str, inp: dict[str, Any]) -> dict[str, Any]:
+    """The job run with nothing beside it (the worker is idle when it is sent)."""
+    response = api.post("/v1/jobs", json={"model": model, "input": inp}, headers={"Prefer": "wait=60"})
+    assert response.status_code == 200, response.json
+    return response.json  # type: ignore[no-any-return]
+
+
+def pixels(api: Any, job: dict[str, Any]) -> np.ndarray:
+    data = api.get(job["output"][0]["url"]).data
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.int16)
+
+
+def test_a_4_step_image_sent_while_a_50_step_one_runs_finishes_first(api, worker_for):
+    worker_for("sd-demo")
+    long_input = {"prompt": "a long painting of a castle", "seed": 5, "num_inference_steps": 50}
+    short_input = {"prompt": "a quick sketch of a cat", "seed": 9, "num_inference_steps": 4, "guidance_scale": 5.0,
+                   "scheduler": "euler_a"}
+    long = submit(api, "sd-demo", long_input)
+    wait_until_running(api, long["id"], min_step=2)
+    short = submit(api, "sd-demo", short_input)
+    short_done = poll(api, short["id"])
+    assert api.get(f"/v1/jobs/{long['id']}").json["status"] == "running"  # still denoising when the short one left
+    long_done = poll(api, long["id"])
+    assert short_done["status"] == long_done["status"] == "succeeded"
+    assert short_done["completed_at"] < long_done["completed_at"]
+    assert short_done["metrics"]["rows_per_step"] > 1  # it shared its steps with the long one
+    # Joined or alone, the same seed gives the same picture (float noise only).
+    assert np.abs(pixels(api, short_done) - pixels(api, alone(api, "sd-demo", short_input))).max() <= 2
+    assert np.abs(pixels(api, long_done) - pixels(api, alone(api, "sd-demo", long_input))).max() <= 2
+
+
+def test_a_2_token_text_sent_mid_decode_finishes_first(api, worker_for):
+    worker_for("gpt2-demo")
+    long_input = {"prompt": "Once upon a time there was", "max_new_tokens": 200, "seed": 3, "do_sample": True,
+                  "temperature": 0.8}
+    short_input = {"prompt": "The weather today", "max_new_tokens": 2, "seed": 4, "do_sample": True,
+                   "temperature": 1.3, "top_p": 0.9}
+    long = submit(api, "gpt2-demo", long_input)
+    wait_until_running(api, long["id"])
+    short = submit(api, "gpt2-demo", short_input)
+    short_done = poll(api, short["id"])
+    long_done = poll(api, long["id"])
+    assert short_done["status"] == long_done["status"] == "succeeded"
+    if long_done["output"]["tokens"] == long_input["max_new_tokens"]:  # it did not stop early on an end token
+        assert short_done["completed_at"] < long_done["completed_at"]
+    # Another temperature no longer keeps a job apart, and joining changes no token of either job.
+    assert short_done["output"] == alone(api, "gpt2-demo", short_input)["output"]
+    assert long_done["output"] == alone(api, "gpt2-demo", long_input)["output"]

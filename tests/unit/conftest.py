@@ -1,0 +1,35 @@
+"""Unit fixtures shared by more than one file: the demo GPT-2 runtime as a worker loads it."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tasks.inputs import JobKind  # noqa: E402
+from tasks.models_file import ModelSpec  # noqa: E402
+from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
+from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
+
+OPTIONS = TorchOptions(num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
+    """The demo GPT-2 loaded on CPU with the worker's torch settings."""
+    import torch
+
+    threads = torch.get_num_threads()
+    apply_global(OPTIONS, "cpu")
+    folder = str(demo_models / "gpt2-demo")
+    runtime = TextGenerationRuntime(ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=folder),
+                                    folder, OPTIONS)
+    runtime.load("cpu")
+    yield runtime
+    torch.set_num_threads(threads)
+    torch.set_grad_enabled(True)

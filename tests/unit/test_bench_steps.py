@@ -1,0 +1,35 @@
+"""The step-scheduling benchmark's arithmetic: latency per tag, the window rules and the targets' ratios."""
+
+from __future__ import annotations
+
+import math
+
+from bench.steps import targets
+from bench.steps_load import Done, MixedPoint, image_job, summarize, text_job
+
+
+def test_summarize_reports_latency_per_tag_inside_the_window():
+    done = [Done("4 steps", 10.0, 10.1, True, 4), Done("4 steps", 10.0, 10.3, True, 4),
+            Done("50 steps", 10.0, 11.0, True, 50), Done("50 steps", 10.0, 13.0, False, 50),
+            Done("4 steps", 0.0, 1.0, True, 4)]  # finished before the window
+    point = summarize(done, (10.0, 12.0), label="x", model="sd-step", concurrency=2)
+    assert point.jobs == 3 and point.errors == 0 and math.isclose(point.work_per_s, 29.0)
+    assert list(point.p50_ms) == ["4 steps", "50 steps"]  # ordered by step count, not as strings
+    assert math.isclose(point.p50_ms["4 steps"], 200.0) and math.isclose(point.max_ms["50 steps"], 1000.0)
+
+
+def test_targets_compare_step_with_request_on_the_same_point():
+    def point(model: str, work: float, p50_short: float) -> MixedPoint:
+        return MixedPoint("mixed steps x32", model, 32, 10, 10, 0, 1.0, work, p50_ms={"4 steps": p50_short})
+
+    rows = {name: (value, verdict) for name, value, verdict in
+            targets([point("sd-request", 100.0, 500.0), point("sd-step", 130.0, 100.0)])}
+    assert rows["images x32: capacity, step / request >= 1.25"] == ("1.30", "met")
+    assert rows["text x16: tokens/s, step / request >= 2"] == ("-", "-")  # not measured in this run
+
+
+def test_jobs_carry_their_work():
+    assert image_job(3, 20).work == 20 and image_job(3, 20).input["num_inference_steps"] == 20
+    assert image_job(1, 4, size=128).tag == "128px"
+    sampled = text_job(5, 32, 0.7)
+    assert sampled.work == 32 and sampled.input["do_sample"] and sampled.input["temperature"] == 0.7

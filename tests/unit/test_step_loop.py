@@ -1,0 +1,234 @@
+"""The step loop on a fake clock with a fake stepping runtime and the real job store: rows join and leave between
+two steps, each job's result is stored as it leaves, a failed step falls back to isolated runs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tasks.inputs import JobKind
+from tasks.models_file import ModelSpec
+from tasks.schemas import JobStatus
+from tasks.settings import Settings
+from tasks.store.fleet import FleetStore
+from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.output_stores import output_store
+from tasks.store.redis_client import connect
+from tests.batch_sim import Clock
+from tests.fake_runtime import FakeSession, FakeSteppingRuntime
+from worker.executor import Executor
+from worker.job import WorkItem
+from worker.step_loop import CANCEL_CHECK_S, StepRunner
+
+STEP_S = 0.1  # the fake clock's time per step: more than CANCEL_CHECK_S, so every boundary reads the statuses
+
+
+@pytest.fixture
+def store(key_prefix: str) -> JobStore:
+    settings = Settings(key_prefix=key_prefix + "steps:")
+    return JobStore(connect(settings), settings)
+
+
+class Loop:
+    """A runner over a fake stepping runtime whose steps advance a fake clock and may run hooks (before step n)."""
+
+    def __init__(self, store: JobStore, source: str = "fake://") -> None:
+        spec = ModelSpec(id="fake-steps", kind=JobKind.fill_mask, source="x")
+        self.runtime = FakeSteppingRuntime(spec, source, None)
+        self.runtime.load("cpu")
+        self.clock = Clock(100.0)
+        self.hooks: dict[int, Callable[[], None]] = {}
+        self.runtime.sleep = self._sleep
+        self.store = store
+        self.executor = Executor(self.runtime, spec, store, max_attempts=3,
+                                 outputs=output_store(store.redis, store.settings),
+                                 fleet=FleetStore(store.redis, store.settings))
+        self.left: list[list[str]] = []  # texts of the rows handed back, per hand-back, in order
+        self.revoked: set[str] = set()
+        self.runner = StepRunner(self.executor, ("top_k", None), self._on_left, is_revoked=self.revoked.__contains__,
+                                 clock=self.clock)
+
+    def _sleep(self, seconds: float) -> None:
+        step = len(self.runtime.steps)  # the step now running (1-based)
+        self.clock.now += STEP_S
+        if step in self.hooks:
+            self.hooks.pop(step)()
+
+    def _on_left(self, items: list[WorkItem]) -> None:
+        self.left.append([text_of(item) for item in items])
+
+    def jobs(self, *texts: str, deadline_s: float | None = None) -> list[WorkItem]:
+        """Queued jobs, claimed as the loop thread claims them before they run or join."""
+        out = []
+        for text in texts:
+            now = time.time()
+            record = self.store.create(JobRecord(
+                id=str(uuid.uuid4()), model="fake-steps", kind=JobKind.fill_mask, status=JobStatus.queued,
+                created_at=now, deadline_at=None if deadline_s is None else now + deadline_s,
+                input={"text": f"{text} [MASK]"}))
+            item = WorkItem(job_id=record.id, raw_input={})
+            item.take_record(record)
+            if deadline_s is not None:
+                item.run_deadline = self.clock.now + deadline_s
+            out.append(item)
+        admitted = self.executor.admit_all(out)
+        assert admitted == out
+        return out
+
+    def steps(self) -> list[list[str]]:
+        """Texts of the rows of every step run."""
+        return [[text.split()[0] for text in step] for step in self.runtime_texts()]
+
+    def runtime_texts(self) -> list[list[str]]:
+        return [[self.text[h] for h in step] for step in self.runtime.steps]
+
+    def run(self, first: list[WorkItem], everyone: list[WorkItem]) -> None:
+        self.text = {item.job_id: text_of(item) for item in everyone}
+        self.runner.run(first)
+
+
+def text_of(item: WorkItem) -> str:
+    return str(item.raw_input["text"]).split()[0]
+
+
+def test_a_newcomer_joins_at_the_next_step_and_leaves_when_it_finishes(store):
+    loop = Loop(store)
+    [long] = loop.jobs("long-steps=6")
+    [short] = loop.jobs("short-steps=2")
+    loop.hooks[2] = lambda: loop.runner.offer([short])  # offered while step 2 runs
+    loop.run([long], [long, short])
+    assert loop.steps() == [["long-steps=6"]] * 2 + [["long-steps=6", "short-steps=2"]] * 2 + [["long-steps=6"]] * 2
+    assert loop.left == [["short-steps=2"], ["long-steps=6"]]  # the short one left first, on its own
+    records = {i.job_id: store.get(i.job_id) for i in (long, short)}
+    assert all(r.status == JobStatus.succeeded for r in records.values())
+    assert records[short.job_id].metrics.rows_per_step == 2.0 and records[short.job_id].metrics.batch_size == 2
+    assert records[long.job_id].metrics.rows_per_step == pytest.approx(8 / 6, abs=1e-3)
+    assert records[long.job_id].metrics.batch_id == records[short.job_id].metrics.batch_id == loop.runner.session_id
+    assert not loop.runner.offer([short])  # the loop has ended: later offers are refused, never lost
+
+
+def test_a_canceled_row_stops_within_one_step_while_its_batch_mates_carry_on(store):
+    assert STEP_S > CANCEL_CHECK_S
+    loop = Loop(store)
+    a, b, c = loop.jobs("a-steps=6", "b-steps=6", "c-steps=6")
+    loop.hooks[2] = lambda: store.cancel(b.job_id)  # the API's cancel, while step 2 runs
+    loop.run([a, b, c], [a, b, c])
+    with_b = [n for n, step in enumerate(loop.steps(), 1) if "b-steps=6" in step]
+    assert with_b == [1, 2]  # not one step after the one during which it was canceled
+    assert len(loop.steps()) == 6 and all("a-steps=6" in s and "c-steps=6" in s for s in loop.steps())
+    assert store.get(b.job_id).status == JobStatus.canceled and b.status == JobStatus.canceled and b.settled
+    assert store.get(a.job_id).status == store.get(c.job_id).status == JobStatus.succeeded
+    assert loop.left[0] == ["b-steps=6"]
+
+
+def test_a_revoked_row_is_canceled_at_the_next_step(store):
+    loop = Loop(store)
+    a, b = loop.jobs("a-steps=4", "b-steps=4")
+    loop.hooks[1] = lambda: loop.revoked.add(b.job_id)  # Flower's revoke reaches the worker during step 1
+    loop.run([a, b], [a, b])
+    assert [("b-steps=4" in s) for s in loop.steps()] == [True, False, False, False]
+    assert store.get(b.job_id).status == JobStatus.canceled and store.get(a.job_id).status == JobStatus.succeeded
+
+
+def test_a_row_past_its_deadline_leaves_failed_and_the_others_finish(store):
+    loop = Loop(store)
+    [late] = loop.jobs("late-steps=10", deadline_s=0.25)
+    [ok] = loop.jobs("ok-steps=5")
+    loop.run([late, ok], [late, ok])
+    assert sum("late-steps=10" in s for s in loop.steps()) == 3  # 0.25 s of 0.1 s steps: dropped before the 4th
+    record = store.get(late.job_id)
+    assert record.status == JobStatus.failed and record.error.code == "deadline_exceeded"
+    assert store.get(ok.job_id).status == JobStatus.succeeded
+
+
+def test_a_row_whose_lease_passed_to_another_worker_stops(store):
+    loop = Loop(store)
+    a, b = loop.jobs("a-steps=4", "b-steps=4")
+    loop.hooks[1] = lambda: store.redis.hset(store.keys.job(b.job_id), "lease_token", "another-worker")
+    loop.run([a, b], [a, b])
+    assert [("b-steps=4" in s) for s in loop.steps()] == [True, False, False, False]
+    assert b.settled and b.status is None and not b.claimed  # acked as not ours; the record is the other run's
+    assert store.get(b.job_id).status == JobStatus.running
+
+
+def test_a_step_that_raises_runs_its_rows_again_each_alone(store):
+    loop = Loop(store, "fake://?fail_step=boom")
+    a, boom, c = loop.jobs("a-steps=3", "boom-steps=3", "c-steps=3")
+    loop.run([a, boom, c], [a, boom, c])
+    assert loop.runtime.batches == [1, 1, 1]  # request-level, one job per predict
+    assert all(store.get(i.job_id).status == JobStatus.succeeded for i in (a, boom, c))
+    assert loop.left == [["a-steps=3", "boom-steps=3", "c-steps=3"]]
+
+
+def test_a_row_whose_own_admission_fails_fails_alone(store):
+    loop = Loop(store, "fake://?fail_on=bad")
+    a, bad = loop.jobs("a-steps=2", "bad-steps=2")
+    loop.run([a, bad], [a, bad])
+    record = store.get(bad.job_id)
+    assert record.status == JobStatus.failed and record.error.code == "model_error"
+    assert store.get(a.job_id).status == JobStatus.succeeded
+    assert loop.left == [["bad-steps=2"], ["a-steps=2"]]
+
+
+def test_progress_is_stored_per_row(store):
+    loop = Loop(store)
+    a, b = loop.jobs("a-steps=8", "b-steps=4")
+    seen = {}
+
+    def look() -> None:
+        seen.update({i.job_id: store.get(i.job_id).progress for i in (a, b)})
+
+    loop.hooks[3] = look  # while step 3 runs: steps 1 and 2 are done (the first report, then throttled ones)
+    loop.run([a, b], [a, b])
+    assert seen[a.job_id].total == 8 and seen[b.job_id].total == 4
+    assert 1 <= seen[a.job_id].step <= 2
+
+
+class Publisher:
+    """The event publisher as the executor uses it: ``emit`` queues, ``flush`` marks what was written by then."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    def emit(self, job_id: str, event_type: Any, data: Any) -> None:
+        self.events.append((job_id, str(event_type), data))
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        self.events.append(("", "flush", None))
+        return True
+
+
+def test_each_row_reports_every_step_to_its_last_then_its_events_are_flushed_before_its_end(store):
+    loop = Loop(store)
+    publisher = Publisher()
+    loop.executor.events = publisher  # type: ignore[assignment]
+    a, b = loop.jobs("a-steps=3", "b-steps=1")
+    loop.run([a, b], [a, b])
+    mine = [(kind, data) for job_id, kind, data in publisher.events if job_id == a.job_id]
+    assert [kind for kind, _ in mine][0] == "status"  # running, as it joined
+    assert [(d.step, d.total) for kind, d in mine if kind == "progress"] == [(1, 3), (2, 3), (3, 3)]
+    assert [(d.step, d.total) for j, kind, d in publisher.events if j == b.job_id and kind == "progress"] == [(1, 1)]
+    last_of_a = max(i for i, (job_id, _, _) in enumerate(publisher.events) if job_id == a.job_id)
+    assert publisher.events[last_of_a + 1][1] == "flush"
+
+
+def test_progress_reports_only_increases_from_one(store):
+    """A session may report step 0 after a step (PNDM runs steps + 1 timesteps) or the same step twice: clients see
+    each step once, from 1 to the total, as from predict's callback."""
+    loop = Loop(store)
+    publisher = Publisher()
+    loop.executor.events = publisher  # type: ignore[assignment]
+    [a] = loop.jobs("a-steps=4")
+    session_progress = FakeSession.progress
+    scaled = {0: 0, 1: 0, 2: 1, 3: 1}  # done -> the step a scaled report gives (the fourth step ends the row)
+    loop.runtime.open_session = lambda key: type("Scaled", (FakeSession,), {  # type: ignore[method-assign]
+        "progress": lambda self: {h: (scaled[d], t) for h, (d, t) in session_progress(self).items()}})(
+        loop.runtime, key)
+    loop.run([a], [a])
+    steps = [d.step for job_id, kind, d in publisher.events if kind == "progress"]
+    assert steps == [1, 4]
+    assert store.get(a.job_id).status == JobStatus.succeeded

@@ -1,0 +1,215 @@
+"""A step session for text-to-image: jobs of one latent size join and leave a running denoising batch.
+
+One UNet call per step runs every held image with its own timestep (with classifier-free guidance, the
+unconditional and conditional halves each carry the row's timestep; rows with guidance <= 1 have no
+unconditional half). Each row then takes its own ``scale_model_input`` and ``scheduler.step`` on its slice
+(image_rows.py), so step counts and scheduler types mix. Rows that finish in a step are decoded by the VAE
+together and postprocessed as the pipeline does; a job leaves with one Prediction when all its images are done.
+
+Not thread-safe: the model thread alone calls it, and never while the same pipeline runs ``predict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.inputs import TextToImageInput
+from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
+from worker.runtimes.image_outputs import image_seeds, png_bytes
+from worker.runtimes.image_rows import (
+    Embeddings,
+    ImageJob,
+    ImageRow,
+    SchedulerFactory,
+    encode_prompts,
+    guided,
+    start_job,
+)
+from worker.torch_settings import TorchOptions, inference_context
+
+#: UNet config fields that add conditioning a text-to-image job does not carry (SDXL's text_time, LCM's
+#: guidance embedding, class labels, IP-Adapter projections): a pipeline using any of them runs request-level.
+EXTRA_CONDITIONING = ("addition_embed_type", "time_cond_proj_dim", "class_embed_type", "encoder_hid_dim_type")
+
+
+def can_step(pipe: Any) -> bool:
+    """Whether ``ImageStepSession`` can step this pipeline: StableDiffusionPipeline-style (UNet, VAE, one CLIP
+    text encoder and tokenizer, ``encode_prompt``), no extra UNet conditioning, no safety checker to run."""
+    parts = ("unet", "vae", "text_encoder", "tokenizer", "image_processor")
+    if any(getattr(pipe, name, None) is None for name in parts) or not hasattr(pipe, "encode_prompt"):
+        return False
+    if any(getattr(pipe, name, None) is not None for name in ("text_encoder_2", "safety_checker", "image_encoder")):
+        return False
+    config = pipe.unet.config
+    if any(config.get(name) is not None for name in EXTRA_CONDITIONING):
+        return False
+    return bool(config.in_channels == pipe.vae.config.latent_channels)  # not an inpainting UNet
+
+
+@dataclass
+class _BatchParts:
+    """The UNet's text embeddings ([unconditional of guided rows] + [conditional of all rows]), the guided rows'
+    positions (a list, so no step waits on the device to read them; and as an index tensor) and guidance column."""
+
+    embeds: Any
+    guided: list[int]
+    index: Any
+    scale: Any
+
+
+class ImageStepSession(StepSession):
+    """The images of jobs of one size, stepped together; see the module docstring."""
+
+    def __init__(self, pipe: Any, device: str, options: TorchOptions, size: tuple[int, int],
+                 new_scheduler: SchedulerFactory) -> None:
+        self.pipe = pipe
+        self.device = device
+        self.options = options
+        self.size = size  # (width, height) in pixels: the session's step key
+        self.new_scheduler = new_scheduler
+        self._jobs: dict[str, ImageJob] = {}  # admission order
+        self._batch: _BatchParts | None = None  # rebuilt when rows come or go
+
+    # --- the contract ---------------------------------------------------------------------------------
+
+    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+        """Encode the newcomers' prompts (one text encoder call per guided / unguided group) and draw their
+        initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
+        caller's mistake: ValueError, and nothing is admitted."""
+        handles = [row.handle for row in rows]
+        clash = set(handles) & set(self._jobs) or {h for h in handles if handles.count(h) > 1}
+        if clash:
+            raise ValueError(f"already in this session or admitted twice: {sorted(clash)}")
+        ended: list[RowResult] = []
+        with inference_context(self.options):
+            valid = []
+            for row in rows:
+                try:
+                    valid.append((row, self._checked(row)))
+                except Exception as exc:  # its own input: isolate it, the others join
+                    ended.append(RowResult(row.handle, error=exc))
+            embeddings = self._encode([inp for _, inp in valid])
+            for (row, inp), embeds in zip(valid, embeddings, strict=True):
+                try:
+                    self._jobs[row.handle] = start_job(self.pipe, row.handle, inp, image_seeds(inp),
+                                                       self.new_scheduler, self.device, embeds)
+                except Exception as exc:  # its own prefill (an unknown scheduler, say)
+                    ended.append(RowResult(row.handle, error=exc))
+                else:
+                    self._batch = None
+        return ended
+
+    def step(self) -> list[RowResult]:
+        """One UNet call over every held image, one scheduler step per image; decode the images that finished.
+
+        After an exception the held rows may be part-way through the step: the caller drops them (and runs
+        them again on their own), as the contract says."""
+        if not self._jobs:
+            return []
+        with inference_context(self.options):
+            rows = self._rows()
+            self._denoise(rows)
+            finished = [(job, i) for job in self._jobs.values() for i, row in enumerate(job.rows) if row.finished
+                        and i not in job.images]
+            if finished:
+                self._decode(finished)
+                self._batch = None
+        results = []
+        for job in [job for job in self._jobs.values() if job.complete]:
+            del self._jobs[job.handle]
+            blobs = [Blob(png_bytes(job.images[i]), "image/png", seed=s) for i, s in enumerate(job.seeds)]
+            results.append(RowResult(job.handle, prediction=Prediction(output=None, blobs=blobs)))
+        return results
+
+    def drop(self, handles: Iterable[str]) -> None:
+        """Forget these jobs' rows (latents, embeddings, schedulers): nothing else holds them."""
+        for handle in handles:
+            if self._jobs.pop(handle, None) is not None:
+                self._batch = None
+
+    def progress(self) -> dict[str, tuple[int, int]]:
+        """Each held job's (step, num_inference_steps), scaled as the request-level callback reports it."""
+        return {handle: job.progress() for handle, job in self._jobs.items()}
+
+    @property
+    def handles(self) -> list[str]:
+        return list(self._jobs)
+
+    def weight(self) -> int:
+        """Images held (a job of num_images=n takes n slots)."""
+        return sum(len(job.rows) for job in self._jobs.values())
+
+    # --- the work -------------------------------------------------------------------------------------
+
+    def _checked(self, row: Row) -> TextToImageInput:
+        inp = row.input
+        if not isinstance(inp, TextToImageInput):
+            raise TypeError(f"a text-to-image session takes text-to-image inputs, not {type(inp).__name__}")
+        if (inp.width, inp.height) != self.size:
+            raise ValueError(f"size {inp.width}x{inp.height} does not match this session's "
+                             f"{self.size[0]}x{self.size[1]}")
+        return inp
+
+    def _encode(self, inputs: list[TextToImageInput]) -> list[Embeddings | None]:
+        """Newcomers' prompt embeddings, one text encoder call per group; None (each encodes alone, so one
+        that fails fails alone) when a group's call fails."""
+        out: list[Embeddings | None] = [None] * len(inputs)
+        for with_negative in (True, False):
+            group = [i for i, inp in enumerate(inputs) if guided(inp) == with_negative]
+            if not group:
+                continue
+            try:
+                embeds = encode_prompts(self.pipe, [(inputs[i], inputs[i].num_images) for i in group],
+                                        with_negative, self.device)
+            except Exception:
+                continue
+            for i, embed in zip(group, embeds, strict=True):
+                out[i] = embed
+        return out
+
+    def _rows(self) -> list[ImageRow]:
+        return [row for job in self._jobs.values() for row in job.rows if not row.finished]
+
+    def _batch_parts(self, rows: list[ImageRow]) -> _BatchParts:
+        """The parts of the UNet call that stay the same from step to step until rows come or go."""
+        import torch
+
+        if self._batch is None:
+            guided = [i for i, row in enumerate(rows) if row.uncond is not None]
+            parts: list[Any] = [rows[i].uncond for i in guided] + [row.cond for row in rows]
+            embeds = torch.cat(parts)
+            index = torch.tensor(guided, dtype=torch.long, device=embeds.device)
+            scale = torch.tensor([rows[i].guidance for i in guided], dtype=embeds.dtype, device=embeds.device)
+            self._batch = _BatchParts(embeds, guided, index, scale.view(-1, 1, 1, 1))
+        return self._batch
+
+    def _denoise(self, rows: list[ImageRow]) -> None:
+        import torch
+
+        parts = self._batch_parts(rows)
+        guided = parts.guided
+        scaled = [row.scaled_input() for row in rows]
+        timesteps = [row.unet_timesteps[row.done] for row in rows]
+        sample = torch.cat([scaled[i] for i in guided] + scaled)
+        t = torch.stack([timesteps[i] for i in guided] + timesteps)
+        noise = self.pipe.unet(sample, t, encoder_hidden_states=parts.embeds, return_dict=False)[0]
+        uncond, noise = noise[: len(guided)], noise[len(guided):]
+        if guided:  # u + g * (c - u) per guided row, as the pipeline's guidance with the row's own g
+            noise = noise.clone()
+            noise[parts.index] = uncond + parts.scale * (noise[parts.index] - uncond)
+        for i, row in enumerate(rows):
+            row.advance(noise[i : i + 1])
+
+    def _decode(self, finished: list[tuple[ImageJob, int]]) -> None:
+        """VAE-decode the images that finished together and postprocess them as the pipeline does (PIL)."""
+        import torch
+
+        vae = self.pipe.vae
+        latents = torch.cat([job.rows[i].latents for job, i in finished])
+        image = vae.decode(latents / vae.config.scaling_factor, return_dict=False)[0]
+        pil = self.pipe.image_processor.postprocess(image, output_type="pil", do_denormalize=[True] * len(finished))
+        for (job, i), picture in zip(finished, pil, strict=True):
+            job.images[i] = picture
+            job.rows[i].latents = None  # decoded: its latents are no longer needed

@@ -1,0 +1,158 @@
+"""The text-generation step session: rows join and leave a running KV-cache decode batch between steps.
+
+A newcomer is prefilled (newcomers admitted together share one left-padded prefill), its first token comes
+from its prefill logits, and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is one
+forward pass over every held row's last token; every row samples with its own settings and generator, so its
+tokens do not depend on when it joined or which rows shared its steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from worker.runtimes import kv_rows
+from worker.runtimes.base import Row, RowResult, StepSession
+from worker.runtimes.text_rows import Decoder, DecodeRow
+
+
+@dataclass
+class _Held:
+    """A row in the batch: its job's handle, decoding state and streamer (None when nobody listens)."""
+
+    handle: str
+    state: DecodeRow
+    streamer: Any
+
+
+class TextStepSession(StepSession):
+    """Rows of a causal LM decoding together; batch position i of the cache is ``self._rows[i]``."""
+
+    def __init__(self, runtime: Decoder) -> None:
+        self.runtime = runtime
+        self._rows: list[_Held] = []
+        self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
+        self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
+
+    @property
+    def handles(self) -> list[str]:
+        """The rows held, in admission order."""
+        return [row.handle for row in self._rows]
+
+    def progress(self) -> dict[str, tuple[int, int]]:
+        """Each held row's (tokens generated, its max_new_tokens)."""
+        return {row.handle: (len(row.state.generated), row.state.max_new_tokens) for row in self._rows}
+
+    def shape(self) -> tuple[int, int]:
+        """(rows, columns) of the held KV cache: what one step attends over."""
+        return (0, 0) if self._cache is None else kv_rows.rows_and_columns(self._cache)
+
+    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+        """Prefill ``rows`` together (alone, one by one, if that fails), choose each one's first token and splice
+        the unfinished ones into the batch; returns the rows that failed or finished with their first token."""
+        results: list[RowResult] = []
+        newcomers: list[_Held] = []
+        for row in rows:
+            try:
+                newcomers.append(_Held(row.handle, self.runtime.decode_row(row.input), self._streamer(row)))
+            except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
+                results.append(RowResult(row.handle, error=error))
+        groups = [newcomers]
+        while groups:
+            group = groups.pop(0)
+            if not group:
+                continue
+            try:
+                with self.runtime.grad_off():
+                    results += self._prefill(group)
+            except Exception as error:
+                if len(group) == 1:
+                    results.append(RowResult(group[0].handle, error=error))
+                else:  # isolate the row that broke the shared prefill: the others are admitted one by one
+                    groups += [[held] for held in group]
+        return results
+
+    def step(self) -> list[RowResult]:
+        """One decode step for every held row; returns the rows that finished (eos, stop string, length)."""
+        import torch
+
+        if not self._rows:
+            return []
+        runtime = self.runtime
+        with runtime.grad_off():
+            ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
+            mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=-1)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
+            out = runtime.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                past_key_values=self._cache, use_cache=True, logits_to_keep=1)
+            self._cache, self._mask = out.past_key_values, mask
+            return self._advance(self._rows, out.logits[:, -1, :])
+
+    def drop(self, handles: Iterable[str]) -> None:
+        """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
+        leaving = set(handles)
+        with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
+            self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
+
+    # --- internals -------------------------------------------------------------------------------------------
+
+    def _streamer(self, row: Row) -> Any:
+        if row.text_sink is None:
+            return None
+        from worker.runtimes.text_streaming import RowStreamer
+
+        return RowStreamer(self.runtime.tokenizer, row.text_sink, row.input.stop)
+
+    def _prefill(self, group: list[_Held]) -> list[RowResult]:
+        """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""
+        import torch
+
+        runtime = self.runtime
+        prompts = [held.state.prompt_ids for held in group]
+        width = max(len(p) for p in prompts)
+        pad = runtime.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = runtime.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                            logits_to_keep=1)
+        cache = out.past_key_values
+        if self._cache is not None and not (kv_rows.splices(cache) and kv_rows.splices(self._cache)):
+            raise TypeError(f"{type(cache).__name__} rows cannot join a running batch (request-level only)")
+        finished = self._advance(group, out.logits[:, -1, :], held_yet=False)
+        gone = {result.handle for result in finished}
+        stay = [pos for pos, held in enumerate(group) if held.handle not in gone]
+        if stay:
+            mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
+            if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
+                self._cache, self._mask = kv_rows.hold(cache) if kv_rows.splices(cache) else cache, mask
+            else:
+                self._cache, self._mask = kv_rows.join(self._cache, self._mask, cache, mask)
+            self._rows += [group[pos] for pos in stay]
+        return finished
+
+    def _advance(self, rows: list[_Held], logits: Any, held_yet: bool = True) -> list[RowResult]:
+        """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch)."""
+        runtime = self.runtime
+        tokens = runtime.choose(logits.float(), [row.state for row in rows])
+        finished: list[RowResult] = []
+        for row, token in zip(rows, tokens, strict=True):
+            runtime.advance(row.state, token)
+            if row.streamer is not None:
+                runtime.stream(row.streamer, row.state, token)
+            if row.state.finish_reason is not None:
+                finished.append(RowResult(row.handle, prediction=runtime.prediction(row.state)))
+        if held_yet and finished:
+            gone = {result.handle for result in finished}
+            self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in gone])
+        return finished
+
+    def _keep(self, positions: list[int]) -> None:
+        if len(positions) == len(self._rows):
+            return
+        if not positions:
+            self._rows, self._cache, self._mask = [], None, None
+            return
+        self._mask = kv_rows.keep(self._cache, self._mask, positions)
+        self._rows = [self._rows[pos] for pos in positions]

@@ -1,0 +1,300 @@
+"""The step loop: one step session on the model thread, rows joining and leaving between two steps (STEPS.md).
+
+The loop thread claims newcomers and ``offer``s them (a locked inbox); between two steps the model thread admits
+them, drops rows canceled, revoked, past their deadline or without their lease, reports progress, and stores each
+finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending wins), then
+hands the rows back (``on_left``) for their events and acks. A step that raises reruns its rows each alone,
+request-level. The loop ends once it holds no row and its inbox is empty; from then ``offer`` answers False.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from tasks.errors import ErrorCode
+from tasks.events import EventType, TextPiece
+from tasks.schemas import JobMetrics, JobStatus, Progress
+from tasks.store.row_leases import lease_states, set_row_progress
+from worker.events import BatchEvents
+from worker.executor import PROGRESS_INTERVAL_S, Executor, is_out_of_memory
+from worker.job import WorkItem
+from worker.metrics import record_rows_left, record_rows_succeeded, record_step
+from worker.runtimes.base import Prediction, Row, RowResult, StepSession, TextSink
+
+log = logging.getLogger(__name__)
+# Cancels made through the API live in the job record: the loop reads its rows' statuses and lease tokens (one
+# pipelined HMGET, well under a millisecond on a local Redis) at most this often, at a step boundary. A canceled
+# row so computes at most one step after this interval; fast decode steps do not pay a round trip each.
+CANCEL_CHECK_S = 0.05
+DEADLINE_CODE = "deadline_exceeded"  # the code a job gets when its deadline passes before it starts, too
+
+
+@dataclass
+class _Held:
+    item: WorkItem
+    joined: float  # perf_counter at admission
+    steps: int = 0
+    rows_sum: int = 0  # rows of every step it took part in, for its mean rows per step
+    peak: int = 0
+    total: int | None = None  # its steps in all, as the session last said (for its final progress event)
+    reported: int = 0  # the last step reported: only increases are (a scheduler may run more timesteps than steps)
+
+
+class StepRunner:
+    """One session of one step key: created by the loop thread, ``run`` on the model thread until it empties."""
+
+    def __init__(self, executor: Executor, key: Hashable, on_left: Callable[[list[WorkItem]], None], *,
+                 is_revoked: Callable[[str], bool] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.executor, self.key, self.on_left = executor, key, on_left
+        self.runtime, self.model = executor.runtime, executor.spec.id
+        self.is_revoked = is_revoked or (lambda _: False)
+        self.clock = clock
+        self.session_id = uuid.uuid4().hex[:12]
+        self._lock = threading.Lock()
+        self._inbox: list[WorkItem] = []
+        self._accepting = True
+        self._held: dict[str, _Held] = {}
+        self._checked_at = -math.inf
+        self._progress_at = -math.inf
+
+    # --- the loop thread's side ----------------------------------------------------------
+
+    def offer(self, items: list[WorkItem]) -> bool:
+        """Claimed newcomers that join at the next step; False once the loop has ended (or was closed)."""
+        with self._lock:
+            if not self._accepting:
+                return False
+            self._inbox.extend(items)
+            return True
+
+    def close(self) -> None:
+        """Admit no more newcomers (warm shutdown, reconnect): the rows held and offered run to their end."""
+        with self._lock:
+            self._accepting = False
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    # --- the model thread's side ---------------------------------------------------------
+
+    def run(self, first: list[WorkItem]) -> None:
+        """Step until no row is held and nothing was offered."""
+        with self._lock:
+            self._inbox[:0] = first
+        try:
+            self._loop()
+        except Exception:  # outside every row's isolation (opening a session, say): each runs alone instead
+            log.exception("step session of key %r crashed; running its rows alone", self.key)
+            with self._lock:
+                self._accepting = False
+                items, self._inbox = [h.item for h in self._held.values()] + self._inbox, []
+            self._held.clear()
+            self._alone(items)
+
+    def _loop(self) -> None:
+        session: StepSession | None = None
+        while (newcomers := self._take()) is not None:
+            if newcomers:
+                session = session or self.runtime.open_session(self.key)
+                if not self._admit(session, newcomers):
+                    session = None
+            if session is None or not self._held:
+                continue
+            self._drop_leavers(session)
+            if self._held and not self._step(session, len(newcomers)):
+                session = None  # a step raised: its rows ran alone, and the session's state is not to be trusted
+
+    def _take(self) -> list[WorkItem] | None:
+        with self._lock:
+            items, self._inbox = self._inbox, []
+            if not items and not self._held:
+                self._accepting = False  # under the lock: an offer either lands before this or is refused
+                return None
+            return items
+
+    def _admit(self, session: StepSession, items: list[WorkItem]) -> bool:
+        BatchEvents(self.executor.events, [item.job_id for item in items]).started()
+        rows = [Row(item.job_id, item.parsed, self._sink(item.job_id)) for item in items]
+        try:
+            ended = session.admit(rows)
+        except Exception as exc:
+            log.warning("admitting %d rows failed (%s): running each alone", len(items), exc)
+            self._alone(items + [h.item for h in self._held.values()])
+            self._held.clear()
+            return False
+        joined = time.perf_counter()
+        held = {item.job_id: _Held(item, joined) for item in items}
+        self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
+        self._finish(ended, held)
+        self._learn_totals(session.progress())
+        return True
+
+    def _learn_totals(self, progress: dict[str, tuple[int, int]]) -> None:
+        for job_id, (_, total) in progress.items():
+            if job_id in self._held:
+                self._held[job_id].total = total
+
+    def _step(self, session: StepSession, admitted: int) -> bool:
+        rows = len(self._held)
+        started = time.perf_counter()
+        try:
+            finished = session.step()
+        except Exception as exc:
+            kind = "out of memory" if is_out_of_memory(exc) else f"{type(exc).__name__}: {exc}"
+            log.warning("a step of %d rows failed (%s): running each alone", rows, kind)
+            items = [h.item for h in self._held.values()]
+            self._held.clear()
+            self._alone(items)
+            return False
+        record_step(self.model, rows, admitted, time.perf_counter() - started)
+        for held in self._held.values():
+            held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
+        self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})
+        self._report_progress(session)
+        return True
+
+    # --- rows leaving --------------------------------------------------------------------
+
+    def _finish(self, results: list[RowResult], held: dict[str, _Held]) -> None:
+        """Store the results of rows that ended (finished, or failed on their own), then hand them back."""
+        results = [r for r in results if r.handle in held]
+        if not results:
+            return
+        successes: list[tuple[WorkItem, Prediction, JobMetrics]] = []
+        for result in results:
+            entry = held[result.handle]
+            metrics = self._metrics(entry)
+            if result.error is None and result.prediction is not None:
+                self._progress_event(entry, entry.total)  # its last step, as predict reports it
+                successes.append((entry.item, result.prediction, metrics))
+                continue
+            exc = result.error or RuntimeError("the session returned no prediction")
+            code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
+            entry.item.fail(code.value, f"{type(exc).__name__}: {exc}"[:500])
+            self.executor.store_failure(entry.item, metrics)
+        if self.executor.events is not None:
+            BatchEvents(self.executor.events, []).flush()  # their text and progress are in Redis before their end
+        if successes:
+            self.executor.store_successes(successes)
+            items = sum(int(i.extra.get("weight", 1)) for i, _, _ in successes)
+            record_rows_succeeded(self.model, items, [m.queue_ms / 1000 for _, _, m in successes if m.queue_ms])
+        record_rows_left(self.model, "finished", len(successes))
+        record_rows_left(self.model, "failed", len(results) - len(successes))
+        self.on_left([held[r.handle].item for r in results])
+
+    def _drop_leavers(self, session: StepSession) -> None:
+        """Rows canceled (API or Celery revoke), past their deadline, or whose lease is lost leave before the step."""
+        now = self.clock()
+        leaving: dict[str, str] = {}
+        for job_id, held in self._held.items():
+            item = held.item
+            if not item.claimed:  # the heartbeat found its lease taken over
+                leaving[job_id] = "lease_lost"
+            elif self.is_revoked(job_id):
+                leaving[job_id] = "revoked"
+            elif item.run_deadline is not None and now >= item.run_deadline:
+                leaving[job_id] = "deadline"
+        if now - self._checked_at >= CANCEL_CHECK_S:
+            self._checked_at = now
+            leaving.update(self._read_leases(set(leaving)))
+        if not leaving:
+            return
+        session.drop(list(leaving))
+        gone = [(self._held.pop(job_id), reason) for job_id, reason in leaving.items()]
+        for held, reason in gone:
+            self._settle_leaver(held, reason)
+            record_rows_left(self.model, reason)
+        self.on_left([held.item for held, _ in gone])
+
+    def _read_leases(self, skip: set[str]) -> dict[str, str]:
+        ids = [job_id for job_id in self._held if job_id not in skip]
+        try:
+            states = lease_states(self.executor.store, [(i, self._held[i].item.token) for i in ids])
+        except Exception:  # Redis away: the heartbeat and the result write will tell
+            log.debug("cannot read the rows' statuses", exc_info=True)
+            return {}
+        leaving = {}
+        for job_id, (status, holds) in zip(ids, states, strict=True):
+            if status is not None and status.terminal:
+                self._held[job_id].item.extra["ended_as"] = status
+                leaving[job_id] = "canceled" if status == JobStatus.canceled else "ended"
+            elif not holds:
+                leaving[job_id] = "lease_lost"
+        return leaving
+
+    def _settle_leaver(self, held: _Held, reason: str) -> None:
+        item = held.item
+        if reason == "deadline":
+            item.fail(DEADLINE_CODE, f"the job's deadline passed while it ran (after {held.steps} steps): stopped")
+            self.executor.store_failure(item, self._metrics(held))
+            return
+        item.claimed = False  # its run is over: nothing for the heartbeat to renew
+        if reason == "revoked":
+            try:
+                self.executor.store.cancel(item.job_id)
+            except Exception:
+                log.warning("job %s: revoked, but its cancel could not be recorded", item.job_id)
+            item.settle(JobStatus.canceled)
+        elif reason in ("canceled", "ended"):
+            item.settle(item.extra.pop("ended_as", JobStatus.canceled))
+        else:
+            log.warning("job %s: its lease passed to another worker; this run stops", item.job_id)
+            item.settle(None)
+
+    def _alone(self, items: list[WorkItem]) -> None:
+        for item in items:
+            self.executor.run_alone(item)
+        record_rows_left(self.model, "failover", len(items))
+        if items:
+            self.on_left(items)
+
+    # --- what rows report ----------------------------------------------------------------
+
+    def _metrics(self, held: _Held) -> JobMetrics:
+        mean = held.rows_sum / held.steps if held.steps else 1.0
+        return JobMetrics(queue_ms=self.executor.queue_ms(held.item),
+                          inference_ms=round((time.perf_counter() - held.joined) * 1000, 2),
+                          batch_size=max(1, held.peak), batch_id=self.session_id, rows_per_step=round(mean, 3))
+
+    def _report_progress(self, session: StepSession) -> None:
+        progress = session.progress()
+        self._learn_totals(progress)
+        for job_id, (step, _) in progress.items():
+            if job_id in self._held:
+                self._progress_event(self._held[job_id], step)
+        now = self.clock()
+        if now - self._progress_at < PROGRESS_INTERVAL_S:
+            return
+        self._progress_at = now
+        rows = [(job_id, self._held[job_id].item.token, step, total)
+                for job_id, (step, total) in progress.items() if job_id in self._held and step > 0]
+        try:
+            set_row_progress(self.executor.store, rows)
+        except Exception:  # progress is best effort; the result write is what matters
+            log.debug("progress write failed", exc_info=True)
+
+    def _progress_event(self, held: _Held, step: int | None) -> None:
+        """A progress event when the row's step rose (clients see 1..total, as from predict's callback)."""
+        events = self.executor.events
+        if step is None or held.total is None or step <= held.reported:
+            return
+        held.reported = step
+        if events is not None and not self.runtime.streams_text:  # a text runtime streams its text instead
+            events.emit(held.item.job_id, EventType.progress, Progress(step=step, total=held.total))
+
+    def _sink(self, job_id: str) -> TextSink | None:
+        events = self.executor.events
+        if events is None or not self.runtime.streams_text:
+            return None
+
+        def sink(offset: int, text: str, tokens: int) -> None:
+            events.emit(job_id, EventType.text, TextPiece(text=text, offset=offset, tokens=tokens))
+
+        return sink
