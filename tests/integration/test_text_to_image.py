@@ -80,7 +80,7 @@ def test_bad_image_input_is_422_and_never_queued(api, fleet, field, value):
 
 
 def test_the_smallest_image_the_model_takes_runs_without_guidance(api, worker_for):
-    """24 x 24 is the demo's minimum (tasks/model_config.py, tasks/tokenizer_limits.py); with guidance off the batch is one image."""
+    """24 x 24 is the demo's minimum (tasks/model_config.py); with guidance off the batch is one image."""
     worker_for("sd-demo")
     job = poll(api, submit(api, "sd-demo", {"prompt": "small", "width": 24, "height": 24, "guidance_scale": 1.0,
                                             "num_inference_steps": 1})["id"])
