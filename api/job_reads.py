@@ -3,9 +3,13 @@ on one watch (``Prefer: wait`` on that read and on ``POST /v1/jobs/batch``)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import ExitStack
 from typing import Any
+from weakref import WeakKeyDictionary
+
+import redis
 
 from api.auth import current_owner
 from api.errors import error_body
@@ -14,10 +18,26 @@ from api.services import Services
 from api.waiters import EVERYTHING, POLL_S, Watch
 from tasks.batch import parse_ids
 from tasks.errors import ErrorCode
-from tasks.store.job_store import JobRecord
+from tasks.store.deadlines import OverdueSweep, expire_if_overdue
+from tasks.store.job_store import JobRecord, JobStore
+
+log = logging.getLogger(__name__)
 
 # GET /v1/jobs?ids=: 100 uuids (36 characters and a comma each) fit a request line (gunicorn's limit: 4094 bytes).
 MAX_IDS_LENGTH = 100 * 37
+_SWEEPS: WeakKeyDictionary[JobStore, OverdueSweep] = WeakKeyDictionary()  # one per app (its store), per process
+
+
+def sweep_overdue(svc: Services) -> None:
+    """Expire overdue queued jobs of models with no worker online, at most once per interval (on job reads: the
+    API is what runs when a model has no worker; ``tasks/store/deadlines.py``). Never fails the read."""
+    sweep = _SWEEPS.get(svc.store)
+    if sweep is None:
+        sweep = _SWEEPS.setdefault(svc.store, OverdueSweep(svc.store, svc.models.models))
+    try:
+        sweep.maybe_sweep()
+    except redis.RedisError as exc:  # the read reports an outage itself, if it meets one
+        log.warning("deadline sweep failed: %s", exc)
 
 
 def read_many(svc: Services, raw_ids: str, wait: float) -> list[dict[str, Any]]:
@@ -30,6 +50,8 @@ def read_many(svc: Services, raw_ids: str, wait: float) -> list[dict[str, Any]]:
         mine = {r.id: r for r in svc.batches.get_many(ids) if r is not None and r.owner == owner}
         if wait > 0:
             wait_all(svc, mine, wait, watch)
+    sweep_overdue(svc)
+    mine = {job_id: expire_if_overdue(svc.store, r) for job_id, r in mine.items()}  # no worker may claim them
     missing = [job_id for job_id in ids if job_id not in mine]
     expired = svc.batches.expired(missing, owner) if missing else set()
     entries: list[dict[str, Any]] = []

@@ -17,7 +17,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import refusal
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
-from api.job_reads import MAX_IDS_LENGTH, read_many
+from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
 from api.outputs import public_job, serve_output
 from api.services import PUBLISH_RETRY_POLICY, Services, services
 from api.waiters import POLL_S, Watch
@@ -66,7 +66,7 @@ def wait_for(svc: Services, record: JobRecord, seconds: float, watch: Watch | No
         found = svc.waiters.wait_on(watch, record, seconds, read, done) or record
     else:
         found = svc.waiters.wait(record.id, seconds, read, done) or record
-    return expire_if_overdue(svc.store, found)  # no worker may be there to expire it (min_workers = 0)
+    return expire_if_overdue(svc.store, found)  # no worker may be there to expire it
 
 
 def job_response(record: JobRecord, status: int) -> Response:
@@ -188,6 +188,7 @@ def list_jobs(query: JobIds) -> Response:
 @jobs.get("/<job_id>", responses={"200": Job, "410": ErrorBody})
 def get_job(path: JobPath) -> Response:
     """The job object; ``Prefer: wait=N`` waits up to N s for it to finish."""
+    sweep_overdue(services())
     record = expire_if_overdue(services().store, owned_record(path.job_id))
     wait = prefer_wait_s()
     if wait > 0 and not record.status.terminal:

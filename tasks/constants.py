@@ -81,6 +81,10 @@ class Keys:
         """Held by the one worker sweeping the output store (filesystem, S3) this interval."""
         return f"{self.prefix}outputs-sweep"
 
+    def deadline_sweep_lock(self, model_id: str) -> str:
+        """Held by the one process (API or worker) expiring a workerless model's overdue queued jobs this interval."""
+        return f"{self.prefix}deadline-sweep:{model_id}"
+
     def idempotency(self, owner: str, key_digest: str) -> str:
         return f"{self.prefix}idem:{owner}:{key_digest}"
 

@@ -23,6 +23,8 @@ UNACKED_KEY: Final = "unacked"
 #: kombu's sorted set of the same messages' delivery tags, scored by when they were delivered (the restoring
 #: worker's clock); a message whose score is older than the visibility timeout is restored to its queue.
 UNACKED_INDEX_KEY: Final = "unacked_index"
+#: kombu's lock around one restore pass over that index (a SET NX with an expiry; ``unacked_mutex_expire``).
+UNACKED_MUTEX_KEY: Final = "unacked_mutex"
 ERROR_DETAIL_MAX = 300
 #: The message's repr in its headers (what Flower shows) is its input cut to this, as the worker's own events.
 KWARGS_REPR_MAX = 400

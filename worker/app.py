@@ -17,8 +17,10 @@ from celery import Task, bootsteps, signals
 from celery.worker import state as celery_state
 
 from tasks.constants import TASK_RUN, queue_name
+from tasks.models_file import load_models_file
 from tasks.settings import Settings
 from tasks.store.celery_app import create_celery
+from tasks.store.deadlines import OverdueSweep
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.health import LoopTick, liveness
@@ -118,9 +120,11 @@ def _load(**_: Any) -> None:
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
+        # Every model's overdue queued jobs, not only this one's: a model with no worker has nobody else.
+        overdue = OverdueSweep(state.loaded.store, load_models_file(state.settings.models_file).models)
         state.heartbeat = Heartbeat(state.loaded.fleet, state.loaded.spec.id, sender.hostname,
                                     lambda: state.batching.held() if state.batching else 0,
-                                    (holdings().renew, sweeper.maybe_sweep))
+                                    (holdings().renew, sweeper.maybe_sweep, overdue.maybe_sweep))
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
         state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)

@@ -13,7 +13,7 @@ from tasks.settings import Settings
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import JobStore
 from tasks.store.output_stores import output_store
-from tasks.store.redis_client import connect
+from tasks.store.redis_client import connect, wait_until_reachable
 from worker.events import EventPublisher
 from worker.executor import Executor
 from worker.runtimes import Runtime, create_runtime
@@ -56,6 +56,8 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     runtime.load(device)
     seconds = time.perf_counter() - started
     client = connect(settings)
+    # Started during an outage (a supervisor's restart): wait for Redis instead of exiting, model in hand.
+    wait_until_reachable(client, f"worker {worker_name}")
     store, fleet = JobStore(client, settings), FleetStore(client, settings)
     store.redis.hincrby(store.keys.load_count(spec.id), worker_name, 1)
     log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,

@@ -9,6 +9,7 @@ from celery.app.amqp import AMQP
 from kombu.connection import Connection
 
 from tasks.constants import PRIORITY_STEPS
+from tasks.messages import UNACKED_MUTEX_KEY
 from tasks.settings import Settings, SharedSettings
 from tasks.store.redis_client import is_sentinel
 from tasks.store.redis_transport import transport_for
@@ -17,6 +18,23 @@ from tasks.store.redis_transport import transport_for
 #: worker that lost Redis for 20 s (a failover with a frozen primary) would wait up to 30 s more after it came
 #: back; a try costs a Sentinel query and a connect, cheap enough every 2 s.
 RECONNECT_MAX_S = 2.0
+#: Seconds between a worker's passes that restore unacknowledged messages past the visibility timeout (kombu's
+#: default, named because the restore lock below is bounded by it).
+UNACKED_RESTORE_INTERVAL_S = 10
+
+
+def restore_lock_s(settings: SharedSettings) -> int:
+    """How long kombu's restore lock may outlive its holder: one restore interval at most (never the visibility
+    timeout's length or more).
+
+    kombu takes the lock with SET NX and an expiry of ``unacked_mutex_expire`` (300 s by default) and deletes it
+    after its pass. A SET sent just before a Redis stall can run when Redis resumes, after its sender gave up,
+    and a delete can be lost in one: then nobody holds the lock and no worker restores anything until it expires,
+    while the sweeper leaves alone jobs whose messages sit in the unacked hash. A dead worker's jobs waited five
+    minutes. Two passes at once are harmless (each message moves back under WATCH, once), so the lock only saves
+    work, and a short one costs nothing.
+    """
+    return max(1, min(UNACKED_RESTORE_INTERVAL_S, settings.visibility_timeout_s))
 
 
 class FollowingConnection(Connection):
@@ -72,6 +90,9 @@ def create_celery(settings: Settings | None = None) -> Celery:
             **redis_transport_options(settings),
             "visibility_timeout": settings.visibility_timeout_s,
             "unacked_restore_throttle": 1,  # NOTES.md: restores a dead worker's jobs in ~10 s, not ~100 s
+            "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_S,
+            "unacked_mutex_key": UNACKED_MUTEX_KEY,
+            "unacked_mutex_expire": restore_lock_s(settings),  # after a stall, restores resume within one interval
             "priority_steps": list(PRIORITY_STEPS),
             "sep": ":",
             "queue_order_strategy": "priority",

@@ -4,11 +4,12 @@ A record survives the worker that wrote it: any live worker, of any model, takes
 from one sorted set under a lease (its due time moves to the lease's end, so a taker that dies
 hands it on when the lease runs out), and puts it back with a backoff after a failed attempt.
 Recording is SET-if-absent, so a job's message redelivered any number of times sends each event once.
+Due times and leases are on Redis' clock (TIME inside the scripts), never a sender's: a worker whose clock
+runs ahead would otherwise take deliveries still leased to another and send them twice.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -32,7 +33,6 @@ class RecordArgs(ScriptArgs):
     delivery: str = key()
     due: str = key()
     delivery_id: str
-    now: float
     ttl: int
     member: str
 
@@ -43,8 +43,7 @@ class ClaimArgs(ScriptArgs):
 
     script = "outbox_claim"
     due: str = key()
-    now: float
-    lease_until: float
+    lease_s: float
     lease: str
     delivery_prefix: str
     limit: int
@@ -60,7 +59,7 @@ class SettleArgs(ScriptArgs):
     lease: str
     member: str
     outcome: str  # 'retry', 'delivered' or 'failed'
-    due_at: float
+    after_s: float  # 'retry': due again this long from now
 
 
 class Delivery(NamedTuple):
@@ -85,23 +84,21 @@ class Outbox:
         """Record (job id, event) deliveries in one round trip; returns how many were new."""
         if not events:
             return 0
-        now = time.time()
         ttl = self.settings.result_ttl_s + EXTRA_TTL_S
         with self.redis.pipeline(transaction=False) as pipe:
             calls = ScriptCalls(pipe)
             for job_id, event in events:
                 member = f"{job_id}:{event}"
                 calls.run(self.scripts, RecordArgs(delivery=self.keys.webhook(member), due=self.keys.webhooks_due(),
-                                                   delivery_id="msg_" + uuid.uuid4().hex, now=now, ttl=ttl,
+                                                   delivery_id="msg_" + uuid.uuid4().hex, ttl=ttl,
                                                    member=member))
             return sum(int(r) for r in calls.execute())
 
     def claim(self, limit: int = 1) -> list[Delivery]:
         """Take up to ``limit`` due deliveries under a lease of ``webhook_lease_s``."""
-        now, lease = time.time(), uuid.uuid4().hex
-        reply = self.scripts.run(ClaimArgs(due=self.keys.webhooks_due(), now=now,
-                                           lease_until=now + self.settings.webhook_lease_s, lease=lease,
-                                           delivery_prefix=self.keys.webhook(""), limit=limit))
+        lease = uuid.uuid4().hex
+        reply = self.scripts.run(ClaimArgs(due=self.keys.webhooks_due(), lease_s=self.settings.webhook_lease_s,
+                                           lease=lease, delivery_prefix=self.keys.webhook(""), limit=limit))
         out = []
         for i in range(0, len(reply), 3):
             member, delivery_id, attempts = (reply[i].decode(), reply[i + 1].decode(), int(reply[i + 2]))
@@ -121,13 +118,13 @@ class Outbox:
         if delivery.attempt >= MAX_ATTEMPTS:
             self.failed(delivery)
             return False
-        due = time.time() + RETRY_DELAYS_S[min(delivery.attempt, len(RETRY_DELAYS_S)) - 1]
-        return self._finish(delivery, "retry", due)
+        delay = RETRY_DELAYS_S[min(delivery.attempt, len(RETRY_DELAYS_S)) - 1]
+        return self._finish(delivery, "retry", delay)
 
-    def _finish(self, delivery: Delivery, outcome: str, due: float = 0.0) -> bool:
+    def _finish(self, delivery: Delivery, outcome: str, after_s: float = 0.0) -> bool:
         return bool(self.scripts.run(SettleArgs(delivery=self.keys.webhook(delivery.member),
                                                 due=self.keys.webhooks_due(), lease=delivery.lease,
-                                                member=delivery.member, outcome=outcome, due_at=due)))
+                                                member=delivery.member, outcome=outcome, after_s=after_s)))
 
     def state(self, job_id: str, event: str) -> dict[str, str]:
         raw = self.redis.hgetall(self.keys.webhook(f"{job_id}:{event}"))

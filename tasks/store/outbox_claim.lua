@@ -1,5 +1,8 @@
--- Take up to limit due deliveries under lease: each moves its due time to lease_until and counts an attempt.
--- Returns a flat list of member, delivery id, attempts.
+-- Take up to limit due deliveries under a lease of lease_s: each moves its due time to the lease's end and counts
+-- an attempt. Due times and leases are on Redis' clock, so a taker whose own clock runs ahead cannot take a
+-- delivery another still holds. Returns a flat list of member, delivery id, attempts.
+--#include time
+local lease_until = now + tonumber(lease_s)
 local found = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, tonumber(limit))
 local out = {}
 for _, member in ipairs(found) do

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -17,6 +19,12 @@ from tasks.settings import SharedSettings
 
 SENTINEL_SCHEME = "sentinel://"
 DEFAULT_SENTINEL_PORT = 26379
+#: A process that starts while Redis is down waits for it: first this long (a Redis starting beside it)...
+START_WAIT_FIRST_S = 0.5
+#: ...doubling up to this (an outage: a supervisor restarting a worker must not leave its model short of one).
+START_WAIT_MAX_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 #: The API's share of GENQ_REDIS_TIMEOUT_S per Redis call: a request makes at most two calls before one
@@ -42,6 +50,28 @@ def connect(settings: SharedSettings, *, timeout: float | None = None, fail_fast
     if is_sentinel(settings.redis_url):
         return sentinel_master(settings, options)
     return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def wait_until_reachable(client: redis.Redis, what: str, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Block until Redis answers a PING, trying again with backoff and logging each wait; returns the waits.
+
+    Connection errors and timeouts (Redis down, still loading its data, no primary named by Sentinel yet) are
+    waited out; any other error (a wrong password) is raised, since waiting would not mend it.
+    """
+    delay, waits = START_WAIT_FIRST_S, 0
+    while True:
+        try:
+            client.ping()
+            if waits:
+                log.warning("%s: Redis answers after %d wait(s); starting", what, waits)
+            return waits
+        except (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError):
+            raise
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            waits += 1
+            log.warning("%s: Redis is not reachable (%s); waiting %.1f s before try %d", what, exc, delay, waits + 1)
+            sleep(delay)
+            delay = min(delay * 2, START_WAIT_MAX_S)
 
 
 def is_sentinel(url: str) -> bool:

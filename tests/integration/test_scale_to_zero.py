@@ -59,8 +59,9 @@ def backlog(api: Any, model: str) -> dict[str, Any]:
 
 
 def test_jobs_wait_for_a_worker_started_later_and_the_backlog_counts_held_and_running(zero_api, zero_settings,
-                                                                                     log_dir: Path):
-    zero, _ = model_ids(zero_api)
+                                                                                     log_dir: Path, store):
+    zero, idle = model_ids(zero_api)
+    late = submit(zero_api, idle, {"text": "late [MASK]"}, deadline_s=0.3)["id"]  # idle never gets a worker
     assert zero_api.get("/readyz").status_code == 200  # no worker, and none is needed
     ids = [submit(zero_api, zero, {"text": f"z{i} [MASK]"})["id"] for i in range(6)]
     seen = backlog(zero_api, zero)
@@ -70,6 +71,11 @@ def test_jobs_wait_for_a_worker_started_later_and_the_backlog_counts_held_and_ru
 
     worker = WorkerProcess(zero_settings, zero, log_dir).start()
     try:
+        # A worker expires another, workerless model's overdue jobs on its heartbeat, with nobody reading them.
+        end = time.monotonic() + 10
+        while store.get(late).status.value != "expired":
+            assert time.monotonic() < end, "the worker's heartbeat never expired the other model's overdue job"
+            time.sleep(0.1)
         # 1.2 s batches of 2, up to 4 held: while the first runs, Redis' lists undercount what is left to do.
         end = time.monotonic() + 30
         while (seen := backlog(zero_api, zero))["running"] == 0:

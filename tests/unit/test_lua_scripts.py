@@ -140,18 +140,18 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.zcard(p + "queued:m") == 0  # its reservation went with it
 
     def record(s: Scripts) -> None:
-        args = outbox.RecordArgs(delivery=p + "wh:j1:end", due=p + "due", delivery_id="msg_1", now=1.0, ttl=60,
+        args = outbox.RecordArgs(delivery=p + "wh:j1:end", due=p + "due", delivery_id="msg_1", ttl=60,
                                  member="j1:end")
         assert (s.run(args), s.run(args)) == (1, 0)
 
     def outbox_claim(s: Scripts) -> None:
-        reply = s.run(outbox.ClaimArgs(due=p + "due", now=2.0, lease_until=40.0, lease="L", delivery_prefix=p + "wh:",
-                                       limit=5))
+        reply = s.run(outbox.ClaimArgs(due=p + "due", lease_s=40.0, lease="L", delivery_prefix=p + "wh:", limit=5))
         assert reply == [b"j1:end", b"msg_1", 1]
+        assert client.zscore(p + "due", "j1:end") == pytest.approx(float(client.time()[0]) + 40, abs=2)
 
     def settle(s: Scripts) -> None:
         args = outbox.SettleArgs(delivery=p + "wh:j1:end", due=p + "due", lease="L", member="j1:end",
-                                 outcome="delivered", due_at=0.0)
+                                 outcome="delivered", after_s=0.0)
         assert s.run(dataclasses.replace(args, lease="other")) == 0 and s.run(args) == 1
         assert client.hget(p + "wh:j1:end", "state") == b"delivered"
 
