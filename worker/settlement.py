@@ -39,6 +39,10 @@ class Settlement:
         if kept:
             self._keep(kept)
             items = [item for item in items if parked(item) is None or item.settled]
+            if not items:
+                if report_held:
+                    self.report_held()
+                return
         self.holdings.release(items)  # acked or given back, none of them is ours to renew any more
         self.flower.release_received()  # a job's task-received goes before its outcome
         done = []

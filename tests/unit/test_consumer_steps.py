@@ -13,7 +13,7 @@ from tasks.inputs import JobKind
 from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
 from tests.batch_sim import Clock
-from tests.unit.test_consumer_settle import Calls, Dispatcher, Executor, Model
+from tests.unit.consumer_fakes import Calls, Dispatcher, Executor, Model
 from worker import consumer as consumer_module
 from worker import settlement as settlement_module
 from worker.batcher import FAIR_WAIT_FLOOR_S
