@@ -69,9 +69,9 @@ class Settlement:
         self.pending += items
         if not self._retry_armed:
             self._retry_armed = True
-            self.consumer.timer.call_after(ENDING_RETRY_S, self._retry)
+            self.consumer.timer.call_after(ENDING_RETRY_S, self.retry)
 
-    def _retry(self) -> None:
+    def retry(self) -> None:
         """Store the kept endings again; settle what was stored, let go of what outlived the bound."""
         self._retry_armed = False
         items, self.pending = self.pending, []

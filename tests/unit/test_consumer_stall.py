@@ -100,7 +100,7 @@ def test_a_batch_whose_ending_fails_is_settled_though_the_next_claim_fails(stall
     assert len(batching.holdings.snapshot()) == 6  # leases and messages kept while the endings wait
     executor.down = False
     time.sleep(0.06)
-    fire(timers, "_retry")  # the kept endings are stored: the first batch is acked
+    fire(timers, "retry")  # the kept endings are stored: the first batch is acked
     assert calls.acks == [[job.job_id for job in first]] and batching.settlement.pending == []
     fire(timers, "_on_timer")
     assert batching.running == second
@@ -117,10 +117,10 @@ def test_endings_kept_past_the_bound_are_let_go(stalling, monkeypatch):  # type:
     batching.maybe_run()
     executor.down = True
     model.finish(batching)
-    fire(timers, "_retry")  # still down: kept, tried again later
+    fire(timers, "retry")  # still down: kept, tried again later
     assert batching.settlement.pending == jobs and released == []
     jobs[0].unsettled_since = time.monotonic() - UNSETTLED_BOUND_S - 1
-    fire(timers, "_retry")
+    fire(timers, "retry")
     assert batching.settlement.pending == [jobs[1]] and released == [jobs[0].handle]  # credit back, message restored
     assert batching.holdings.snapshot() == [jobs[1]]
 

@@ -223,7 +223,9 @@ def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
     assert len(failures) == 2 and record.status == JobStatus.succeeded and record.output == "BLIP [MASK]"
 
 
-def test_an_ending_that_cannot_be_stored_is_kept_and_stored_once_redis_answers(store, monkeypatch):
+def test_repeated_finish_failures_keep_the_ending_and_cost_no_attempt(store, monkeypatch):
+    """Each outage used to leave the message unacked for a takeover that counted an attempt: after three (the
+    executor's max_attempts), a healthy job ended ``worker_lost``. The ending is kept and stored by this run."""
     import redis
 
     import worker.store_retry
@@ -242,8 +244,10 @@ def test_an_ending_that_cannot_be_stored_is_kept_and_stored_once_redis_answers(s
     executor.execute(admitted)  # no exception out of the model thread: the ending is kept
     assert not item.settled and parked(item) is not None  # so its message is not acked, nor given up
     assert store.get(item.job_id).status == JobStatus.running
-    with pytest.raises(redis.exceptions.ConnectionError):
-        executor.store_parked([item])  # still down
+    for _ in range(executor.max_attempts):  # outage after outage
+        with pytest.raises(redis.exceptions.ConnectionError):
+            executor.store_parked([item])
+        assert not item.settled and parked(item) is not None
     monkeypatch.setattr(store, "finish_many", real_finish)
     executor.store_parked([item])
     record = store.get(item.job_id)
