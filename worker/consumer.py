@@ -169,8 +169,7 @@ class BatchingConsumer:
         learner = self._learner()
         learner.batch_done(sum(i.extra.get("weight", 1) for i in batch if i.parsed is not None), self._busy_s)
         record_policy(self.loaded.spec, learner.stats())
-        # Settled before the next starts: a start that fails (a claim in a Redis stall) must not leave the finished
-        # batch unacknowledged. It costs the model the acks' round trip (its events are buffered, flushed here).
+        # Settled before the next starts: a start that fails (a claim in a Redis stall) must not leave it unacked.
         self.settlement.settle(batch, report_held=False)
         if not (self.successor or self).maybe_run():
             self.settlement.report_held()  # a start reports it
@@ -287,12 +286,13 @@ class BatchingConsumer:
             log.info("warm shutdown: finishing the running %d jobs", len(self.running))
             if not self.model.wait(timeout):
                 log.warning("running jobs did not finish in %.0f s: giving them back", timeout)
-                give_back_running(self.executor.store, self.running)
+                give_back_running(self.executor.store, self.running + self.ready)
                 return
             batch, self.running = self.running, []
             self.settlement.settle(batch)
-        if self.settlement.pending:  # endings kept through an outage: a last try (else they come back counted)
-            self.settlement.retry()
+        self.settlement.retry()  # endings kept through an outage: a last try (else they come back counted)
+        if self.ready:  # claimed for a session that ended, never started: back to the queue, unleased
+            give_back_running(self.executor.store, self.ready)
         self.flower.release_received()  # Flower hears of every job this worker received, run or not
         self.flower.flush()
         log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher) + len(self.ready))

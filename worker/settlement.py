@@ -75,6 +75,8 @@ class Settlement:
         """Store the kept endings again; settle what was stored, let go of what outlived the bound."""
         self._retry_armed = False
         items, self.pending = self.pending, []
+        if not items:
+            return
         try:
             self.loaded.executor.store_parked(items)
         except Exception as exc:

@@ -1,4 +1,5 @@
-"""A warm shutdown that outlives its timeout: the running jobs go back to the queue, to run elsewhere at once.
+"""A warm shutdown that outlives its timeout: the running jobs go back to the queue, to run elsewhere at once (so do
+jobs claimed and never started).
 
 The running batch's messages return to the queue as the channel closes, but their leases were live: another worker's
 claim answered ``held`` and dropped them, and the jobs waited for the lease to lapse and the sweeper (~45 s), counting
@@ -19,6 +20,8 @@ log = logging.getLogger("genq.batching")
 
 def give_back_running(store: JobStore, running: list[WorkItem]) -> None:
     """Release the leases of ``running`` (one round trip); if Redis is away they lapse as before."""
+    if not any(item.claimed for item in running):
+        return
     try:
         released = release_leases(store, [(item.job_id, item.token) for item in running if item.claimed])
     except Exception as exc:
