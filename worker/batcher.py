@@ -108,6 +108,12 @@ class Batcher(Generic[T]):
         self.echoes.on_arrival(now)
         self._weight_mean += 0.1 * (max(1, weight) - self._weight_mean)
 
+    def put_back(self, item: T, key: Hashable, weight: int, priority: int, deadline: float | None, cost: int,
+                 arrived: float) -> None:
+        """An item taken and never started (its claim failed): pending again, its age kept, nothing learned."""
+        self._seq += 1
+        self._pending.append(Pending(item, key, max(1, weight), priority, arrived, self._seq, deadline, cost))
+
     def adopt(self, other: Batcher[T]) -> None:
         """Take over another batcher's pending requests and what it learned (a reconnect, not a new model)."""
         for p in other._pending:

@@ -17,14 +17,16 @@ from functools import partial
 from typing import Any
 
 from worker.batcher import Batcher
+from worker.claiming import Claims
 from worker.flower_events import FlowerEvents
 from worker.holdings import Holdings
-from worker.intake import monotonic_deadline, more_coming, schedule_key, to_item
+from worker.intake import give_back, monotonic_deadline, more_coming, schedule_key, to_item
 from worker.job import WorkItem
 from worker.loader import Loaded
 from worker.metrics import record_policy
 from worker.model_thread import HandBack, ModelThread
 from worker.settlement import Settlement
+from worker.shutdown import give_back_running
 from worker.step_loop import StepRunner
 
 log = logging.getLogger("genq.batching")
@@ -57,6 +59,7 @@ class BatchingConsumer:
         self._hand_back = HandBack(lambda callback: consumer.controller.hub.call_soon(callback))
         self.flower = FlowerEvents(consumer)
         self.settlement = Settlement(loaded, consumer, holdings, self.flower, self.held)
+        self.claims = Claims(self.executor, consumer, self.settlement)
 
     # --- Celery's side: one call per message ---------------------------------------------
 
@@ -66,15 +69,15 @@ class BatchingConsumer:
             message.ack()  # no job id: no job to fail and nothing anyone can run; drop it rather than loop on it
             return
         self.holdings.add(item)  # from here until it is settled, the heartbeat keeps its message ours
-        if item.status is None and not self._load(item):
+        if item.status is None and not self._guarded(item, self.executor.load):
             return
         self.flower.buffer_received(item)
         if item.settled:  # unknown job, or one that already ended: nothing to run
             self.settlement.settle([item])
             return
         if item.status is not None or not self.executor.parse(item):  # failed on arrival, or its input is bad
-            self.executor.reject_invalid(item)
-            self.settlement.settle([item])
+            if self._guarded(item, self.executor.reject_invalid):
+                self.settlement.settle([item])
             return
         self.buffer(item)
         # The held count is reported per batch (start and settle), not per message: a Redis round trip each.
@@ -91,14 +94,13 @@ class BatchingConsumer:
         item.extra.update(key=key, weight=weight, cost=cost)
         self.batcher.add(item, key, weight, item.priority, deadline=item.run_deadline, cost=cost)
 
-    def _load(self, item: WorkItem) -> bool:
-        """The job's record into ``item``; False if Redis cannot say (its message then comes back later)."""
+    def _guarded(self, item: WorkItem, read: Callable[[WorkItem], object]) -> bool:
+        """``read(item)`` (its record, or its failure's claim); False if Redis cannot say (the message comes back)."""
         try:
-            self.executor.load(item)
+            read(item)
             return True
-        except Exception as exc:  # an exception here would kill the worker: leave the message unacked instead
-            log.error("job %s: cannot read its record (%s); leaving its message for redelivery", item.job_id, exc)
-            self.holdings.release([item])
+        except Exception as exc:  # an exception here would kill the worker: give the message back instead
+            give_back(self.holdings, item, exc)
             return False
 
     # --- choosing what starts ------------------------------------------------------------
@@ -113,6 +115,9 @@ class BatchingConsumer:
         True if something started: the held count is then reported already.
         """
         while not self.retired and self.session is None and not self.running and not self.model.busy:
+            if (retry_at := self.claims.backing_off()) is not None:  # a claim failed just now: Redis is away
+                self._arm_timer(retry_at)
+                return False
             if self.ready:  # claimed already: they missed a session that was ending
                 ready, self.ready = self.ready, []
                 self._start_session(ready[0].extra["key"], ready)
@@ -124,7 +129,7 @@ class BatchingConsumer:
             if not decision.batch:
                 self._arm_timer(decision.wake_at)
                 return False
-            admitted = self._claim(decision.batch)
+            admitted = self.claims.claim(decision.batch, self.batcher)
             if admitted:
                 key = admitted[0].extra["key"]
                 if key[0] == "step":
@@ -136,21 +141,12 @@ class BatchingConsumer:
                 return True
         return False
 
-    def _claim(self, items: list[WorkItem]) -> list[WorkItem]:
-        """Claim in one round trip (revoked ones are canceled first); the ones refused are settled at once."""
-        revoked = self.consumer.controller.state.revoked
-        for item in items:
-            if item.job_id in revoked:  # Celery revokes (Flower's button) are cancels; the API's are in the record
-                self.executor.store.cancel(item.job_id)
-        admitted = self.executor.admit_all(items)
-        rejected = [item for item in items if item not in admitted]
-        if rejected:  # an empty settle still costs a webhook record, an event flush and an HSET
-            self.settlement.settle(rejected, report_held=False)
-        return admitted
-
     def _started(self, items: list[WorkItem]) -> None:
         # Events after the model has its work: each is a Redis round trip, and the model need not wait for them.
-        self.flower.started(items)
+        try:  # best effort: once the model has the work, nothing here may undo a start
+            self.flower.started(items)
+        except Exception:
+            log.warning("cannot send the started events of %d jobs", len(items), exc_info=True)
         self.settlement.record_started(items)
 
     # --- request-level batches -----------------------------------------------------------
@@ -173,10 +169,10 @@ class BatchingConsumer:
         learner = self._learner()
         learner.batch_done(sum(i.extra.get("weight", 1) for i in batch if i.parsed is not None), self._busy_s)
         record_policy(self.loaded.spec, learner.stats())
-        # The next start first, then the finished batch's events and acks (a Redis round trip each): the
-        # model idles for none of them. Its results are already stored, so acking a moment later is safe.
-        started = (self.successor or self).maybe_run()
-        self.settlement.settle(batch, report_held=not started)  # a start reported the same count
+        # Settled before the next starts: a start that fails (a claim in a Redis stall) must not leave it unacked.
+        self.settlement.settle(batch, report_held=False)
+        if not (self.successor or self).maybe_run():
+            self.settlement.report_held()  # a start reports it
 
     # --- step sessions -------------------------------------------------------------------
 
@@ -190,7 +186,7 @@ class BatchingConsumer:
     def offer_joiners(self) -> bool:
         """Buffered jobs of the session's key join at its next step as rows and budget allow; True if any did."""
         runner = self.session
-        if runner is None or self.retired or not runner.accepting:
+        if runner is None or self.retired or not runner.accepting or self.claims.backing_off() is not None:
             return False
         batching = self.loaded.spec.batching
         room = batching.max_batch_size - sum(i.extra.get("weight", 1) for i in self.running)
@@ -198,7 +194,7 @@ class BatchingConsumer:
         items = self.batcher.take_joiners(("step", runner.key), room, budget)
         if not items:
             return False
-        admitted = self._claim(items)
+        admitted = self.claims.claim(items, self.batcher)
         if admitted:
             if runner.offer(admitted):
                 self.running += admitted
@@ -289,10 +285,15 @@ class BatchingConsumer:
         if self.running:
             log.info("warm shutdown: finishing the running %d jobs", len(self.running))
             if not self.model.wait(timeout):
-                log.warning("running jobs did not finish in %.0f s; they will be redelivered", timeout)
+                log.warning("running jobs did not finish in %.0f s: giving them back", timeout)
+                give_back_running(self.executor.store, self.running + self.ready)
                 return
             batch, self.running = self.running, []
             self.settlement.settle(batch)
+        self.settlement.retry()  # endings kept through an outage: a last try (else they come back counted)
+        if self.ready:  # claimed for a session that ended, never started: back to the queue, unleased
+            give_back_running(self.executor.store, self.ready)
         self.flower.release_received()  # Flower hears of every job this worker received, run or not
         self.flower.flush()
         log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher) + len(self.ready))
+

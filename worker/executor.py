@@ -10,15 +10,15 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from functools import partial
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
 from tasks.inputs import validate_input
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry, OutputStore
-from tasks.schemas import JobMetrics, JobStatus
+from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import Claim, Ending, JobStore, Outcome, Verdict
+from worker.endings import drop_outputs, park, parked, settle_ending
 from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
@@ -190,25 +190,43 @@ class Executor:
                           batch_id=batch_id)
 
     def _store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
-        """Every job's outputs, then all their endings and the batch's completion count in one round trip.
+        """Every job's outputs, then all their endings (each bumps the completion count once) in one round trip.
 
         Each ending still settles its own job: one canceled or taken over meanwhile drops only its result.
         """
-        written = [(item, prediction, entries, metrics) for item, prediction, metrics in results
-                   if (entries := self._write_outputs(item, prediction, metrics)) is not None]
-        outcomes = [Outcome(item.job_id, item.token, JobStatus.succeeded, output=prediction.output,
-                            binary_outputs=entries, metrics=metrics) for item, prediction, entries, metrics in written]
-        if outcomes:
-            count = partial(self.fleet.queue_completed, self.spec.id, len(results))
-            endings = with_retries(self.store.finish_many, outcomes, count)
-        else:  # every job failed at the output store: the batch still counts as done, as before
-            endings = []
-            with_retries(self.fleet.count_completed, self.spec.id, len(results))
-        for (item, _, entries, metrics), ending in zip(written, endings, strict=True):
+        endings = []
+        for item, prediction, metrics in results:
+            entries = self._write_outputs(item, prediction, metrics)
+            if entries is not None:
+                item.extra["metrics"] = metrics
+                endings.append((item, Outcome(item.job_id, item.token, JobStatus.succeeded, output=prediction.output,
+                                              binary_outputs=entries, metrics=metrics)))
+        self._finish(endings)
+
+    def _finish(self, items: list[tuple[WorkItem, Outcome]]) -> None:
+        """Store the endings (one round trip, retried through a blip); kept on their items if Redis stays away."""
+        if not items:
+            return
+        try:
+            endings = with_retries(self.store.finish_many, [outcome for _, outcome in items],
+                                   counter=self.fleet.completion_counter(self.spec.id))
+        except Exception as exc:
+            park(items, exc)
+            return
+        self._settled([(item, outcome, ending) for (item, outcome), ending in zip(items, endings, strict=True)])
+
+    def store_parked(self, items: list[WorkItem]) -> None:
+        """Store the endings kept on ``items`` (one round trip, no retries: raises while Redis is still away)."""
+        kept = [(item, outcome) for item in items if (outcome := parked(item)) is not None]
+        endings = self.store.finish_many([outcome for _, outcome in kept],
+                                         counter=self.fleet.completion_counter(self.spec.id))
+        self._settled([(item, outcome, ending) for (item, outcome), ending in zip(kept, endings, strict=True)])
+
+    def _settled(self, endings: list[tuple[WorkItem, Outcome, Ending]]) -> None:
+        for item, outcome, ending in endings:
             if not ending.stored:  # canceled meanwhile, or its lease lapsed and another run took over
-                self._drop_outputs(item.job_id, entries)
-            self._settle_ending(item, ending, JobStatus.succeeded)
-            item.extra["metrics"] = metrics
+                drop_outputs(self.outputs, item.job_id, outcome.binary_outputs or [])
+            settle_ending(item, ending, outcome.status)
 
     def _write_outputs(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> list[OutputEntry] | None:
         """The job's binary outputs into the output store, before any record lists them; None if it failed there."""
@@ -219,39 +237,16 @@ class Executor:
             self.writer.put_all(entries, prediction.blobs)
         except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running
             log.error("job %s: %s", item.job_id, exc.message)
-            self._drop_outputs(item.job_id, entries)  # the ones written before the failure
+            drop_outputs(self.outputs, item.job_id, entries)  # the ones written before the failure
             item.fail(exc.code.value, exc.message[:500])
             self._store_failure(item, metrics)
             return None
         return entries
 
-    def _drop_outputs(self, job_id: str, entries: list[OutputEntry]) -> None:
-        """Outputs no record will ever list; left behind, they would expire with the result TTL anyway."""
-        for entry in entries:
-            try:
-                self.outputs.delete(entry.key)
-            except Exception:
-                log.warning("job %s: could not delete unlisted output %d", job_id, entry.index)
-
     def _store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
-        ending = with_retries(self.store.fail, item.job_id, item.token, item.error_code or "internal",
-                              item.error_message or "", metrics=metrics)
-        self._settle_ending(item, ending, JobStatus.failed)
+        error = JobErrorInfo(code=item.error_code or "internal", message=item.error_message or "")
+        self._finish([(item, Outcome(item.job_id, item.token, JobStatus.failed, error=error, metrics=metrics))])
         return False
-
-    def _settle_ending(self, item: WorkItem, ending: Ending, status: JobStatus) -> None:
-        """Settle with the status this run stored, or with what the job is now if it was not this run's."""
-        item.claimed = False  # the run is over: nothing for the heartbeat to renew
-        if ending.stored:
-            if not ending.replicated:
-                log.warning("job %s: its result did not reach GENQ_REDIS_WAIT_REPLICAS replicas in time (a failover "
-                            "now could roll it back and run the job again)", item.job_id)
-            item.settle(status)
-        elif ending.before is not None and ending.before.terminal:
-            item.settle(ending.before)  # canceled while running, or another run ended it: this result is dropped
-        else:
-            log.warning("job %s: its lease passed to another worker; this run's result is dropped", item.job_id)
-            item.settle(None)
 
     def _progress(self, batch: list[WorkItem]) -> Callable[[int, int], None]:
         last = [0.0]

@@ -4,18 +4,23 @@ The heartbeat renews both every beat. kombu restores a message whose delivery st
 visibility timeout, even while a live worker still holds it in its buffer or runs it; renewing the
 stamps means only a worker that stopped beating gives its messages back. A lease the heartbeat cannot
 extend any more (it lapsed, and another worker took the job over) is reported: that run's result is
-dropped when it finishes.
+dropped when it finishes. An item whose run is over but whose ending still waits to be stored is renewed for at
+most ``UNSETTLED_BOUND_S``, then let go: nothing keeps a job this worker cannot settle from coming back.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tasks.store.job_store import JobStore
 from worker.job import WorkItem
 
 log = logging.getLogger(__name__)
+# A Redis outage shorter than this costs a finished job no attempt (its ending is stored once Redis answers);
+# past it, the worker stops renewing and the job runs again elsewhere after the visibility timeout.
+UNSETTLED_BOUND_S = 120.0
 
 
 class Holdings:
@@ -36,7 +41,14 @@ class Holdings:
                 self._items.pop(id(item), None)
 
     def snapshot(self) -> list[WorkItem]:
+        """The items to renew: those unsettled past the bound are dropped, never renewed again."""
+        cutoff = time.monotonic() - UNSETTLED_BOUND_S
         with self._lock:
+            stale = [key for key, item in self._items.items()
+                     if item.unsettled_since is not None and item.unsettled_since < cutoff]
+            for key in stale:
+                log.warning("job %s: unsettled for over %.0f s; no longer renewed", self._items.pop(key).job_id,
+                            UNSETTLED_BOUND_S)
             return list(self._items.values())
 
     def renew(self) -> None:

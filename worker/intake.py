@@ -9,6 +9,8 @@ from typing import Any
 from tasks.errors import ErrorCode
 from tasks.messages import InvalidMessage, parse_run
 from tasks.models_file import ModelSpec
+from tasks.store.redis_transport import release_credit
+from worker.holdings import Holdings
 from worker.job import WorkItem
 from worker.runtimes.base import Runtime
 
@@ -79,3 +81,14 @@ def more_coming(consumer: Any) -> bool:
     except Exception:
         log.debug("cannot read the queue length", exc_info=True)
         return False
+
+
+def give_back(holdings: Holdings, item: WorkItem, exc: Exception) -> None:
+    """A message whose record cannot be read (Redis away past the retries, or a record that does not decode):
+    requeued with a backoff. Its prefetch credit is free at once (held, each such message shrank the buffer by one
+    until a reconnect), and the message, unacknowledged and no longer renewed, is restored by kombu after the
+    visibility timeout: a record that stays unreadable is read once per timeout, never in a tight loop."""
+    log.error("job %s: cannot read its record (%s); its message comes back after the visibility timeout",
+              item.job_id, exc)
+    holdings.release([item])
+    release_credit(item.handle)

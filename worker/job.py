@@ -39,6 +39,7 @@ class WorkItem:
     claimed: bool = False  # the claim holds the job's lease: the heartbeat extends it
     claimed_at: float | None = None  # Redis' clock
     attempts: int = 0  # runs the record counted before this delivery arrived
+    unsettled_since: float | None = None  # monotonic: its run is over and its ending waits to be stored
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -1,19 +1,27 @@
-"""After a job: its completed webhook recorded, its Flower event, then its message acknowledged (never before)."""
+"""After a job: its completed webhook recorded, its Flower event, then its message acknowledged (never before).
+
+An item whose ending could not be stored (worker/endings.py) stays held: its lease and message stamp renewed by the
+heartbeat, its ending stored again every ``ENDING_RETRY_S`` until Redis answers, then settled as any other. Past
+``UNSETTLED_BOUND_S`` it is let go (its message comes back after the visibility timeout, and counts an attempt).
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.store.redis_transport import ack_many
+from tasks.store.redis_transport import ack_many, release_credit
+from worker.endings import parked
 from worker.flower_events import FlowerEvents
-from worker.holdings import Holdings
+from worker.holdings import UNSETTLED_BOUND_S, Holdings
 from worker.job import WorkItem
 from worker.loader import Loaded
 from worker.metrics import record_job
 
 log = logging.getLogger("genq.batching")
+ENDING_RETRY_S = 2.0  # between tries of the endings kept through an outage (one round trip each, on the loop)
 
 
 class Settlement:
@@ -22,17 +30,28 @@ class Settlement:
     def __init__(self, loaded: Loaded, consumer: Any, holdings: Holdings, flower: FlowerEvents,
                  held: Callable[[], int]) -> None:
         self.loaded, self.consumer, self.holdings, self.flower, self.held = loaded, consumer, holdings, flower, held
+        self.pending: list[WorkItem] = []  # endings kept through an outage, stored again on a timer
+        self._retry_armed = False
 
     def settle(self, items: list[WorkItem], report_held: bool = True) -> None:
-        """Acknowledge the items whose outcome is stored; the others stay unacknowledged and come back."""
-        self.holdings.release(items)  # acked or left for redelivery, none of them is ours to renew any more
+        """Acknowledge the items whose outcome is stored; keep those whose ending waits to be stored."""
+        kept = [item for item in items if not item.settled and parked(item) is not None]
+        if kept:
+            self._keep(kept)
+            items = [item for item in items if parked(item) is None or item.settled]
+            if not items:
+                if report_held:
+                    self.report_held()
+                return
+        self.holdings.release(items)  # acked or given back, none of them is ours to renew any more
         self.flower.release_received()  # a job's task-received goes before its outcome
         done = []
         for item in self._record_completed(items):
             if not item.settled:
-                # Its outcome could not be stored (Redis gone for longer than the retries): keep the
-                # message unacknowledged so that it comes back, rather than lose the job.
+                # No outcome to store (a run that crashed outside the executor's isolation): the message stays
+                # unacknowledged and comes back after the visibility timeout; its credit is free now.
                 log.error("job %s: outcome not stored; leaving its message for redelivery", item.job_id)
+                release_credit(item.handle)
                 continue
             self.flower.outcome(item)
             done.append(item)
@@ -42,6 +61,38 @@ class Settlement:
         self.flower.flush()
         if report_held:
             self.report_held()
+
+    def _keep(self, items: list[WorkItem]) -> None:
+        now = time.monotonic()
+        for item in items:
+            item.unsettled_since = item.unsettled_since or now  # the heartbeat's bound counts from here
+        self.pending += items
+        if not self._retry_armed:
+            self._retry_armed = True
+            self.consumer.timer.call_after(ENDING_RETRY_S, self.retry)
+
+    def retry(self) -> None:
+        """Store the kept endings again; settle what was stored, let go of what outlived the bound."""
+        self._retry_armed = False
+        items, self.pending = self.pending, []
+        if not items:
+            return
+        try:
+            self.loaded.executor.store_parked(items)
+        except Exception as exc:
+            cutoff = time.monotonic() - UNSETTLED_BOUND_S
+            expired = [item for item in items if (item.unsettled_since or 0) < cutoff]
+            items = [item for item in items if (item.unsettled_since or 0) >= cutoff]
+            if expired:
+                log.error("giving up storing the endings of %d jobs after %.0f s (%s); their messages come back",
+                          len(expired), UNSETTLED_BOUND_S, exc)
+                self.holdings.release(expired)
+                for item in expired:
+                    release_credit(item.handle)
+            if items:
+                self._keep(items)
+            return
+        self.settle(items)
 
     def _ack(self, items: list[WorkItem]) -> None:
         """Acknowledge settled items' messages in one round trip (kombu's ack is one per message)."""

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import redis
-from redis.client import Pipeline
 
 from tasks.constants import Keys, queue_name
 from tasks.messages import priority_lists
@@ -114,16 +113,9 @@ class FleetStore:
             pipe.hdel(self.keys.buffered(model_id), worker)
             pipe.execute()
 
-    def count_completed(self, model_id: str, n: int) -> None:
-        with self.redis.pipeline(transaction=False) as pipe:
-            self.queue_completed(model_id, n, pipe)
-            pipe.execute()
-
-    def queue_completed(self, model_id: str, n: int, pipe: Pipeline) -> None:
-        """Count ``n`` finished jobs on ``pipe`` (a worker folds it into its batch's result writes)."""
-        key = self.keys.completed(model_id, int(time.time()) // RATE_BUCKET_S)
-        pipe.incrby(key, n)
-        pipe.expire(key, RATE_WINDOW_S * 2)
+    def completion_counter(self, model_id: str) -> tuple[str, int]:
+        """The key and TTL of the count of ``model_id``'s jobs ended now (a worker's ``finish_many`` bumps it)."""
+        return self.keys.completed(model_id, int(time.time()) // RATE_BUCKET_S), RATE_WINDOW_S * 2
 
     def service_rate(self, model_id: str) -> float:
         """Jobs per second finished for ``model_id`` over the last minute (all workers)."""

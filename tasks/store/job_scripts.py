@@ -75,9 +75,21 @@ class FinishArgs(JobFrame):
     """FINISH: the lease holder ends the job with ``status`` and the pairs. Returns {status before, verdict}."""
 
     script = "job_finish"
+    counter: str = key()  # the completion counter the ending bumps ('' for none)
     token: str
     status: str
+    counter_ttl: int
     fields: list[str] = pairs()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseArgs(ScriptArgs):
+    """RELEASE: the lease holder gives a running job back, queued again and its attempt uncounted. Returns 1 or 0."""
+
+    script = "job_release"
+    job: str = key()
+    queued_prefix: str
+    token: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -229,28 +229,31 @@ class JobStore:
         [ending] = self.finish_many([Outcome(job_id, token, status, output, binary_outputs, error, metrics)])
         return ending
 
-    def finish_many(self, outcomes: list[Outcome], also: Tail | None = None) -> list[Ending]:
+    def finish_many(self, outcomes: list[Outcome], also: Tail | None = None,
+                    counter: tuple[str, int] | None = None) -> list[Ending]:
         """End each job as ``finish`` does, all in one round trip (one WAIT covers them); safe to retry.
 
-        ``also`` queues more commands into the same round trip (a completion counter), after the endings;
-        a retry after a lost reply sends them again, so they must tolerate that.
+        ``counter`` (key, TTL): a count each ending that stores bumps once, in its script (a retry after a lost
+        reply counts nothing again). ``also`` queues more commands into the same round trip, after the endings;
+        a retry sends them again, so they must tolerate that.
         """
         if not outcomes:
             return []
 
         def queue(calls: ScriptCalls) -> None:
             for outcome in outcomes:
-                self._queue_finish(calls, outcome)
+                self._queue_finish(calls, outcome, counter or ("", 0))
 
         replies, replicated = self._replicated(queue, also)
         return [Ending(_status(before), verdict == b"stored", replicated) for before, verdict in replies]
 
-    def _queue_finish(self, calls: ScriptCalls, outcome: Outcome) -> None:
+    def _queue_finish(self, calls: ScriptCalls, outcome: Outcome, counter: tuple[str, int]) -> None:
         entries = [e.model_dump(mode="json") for e in outcome.binary_outputs or ()] or None
         fields = {"output": outcome.output, "binary_outputs": entries, "error": outcome.error,
                   "metrics": outcome.metrics}
         calls.run(self.scripts, FinishArgs(**self._frame(outcome.job_id), token=outcome.token,
-                                           status=outcome.status.value, fields=_pairs(fields)))
+                                           status=outcome.status.value, counter=counter[0], counter_ttl=counter[1],
+                                           fields=_pairs(fields)))
 
     def fail(self, job_id: str, token: str, code: str, message: str, **kw: Any) -> Ending:
         """Fail a running job under ``token``'s lease (not stored if it was canceled or taken over meanwhile)."""

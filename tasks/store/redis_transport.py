@@ -199,6 +199,17 @@ def _ack_in_one_trip(channel: Any, messages: list[Any]) -> bool:
     return True
 
 
+def release_credit(message: Any) -> None:
+    """Give ``message``'s prefetch credit back without acknowledging it in Redis: it stays in kombu's unacked hash,
+    and once nobody freshens its stamp kombu restores it after the visibility timeout (a requeue with that backoff,
+    which needs no Redis now). Without this a message neither acked nor rejected holds its credit until a reconnect.
+    """
+    qos = getattr(getattr(message, "channel", None), "qos", None)
+    if isinstance(qos, kombu_virtual.QoS) and not message.acknowledged:
+        kombu_virtual.QoS.ack(qos, message.delivery_tag)  # type: ignore[no-untyped-call]  # local bookkeeping only
+        message._state = "REJECTED"
+
+
 def _ack_each(messages: list[Any]) -> list[tuple[Any, Exception]]:
     failed: list[tuple[Any, Exception]] = []
     for message in messages:

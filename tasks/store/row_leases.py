@@ -1,9 +1,10 @@
-"""What the step loop asks Redis about the rows it holds, between two steps: one round trip each."""
+"""What a worker asks Redis about the leases it holds (the step loop between two steps; a worker giving jobs back):
+one round trip each."""
 
 from __future__ import annotations
 
 from tasks.schemas import JobStatus, Progress
-from tasks.store.job_scripts import HolderArgs
+from tasks.store.job_scripts import HolderArgs, ReleaseArgs
 from tasks.store.job_store import JobStore, _pairs, _status
 from tasks.store.lua import ScriptCalls
 
@@ -36,3 +37,17 @@ def set_row_progress(store: JobStore, rows: list[tuple[str, str, int, int]]) -> 
             fields = _pairs({"progress": Progress(step=step, total=total)})
             calls.run(store.scripts, HolderArgs(job=store.keys.job(job_id), token=token, extend_s=0, fields=fields))
         calls.execute()
+
+
+def release_leases(store: JobStore, leases: list[tuple[str, str]]) -> list[str]:
+    """Give back the running jobs ``(job id, token)`` unended: queued again, their attempts uncounted; returns the ids
+    released (a job that ended meanwhile, or that another run holds, is left as it is)."""
+    if not leases:
+        return []
+    with store.redis.pipeline(transaction=False) as pipe:
+        calls = ScriptCalls(pipe)
+        for job_id, token in leases:
+            calls.run(store.scripts, ReleaseArgs(job=store.keys.job(job_id), queued_prefix=store.keys.queued(""),
+                                                 token=token))
+        replies = calls.execute()
+    return [job_id for (job_id, _), released in zip(leases, replies, strict=True) if released == 1]

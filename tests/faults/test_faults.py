@@ -165,3 +165,28 @@ def test_a_job_whose_message_vanished_is_sent_again(cluster):
     statuses = cluster.wait_terminal([job_id], timeout=cluster.settings.orphan_grace_s * 3)
     assert statuses[job_id] == "succeeded"
     assert cluster.executions()["orphan"] == 1
+
+
+def test_sigterm_past_the_shutdown_timeout_gives_the_running_job_back_to_run_at_once(tmp_path):
+    """Its message used to come back while its lease was live: the other worker dropped it as held, and the job
+    waited for the lease to lapse and the sweeper, counting an attempt."""
+    cluster = Cluster.start(tmp_path, long_ms=4000)
+    try:
+        workers = [cluster.worker(GENQ_SHUTDOWN_TIMEOUT_S="1") for _ in range(2)]
+        [job_id] = submit_all(cluster, ["long one"])
+        end = time.monotonic() + 30
+        while not (runs := cluster.runs()):
+            assert time.monotonic() < end, "the job never started"
+            time.sleep(0.02)
+        [victim] = [w for w in workers if w.pid == runs[0].pid]
+        signalled = time.time()
+        victim.signal(signal.SIGTERM)
+        assert victim.proc.wait(timeout=15) is not None
+        while len(runs := cluster.runs()) < 2:
+            assert time.time() - signalled < 15, "the job did not run again"
+            time.sleep(0.02)
+        assert runs[1].pid != runs[0].pid and runs[1].start - signalled < 4  # not lease_s + a sweep later
+        assert cluster.wait_terminal([job_id], timeout=30)[job_id] == "succeeded"
+        assert cluster.store.get(job_id).attempts == 1  # a clean give-back is no attempt
+    finally:
+        cluster.stop()

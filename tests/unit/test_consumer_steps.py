@@ -13,7 +13,7 @@ from tasks.inputs import JobKind
 from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
 from tests.batch_sim import Clock
-from tests.unit.test_consumer_settle import Calls, Dispatcher, Executor, Model
+from tests.unit.consumer_fakes import Calls, Dispatcher, Executor, Model
 from worker import consumer as consumer_module
 from worker import settlement as settlement_module
 from worker.batcher import FAIR_WAIT_FLOOR_S
@@ -180,3 +180,31 @@ def test_newcomers_claimed_as_the_session_ended_start_the_next_one_unclaimed_aga
     batching._session_done()
     model.work()
     assert RUNNERS[-1].first == [late] and executor.claimed == ["first", "late"]  # claimed once
+
+
+def test_joiners_whose_claim_fails_wait_in_the_buffer_and_join_once_redis_answers(setup, monkeypatch):  # type: ignore[no-untyped-def]
+    import time
+
+    import redis
+
+    from worker import claiming
+
+    batching, model, dispatcher, calls, executor = setup
+    monkeypatch.setattr(claiming, "CLAIM_BACKOFF_S", 0.05)
+    first = arrive(batching, "first")
+    [runner] = RUNNERS
+    model.work()
+    admit, down = executor.admit_all, [True]
+
+    def stalled(batch: list[WorkItem]) -> list[WorkItem]:
+        if down[0]:
+            raise redis.exceptions.ConnectionError("Redis stalled past the store's retries")
+        return admit(batch)
+
+    monkeypatch.setattr(executor, "admit_all", stalled)
+    second = arrive(batching, "second")
+    assert runner.offered == [] and len(batching.batcher) == 1  # back in the buffer, not lost between the two
+    down[0] = False
+    time.sleep(0.06)
+    runner.leave(first)  # the next chance to join: claimed now
+    assert runner.offered == [second] and executor.claimed[-1] == "second" and calls.acks == [["first"]]

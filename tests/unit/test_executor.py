@@ -20,6 +20,7 @@ from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect
 from tests.conftest import REDIS_URL
 from tests.round_trips import counting_client
+from worker.endings import parked
 from worker.executor import Executor
 from worker.job import WorkItem, new_token
 from worker.runtimes.base import Blob, Prediction, Runtime
@@ -105,14 +106,14 @@ def test_a_batch_ends_in_one_round_trip_and_each_job_on_its_own_verdict(key_pref
     trips.clear()
     executor.execute(admitted)
     writes = [trip for trip in trips if "EVALSHA" in trip]
-    # One progress write, then the four endings and the completion count together.
-    assert writes == [["EVALSHA"] * 4, ["EVALSHA"] * 4 + ["INCRBY", "EXPIRE"]]
+    # One progress write, then the four endings, each counting itself if it stores, together.
+    assert writes == [["EVALSHA"] * 4, ["EVALSHA"] * 4]
     assert [i.status for i in batch] == [JobStatus.succeeded, JobStatus.canceled, JobStatus.succeeded,
                                          JobStatus.succeeded]
     assert [store.get(i.job_id).status for i in batch] == [i.status for i in batch]
     bucket = int(time.time()) // 10
     assert int(client.get(store.keys.completed("fake", bucket)) or 0) + int(
-        client.get(store.keys.completed("fake", bucket - 1)) or 0) == 4
+        client.get(store.keys.completed("fake", bucket - 1)) or 0) == 3  # the canceled one ended elsewhere
 
 
 def test_one_bad_item_fails_alone(store):
@@ -222,7 +223,9 @@ def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
     assert len(failures) == 2 and record.status == JobStatus.succeeded and record.output == "BLIP [MASK]"
 
 
-def test_a_result_that_cannot_be_stored_leaves_the_job_unsettled(store, monkeypatch):
+def test_repeated_finish_failures_keep_the_ending_and_cost_no_attempt(store, monkeypatch):
+    """Each outage used to leave the message unacked for a takeover that counted an attempt: after three (the
+    executor's max_attempts), a healthy job ended ``worker_lost``. The ending is kept and stored by this run."""
     import redis
 
     import worker.store_retry
@@ -232,15 +235,24 @@ def test_a_result_that_cannot_be_stored_leaves_the_job_unsettled(store, monkeypa
     [item] = items(store, ["down"])
     executor = executor_for(store, runtime)
     admitted = executor.admit_all([item])
+    real_finish = store.finish_many
 
     def down(*args, **kwargs):
         raise redis.exceptions.ConnectionError("down")
 
     monkeypatch.setattr(store, "finish_many", down)
-    with pytest.raises(redis.exceptions.ConnectionError):
-        executor.execute(admitted)
-    assert not item.settled  # so its message is not acked and the job comes back
+    executor.execute(admitted)  # no exception out of the model thread: the ending is kept
+    assert not item.settled and parked(item) is not None  # so its message is not acked, nor given up
     assert store.get(item.job_id).status == JobStatus.running
+    for _ in range(executor.max_attempts):  # outage after outage
+        with pytest.raises(redis.exceptions.ConnectionError):
+            executor.store_parked([item])
+        assert not item.settled and parked(item) is not None
+    monkeypatch.setattr(store, "finish_many", real_finish)
+    executor.store_parked([item])
+    record = store.get(item.job_id)
+    assert item.settled and item.status == JobStatus.succeeded and parked(item) is None
+    assert record.status == JobStatus.succeeded and record.output == "DOWN [MASK]" and record.attempts == 1
 
 
 class ImageRuntime(ScriptedRuntime):
@@ -257,9 +269,9 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     executor = executor_for(store, runtime)
     real_finish, seen_at_finish = store.finish_many, []
 
-    def finish_many(outcomes, also=None):
+    def finish_many(outcomes, also=None, counter=None):
         seen_at_finish.extend([executor.outputs.get(e.key) for e in o.binary_outputs] for o in outcomes)
-        return real_finish(outcomes, also)
+        return real_finish(outcomes, also, counter)
 
     monkeypatch.setattr(store, "finish_many", finish_many)
     executor.execute(executor.admit_all([item]))

@@ -130,9 +130,18 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         lost = s.run(job_scripts.HolderArgs(job=p + "job:j1", token="other", extend_s=0))
         assert (ok, lost) == (1, -1) and client.hget(p + "job:j1", "progress") == b"{}"
 
+    def release(s: Scripts) -> None:
+        args = job_scripts.ReleaseArgs(job=p + "job:j1", queued_prefix=p + "queued:", token="t")
+        assert s.run(dataclasses.replace(args, token="other")) == 0 and s.run(args) == 1
+        assert client.hmget(p + "job:j1", "status", "attempts", "lease_token") == [b"queued", b"0", None]
+        assert client.zscore(p + "queued:m", "j1") is not None  # its place in the queue is back
+        claim(s)  # the next claim counts the attempt the release took back
+
     def finish(s: Scripts) -> None:
-        reply = s.run(job_scripts.FinishArgs(**job_frame(p), token="t", status="succeeded", fields=["output", '"x"']))
-        assert reply == [b"running", b"stored"] and client.hget(p + "job:j1", "status") == b"succeeded"
+        args = job_scripts.FinishArgs(**job_frame(p), token="t", status="succeeded", counter=p + "done", counter_ttl=60,
+                                      fields=["output", '"x"'])
+        assert (s.run(args), s.run(args)) == ([b"running", b"stored"], [b"succeeded", b"stored"])  # a retry: stored
+        assert client.hget(p + "job:j1", "status") == b"succeeded" and client.get(p + "done") == b"1"  # counted once
 
     def end(s: Scripts) -> None:
         frame = {**job_frame(p), "job": p + "job:j2", "done_channel": p + "done:j2", "tombstone": p + "gone:j2"}
@@ -179,7 +188,7 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.hget(p + "held:m", "w1") == b"3" and client.zscore(p + "workers:m", "w1") is not None
 
     return {"job_create": create, "job_admit": admit, "job_admit_many": admit_many, "job_claim": claim,
-            "job_holder": holder,
+            "job_holder": holder, "job_release": release,
             "job_finish": finish, "job_end": end, "outbox_record": record, "outbox_claim": outbox_claim,
             "outbox_settle": settle, "outbox_defer": defer, "idempotency_bind": bind, "idempotency_swap": swap,
             "fleet_beat": beat}

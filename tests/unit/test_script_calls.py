@@ -139,3 +139,16 @@ def test_the_outbox_records_in_one_round_trip_on_a_fresh_redis(throwaway: RedisS
     trips.clear()
     assert outbox.record([("j1", "start"), ("j3", "start")]) == 1
     assert trips == [["EVALSHA", "EVALSHA"]]
+
+
+def test_finish_many_retried_after_a_lost_reply_counts_each_completion_once(key_prefix):
+    store, _ = counting_store(REDIS_URL, key_prefix)
+    jobs = [queued(store) for _ in range(3)]
+    store.claim_many([(job_id, "t") for job_id in jobs])
+    counter = (key_prefix + "completed", 60)
+    outcomes = [Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs]
+    first = store.finish_many(outcomes, counter=counter)
+    again = store.finish_many(outcomes, counter=counter)  # what with_retries sends when the first reply was lost
+    assert all(e.stored for e in first + again)
+    assert store.redis.get(key_prefix + "completed") == b"3"  # not 6
+    assert 0 < store.redis.ttl(key_prefix + "completed") <= 60
