@@ -16,7 +16,7 @@ from tasks.store.job_store import JobRecord, JobStore
 MAX_KEY_LENGTH = 255
 PENDING_WAIT_S = 5.0  # a duplicate waits this long for the first request's record (written within ms)
 PENDING_POLL_S = 0.01
-ABANDONED_AFTER_S = 60  # a binding with no record after this long belongs to a request that died
+ABANDONED_AFTER_S = 60  # without a fence: a binding with no record after this long belongs to a request that died
 
 
 def requested_key() -> str | None:
@@ -37,12 +37,16 @@ class IdempotencyGuard:
 
     A duplicate that arrives while the first request is still writing its record waits for the record (up
     to ``PENDING_WAIT_S``) instead of taking the binding for stale; only a binding whose job has expired,
-    or that never got a record within ``ABANDONED_AFTER_S`` (its request died), is replaced.
+    or that never got a record within ``abandoned_after_s`` (its request died, or its admission got no answer
+    and its fence passed), is replaced. With ADMIT's fence computed before the binding (api/admission.py), no
+    record can appear later than the fence after the binding: a few seconds settle it for certain.
     """
 
-    def __init__(self, store: JobStore, bindings: IdempotencyBindings, owner: str, key: str, digest: str) -> None:
+    def __init__(self, store: JobStore, bindings: IdempotencyBindings, owner: str, key: str, digest: str,
+                 abandoned_after_s: float = ABANDONED_AFTER_S) -> None:
         # ``bindings`` is the app's (api/services.py): building it per request registered two scripts each time.
         self.store, self.bindings, self.owner, self.key, self.digest = store, bindings, owner, key, digest
+        self.abandoned_after_s = abandoned_after_s
         self.bound: str | None = None
 
     def existing_record(self, new_job_id: str) -> JobRecord | None:
@@ -62,7 +66,7 @@ class IdempotencyGuard:
             # The tombstone is written with the record (one transaction), so tombstone without record means
             # expired only when the record is read again after it: the first read may predate both.
             expired = self.store.was_known(found.job_id, self.owner) and self.store.get(found.job_id) is None
-            if expired or found.age_s > ABANDONED_AFTER_S:
+            if expired or found.age_s > self.abandoned_after_s:
                 self.bindings.drop_stale(self.owner, self.key, found)
                 continue
             if time.monotonic() > give_up_at:
