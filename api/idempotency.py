@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import request
@@ -48,12 +49,18 @@ class IdempotencyGuard:
         self.store, self.bindings, self.owner, self.key, self.digest = store, bindings, owner, key, digest
         self.abandoned_after_s = abandoned_after_s
         self.bound: str | None = None
+        self.not_after: float | None = None  # the fence read before the binding that took
 
-    def existing_record(self, new_job_id: str) -> JobRecord | None:
+    def existing_record(self, new_job_id: str, fence: Callable[[], float] | None = None) -> JobRecord | None:
         """Bind the key to ``new_job_id`` (None: go on and submit it), or return the record of the job it already
-        names, as read once: a record that expires right after is still this replay's answer, never a 500."""
+        names, as read once: a record that expires right after is still this replay's answer, never a 500.
+
+        ``fence`` gives the admission's fence; it is read just before each binding attempt (``not_after``), so
+        the binding that takes is never older than its fence's start."""
         give_up_at = time.monotonic() + PENDING_WAIT_S
         while True:
+            if fence is not None:
+                self.not_after = fence()
             found = self.bindings.bind(self.owner, self.key, new_job_id, self.digest)
             if found is None:
                 self.bound = new_job_id

@@ -113,11 +113,15 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         if body.webhook is not None:  # "" too: a webhook that was asked for is checked, never dropped
             check_webhook_url(body.webhook, svc.settings, field="webhook")
         job_id = str(uuid.uuid4())
-        not_after = admission_fence(svc.clock, svc.settings)  # before the key's binding: see api/idempotency.py
         key = requested_key()
         guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key, body_digest(body.model_dump(mode="json")),
                                  settled_after_s(svc.settings)) if key else None
-        existing = guard.existing_record(job_id) if guard else None
+        def fence() -> float:
+            return admission_fence(svc.clock, svc.settings)
+
+        # The fence is read before the key's binding is made (api/idempotency.py says why).
+        existing = guard.existing_record(job_id, fence) if guard else None
+        not_after = guard.not_after if guard else fence()
         if existing is not None:  # a replay: the record as read once (one that expires meanwhile is no 500)
             return existing, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
