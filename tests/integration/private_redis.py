@@ -55,15 +55,18 @@ class Private:
 
 
 @contextmanager
-def private_api(tmp_path: Path, settings: Settings) -> Iterator[Private]:
-    """The API on a Redis server of this test's own, a ghost worker online for ``echo`` (a test module's fixture
-    enters it)."""
+def private_api(tmp_path: Path, settings: Settings, online: tuple[str, ...] = ("echo",),
+                **overrides: Any) -> Iterator[Private]:
+    """The API on a Redis server of this test's own, a ghost worker online for the ``online`` models (a test
+    module's fixture enters it); ``overrides`` are settings."""
     server = RedisServer(tmp_path).start()
-    own = Settings(redis_url=server.url, key_prefix=settings.key_prefix, models_file=settings.models_file)
+    own = Settings(redis_url=server.url, key_prefix=settings.key_prefix, models_file=settings.models_file,
+                   **overrides)
     client = connect(own)
     client.ping()
     assert server.proc is not None
-    FleetStore(client, own).heartbeat("echo", GHOST, 0)
+    for model in online:
+        FleetStore(client, own).heartbeat(model, GHOST, 0)
     try:
         yield Private(server, own, create_app(own).test_client(), client)
     finally:
