@@ -11,9 +11,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import redis
 
+from genq import Client
 from tests.integration.private_redis import STALL_S, Private, private_api
 
 
@@ -90,3 +92,17 @@ def test_a_job_written_whose_message_could_not_be_sent_is_accepted_not_503(priva
     assert response.status_code == 202, response.json
     assert private.client.get(f"/v1/jobs/{response.json['id']}").json["status"] == "queued"
     assert len(private.jobs_with(tag)) == 1
+
+
+def test_the_client_retrying_a_stalled_submission_gets_one_job(private, monkeypatch):
+    """genq's client against the app (WSGI, no server): the stalled POST answers outcome_unknown, the client
+    retries after Retry-After with the same Idempotency-Key, and exactly one job exists."""
+    assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
+    tag = uuid.uuid4().hex
+    private.stall_during_admission(monkeypatch)
+    told: list[Any] = []
+    with Client("http://api.test", transport=httpx.WSGITransport(app=private.client.application),
+                on_retry=lambda error, delay: told.append(error)) as client:
+        job = client.submit("echo", text=f"{tag} [MASK]")
+    assert told and told[0].code == "outcome_unknown"
+    assert job.status == "queued" and len(private.jobs_with(tag)) == 1
