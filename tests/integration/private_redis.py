@@ -40,18 +40,20 @@ class Private:
         return [k for k in self.redis.scan_iter(f"{self.settings.key_prefix}job:*")
                 if self.redis.type(k) == b"hash" and text.encode() in (self.redis.hget(k, "input") or b"")]
 
-    def stall_during_admission(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The next ADMIT is sent to a Redis frozen for STALL_S: it runs when Redis resumes, after the API gave up."""
-        store, pid = self.svc.store, self.server.proc.pid
-        admit = store.admit
+    def stall_during_admission(self, monkeypatch: pytest.MonkeyPatch, batch: bool = False) -> None:
+        """The next ADMIT (ADMIT_MANY with ``batch``) is sent to a Redis frozen for STALL_S: it runs when Redis
+        resumes, after the API gave up."""
+        owner, name = (self.svc.batches, "admit_many") if batch else (self.svc.store, "admit")
+        pid = self.server.proc.pid
+        admit = getattr(owner, name)
 
         def stalled(*args: Any, **kwargs: Any) -> Any:
-            monkeypatch.setattr(store, "admit", admit)  # once
+            monkeypatch.setattr(owner, name, admit)  # once
             os.kill(pid, signal.SIGSTOP)
             threading.Timer(STALL_S, os.kill, (pid, signal.SIGCONT)).start()
             return admit(*args, **kwargs)
 
-        monkeypatch.setattr(store, "admit", stalled)
+        monkeypatch.setattr(owner, name, stalled)
 
 
 @contextmanager

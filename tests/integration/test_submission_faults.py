@@ -48,6 +48,16 @@ def test_a_submission_stalled_in_redis_answers_outcome_unknown_and_never_runs_la
     assert private.redis.zscore(private.svc.store.keys.queued("echo"), error["job_id"]) is None  # no place held
 
 
+def test_a_batch_stalled_in_redis_answers_503_and_never_runs_later(private, monkeypatch):
+    assert private.client.post("/v1/jobs/batch", json={"jobs": [body("warm-up")]}).status_code == 202
+    tag = uuid.uuid4().hex
+    private.stall_during_admission(monkeypatch, batch=True)
+    response = private.client.post("/v1/jobs/batch", json={"jobs": [body(f"{tag}-1"), body(f"{tag}-2")]})
+    assert response.status_code == 503, response.json
+    time.sleep(STALL_S + 0.5)  # Redis runs the stalled ADMIT_MANY now: past its fence, it writes nothing
+    assert private.redis.ping() and private.jobs_with(tag) == []
+
+
 def test_a_retry_with_the_same_idempotency_key_after_an_unknown_outcome_makes_one_job(private, monkeypatch):
     assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
     tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
