@@ -116,6 +116,7 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         key = requested_key()
         guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key, body_digest(body.model_dump(mode="json")),
                                  settled_after_s(svc.settings)) if key else None
+
         def fence() -> float:
             return admission_fence(svc.clock, svc.settings)
 
@@ -154,17 +155,15 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
                                         not_after=not_after)
     try:
         reservation, created = svc.store.admit(record, place)
-    except Unavailable:  # written but not replicated in time: taken back (a lost undo is pruned, see undo)
-        undo(svc, spec, record)
+    except Unavailable as exc:  # written but not replicated in time: taken back, or the outcome is unknown
+        if not undo(svc, spec, record):
+            raise unknown(job_id) from exc
         raise
     except (redis.RedisError, OSError) as exc:  # sent, maybe run: Redis stalled or the connection broke
         if never_sent(exc):
             raise
         log.warning("job %s: admission got no answer (%s); its outcome is settled by its fence", job_id, exc)
-        raise OutcomeUnknown(
-            f"the job queue did not answer; job {job_id} may have been accepted: GET /v1/jobs/{job_id} says "
-            "(404: it was not, and never will be; retrying with the same Idempotency-Key is safe)",
-            job_id=job_id) from exc
+        raise unknown(job_id) from exc
     if created is None:
         raise refusal(svc.fleet, spec, reservation)  # nothing was written
     try:
@@ -183,6 +182,12 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
     return created
 
 
+def unknown(job_id: str) -> OutcomeUnknown:
+    return OutcomeUnknown(
+        f"the job queue did not answer; job {job_id} may have been accepted: GET /v1/jobs/{job_id} says "
+        "(404: it was not, and never will be; retrying with the same Idempotency-Key is safe)", job_id=job_id)
+
+
 def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str, owner: str) -> JobRecord:
     """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
     deadline_s = body.deadline_s or spec.default_deadline_s
@@ -194,13 +199,19 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: st
     )
 
 
-def undo(svc: Services, spec: ModelSpec, record: JobRecord) -> None:
-    """Remove the record and give the place back: the client gets an error, not a job."""
+def undo(svc: Services, spec: ModelSpec, record: JobRecord) -> bool:
+    """Remove the record and give the place back: the client gets an error, not a job. False when the record
+    may still be there (Redis failed meanwhile)."""
     try:
         svc.store.delete(record)
-        svc.queue_limit.release(spec.id, record.id)
-    except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/store/queue_limit.py)
+    except Exception:
         log.warning("job %s: could not undo its record and reservation", record.id)
+        return False
+    try:
+        svc.queue_limit.release(spec.id, record.id)
+    except Exception:  # the stale reservation is pruned later (tasks/store/queue_limit.py)
+        log.warning("job %s: could not give its place back", record.id)
+    return True
 
 
 class JobIds(BaseModel):
