@@ -14,6 +14,7 @@ from api.limits import create_limiter
 from api.metrics import register_metrics
 from api.openai_compat import install as install_openai
 from api.playground import playground
+from api.redis_health import RedisHealth
 from api.routes_batch import batches
 from api.routes_events import events
 from api.routes_jobs import jobs
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["genq"] = Services.build(settings)
     warm_up(app.extensions["genq"].celery)  # in each server process: the app is built there, after any fork
+    app.extensions["genq_redis_health"] = RedisHealth(settings)  # tells an outage from load (api/errors.py)
     register_error_handlers(app)
     register_metrics(app)  # before the other request hooks, so every request is timed
     http_limits.install(app)  # the request line and headers within gunicorn's limits, whatever the server

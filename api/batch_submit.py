@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery
 
-from api.admission import refusal
+from api.admission import admission_fence, refusal
 from api.routes_jobs import new_record
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError
@@ -55,8 +55,9 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
             todo.append((i, spec, new_record(spec, body, inp, job_id, owner)))
     if not todo:
         return [e for e in entries if e is not None]
+    not_after = admission_fence(svc.clock, svc.settings)  # run after it (a Redis stall), ADMIT_MANY writes nothing
     places = [(record, svc.queue_limit.reservation(spec.id, record.id, spec.max_queue_depth,
-                                                   need_worker=spec.min_workers > 0))
+                                                   need_worker=spec.min_workers > 0, not_after=not_after))
               for _, spec, record in todo]
     try:
         admitted = svc.batches.admit_many(places)

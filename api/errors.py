@@ -6,17 +6,18 @@ import logging
 import uuid
 
 import redis
-from flask import Flask, Response, g, jsonify, request
+from flask import Flask, Response, current_app, g, jsonify, request
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, Unavailable, code_for_status
+from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, OutcomeUnknown, Unavailable, code_for_status
 from tasks.inputs import invalid_from_validation
 
 log = logging.getLogger(__name__)
 
 BROKER_RETRY_AFTER_S = 2
+OVERLOADED_RETRY_AFTER_S = 1  # a burst passes in seconds; a client's backoff spreads the retries
 
 
 def request_id() -> str:
@@ -27,20 +28,24 @@ def request_id() -> str:
     return str(g.request_id)
 
 
-def error_body(code: ErrorCode | str, message: str, field: str | None = None) -> dict[str, object]:
-    """The documented error shape, ``{"error": {code, message, request_id, field?}}`` (also a batch's entry)."""
+def error_body(code: ErrorCode | str, message: str, field: str | None = None,
+               job_id: str | None = None) -> dict[str, object]:
+    """The documented error shape, ``{"error": {code, message, request_id, field?, job_id?}}`` (also a batch's
+    entry); ``job_id`` names the job whose submission has an unknown outcome (``outcome_unknown``)."""
     body: dict[str, object] = {"code": ErrorCode(code).value, "message": message, "request_id": request_id()}
     if field:
         body["field"] = field
+    if job_id:
+        body["job_id"] = job_id
     return {"error": body}
 
 
 def error_response(
     code: ErrorCode | str, message: str, status: int | None = None, *, field: str | None = None,
-    retry_after: int | None = None,
+    retry_after: int | None = None, job_id: str | None = None,
 ) -> Response:
     code = ErrorCode(code)
-    response = jsonify(error_body(code, message, field))
+    response = jsonify(error_body(code, message, field, job_id))
     response.status_code = status or HTTP_STATUS[code]
     if retry_after is not None:
         response.headers["Retry-After"] = str(retry_after)
@@ -53,19 +58,34 @@ def validation_error_response(exc: ValidationError) -> Response:
     return error_response(err.code, err.message, field=err.field)
 
 
+def broker_error_response(exc: BaseException) -> Response:
+    """A Redis call failed: ``overloaded`` when Redis still answers (the call missed its budget under load),
+    else ``broker_unavailable`` (api/redis_health.py tells them apart)."""
+    health = current_app.extensions.get("genq_redis_health")
+    if health is not None and health.answering(exc):
+        log.warning("redis answers but a call missed its budget (overloaded): %s", exc)
+        return error_response(ErrorCode.overloaded, "the service is overloaded; retry shortly",
+                              retry_after=OVERLOADED_RETRY_AFTER_S)
+    log.warning("redis unavailable: %s", exc)
+    return error_response(ErrorCode.broker_unavailable, "the job queue is unreachable; retry shortly",
+                          retry_after=BROKER_RETRY_AFTER_S)
+
+
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(GenqError)
     def _genq(exc: GenqError) -> Response:
         retry_after = exc.retry_after if isinstance(exc, Unavailable) else None
+        if isinstance(exc, OutcomeUnknown):
+            response = error_response(exc.code, exc.message, retry_after=retry_after, job_id=exc.job_id)
+            response.headers["Location"] = f"/v1/jobs/{exc.job_id}"
+            return response
         return error_response(exc.code, exc.message, field=exc.field, retry_after=retry_after)
 
     @app.errorhandler(redis.exceptions.ConnectionError)
     @app.errorhandler(redis.exceptions.TimeoutError)
     @app.errorhandler(OperationalError)
     def _broker(exc: Exception) -> Response:
-        log.warning("redis unavailable: %s", exc)
-        return error_response(ErrorCode.broker_unavailable, "the job queue is unreachable; retry shortly",
-                              retry_after=BROKER_RETRY_AFTER_S)
+        return broker_error_response(exc)
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:

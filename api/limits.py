@@ -27,7 +27,7 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 from api.auth import Unauthorized, current_key
 from tasks.errors import ErrorCode, Unavailable
 from tasks.settings import Settings
-from tasks.store.redis_client import SentinelConnection, SentinelURL, is_sentinel
+from tasks.store.redis_client import API_CALL_SHARE, SentinelConnection, SentinelURL, is_sentinel
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ def _limit_key() -> str:
 
 
 def redis_timeouts(settings: Settings) -> dict[str, Any]:
-    """A quarter of the Redis timeout: the limiter swallows its errors, so with a stalled Redis its wait and
-    the job store's (half) still answer the 503 within GENQ_REDIS_TIMEOUT_S."""
-    timeout = settings.redis_timeout_s / 4
+    """The API's share of the Redis timeout per call, as the job store's: a stalled Redis fails the limiter's
+    call (never let through) and the app answers 503 within GENQ_REDIS_TIMEOUT_S, the outage probe included."""
+    timeout = settings.redis_timeout_s * API_CALL_SHARE
     return {"socket_connect_timeout": timeout, "socket_timeout": timeout}
 
 
@@ -90,13 +90,9 @@ class SubmissionLimit:
         self.default = settings.rate_limit
 
     def check(self, cost: int = 1) -> None:
-        """Count ``cost`` submissions (a batch's jobs), or raise RateLimited. A failing Redis lets it through: the
-        job store answers the 503, the limiter must not turn it into a 500."""
-        try:
-            refused = self._refused(_limit_key(), cost)
-        except Exception:
-            log.exception("rate limit check failed; letting the request through")
-            return
+        """Count ``cost`` submissions (a batch's jobs), or raise RateLimited. Never fails open: a Redis error
+        propagates, and the app answers it 503 (``overloaded`` or ``broker_unavailable``, api/errors.py)."""
+        refused = self._refused(_limit_key(), cost)
         if refused is not None:
             raise refused
 
@@ -110,18 +106,14 @@ class SubmissionLimit:
 
     def allow(self, wanted: int) -> tuple[int, RateLimited | None]:
         """A batch's share: how many of ``wanted`` submissions the caller's budget takes now (counted), and the
-        refusal for the rest (None when all fit). Like ``check``, a failing Redis lets them all through."""
+        refusal for the rest (None when all fit). Like ``check``, a Redis error propagates (never fails open)."""
         if wanted <= 0:
             return 0, None
         who = _limit_key()
-        try:
-            stats = [(self.strategy.get_window_stats(item, self.scope, who), item) for item in parsed(self._limit())]
-            granted = min([wanted, *(max(0, window.remaining) for window, _ in stats)])
-            if granted > 0 and self._refused(who, granted) is not None:
-                granted = 0  # taken meanwhile by the caller's other requests: refuse the batch, count none of it
-        except Exception:
-            log.exception("rate limit check failed; letting the batch through")
-            return wanted, None
+        stats = [(self.strategy.get_window_stats(item, self.scope, who), item) for item in parsed(self._limit())]
+        granted = min([wanted, *(max(0, window.remaining) for window, _ in stats)])
+        if granted > 0 and self._refused(who, granted) is not None:
+            granted = 0  # taken meanwhile by the caller's other requests: refuse the batch, count none of it
         if granted == wanted or not stats:
             return granted, None
         window, item = min(stats, key=lambda pair: pair[0].remaining)

@@ -55,6 +55,7 @@ REJECTION_REASONS: dict[str, str] = {
     ErrorCode.no_workers: "no_workers",
     ErrorCode.rate_limited: "rate_limit",
     ErrorCode.broker_unavailable: "unavailable",
+    ErrorCode.outcome_unknown: "outcome_unknown",
     ErrorCode.unauthorized: "unauthorized",
     ErrorCode.conflict: "conflict",
 }

@@ -9,20 +9,23 @@ import uuid
 from contextlib import ExitStack
 from typing import Any
 
+import redis
 from flask import Response, current_app, jsonify, make_response, request, url_for
 from flask_openapi3 import APIBlueprint, Tag
+from kombu.exceptions import OperationalError
 from pydantic import BaseModel, Field
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from api.admission import refusal
+from api.admission import admission_fence, refusal, settled_after_s
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
 from api.outputs import public_job, serve_output
+from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services, services
 from api.waiters import POLL_S, Watch
 from tasks.batch import BatchResult
-from tasks.errors import Gone, NotFound, Unavailable
+from tasks.errors import Gone, NotFound, OutcomeUnknown, Unavailable
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import ErrorBody, Job, JobCreate, JobStatus, parse_job_create
@@ -111,16 +114,25 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
             check_webhook_url(body.webhook, svc.settings, field="webhook")
         job_id = str(uuid.uuid4())
         key = requested_key()
-        guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key,
-                                 body_digest(body.model_dump(mode="json"))) if key else None
-        existing = guard.existing_record(job_id) if guard else None
+        guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key, body_digest(body.model_dump(mode="json")),
+                                 settled_after_s(svc.settings)) if key else None
+
+        def fence() -> float:
+            return admission_fence(svc.clock, svc.settings)
+
+        # The fence is read before the key's binding is made (api/idempotency.py says why).
+        existing = guard.existing_record(job_id, fence) if guard else None
+        not_after = guard.not_after if guard else fence()
         if existing is not None:  # a replay: the record as read once (one that expires meanwhile is no 500)
             return existing, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
         # record written here, and reads only when the job's done channel fires.
         watch = scope.enter_context(svc.waiters.watching(job_id, min(wait, POLL_S))) if wait > 0 else None
         try:
-            return submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner), watch
+            return submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner, not_after), watch
+        except OutcomeUnknown:
+            raise  # the key stays bound to the job: a retry with it replays the job, or binds anew once it is
+            # certain that nothing was written (api/idempotency.py)
         except Exception:
             if guard:
                 guard.release()
@@ -128,16 +140,30 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
 
 
 def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,
-           owner: str) -> JobRecord:
-    """Reserve a place and write the record (one script), then send the message (the record first: an id handed
-    out is never unknown). A failure after the reservation gives the place back."""
+           owner: str, not_after: float | None = None) -> JobRecord:
+    """Reserve a place and write the record (one script, fenced at ``not_after`` on Redis' clock), then send the
+    message (the record first: an id handed out is never unknown).
+
+    Nothing written: the refusal. No answer from Redis: ``OutcomeUnknown`` with the job id (the fence settles it
+    within a second). Written: the job is accepted even when its message cannot be sent now, as the sweeper
+    re-sends a queued job whose message is nowhere (a 503 here would be a 503 that later runs).
+    """
     record = new_record(spec, body, inp, job_id, owner)
-    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0)
+    if not_after is None:
+        not_after = admission_fence(svc.clock, svc.settings)
+    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0,
+                                        not_after=not_after)
     try:
         reservation, created = svc.store.admit(record, place)
-    except Unavailable:  # written but not replicated in time. (Redis unreachable: no undo, as it would time out
-        undo(svc, spec, record)  # too; a reservation left by a lost reply is pruned, its record re-sent.)
+    except Unavailable as exc:  # written but not replicated in time: taken back, or the outcome is unknown
+        if not undo(svc, spec, record):
+            raise unknown(job_id) from exc
         raise
+    except (redis.RedisError, OSError) as exc:  # sent, maybe run: Redis stalled or the connection broke
+        if never_sent(exc):
+            raise
+        log.warning("job %s: admission got no answer (%s); its outcome is settled by its fence", job_id, exc)
+        raise unknown(job_id) from exc
     if created is None:
         raise refusal(svc.fleet, spec, reservation)  # nothing was written
     try:
@@ -148,10 +174,18 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
             # channel on every publish, two Redis round trips per job for nothing.
             ignore_result=True,
         )
+    except (redis.RedisError, OSError, OperationalError) as exc:
+        log.warning("job %s: accepted, its message not sent (%s); the sweeper sends it", job_id, exc)
     except Exception:
         undo(svc, spec, created)
         raise
     return created
+
+
+def unknown(job_id: str) -> OutcomeUnknown:
+    return OutcomeUnknown(
+        f"the job queue did not answer; job {job_id} may have been accepted: GET /v1/jobs/{job_id} says "
+        "(404: it was not, and never will be; retrying with the same Idempotency-Key is safe)", job_id=job_id)
 
 
 def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str, owner: str) -> JobRecord:
@@ -165,13 +199,19 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: st
     )
 
 
-def undo(svc: Services, spec: ModelSpec, record: JobRecord) -> None:
-    """Remove the record and give the place back: the client gets an error, not a job."""
+def undo(svc: Services, spec: ModelSpec, record: JobRecord) -> bool:
+    """Remove the record and give the place back: the client gets an error, not a job. False when the record
+    may still be there (Redis failed meanwhile)."""
     try:
         svc.store.delete(record)
-        svc.queue_limit.release(spec.id, record.id)
-    except Exception:  # Redis is gone: the stale reservation is pruned later (tasks/store/queue_limit.py)
+    except Exception:
         log.warning("job %s: could not undo its record and reservation", record.id)
+        return False
+    try:
+        svc.queue_limit.release(spec.id, record.id)
+    except Exception:  # the stale reservation is pruned later (tasks/store/queue_limit.py)
+        log.warning("job %s: could not give its place back", record.id)
+    return True
 
 
 class JobIds(BaseModel):

@@ -24,6 +24,7 @@ from tasks.store.job_store import JobStore
 from tasks.store.output_stores import output_store
 from tasks.store.queue_limit import QueueLimit
 from tasks.store.redis_client import connect
+from tasks.store.redis_clock import RedisClock
 
 log = logging.getLogger(__name__)
 OUTPUT_READS_OPEN_S = 2.0  # a stalled store costs one request a second's wait, the others a 503 at once
@@ -44,6 +45,7 @@ class Services:
     waiters: WaitHub
     idempotency: IdempotencyBindings
     batches: JobBatches
+    clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     # Output reads after the store just failed answer 503 at once for a moment (api/outputs.py).
     outputs_circuit: Circuit = field(default_factory=lambda: Circuit(OUTPUT_READS_OPEN_S))
 
@@ -64,6 +66,7 @@ class Services:
                             settings.waiters_per_owner),
             idempotency=IdempotencyBindings(client, store.keys, settings.idempotency_ttl_s),
             batches=JobBatches(store),
+            clock=RedisClock(client),
         )
 
     def model(self, model_id: str) -> ModelSpec:

@@ -80,6 +80,16 @@ class NoWorkers(Unavailable):
     """503 no_workers: no worker is serving the model right now."""
 
 
+class OutcomeUnknown(Unavailable):
+    """503 outcome_unknown: Redis got the submission and gave no answer; ``job_id`` is the job it would be.
+
+    ``GET`` it to learn the outcome (404: nothing was accepted, and never will be). ``submit`` retries with the
+    same Idempotency-Key, which the API answers with that job if it was accepted: never a second job.
+    """
+
+    job_id: str | None = None
+
+
 class ServerError(APIError):
     """5xx other than 503: a bug on the server side; quote ``request_id`` when reporting it."""
 
@@ -116,6 +126,7 @@ _BY_CODE: dict[ErrorCode, type[APIError]] = {
     ErrorCode.overloaded: Overloaded,
     ErrorCode.no_workers: NoWorkers,
     ErrorCode.broker_unavailable: Unavailable,
+    ErrorCode.outcome_unknown: OutcomeUnknown,
     ErrorCode.output_store_unavailable: Unavailable,
 }
 
@@ -167,5 +178,8 @@ def error_from_info(status: int, info: dict[str, Any], retry_after: float | None
     if status == 503 and not issubclass(cls, Unavailable):
         cls = Unavailable
     message = str(info.get("message") or reason or f"HTTP {status}")
-    return cls(message, code=code, status=status, request_id=info.get("request_id"),
-               field=info.get("field"), retry_after=retry_after)
+    error = cls(message, code=code, status=status, request_id=info.get("request_id"),
+                field=info.get("field"), retry_after=retry_after)
+    if isinstance(error, OutcomeUnknown) and isinstance(info.get("job_id"), str):
+        error.job_id = info["job_id"]
+    return error

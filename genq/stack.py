@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from genq.children import die_with_parent, kill_group
 from genq.metrics_ports import FIRST_PORT, pick_ports, url_host
 from genq.redis_server import LOCAL_URL, answers, start_embedded
 from tasks.constants import queue_name
@@ -25,28 +26,45 @@ STOP_TIMEOUT_S = 30.0  # a worker finishes its running batch on SIGTERM; give it
 
 @dataclass
 class Stack:
-    """Child processes by name; stopped in reverse start order."""
+    """Child processes by name; stopped in reverse start order. None outlives the stack (genq/children.py)."""
 
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    stop_timeout_s: float = STOP_TIMEOUT_S
+    stopping: bool = False
 
     def start(self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
-        log = open(log_dir / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)  # Ctrl-C reaches us, not them
+        with open(log_dir / f"{name}.log", "ab") as log:  # the child keeps its own copy of the descriptor
+            self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True,  # Ctrl-C reaches us, not them
+                                                preexec_fn=die_with_parent())  # and they die with us
 
     def first_exited(self) -> str | None:
         return next((name for name, p in self.procs.items() if p.poll() is not None), None)
 
     def stop(self) -> None:
+        """SIGTERM to each, then wait for all up to the stop timeout; what is left then (a child, or what it
+        started in its group) is killed."""
+        self.stopping = True
         for proc in reversed(list(self.procs.values())):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + STOP_TIMEOUT_S
+        end = time.monotonic() + self.stop_timeout_s
         for proc in reversed(list(self.procs.values())):
             try:
                 proc.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
+                pass
+        self.kill_all()
+
+    def kill_all(self) -> None:
+        """SIGKILL every child's process group at once (a second Ctrl-C, or the stop timeout)."""
+        for proc in self.procs.values():
+            kill_group(proc)
+        for proc in self.procs.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:  # unkillable (a process stuck in the kernel): nothing more to do
+                pass
 
 
 def wait_http(url: str, timeout: float, auth: tuple[str, str] | None = None) -> bool:
@@ -163,6 +181,9 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
 
     def _stop(signum: int, frame: object) -> None:
         nonlocal stopping
+        if stack.stopping:  # interrupted again while stopping: stop waiting, kill them all now
+            print("killing...", flush=True)
+            stack.kill_all()
         stopping = True
 
     signal.signal(signal.SIGINT, _stop)

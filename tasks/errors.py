@@ -21,6 +21,7 @@ class ErrorCode(StrEnum):
     overloaded = "overloaded"
     no_workers = "no_workers"
     broker_unavailable = "broker_unavailable"
+    outcome_unknown = "outcome_unknown"
     model_error = "model_error"
     out_of_memory = "out_of_memory"
     worker_lost = "worker_lost"
@@ -47,6 +48,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.unknown_model: 422,
     ErrorCode.rate_limited: 429,
     ErrorCode.broker_unavailable: 503,
+    ErrorCode.outcome_unknown: 503,
     ErrorCode.overloaded: 503,
     ErrorCode.no_workers: 503,
     ErrorCode.output_store_unavailable: 503,
@@ -110,6 +112,16 @@ class Unavailable(GenqError):
         self.retry_after = retry_after
         if code is not None:
             self.code = code
+
+
+class OutcomeUnknown(Unavailable):
+    """Redis took the submission of ``job_id`` and gave no answer: it may have been written. Admission is fenced
+    (``job_admit.lua`` refuses after ``not_after`` on Redis' clock), so the outcome is settled within about a
+    second: ``GET /v1/jobs/{job_id}`` answers the job (accepted) or 404 (nothing accepted, and never will be)."""
+
+    def __init__(self, message: str, *, job_id: str, retry_after: int = 2) -> None:
+        super().__init__(message, retry_after=retry_after, code=ErrorCode.outcome_unknown)
+        self.job_id = job_id
 
 
 class OutputStoreUnavailable(Unavailable):

@@ -118,8 +118,10 @@ class FleetStore:
         return self.keys.completed(model_id, int(time.time()) // RATE_BUCKET_S), RATE_WINDOW_S * 2
 
     def service_rate(self, model_id: str) -> float:
-        """Jobs per second finished for ``model_id`` over the last minute (all workers)."""
-        now = int(time.time()) // RATE_BUCKET_S
-        buckets = range(now - RATE_WINDOW_S // RATE_BUCKET_S, now)
+        """Jobs per second finished for ``model_id`` over the last minute and the bucket under way (all workers):
+        the drain rate behind a full queue's Retry-After. Counted by the workers with each batch's endings."""
+        clock = time.time()
+        now = int(clock) // RATE_BUCKET_S
+        buckets = range(now - RATE_WINDOW_S // RATE_BUCKET_S, now + 1)
         counts = self.redis.mget([self.keys.completed(model_id, b) for b in buckets])
-        return sum(int(c) for c in counts if c) / RATE_WINDOW_S
+        return sum(int(c) for c in counts if c) / (RATE_WINDOW_S + clock - now * RATE_BUCKET_S)

@@ -9,6 +9,10 @@ local queued, workers, id, limit, need_worker  -- reserve()'s per-job arguments,
 --#include queue_reserve_fn
 local created = stamp(now)
 local replies = {}
+if not_after ~= '' and now > tonumber(not_after) then  -- past its fence (ADMIT's): nothing written, -2 each
+  for j = 1, #KEYS / 5 do replies[j] = {-2, 0, ''} end
+  return replies
+end
 for j = 0, #KEYS / 5 - 1 do
   local at, arg = j * 5, jobs_from + j * 6
   local job, active, tombstone = KEYS[at + 1], KEYS[at + 2], KEYS[at + 3]

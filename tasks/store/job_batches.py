@@ -37,10 +37,10 @@ class JobBatches:
         if not jobs:
             return []
         store = self.store
-        first = jobs[0][1]  # worker TTL, job key prefix, stale after, prune batch: the same for every job
+        first = jobs[0][1]  # worker TTL, job key prefix, stale after, prune batch, fence: the same for every job
         call = AdmitManyArgs(tombstone_ttl=store.settings.tombstone_ttl_s, worker_ttl=first.worker_ttl,
                              job_prefix=first.job_prefix, stale_after=first.stale_after,
-                             prune_batch=first.prune_batch, jobs=[
+                             prune_batch=first.prune_batch, not_after=first.not_after, jobs=[
             AdmitManyJob(job=store.keys.job(record.id), active=store.keys.active(record.model),
                          tombstone=store.keys.gone(record.id), reserve=reserve, owner=record.owner or "-",
                          deadline_offset="" if record.deadline_at is None

@@ -137,12 +137,14 @@ class AdmitManyArgs(ScriptArgs):
     job_prefix: str
     stale_after: float
     prune_batch: int
+    not_after: str = ""  # the fence, as ADMIT's (``ReserveArgs.not_after``): run later, it writes nothing
     jobs: list[AdmitManyJob] = pairs()
 
     def keys(self) -> list[Any]:
         return [k for j in self.jobs for k in (j.job, j.active, j.tombstone, j.reserve.queued, j.reserve.workers)]
 
     def args(self) -> list[Any]:
-        shared = [self.tombstone_ttl, self.worker_ttl, self.job_prefix, self.stale_after, self.prune_batch]
+        shared = [self.tombstone_ttl, self.worker_ttl, self.job_prefix, self.stale_after, self.prune_batch,
+                  self.not_after]
         return shared + [a for j in self.jobs for a in (j.reserve.id, j.owner, j.deadline_offset, j.reserve.limit,
                                                           j.reserve.need_worker, j.fields_json)]

@@ -39,9 +39,13 @@ class ReserveArgs(ScriptArgs):
     stale_after: float = STALE_AFTER_S
     prune_batch: int = PRUNE_BATCH
     need_worker: str = "1"  # "0": a model that may scale to zero takes jobs with no worker online
+    # ADMIT's fence, on Redis' clock ('' for none): a script that runs after it writes nothing, so a submission
+    # whose caller stopped waiting for the answer (a Redis stall) is never accepted behind its back.
+    not_after: str = ""
 
 
 class Outcome(IntEnum):
+    late = -2  # ADMIT ran after its fence: nothing written
     no_workers = -1
     full = 0
     reserved = 1
@@ -57,14 +61,17 @@ class QueueLimit:
         self.redis, self.settings = client, settings
         self.keys = Keys(settings.key_prefix)
 
-    def reservation(self, model_id: str, job_id: str, limit: int, *, need_worker: bool = True) -> ReserveArgs:
+    def reservation(self, model_id: str, job_id: str, limit: int, *, need_worker: bool = True,
+                    not_after: float | None = None) -> ReserveArgs:
         """The Lua ``reserve``'s call, which the job store's ADMIT script runs ahead of the record's write.
 
         ``need_worker`` False (a model with ``min_workers = 0``): queue the job with no worker online.
+        ``not_after`` (Redis' clock): ADMIT writes nothing when it runs later (``Outcome.late``).
         """
         return ReserveArgs(queued=self.keys.queued(model_id), workers=self.keys.workers(model_id), id=job_id,
                            limit=limit, worker_ttl=self.settings.worker_ttl_s, job_prefix=self.keys.job(""),
-                           need_worker="1" if need_worker else "0")
+                           need_worker="1" if need_worker else "0",
+                           not_after="" if not_after is None else f"{not_after:.6f}")
 
     def release(self, model_id: str, job_id: str) -> None:
         """Give the place back (the job's message was never sent)."""

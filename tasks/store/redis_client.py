@@ -27,8 +27,9 @@ START_WAIT_MAX_S = 5.0
 log = logging.getLogger(__name__)
 
 
-#: The API's share of GENQ_REDIS_TIMEOUT_S per Redis call: a request makes at most two calls before one
-#: fails (the rate limiter's, which is swallowed, then the job store's), so a stall answers 503 within it.
+#: The API's share of GENQ_REDIS_TIMEOUT_S per Redis call: the first call that fails ends the request (the
+#: rate limiter's included, which never lets a request through), and with the outage probe's PING
+#: (api/redis_health.py) a stall still answers 503 within GENQ_REDIS_TIMEOUT_S.
 API_CALL_SHARE = 0.5
 
 

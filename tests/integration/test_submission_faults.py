@@ -1,0 +1,118 @@
+"""A submission during a Redis stall: never a 503 for a job that later runs, or an answer that says so.
+
+Each test runs the API on a Redis server of its own (frozen with SIGSTOP mid-submission), with a ghost worker's
+heartbeat so that admission takes jobs; nothing consumes them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from genq import Client
+from tests.integration.private_redis import STALL_S, Private, private_api
+
+
+@pytest.fixture
+def private(tmp_path, settings) -> Iterator[Private]:
+    """The API on a Redis server of this test's own."""
+    with private_api(tmp_path, settings) as own:
+        yield own
+
+
+def body(text: str) -> dict[str, Any]:
+    return {"model": "echo", "input": {"text": f"{text} [MASK]"}}
+
+
+def test_a_submission_stalled_in_redis_answers_outcome_unknown_and_never_runs_later(private, monkeypatch):
+    assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202  # scripts loaded, clock read
+    tag = uuid.uuid4().hex
+    private.stall_during_admission(monkeypatch)
+    started = time.monotonic()
+    response = private.client.post("/v1/jobs", json=body(tag))
+    assert time.monotonic() - started < 1.0
+    assert response.status_code == 503, response.json
+    error = response.json["error"]
+    assert error["code"] == "outcome_unknown" and error["job_id"] in error["message"]
+    assert response.headers["Location"] == f"/v1/jobs/{error['job_id']}" and int(response.headers["Retry-After"]) >= 1
+    time.sleep(STALL_S + 0.5)  # Redis runs the stalled ADMIT now: past its fence, it writes nothing
+    assert private.redis.ping()
+    assert private.client.get(f"/v1/jobs/{error['job_id']}").status_code == 404
+    assert private.jobs_with(tag) == []
+    assert private.redis.zscore(private.svc.store.keys.queued("echo"), error["job_id"]) is None  # no place held
+
+
+def test_a_batch_stalled_in_redis_answers_503_and_never_runs_later(private, monkeypatch):
+    assert private.client.post("/v1/jobs/batch", json={"jobs": [body("warm-up")]}).status_code == 202
+    tag = uuid.uuid4().hex
+    private.stall_during_admission(monkeypatch, batch=True)
+    response = private.client.post("/v1/jobs/batch", json={"jobs": [body(f"{tag}-1"), body(f"{tag}-2")]})
+    assert response.status_code == 503, response.json
+    time.sleep(STALL_S + 0.5)  # Redis runs the stalled ADMIT_MANY now: past its fence, it writes nothing
+    assert private.redis.ping() and private.jobs_with(tag) == []
+
+
+def test_a_retry_with_the_same_idempotency_key_after_an_unknown_outcome_makes_one_job(private, monkeypatch):
+    assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
+    tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+    private.stall_during_admission(monkeypatch)
+    first = private.client.post("/v1/jobs", json=body(tag), headers=key)
+    assert first.status_code == 503 and first.json["error"]["code"] == "outcome_unknown"
+    time.sleep(STALL_S + 0.2)
+    retried = private.client.post("/v1/jobs", json=body(tag), headers=key)  # settled within seconds: binds anew
+    assert retried.status_code == 202, retried.json
+    assert private.client.post("/v1/jobs", json=body(tag), headers=key).json["id"] == retried.json["id"]
+    assert len(private.jobs_with(tag)) == 1
+
+
+def test_an_admission_whose_answer_is_lost_says_so_and_the_job_can_be_found(private, monkeypatch):
+    """The script ran, its reply never came: the answer names the job, which exists; a retry replays it."""
+    store = private.svc.store
+    admit = store.admit
+
+    def lost_reply(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(store, "admit", admit)
+        admit(*args, **kwargs)
+        raise redis.exceptions.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(store, "admit", lost_reply)
+    tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+    response = private.client.post("/v1/jobs", json=body(tag), headers=key)
+    assert response.status_code == 503 and response.json["error"]["code"] == "outcome_unknown"
+    job_id = response.json["error"]["job_id"]
+    assert private.client.get(f"/v1/jobs/{job_id}").json["status"] == "queued"
+    assert private.client.post("/v1/jobs", json=body(tag), headers=key).json["id"] == job_id
+    assert len(private.jobs_with(tag)) == 1
+
+
+def test_a_job_written_whose_message_could_not_be_sent_is_accepted_not_503(private, monkeypatch):
+    """The record is the truth and the sweeper sends a queued job's missing message: a 503 here would later run."""
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(private.svc.celery, "send_task", broken)
+    tag = uuid.uuid4().hex
+    response = private.client.post("/v1/jobs", json=body(tag))
+    assert response.status_code == 202, response.json
+    assert private.client.get(f"/v1/jobs/{response.json['id']}").json["status"] == "queued"
+    assert len(private.jobs_with(tag)) == 1
+
+
+def test_the_client_retrying_a_stalled_submission_gets_one_job(private, monkeypatch):
+    """genq's client against the app (WSGI, no server): the stalled POST answers outcome_unknown, the client
+    retries after Retry-After with the same Idempotency-Key, and exactly one job exists."""
+    assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
+    tag = uuid.uuid4().hex
+    private.stall_during_admission(monkeypatch)
+    told: list[Any] = []
+    with Client("http://api.test", transport=httpx.WSGITransport(app=private.client.application),
+                on_retry=lambda error, delay: told.append(error)) as client:
+        job = client.submit("echo", text=f"{tag} [MASK]")
+    assert told and told[0].code == "outcome_unknown"
+    assert job.status == "queued" and len(private.jobs_with(tag)) == 1
