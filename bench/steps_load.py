@@ -60,10 +60,11 @@ class MixedPoint:
     max_ms: dict[str, float] = field(default_factory=dict)
     ttft_p50_ms: float = float("nan")
     mean_rows: float = float("nan")
+    raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
 
 
-def image_job(n: int, steps: int, size: int = 64, seed: int | None = None) -> JobSpec:
-    return JobSpec(f"{steps} steps" if size == 64 else f"{size}px", {
+def image_job(n: int, steps: int, size: int = 64, seed: int | None = None, tag: str | None = None) -> JobSpec:
+    return JobSpec(tag or f"{steps} steps", {
         "prompt": f"a painting of a {SUBJECTS[n % len(SUBJECTS)]}", "width": size, "height": size,
         "num_inference_steps": steps, "seed": n if seed is None else seed}, work=float(steps))
 
