@@ -16,11 +16,10 @@ from typing import Any
 
 import httpx
 
-from bench.load import OPEN_LOOP_THREADS, percentile, send_poisson
+from bench.load import OPEN_LOOP_THREADS, http_client, percentile, send_poisson
 from bench.workload import PROMPTS, SUBJECTS
 
 WAIT_S = 60
-CLIENT_TIMEOUT_S = WAIT_S + 30
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,7 @@ def run_clients(url: str, model: str, jobs: Callable[[int], JobSpec], concurrenc
     window = (start + warmup_s, start + warmup_s + duration_s)
 
     def loop() -> None:
-        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+        with http_client(url) as client:
             while time.perf_counter() < window[1]:
                 with lock:
                     n = next(counter)
@@ -158,7 +157,7 @@ def run_poisson(url: str, model: str, jobs: Callable[[int], JobSpec], rate: floa
     todo: queue.Queue[int | None] = queue.Queue()
 
     def loop() -> None:
-        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+        with http_client(url) as client:
             while (n := todo.get()) is not None:
                 result = submit_and_wait(client, model, jobs(n))
                 with lock:
