@@ -6,7 +6,6 @@ finishes inside the measured window; throughput is those requests over the windo
 
 from __future__ import annotations
 
-import functools
 import os
 import queue
 import random
@@ -25,16 +24,15 @@ WAIT_S = 60  # Prefer: wait=60, the API's cap: a job that is not done by then co
 CLIENT_TIMEOUT_S = WAIT_S + 30
 
 
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    return ssl.create_default_context()
+#: Built at import, before any client thread: threads that built it lazily all at once would each build one.
+_TLS = ssl.create_default_context()
 
 
 def http_client(url: str) -> httpx.Client:
     """One client thread's connection. They share one TLS context (unused on loopback HTTP): httpx builds one per
     client otherwise, ~40 ms of CPU under the GIL each, so the 96 senders of a Poisson point stalled every client
     of the benchmark's process for ~4 s at the point's start (more than a 3 s warm-up)."""
-    return httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S, verify=_tls())
+    return httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S, verify=_TLS)
 
 
 @dataclass
