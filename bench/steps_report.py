@@ -100,7 +100,8 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
 
 
 def plot(points: list[MixedPoint], path: Path, title: str) -> None:
-    """Work/s per point, request-level and step-level side by side, the raw limit beside each pair."""
+    """Work/s per point, request-level and step-level side by side, the raw limit beside each pair; images and
+    text in their own panels (their units differ by an order of magnitude)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,16 +109,23 @@ def plot(points: list[MixedPoint], path: Path, title: str) -> None:
 
     from bench.plots import save_figure
 
-    labels = list(dict.fromkeys(p.label for p in points))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for offset, mode in ((-0.2, "request"), (0.2, "step")):
-        values = [sum(p.work_per_s for p in points if p.label == label and p.model.endswith(mode)) for label in labels]
-        ax.bar([i + offset for i in range(len(labels))], values, width=0.4, label=mode)
-    raws = [max((p.raw_work_per_s for p in points if p.label == label and not math.isnan(p.raw_work_per_s)),
-                default=math.nan) for label in labels]
-    ax.plot(range(len(labels)), raws, "k_", markersize=22, mew=2, label="raw runtime, max batch")
-    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("work/s (image-steps or tokens)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    panels = [(short, unit) for short, unit in (("sd", "image-steps/s"), ("gpt2", "tokens/s"))
+              if any(p.model.startswith(f"{short}-") for p in points)]
+    widths = [len({p.label for p in points if p.model.startswith(f"{short}-")}) for short, _ in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 + 0.8 * sum(widths), 4.5), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
+    for ax, (short, unit) in zip(axes[0], panels, strict=True):
+        mine = [p for p in points if p.model.startswith(f"{short}-")]
+        labels = list(dict.fromkeys(p.label for p in mine))
+        for offset, mode in ((-0.2, "request"), (0.2, "step")):
+            values = [sum(p.work_per_s for p in mine if p.label == label and p.model.endswith(mode))
+                      for label in labels]
+            ax.bar([i + offset for i in range(len(labels))], values, width=0.4, label=mode)
+        raws = [max((p.raw_work_per_s for p in mine if p.label == label and not math.isnan(p.raw_work_per_s)),
+                    default=math.nan) for label in labels]
+        ax.plot(range(len(labels)), raws, "k_", markersize=22, mew=2, label="raw runtime, max batch")
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
     save_figure(fig, path)
