@@ -7,7 +7,8 @@ loaded through genq's own runtimes (bench/gpu_models.py):
   closed-loop clients, then Poisson arrivals at 30/60/90% of request-level capacity; uniform 20-step load at 1,
   8 and 16 clients; mixed keys, 8 steady clients of 512x512 images and odd 768x768 jobs at 0.2/s beside them;
 - GPT-2 124M (max batch 16): 16 and 32 closed-loop clients, ``max_new_tokens`` mixed 4-64 and four temperatures
-  (tokens/s), and the time to the first streamed token at 16 clients.
+  (tokens/s), and the time to the first streamed text at 16 clients (not the first token here: the random model's
+  ids beyond the demo tokenizer's 1,683 decode to nothing; bench/README.md).
 
 Every scenario runs request-level then step-level (two models-file entries per model), one real worker at a
 time on the GPU with what genq deploys there (bench/gpu_stack.py: fp16, SDPA, channels_last, cuDNN autotuning;

@@ -58,6 +58,7 @@ class MixedPoint:
     p99_ms: dict[str, float] = field(default_factory=dict)
     max_ms: dict[str, float] = field(default_factory=dict)
     ttft_p50_ms: float = float("nan")
+    ttft_jobs: int = 0  # the streamed jobs that sent text (a random model's ids may decode to nothing)
     mean_rows: float = float("nan")
     raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
 
@@ -186,6 +187,7 @@ def summarize(done: list[Done], window: tuple[float, float], *, label: str, mode
         point.max_ms[tag] = max(latencies)
     firsts = [d.first_text_s * 1000 for d in ok if d.first_text_s is not None]
     point.ttft_p50_ms = percentile(firsts, 50)
+    point.ttft_jobs = len(firsts)
     rows = [d.rows_per_step for d in ok if d.rows_per_step]
     point.mean_rows = sum(rows) / len(rows) if rows else float("nan")
     return point

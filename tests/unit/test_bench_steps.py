@@ -35,3 +35,10 @@ def test_jobs_carry_their_work():
     assert CPU.odd_images(2).tag == "128px" and CPU.odd_images(2).input["width"] == 128
     sampled = text_job(5, 32, 0.7)
     assert sampled.work == 32 and sampled.input["do_sample"] and sampled.input["temperature"] == 0.7
+
+
+def test_time_to_first_text_counts_only_the_jobs_that_sent_text():
+    done = [Done("4 tokens", 10.0, 10.5, True, 4, first_text_s=0.1), Done("4 tokens", 10.0, 10.5, True, 4),
+            Done("64 tokens", 10.0, 11.0, True, 64, first_text_s=0.3)]
+    point = summarize(done, (10.0, 12.0), label="x", model="gpt2-step", concurrency=3)
+    assert point.ttft_jobs == 2 and math.isclose(point.ttft_p50_ms, 200.0)
