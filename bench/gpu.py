@@ -22,18 +22,18 @@ genq point beside the raw limit at batch = clients, and its share of it) and wri
 
     python bench/gpu.py                   # a CUDA machine; refuses to start without one
     python bench/gpu.py --smoke           # tiny models, 64x64, 2 steps, batch 1/2; CPU allowed (~1 minute)
+    python bench/gpu.py --steps           # step- against request-level scheduling instead (bench/gpu_steps.py)
 
-This file picks the device, runs the plan and records it. The parts: bench/gpu_archs.py (the architectures),
-bench/gpu_models.py (building them), bench/gpu_plan.py (full and smoke plans), bench/gpu_stack.py (models
-file and environment), bench/gpu_raw.py (the raw limit in process), bench/gpu_measure.py (one model,
-raw and genq), bench/gpu_report.py (table and plot).
+This file runs the plan and records it. The parts: bench/gpu_archs.py (the architectures), bench/gpu_models.py
+(building them), bench/gpu_device.py (picking and describing the device), bench/gpu_plan.py (full and smoke
+plans), bench/gpu_stack.py (models file and environment), bench/gpu_raw.py (the raw limit in process),
+bench/gpu_measure.py (one model, raw and genq), bench/gpu_report.py (table and plot).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -44,31 +44,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench import workload  # noqa: E402
+from bench.gpu_device import device_meta, pick_device  # noqa: E402
 from bench.gpu_measure import measure_subject  # noqa: E402
-from bench.gpu_models import MODELS_DIR, build_model, diffusers  # noqa: E402
+from bench.gpu_models import MODELS_DIR, build_model  # noqa: E402
 from bench.gpu_plan import FULL, SMOKE, Plan, use_workload  # noqa: E402
 from bench.gpu_report import plot, table  # noqa: E402
 from bench.gpu_stack import GpuStack, entries  # noqa: E402
 from bench.load import Point  # noqa: E402
 from bench.report import Raw, write_json  # noqa: E402
-from bench.run_meta import machine  # noqa: E402
 from tests.harness import ROOT  # noqa: E402
-
-
-def pick_device(smoke: bool) -> str:
-    """``cuda`` when there is one; the real run refuses to start without it (CPU figures would mislead)."""
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if smoke:
-        return "cpu"
-    build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-    raise SystemExit(
-        f"bench/gpu.py measures GPU serving and needs CUDA, but torch.cuda.is_available() is False here "
-        f"(torch {torch.__version__}, {build}). Run it on a CUDA host with a CUDA build of torch, or run "
-        f"`python bench/gpu.py --smoke` to check the script itself on a CPU."
-    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -105,37 +89,26 @@ def run(args: argparse.Namespace) -> None:
 def run_meta(args: argparse.Namespace, plan: Plan, device: str, env: dict[str, str], folders: dict[str, Path],
              seconds: float) -> dict[str, Any]:
     """What a reader needs to trust the table: the device, the versions, the settings, the plan."""
-    import torch
-    import transformers
-
-    from worker.torch_settings import TorchOptions
-
-    options = TorchOptions.from_env(env)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv), "smoke": args.smoke,
-        "device": device_name(device), "machine": machine(python=False),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                     "diffusers": diffusers().__version__, "transformers": transformers.__version__},
-        "torch_settings": {**asdict(options), "resolved_dtype": str(options.resolve_dtype(device)),
-                           "channels_last_used": options.use_channels_last(device)},
-        "plan": asdict(plan), "models": {k: str(v) for k, v in folders.items()},
+        **device_meta(device, env), "plan": asdict(plan), "models": {k: str(v) for k, v in folders.items()},
         "workload": {"image_size": workload.SD_SIZE, "steps": workload.SD_STEPS,
                      "new_tokens": workload.GPT2_NEW_TOKENS},
         "seconds": round(seconds),
     }
 
 
-def device_name(device: str) -> str:
-    import torch
-
-    if not device.startswith("cuda"):
-        return f"CPU ({platform.processor() or platform.machine()})"
-    props = torch.cuda.get_device_properties(0)
-    return f"{props.name}, {props.total_memory / 2**30:.0f} GiB"
-
-
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--steps" in argv:  # the step-scheduling comparison: its own plan and options (bench/gpu_steps.py)
+        from bench.gpu_steps import main as steps_main
+
+        steps_main([a for a in argv if a != "--steps"])
+        return
     parser = argparse.ArgumentParser(description="raw runtime vs genq end to end on a CUDA machine (issue 12)")
+    parser.add_argument("--steps", action="store_true",
+                        help="run bench/gpu_steps.py instead: step- against request-level scheduling (issue 23); "
+                             "`--steps --help` for its options")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny models, 64x64, 2 steps, batch 1/2, short points; CPU allowed (~1 minute)")
     parser.add_argument("--models", default="sd,gpt2", help="comma-separated: sd, gpt2")

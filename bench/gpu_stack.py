@@ -17,7 +17,8 @@ from tasks.models_file import DEFAULT_MAX_WAIT_MS
 class GpuModelConfig(ModelConfig):
     """ModelConfig's entry with this run's kind and image limits (ModelConfig's are the CPU demos' 64x64 ones).
 
-    BenchStack writes every config through ``toml()``; this one keeps ModelConfig's fields (``policy`` included).
+    BenchStack writes every config through ``toml()``; this one keeps ModelConfig's fields (``policy`` and
+    ``scheduling`` included).
     """
 
     kind: str = TEXT
@@ -30,7 +31,9 @@ class GpuModelConfig(ModelConfig):
             f'kind = "{self.kind}"',
             f'source = "{demo_dir / self.demo}"',
             f'batching = {{ policy = "{self.policy}", max_batch_size = {self.max_batch_size}, '
-            f"max_wait_ms = {self.max_wait_ms} }}",
+            f"max_wait_ms = {self.max_wait_ms}"
+            + (f', scheduling = "{self.scheduling}"' if self.scheduling else "") + " }",
+            "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
         if self.kind == IMAGE:
             # The worker warms up at the default size (worker/runtimes/text_to_image.py): the benchmark's size.

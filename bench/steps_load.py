@@ -16,11 +16,10 @@ from typing import Any
 
 import httpx
 
-from bench.load import OPEN_LOOP_THREADS, percentile, send_poisson
+from bench.load import OPEN_LOOP_THREADS, http_client, percentile, send_poisson
 from bench.workload import PROMPTS, SUBJECTS
 
 WAIT_S = 60
-CLIENT_TIMEOUT_S = WAIT_S + 30
 
 
 @dataclass(frozen=True)
@@ -59,11 +58,13 @@ class MixedPoint:
     p99_ms: dict[str, float] = field(default_factory=dict)
     max_ms: dict[str, float] = field(default_factory=dict)
     ttft_p50_ms: float = float("nan")
+    ttft_jobs: int = 0  # the streamed jobs that sent text (a random model's ids may decode to nothing)
     mean_rows: float = float("nan")
+    raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
 
 
-def image_job(n: int, steps: int, size: int = 64, seed: int | None = None) -> JobSpec:
-    return JobSpec(f"{steps} steps" if size == 64 else f"{size}px", {
+def image_job(n: int, steps: int, size: int = 64, seed: int | None = None, tag: str | None = None) -> JobSpec:
+    return JobSpec(tag or f"{steps} steps", {
         "prompt": f"a painting of a {SUBJECTS[n % len(SUBJECTS)]}", "width": size, "height": size,
         "num_inference_steps": steps, "seed": n if seed is None else seed}, work=float(steps))
 
@@ -133,7 +134,7 @@ def run_clients(url: str, model: str, jobs: Callable[[int], JobSpec], concurrenc
     window = (start + warmup_s, start + warmup_s + duration_s)
 
     def loop() -> None:
-        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+        with http_client(url) as client:
             while time.perf_counter() < window[1]:
                 with lock:
                     n = next(counter)
@@ -157,7 +158,7 @@ def run_poisson(url: str, model: str, jobs: Callable[[int], JobSpec], rate: floa
     todo: queue.Queue[int | None] = queue.Queue()
 
     def loop() -> None:
-        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT_S) as client:
+        with http_client(url) as client:
             while (n := todo.get()) is not None:
                 result = submit_and_wait(client, model, jobs(n))
                 with lock:
@@ -186,6 +187,7 @@ def summarize(done: list[Done], window: tuple[float, float], *, label: str, mode
         point.max_ms[tag] = max(latencies)
     firsts = [d.first_text_s * 1000 for d in ok if d.first_text_s is not None]
     point.ttft_p50_ms = percentile(firsts, 50)
+    point.ttft_jobs = len(firsts)
     rows = [d.rows_per_step for d in ok if d.rows_per_step]
     point.mean_rows = sum(rows) / len(rows) if rows else float("nan")
     return point
