@@ -4,8 +4,9 @@ one round trip each."""
 from __future__ import annotations
 
 from tasks.schemas import JobStatus, Progress
+from tasks.store.job_leases import pairs, status_of
 from tasks.store.job_scripts import HolderArgs, ReleaseArgs
-from tasks.store.job_store import JobStore, _pairs, _status
+from tasks.store.job_store import JobStore
 from tasks.store.lua import ScriptCalls
 
 
@@ -23,7 +24,7 @@ def lease_states(store: JobStore, leases: list[tuple[str, str]]) -> list[tuple[J
         replies = pipe.execute()
     out: list[tuple[JobStatus | None, bool]] = []
     for (_, token), (status, holder) in zip(leases, replies, strict=True):
-        out.append((_status(status), holder is not None and holder.decode() == token))
+        out.append((status_of(status), holder is not None and holder.decode() == token))
     return out
 
 
@@ -34,7 +35,7 @@ def set_row_progress(store: JobStore, rows: list[tuple[str, str, int, int]]) -> 
     with store.redis.pipeline(transaction=False) as pipe:
         calls = ScriptCalls(pipe)
         for job_id, token, step, total in rows:
-            fields = _pairs({"progress": Progress(step=step, total=total)})
+            fields = pairs({"progress": Progress(step=step, total=total)})
             calls.run(store.scripts, HolderArgs(job=store.keys.job(job_id), token=token, extend_s=0, fields=fields))
         calls.execute()
 

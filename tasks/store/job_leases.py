@@ -1,0 +1,183 @@
+"""The worker's side of the job store: claims, leases, progress and endings, one Lua script per job each.
+
+A worker runs a job only under a lease: a claim writes a token and a deadline into the record, the worker's
+heartbeat extends it, and only the token's holder may report progress or end the job. Every call here sends
+all of a batch's scripts in one round trip; with ``redis_wait_replicas`` one WAIT covers the endings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from tasks.constants import Keys
+from tasks.job_record import encode
+from tasks.messages import UNACKED_INDEX_KEY
+from tasks.outputs import OutputEntry
+from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
+from tasks.settings import Settings
+from tasks.store.job_outcomes import Candidate, Claim, Ending, Outcome, Verdict
+from tasks.store.job_scripts import ClaimArgs, FinishArgs, HolderArgs
+from tasks.store.lua import ScriptCalls, Tail
+from tasks.store.lua_scripts import Scripts
+
+DEADLINE_PASSED = JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started")
+
+
+def pairs(fields: dict[str, Any]) -> list[str]:
+    """A record's fields as HSET's flat argument list, each value encoded as the record stores it."""
+    return [part for pair in encode(fields).items() for part in pair]
+
+
+def status_of(raw: Any) -> JobStatus | None:
+    return JobStatus(raw.decode() if isinstance(raw, bytes) else raw) if raw else None
+
+
+class JobLeases:
+    """Claims, renewals, progress and endings of the jobs a worker runs (``JobStore`` sets these attributes)."""
+
+    redis: redis.Redis
+    settings: Settings
+    keys: Keys
+    scripts: Scripts
+
+    def _frame(self, job_id: str) -> dict[str, Any]:
+        """The ``JobFrame`` fields of ``job_id``: what every ending script needs."""
+        ttl = self.settings.result_ttl_s
+        return dict(job=self.keys.job(job_id), done_channel=self.keys.done_channel(job_id),
+                    tombstone=self.keys.gone(job_id), active_prefix=self.keys.active(""),
+                    queued_prefix=self.keys.queued(""), record_ttl=ttl,
+                    tombstone_ttl=ttl + self.settings.tombstone_ttl_s)
+
+    def _replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:
+        """Run the script calls ``queue`` makes (and the commands ``also`` queues) in one round trip; the
+        scripts' replies, and whether (with redis_wait_replicas) that many replicas hold their writes.
+
+        WAIT covers the writes of the connection it runs on, so it shares the pipeline's and comes last.
+        """
+        wanted = self.settings.redis_wait_replicas
+        with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
+            queue(calls)
+            scripts = len(pipe)
+            if also is not None:
+                also(pipe)
+            tail = (lambda p: p.wait(wanted, int(self.settings.redis_wait_timeout_s * 1000))) if wanted > 0 else None
+            replies = calls.execute(tail)
+        return replies[:scripts], wanted <= 0 or int(replies[-1]) >= wanted
+
+    def claim_many(self, claims: list[tuple[str, str]], worker: str = "") -> list[Claim]:
+        """Claim a batch's jobs, each ``(job id, token)``, in one round trip; safe to retry with the same tokens."""
+        error = json.dumps(DEADLINE_PASSED.model_dump())
+        with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
+            for job_id, token in claims:
+                calls.run(self.scripts, ClaimArgs(**self._frame(job_id), token=token, lease_s=self.settings.lease_s,
+                                                  worker=worker, deadline_error=error))
+            replies = calls.execute()
+        return [Claim(status_of(before), int(attempts), Verdict(verdict.decode()), float(now))
+                for before, attempts, verdict, now in replies]
+
+    def renew(self, leases: list[tuple[str, str]], delivery_tags: list[str]) -> list[str]:
+        """Extend a live worker's leases and freshen its messages' unacked stamps; returns the leases lost.
+
+        Lost: another claim holds the job, or the claim itself is gone; a job that ended is not lost.
+
+        kombu restores an unacknowledged message once its stamp in ``unacked_index`` is older than the
+        visibility timeout, by the restoring worker's own clock (``time.time()``): so these stamps use that
+        clock, not Redis'. ``XX``: a message already acknowledged or restored is never put back.
+        """
+        with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
+            for job_id, token in leases:
+                calls.run(self.scripts, HolderArgs(job=self.keys.job(job_id), token=token,
+                                                   extend_s=self.settings.lease_s))
+            if delivery_tags:
+                stamp = time.time()
+                pipe.zadd(self.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
+            replies = calls.execute()
+        return [job_id for (job_id, _), held in zip(leases, replies, strict=False) if held == -1]
+
+    def set_progress(self, leases: list[tuple[str, str]], step: int, total: int) -> None:
+        """Progress of a running batch, for all its jobs in one round trip (only where the lease is still held)."""
+        fields = pairs({"progress": Progress(step=step, total=total)})
+        with self.redis.pipeline(transaction=False) as pipe:
+            calls = ScriptCalls(pipe)
+            for job_id, token in leases:
+                calls.run(self.scripts, HolderArgs(job=self.keys.job(job_id), token=token, extend_s=0, fields=fields))
+            calls.execute()
+
+    def finish(
+        self,
+        job_id: str,
+        token: str,
+        status: JobStatus,
+        *,
+        output: Any = None,
+        binary_outputs: list[OutputEntry] | None = None,
+        error: JobErrorInfo | None = None,
+        metrics: JobMetrics | None = None,
+    ) -> Ending:
+        """End the job with ``status`` and its results if ``token`` still holds its lease; safe to retry.
+
+        Binary outputs must be in the output store already: the record lists them from this moment.
+        """
+        [ending] = self.finish_many([Outcome(job_id, token, status, output, binary_outputs, error, metrics)])
+        return ending
+
+    def finish_many(self, outcomes: list[Outcome], also: Tail | None = None,
+                    counter: tuple[str, int] | None = None) -> list[Ending]:
+        """End each job as ``finish`` does, all in one round trip (one WAIT covers them); safe to retry.
+
+        ``counter`` (key, TTL): a count each ending that stores bumps once, in its script (a retry after a lost
+        reply counts nothing again). ``also`` queues more commands into the same round trip, after the endings;
+        a retry sends them again, so they must tolerate that.
+        """
+        if not outcomes:
+            return []
+
+        def queue(calls: ScriptCalls) -> None:
+            for outcome in outcomes:
+                self._queue_finish(calls, outcome, counter or ("", 0))
+
+        replies, replicated = self._replicated(queue, also)
+        return [Ending(status_of(before), verdict == b"stored", replicated) for before, verdict in replies]
+
+    def _queue_finish(self, calls: ScriptCalls, outcome: Outcome, counter: tuple[str, int]) -> None:
+        entries = [e.model_dump(mode="json") for e in outcome.binary_outputs or ()] or None
+        fields = {"output": outcome.output, "binary_outputs": entries, "error": outcome.error,
+                  "metrics": outcome.metrics}
+        calls.run(self.scripts, FinishArgs(**self._frame(outcome.job_id), token=outcome.token,
+                                           status=outcome.status.value, counter=counter[0], counter_ttl=counter[1],
+                                           fields=pairs(fields)))
+
+    def fail(self, job_id: str, token: str, code: str, message: str, **kw: Any) -> Ending:
+        """Fail a running job under ``token``'s lease (not stored if it was canceled or taken over meanwhile)."""
+        return self.finish(job_id, token, JobStatus.failed, error=JobErrorInfo(code=code, message=message), **kw)
+
+    # --- the sweeper's index -------------------------------------------------------------
+
+    def active_since(self, model_id: str, older_than: float) -> list[Candidate]:
+        """Active jobs of ``model_id`` created before ``older_than`` (Redis' clock).
+
+        Ids whose record has ended or vanished are dropped from the index on the way.
+        """
+        ids: list[bytes] = self.redis.zrangebyscore(self.keys.active(model_id), 0, older_than)  # type: ignore[assignment]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hmget(self.keys.job(job_id.decode()), "status", "lease_until")
+            rows = pipe.execute()
+        found, stale = [], []
+        for job_id, (status, lease_until) in zip(ids, rows, strict=True):
+            current = status_of(status)
+            if current is None or current.terminal:
+                stale.append(job_id)
+            else:
+                found.append(Candidate(job_id.decode(), current, float(lease_until) if lease_until else None))
+        if stale:
+            self.redis.zrem(self.keys.active(model_id), *stale)
+        return found
