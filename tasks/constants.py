@@ -66,8 +66,8 @@ class Keys:
         """Hash worker name -> messages held (buffer + running batch), for queue depth."""
         return f"{self.prefix}buffered:{model_id}"
 
-    def completed(self, model_id: str, bucket: int) -> str:
-        """Jobs finished in one 10 s bucket: the recent service rate behind Retry-After."""
+    def completed(self, model_id: str, bucket: int | str) -> str:
+        """Jobs finished in one 10 s bucket of Redis' clock ('' for the prefix): the service rate behind Retry-After."""
         return f"{self.prefix}completed:{model_id}:{bucket}"
 
     def active(self, model_id: str) -> str:

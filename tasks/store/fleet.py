@@ -7,7 +7,6 @@ worker whose own clock is off is neither taken for dead nor kept alive by it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -16,6 +15,7 @@ import redis
 from tasks.constants import Keys, queue_name
 from tasks.messages import priority_lists
 from tasks.settings import SharedSettings
+from tasks.store.job_outcomes import CompletionCounter
 from tasks.store.lua_scripts import ScriptArgs, Scripts, key
 
 RATE_BUCKET_S = 10
@@ -113,14 +113,15 @@ class FleetStore:
             pipe.hdel(self.keys.buffered(model_id), worker)
             pipe.execute()
 
-    def completion_counter(self, model_id: str) -> tuple[str, int]:
-        """The key and TTL of the count of ``model_id``'s jobs ended now (a worker's ``finish_many`` bumps it)."""
-        return self.keys.completed(model_id, int(time.time()) // RATE_BUCKET_S), RATE_WINDOW_S * 2
+    def completion_counter(self, model_id: str) -> CompletionCounter:
+        """The count of ``model_id``'s ended jobs, in buckets of Redis' clock (a worker's ``finish_many`` bumps it)."""
+        return CompletionCounter(self.keys.completed(model_id, ""), RATE_BUCKET_S, RATE_WINDOW_S * 2)
 
     def service_rate(self, model_id: str) -> float:
         """Jobs per second finished for ``model_id`` over the last minute and the bucket under way (all workers):
         the drain rate behind a full queue's Retry-After. Counted by the workers with each batch's endings."""
-        clock = time.time()
+        seconds, micros = self.redis.time()  # the clock the endings were bucketed on, not this host's
+        clock = float(seconds) + micros / 1e6
         now = int(clock) // RATE_BUCKET_S
         buckets = range(now - RATE_WINDOW_S // RATE_BUCKET_S, now + 1)
         counts = self.redis.mget([self.keys.completed(model_id, b) for b in buckets])

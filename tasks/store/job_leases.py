@@ -20,11 +20,12 @@ from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
 from tasks.settings import Settings
-from tasks.store.job_outcomes import Candidate, Claim, Ending, Outcome, Verdict
+from tasks.store.job_outcomes import Candidate, Claim, CompletionCounter, Ending, Outcome, Verdict
 from tasks.store.job_scripts import ClaimArgs, FinishArgs, HolderArgs
 from tasks.store.lua import ScriptCalls, Tail
 from tasks.store.lua_scripts import Scripts
 
+NO_COUNTER = CompletionCounter("", 1, 0)
 DEADLINE_PASSED = JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started")
 
 
@@ -130,10 +131,10 @@ class JobLeases:
         return ending
 
     def finish_many(self, outcomes: list[Outcome], also: Tail | None = None,
-                    counter: tuple[str, int] | None = None) -> list[Ending]:
+                    counter: CompletionCounter | None = None) -> list[Ending]:
         """End each job as ``finish`` does, all in one round trip (one WAIT covers them); safe to retry.
 
-        ``counter`` (key, TTL): a count each ending that stores bumps once, in its script (a retry after a lost
+        ``counter``: a count each ending that stores bumps once, in its script (a retry after a lost
         reply counts nothing again). ``also`` queues more commands into the same round trip, after the endings;
         a retry sends them again, so they must tolerate that.
         """
@@ -142,17 +143,18 @@ class JobLeases:
 
         def queue(calls: ScriptCalls) -> None:
             for outcome in outcomes:
-                self._queue_finish(calls, outcome, counter or ("", 0))
+                self._queue_finish(calls, outcome, counter or NO_COUNTER)
 
         replies, replicated = self._replicated(queue, also)
         return [Ending(status_of(before), verdict == b"stored", replicated) for before, verdict in replies]
 
-    def _queue_finish(self, calls: ScriptCalls, outcome: Outcome, counter: tuple[str, int]) -> None:
+    def _queue_finish(self, calls: ScriptCalls, outcome: Outcome, counter: CompletionCounter) -> None:
         entries = [e.model_dump(mode="json") for e in outcome.binary_outputs or ()] or None
         fields = {"output": outcome.output, "binary_outputs": entries, "error": outcome.error,
                   "metrics": outcome.metrics}
         calls.run(self.scripts, FinishArgs(**self._frame(outcome.job_id), token=outcome.token,
-                                           status=outcome.status.value, counter=counter[0], counter_ttl=counter[1],
+                                           status=outcome.status.value, counter_prefix=counter.prefix,
+                                           counter_bucket_s=counter.bucket_s, counter_ttl=counter.ttl_s,
                                            fields=pairs(fields)))
 
     def fail(self, job_id: str, token: str, code: str, message: str, **kw: Any) -> Ending:

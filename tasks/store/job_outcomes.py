@@ -50,6 +50,14 @@ class Outcome(NamedTuple):
     metrics: JobMetrics | None = None
 
 
+class CompletionCounter(NamedTuple):
+    """Where an ending that stores counts itself: ``prefix`` plus the bucket of Redis' clock it ended in."""
+
+    prefix: str
+    bucket_s: int
+    ttl_s: int
+
+
 class Candidate(NamedTuple):
     """An active job as the sweeper sees it."""
 

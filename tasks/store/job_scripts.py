@@ -75,9 +75,11 @@ class FinishArgs(JobFrame):
     """FINISH: the lease holder ends the job with ``status`` and the pairs. Returns {status before, verdict}."""
 
     script = "job_finish"
-    counter: str = key()  # the completion counter the ending bumps ('' for none)
     token: str
     status: str
+    # The completion count the ending bumps: the key is the prefix and the bucket of Redis' clock ('' for none).
+    counter_prefix: str
+    counter_bucket_s: int
     counter_ttl: int
     fields: list[str] = pairs()
 

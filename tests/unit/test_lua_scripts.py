@@ -138,10 +138,11 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         claim(s)  # the next claim counts the attempt the release took back
 
     def finish(s: Scripts) -> None:
-        args = job_scripts.FinishArgs(**job_frame(p), token="t", status="succeeded", counter=p + "done", counter_ttl=60,
+        args = job_scripts.FinishArgs(**job_frame(p), token="t", status="succeeded", counter_prefix=p + "done:",
+                                      counter_bucket_s=10**9, counter_ttl=60,
                                       fields=["output", '"x"'])
         assert (s.run(args), s.run(args)) == ([b"running", b"stored"], [b"succeeded", b"stored"])  # a retry: stored
-        assert client.hget(p + "job:j1", "status") == b"succeeded" and client.get(p + "done") == b"1"  # counted once
+        assert client.hget(p + "job:j1", "status") == b"succeeded" and client.get(p + "done:1") == b"1"  # counted once
 
     def end(s: Scripts) -> None:
         frame = {**job_frame(p), "job": p + "job:j2", "done_channel": p + "done:j2", "tombstone": p + "gone:j2"}
