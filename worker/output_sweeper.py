@@ -87,7 +87,7 @@ class OutputSweeper:
                     pipe.hmget(keys.job(o.job_id), "status", "binary_outputs")
                     pipe.exists(keys.gone(o.job_id))
             replies: list[Any] = pipe.execute()
-        records = []
+        records: list[tuple[str | None, set[str], bool]] = []
         for o, found, tombstones in zip(objects, replies[::2], replies[1::2], strict=True):
             if is_upload_id(o.job_id):  # a live upload is kept whole, as a running job's objects are
                 records.append((JobStatus.running.value if found else None, set(), bool(tombstones)))

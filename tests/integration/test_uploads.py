@@ -16,7 +16,6 @@ from tasks.inputs import JobKind, validate_input
 from tasks.outputs import input_key
 from tasks.settings import Settings
 from tests.integration.image_inputs import (
-    KEY_A,
     KEY_B,
     MODEL,
     bearer,
