@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import time
 from typing import Any
 
 import pytest
@@ -132,7 +133,7 @@ def test_bad_images_are_refused_naming_the_field_and_no_job_is_accepted(api):
     assert len(queued_messages(api)) == before
 
 
-def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api):
+def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api, img_settings):
     png, mask = picture(100, 60), picture(100, 60, color=(255, 255, 255))
     by_uri = job(api, image=data_uri(png), seed=3)
     assert by_uri.status_code == 202, by_uri.json
@@ -153,6 +154,9 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api):
         with pytest.raises(Exception, match="stored input"):
             validate_input(JobKind.text_to_image, inp, svc(api).models.get(MODEL).limits, stored_for="another")
         assert input_key(job_id, "image").encode() in messages
+        # In the Redis store an input outlives a queued job's wait: the result TTL past its deadline (none: a week).
+        ttl = svc(api).store.redis.ttl(svc(api).store.keys.output(input_key(job_id, "image")))
+        assert ttl > img_settings.result_ttl_s + 6 * 86400
     assert svc(api).outputs.get(input_key(by_upload.json["id"], "mask")) == mask
     # The size: the image's, rounded down to multiples of 8, unless asked.
     assert (svc(api).store.get(by_uri.json["id"]).input["width"], svc(api).store.get(by_uri.json["id"]).input[
@@ -192,3 +196,26 @@ def test_uploads_are_counted_and_the_spec_describes_them(api):
     post = spec["paths"]["/v1/uploads"]["post"]
     assert set(post["requestBody"]["content"]) == {"image/png", "image/jpeg", "image/webp"}  # JSON: S3 only
     assert "201" in post["responses"] and "413" in post["responses"]
+
+
+def test_a_worker_runs_a_job_from_its_stored_input(api, img_settings, log_dir):
+    """Last in the module: the worker also runs the jobs the tests above left queued. The fake image runtime
+    makes pictures of the input's size, so the size filled from the image is what comes out."""
+    from PIL import Image
+
+    from tests.harness import WorkerProcess
+
+    worker = WorkerProcess(img_settings, MODEL, log_dir).start()
+    try:
+        accepted = job(api, image=data_uri(picture(100, 60)), seed=1)
+        assert accepted.status_code == 202, accepted.json
+        deadline = time.monotonic() + 60
+        while (found := api.get(f"/v1/jobs/{accepted.json['id']}", headers=bearer()).json)["status"] in (
+                "queued", "running"):
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        assert found["status"] == "succeeded", found  # the worker took the stored form (stored_for)
+        made = api.get(found["output"][0]["url"], headers=bearer()).data
+        assert Image.open(io.BytesIO(made)).size == (96, 56)
+    finally:
+        worker.stop()
