@@ -171,6 +171,20 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api, img_settings):
     assert encoded not in messages and png[:64] not in messages
 
 
+def test_a_job_refused_by_admission_leaves_no_input_behind(api):
+    from tests.integration.image_inputs import ONE
+
+    store = svc(api).store
+    inputs = store.keys.output("*/input/*")
+    body = {"model": ONE, "input": {"prompt": "a fox", "image": data_uri(picture(64, 64))}}
+    first = api.post("/v1/jobs", json=body, headers=bearer())
+    assert first.status_code == 202, first.json
+    before = set(store.redis.scan_iter(match=inputs, count=1000))
+    second = api.post("/v1/jobs", json=body, headers=bearer())
+    assert second.status_code == 503 and second.json["error"]["code"] == "overloaded", second.json
+    assert set(store.redis.scan_iter(match=inputs, count=1000)) == before
+
+
 def test_a_batch_refuses_image_inputs_in_their_own_entries(api):
     body = {"jobs": [{"model": MODEL, "input": {"prompt": "a", "image": data_uri(picture(64, 64))}},
                      {"model": MODEL, "input": {"prompt": "b"}}]}
