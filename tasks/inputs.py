@@ -133,8 +133,10 @@ class TextToImageInput(JobInput):
     @field_validator("mask", "strength")
     @classmethod
     def _needs_image(cls, value: Any, info: ValidationInfo) -> Any:
-        # Given (null too) without an image; an image that was given but invalid has its own error.
-        if "image" in info.data and info.data["image"] is None:
+        # Given without an image (null too, from a client: the schema says so; a record holds nulls for absent
+        # fields). An image that was given but is invalid has its own error.
+        given = value is not None or STORED_FOR not in (info.context or {})
+        if given and "image" in info.data and info.data["image"] is None:
             raise PydanticCustomError("needs_image", "{name} needs an image", {"name": info.field_name})
         return value
 
