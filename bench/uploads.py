@@ -1,5 +1,5 @@
 """A large PNG through ``POST /v1/uploads`` and then a job, against the same job with a small data URI inline: what
-the upload path adds at the median, and what each output store costs Redis per job (``used_memory``).
+the upload path adds at the median, and what each output store costs Redis per job (MEMORY USAGE of its keys).
 
     .venv/bin/python bench/uploads.py                      # a 20 MiB PNG, 10 rounds per store
     .venv/bin/python bench/uploads.py --mib 4 --rounds 3   # a quick look
@@ -49,7 +49,7 @@ class Row:
     inline_s: list[float]
     upload_s: list[float]
     job_s: list[float]
-    redis_bytes: int  # used_memory after the jobs minus before (uploads deleted)
+    redis_bytes: int  # what the deployment's keys take after the jobs minus before (uploads deleted)
 
     @property
     def added_ms(self) -> float:
@@ -105,6 +105,12 @@ def store_settings(base: Settings, store: str, work: Path, s3: S3Server) -> Sett
     return dataclasses.replace(base, **changes)
 
 
+def key_bytes(redis: Any, prefix: str) -> int:
+    """MEMORY USAGE summed over the deployment's keys: exact per store, unlike ``used_memory`` (which moves with
+    the allocator and with what the store measured before freed)."""
+    return sum(redis.memory_usage(key, samples=0) or 0 for key in redis.scan_iter(match=f"{prefix}*", count=1000))
+
+
 def timed(call: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     start = time.perf_counter()
     response = call(*args, **kwargs)
@@ -123,7 +129,7 @@ def measure(settings: Settings, store: str, big: bytes, small: bytes, rounds: in
         response, seconds = timed(api.post, "/v1/jobs", json=inline_body)
         assert response.status_code == 202, response.json
         inline.append(seconds)
-    before = int(redis.info("memory")["used_memory"])
+    before = key_bytes(redis, settings.key_prefix)
     for _ in range(rounds):
         response, seconds = timed(api.post, "/v1/uploads", data=big, headers={"Content-Type": "image/png"})
         assert response.status_code == 201, response.json
@@ -133,7 +139,7 @@ def measure(settings: Settings, store: str, big: bytes, small: bytes, rounds: in
         assert job.status_code == 202, job.json
         jobs.append(seconds)
         assert api.delete(f"/v1/uploads/{response.json['id']}").status_code == 204
-    after = int(redis.info("memory")["used_memory"])
+    after = key_bytes(redis, settings.key_prefix)
     return Row(store, rounds, inline, uploads, jobs, after - before)
 
 
