@@ -42,6 +42,7 @@ source = "fake-image://"
 runtime = "tests.fake_image_runtime:FakeImageRuntime"
 min_workers = 0
 max_queue_depth = 1
+limits = {{ default_width = 64, default_height = 64, max_width = 256, max_height = 256, max_pixels = 65536 }}
 """)
     keys = tmp / "keys"
     keys.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")

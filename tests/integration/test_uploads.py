@@ -185,14 +185,29 @@ def test_a_job_refused_by_admission_leaves_no_input_behind(api):
     assert set(store.redis.scan_iter(match=inputs, count=1000)) == before
 
 
-def test_a_batch_refuses_image_inputs_in_their_own_entries(api):
-    body = {"jobs": [{"model": MODEL, "input": {"prompt": "a", "image": data_uri(picture(64, 64))}},
-                     {"model": MODEL, "input": {"prompt": "b"}}]}
+def test_a_batch_takes_image_inputs_job_by_job(api):
+    """Each job's images are checked and stored on their own; a bad one, or a job refused by admission, leaves
+    the others accepted and no input behind. (Runs after the admission test: ONE's queue is full.)"""
+    from tests.integration.image_inputs import ONE
+
+    store = svc(api).store
+    inputs = store.keys.output("*/input/*")
+    before = set(store.redis.scan_iter(match=inputs, count=1000))
+    png = picture(64, 64)
+    body = {"jobs": [{"model": MODEL, "input": {"prompt": "a", "image": data_uri(png)}},
+                     {"model": MODEL, "input": {"prompt": "b", "image": data_uri(png[:100])}},
+                     {"model": ONE, "input": {"prompt": "c", "image": data_uri(png)}},
+                     {"model": MODEL, "input": {"prompt": "d"}}]}
     response = api.post("/v1/jobs/batch", json=body, headers=bearer())
     assert response.status_code == 202, response.json
-    first, second = response.json["jobs"]
-    assert first["error"]["field"] == "input.image" and "POST /v1/jobs" in first["error"]["message"]
-    assert second["status"] == "queued"
+    good, bad, full, plain = response.json["jobs"]
+    assert good["status"] == plain["status"] == "queued"
+    assert bad["error"]["field"] == "input.image" and "does not decode" in bad["error"]["message"]
+    assert full["error"]["code"] == "overloaded"
+    assert store.get(good["id"]).input["image"] == input_key(good["id"], "image")
+    assert svc(api).outputs.get(input_key(good["id"], "image")) == png
+    added = set(store.redis.scan_iter(match=inputs, count=1000)) - before
+    assert added == {store.keys.output(input_key(good["id"], "image")).encode()}
 
 
 def test_uploads_are_counted_and_the_spec_describes_them(api):
