@@ -13,6 +13,7 @@ from typing import Any
 from celery import Celery
 
 from api.admission import admission_fence, refusal
+from api.job_images import discard, stage_images
 from api.routes_jobs import new_record
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError
@@ -49,10 +50,27 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
     """Admit the valid jobs (reservations and records in one round trip) and publish the admitted ones."""
     entries: list[Entry | None] = [c if isinstance(c, GenqError) else None for c in checked]
     todo: list[tuple[int, ModelSpec, JobRecord]] = []
-    for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
-        if not isinstance(item, GenqError):
+    staged: dict[int, list[str]] = {}  # per job, the input objects written for it (api/job_images.py)
+    try:
+        for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
+            if isinstance(item, GenqError):
+                continue
             spec, body, inp = item
+            try:  # a job's images go to the store before its record, as for POST /v1/jobs; a bad one is its error
+                inp, staged[i] = stage_images(svc, spec, inp, job_id, owner,
+                                              body.deadline_s or spec.default_deadline_s)
+            except GenqError as exc:
+                entries[i] = exc
+                continue
             todo.append((i, spec, new_record(spec, body, inp, job_id, owner)))
+        return _admit_and_publish(svc, entries, todo, staged)
+    except BaseException:
+        discard(svc, [key for keys in staged.values() for key in keys])  # none of it was accepted
+        raise
+
+
+def _admit_and_publish(svc: Services, entries: list[Entry | None], todo: list[tuple[int, ModelSpec, JobRecord]],
+                       staged: dict[int, list[str]]) -> list[Entry]:
     if not todo:
         return [e for e in entries if e is not None]
     not_after = admission_fence(svc.clock, svc.settings)  # run after it (a Redis stall), ADMIT_MANY writes nothing
@@ -72,6 +90,7 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
             if reason not in refusals:
                 refusals[reason] = refusal(svc.fleet, spec, reservation)
             entries[i] = refusals[reason]
+            discard(svc, staged.pop(i, []))
         else:
             entries[i] = written
             created.append(written)

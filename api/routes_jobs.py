@@ -19,6 +19,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import admission_fence, refusal, settled_after_s
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
+from api.job_images import discard, stage_images
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
 from api.outputs import public_job, serve_output
 from api.redis_health import never_sent
@@ -141,14 +142,28 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
 
 def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,
            owner: str, not_after: float | None = None) -> JobRecord:
-    """Reserve a place and write the record (one script, fenced at ``not_after`` on Redis' clock), then send the
-    message (the record first: an id handed out is never unknown).
+    """Stage the job's images, reserve a place and write the record (one script, fenced at ``not_after`` on Redis'
+    clock), then send the message (the record first: an id handed out is never unknown).
 
-    Nothing written: the refusal. No answer from Redis: ``OutcomeUnknown`` with the job id (the fence settles it
-    within a second). Written: the job is accepted even when its message cannot be sent now, as the sweeper
-    re-sends a queued job whose message is nowhere (a 503 here would be a 503 that later runs).
+    Nothing written: the refusal, and the staged images are deleted. No answer from Redis: ``OutcomeUnknown``
+    with the job id (the fence settles it within a second); its images stay, for the job may exist (if it never
+    does, the output sweeper deletes them under the tombstone written first). Written: the job is accepted even
+    when its message cannot be sent now, as the sweeper re-sends a queued job whose message is nowhere (a 503
+    here would be a 503 that later runs).
     """
-    record = new_record(spec, body, inp, job_id, owner)
+    # Images first: their bytes go to the output store under the job's input keys, the record names the keys.
+    inp, staged = stage_images(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+    try:
+        return admit_and_send(svc, spec, new_record(spec, body, inp, job_id, owner), not_after)
+    except OutcomeUnknown:
+        raise
+    except BaseException:
+        discard(svc, staged)  # not accepted: its inputs go too
+        raise
+
+
+def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after: float | None = None) -> JobRecord:
+    job_id = record.id
     if not_after is None:
         not_after = admission_fence(svc.clock, svc.settings)
     place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tasks.image_refs import MEDIA_TYPES
 from tasks.models_file import ModelsFile, ModelSpec
+from tasks.outputs_config import OutputStoreSpec
 from tasks.schemas import job_create_model, model_input
 from tasks.settings import Settings
+from tasks.uploads import PresignRequest
 
 SCHEMAS = "#/components/schemas/"
 #: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key
@@ -46,6 +49,7 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
     webhooks = bool(settings.webhook_secret or settings.webhook_allow_unsigned)
     _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http,
                     settings.batch_max_jobs)
+    _upload_body(doc, schemas, settings.max_upload_bytes, OutputStoreSpec.parse(settings).backend == "s3")
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
             _error_responses(operation, path)
@@ -87,6 +91,20 @@ def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[Mo
     schemas["BatchCreate"] = batch
     doc["paths"]["/v1/jobs/batch"]["post"]["requestBody"] = {
         "required": True, "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}}}
+
+
+def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, presigned: bool) -> None:
+    """``POST /v1/uploads`` reads its own body: an image's bytes, or (S3 store) a presigned upload's JSON request."""
+    post = doc["paths"]["/v1/uploads"]["post"]
+    raw = {"schema": {"type": "string", "format": "binary", "maxLength": max_bytes}}
+    content: dict[str, Any] = {media: raw for media in MEDIA_TYPES}
+    if presigned:
+        schemas["PresignRequest"] = PresignRequest.model_json_schema()
+        content["application/json"] = {"schema": {"$ref": SCHEMAS + "PresignRequest"}}
+    post["requestBody"] = {"required": True, "content": content, "description": (
+        f"a PNG, JPEG or WebP image's bytes (at most {max_bytes}, within the largest model's pixels)"
+        + ("; or JSON asking for a presigned PUT URL" if presigned else ""))}
+    post["responses"]["201"]["headers"] = {"Location": {**LOCATION, "description": "the upload's URL"}}
 
 
 def _webhook_schema(enabled: bool, allow_http: bool) -> dict[str, Any]:
