@@ -91,6 +91,13 @@ class TextToImageRuntime(Runtime):
             seed=0,
         )
         self.predict([warm])
+        if Mode.image in self.pipes:  # the VAE encoder as well, which only image-to-image and inpainting run
+            from PIL import Image
+
+            blank = Image.new("RGB", (limits.default_width, limits.default_height))
+            with inference_context(self.options):
+                self.pipes[Mode.image](prompt="warm up", image=blank, strength=1.0, num_inference_steps=WARM_UP_STEPS,
+                                       output_type="latent")
 
     def batch_key(self, inp: Any) -> Hashable:
         """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler, and the
