@@ -20,7 +20,7 @@ from tasks.models_file import ModelSpec
 from tasks.outputs import OutputStore, input_key
 from tasks.store.outputs_fs import FilesystemOutputStore
 from tests.unit.test_runtime_image_steps import assert_same_images, request_level, run_session
-from tests.unit.test_runtime_text_to_image import LIMITS, TOLERANCE, job, max_diff, pixels
+from tests.unit.test_runtime_text_to_image import LIMITS, TOLERANCE, build_tiny_sdxl, job, max_diff, pixels
 from worker.runtimes.base import Row
 from worker.runtimes.image_sources import Mode
 from worker.runtimes.image_steps import ImageStepSession
@@ -226,3 +226,21 @@ def test_output_has_the_jobs_size_whatever_the_source(runtime: TextToImageRuntim
     for blob in (prediction.blobs[0], out["s"].blobs[0]):
         assert Image.open(io.BytesIO(blob.data)).size == (128, 64)
     assert_same_images(out["s"], prediction)
+
+
+def test_sdxl_edits_pictures_request_level(runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]],
+                                           tmp_path: Path) -> None:
+    build_tiny_sdxl(Path(runtime.source), tmp_path)
+    sdxl = TextToImageRuntime(ModelSpec(id="sdxl-demo", kind="text-to-image", source=str(tmp_path), limits=LIMITS),
+                              str(tmp_path), TorchOptions(num_threads=1))
+    sdxl.load("cpu")
+    sdxl.inputs = runtime.inputs
+    assert {type(pipe).__name__ for pipe in sdxl.pipes.values()} == {
+        "StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"}
+    assert all(pipe.unet is sdxl.pipe.unet for pipe in sdxl.pipes.values())
+    for mode in ("image", "inpaint"):
+        inp = job(seed=1, num_inference_steps=4, **pictures[mode])
+        assert sdxl.step_key(inp) is None  # SDXL runs request-level
+        first, second = sdxl.predict([inp]), sdxl.predict([inp])
+        assert max_diff(first[0].blobs[0], second[0].blobs[0]) == 0
+        assert Image.open(io.BytesIO(first[0].blobs[0].data)).size == (64, 64)
