@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, OutcomeUnknown, Unavailable, code_for_status
-from tasks.inputs import invalid_from_validation
+from tasks.input_checks import invalid_from_validation
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.image_refs import MEDIA_TYPES, UPLOAD_ID
-from tasks.inputs import JobKind, invalid_from_validation
+from tasks.input_checks import invalid_from_validation
+from tasks.inputs import JobKind
 from tasks.schemas import ErrorBody, timestamp
 from tasks.uploads import PresignRequest, Upload, UploadMeta
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput, validate_input  # noqa: E402
+from tasks.input_checks import validate_input  # noqa: E402
+from tasks.inputs import JobKind, ModelLimits, TextToImageInput  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.image_rows import start_job, step_kwargs  # noqa: E402

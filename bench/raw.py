@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from bench.workload import job_input  # noqa: E402
-from tasks.inputs import validate_input  # noqa: E402
+from tasks.input_checks import validate_input  # noqa: E402
 from tasks.models_file import ModelSpec, load_models_file  # noqa: E402
 
 if TYPE_CHECKING:

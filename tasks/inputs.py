@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -11,15 +10,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
-    create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
-from tasks.errors import InvalidInput
 from tasks.image_refs import (
     IMAGE_TO_IMAGE_STRENGTH,
     INPAINT_STRENGTH,
@@ -28,7 +24,6 @@ from tasks.image_refs import (
     STORED_FOR,
     check_reference,
     reference_schema,
-    stored_context,
 )
 
 SEED_MAX = 2**32 - 1  # fits every client's integers (JavaScript included) and torch's generators
@@ -248,52 +243,3 @@ INPUT_SCHEMAS: dict[JobKind, type[JobInput]] = {
 
 
 AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
-
-
-@functools.lru_cache(maxsize=256)
-def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput]:
-    lim = ModelLimits.model_validate_json(limits_json)
-    base = INPUT_SCHEMAS[kind]
-    return create_model(
-        name, __base__=base, __doc__=base.__doc__, __validators__=base.limited_validators(lim),
-        **base.limited_fields(lim),
-    )
-
-
-def limited_input_model(kind: JobKind, limits: ModelLimits, name: str | None = None) -> type[JobInput]:
-    """The kind's input model with the model's limits as field bounds: one source for validation and schema."""
-    return _limited_model(kind, limits.model_dump_json(), name or INPUT_SCHEMAS[kind].__name__)
-
-
-def _format_loc(prefix: str, loc: tuple[int | str, ...]) -> str:
-    parts = [prefix] if prefix else []
-    for item in loc:
-        parts.append(f"[{item}]" if isinstance(item, int) else str(item))
-    return ".".join(parts).replace(".[", "[")
-
-
-def invalid_from_validation(exc: ValidationError, prefix: str = "") -> InvalidInput:
-    """Turn pydantic's error list into one InvalidInput naming every bad field."""
-    messages = []
-    first_field = None
-    for err in exc.errors():
-        field = _format_loc(prefix, tuple(err.get("loc", ()))) or prefix or "body"
-        first_field = first_field or field
-        messages.append(f"{field}: {err['msg']}")
-    return InvalidInput("; ".join(messages), field=first_field)
-
-
-def validate_input(kind: JobKind, data: Any, limits: ModelLimits, *, stored_for: str | None = None) -> AnyInput:
-    """Parse ``data`` for ``kind`` within ``limits`` and fill the model's defaults; raise InvalidInput.
-
-    ``stored_for``: the job id whose record holds ``data`` (the worker): its images are that job's input keys,
-    never a client's forms. Without it (a client's input) only upload ids and data URIs are taken.
-    """
-    if not isinstance(data, dict):
-        raise InvalidInput("input: must be an object", field="input")
-    context = stored_context(stored_for) if stored_for is not None else None
-    try:
-        parsed = limited_input_model(kind, limits).model_validate(data, context=context)
-    except ValidationError as exc:
-        raise invalid_from_validation(exc, prefix="input") from None
-    return parsed  # type: ignore[return-value]

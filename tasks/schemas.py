@@ -10,7 +10,8 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tasks.errors import InvalidInput, UnknownModel
-from tasks.inputs import JobKind, ModelLimits, invalid_from_validation, limited_input_model
+from tasks.input_checks import invalid_from_validation, limited_input_model
+from tasks.inputs import JobKind, ModelLimits
 from tasks.job_outputs import JobOutput
 from tasks.kinds import Display
 from tasks.models_file import ModelsFile, ModelSpec

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from api import create_app
-from tasks.inputs import JobKind, validate_input
+from tasks.input_checks import validate_input
+from tasks.inputs import JobKind
 from tasks.outputs import input_key
 from tasks.settings import Settings
 from tests.integration.image_inputs import (

@@ -16,7 +16,7 @@ from bench.gpu_archs import GPT2_124M, SD15
 from bench.gpu_models import folder_of
 from bench.steps_load import MixedPoint
 from bench.steps_report import odd_bound, plot, report, targets
-from tasks.inputs import validate_input
+from tasks.input_checks import validate_input
 from tasks.models_file import load_models_file
 
 

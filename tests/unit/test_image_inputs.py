@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind, ModelLimits, validate_input
+from tasks.input_checks import validate_input
+from tasks.inputs import JobKind, ModelLimits
 from tasks.outputs import input_key
 
 LIMITS = ModelLimits()

@@ -6,15 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tasks.errors import InvalidInput
-from tasks.inputs import (
-    EmbeddingInput,
-    FillMaskInput,
-    JobKind,
-    ModelLimits,
-    TextGenerationInput,
-    TextToImageInput,
-    validate_input,
-)
+from tasks.input_checks import validate_input
+from tasks.inputs import EmbeddingInput, FillMaskInput, JobKind, ModelLimits, TextGenerationInput, TextToImageInput
 
 LIMITS = ModelLimits(max_prompt_chars=50, max_width=256, max_height=192, max_pixels=128 * 192, max_steps=30,
                      max_images=3, max_new_tokens=40, max_texts=5, max_top_k=7, default_width=64,

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tasks.inputs import SEED_MAX, JobKind, ModelLimits, TextToImageInput, validate_input
+from tasks.input_checks import validate_input
+from tasks.inputs import SEED_MAX, JobKind, ModelLimits, TextToImageInput
 from tasks.models_file import ModelSpec
+from tasks.outputs import job_of_key
 from worker.runtimes.base import Blob
 from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
@@ -22,8 +24,15 @@ TOLERANCE = 2  # max abs pixel difference (of 255) allowed between batched and s
 
 
 def job(**fields: Any) -> TextToImageInput:
-    """A validated input with the model's defaults filled in, as the worker receives it."""
-    return validate_input(JobKind.text_to_image, {"prompt": "a red cat", **fields}, LIMITS)  # type: ignore[return-value]
+    """A validated input with the model's defaults filled in, as the worker receives it: with an image, the stored
+    form (its job's input keys, and the size the API fills in from the picture when the job gives none)."""
+    data = {"prompt": "a red cat", **fields}
+    if fields.get("image") is None:
+        return validate_input(JobKind.text_to_image, data, LIMITS)  # type: ignore[return-value]
+    data.setdefault("width", LIMITS.default_width)
+    data.setdefault("height", LIMITS.default_height)
+    stored_for = job_of_key(fields["image"])
+    return validate_input(JobKind.text_to_image, data, LIMITS, stored_for=stored_for)  # type: ignore[return-value]
 
 
 def pixels(blob: Blob) -> np.ndarray:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput, validate_input
+from tasks.input_checks import validate_input
+from tasks.inputs import JobKind, ModelLimits, TextToImageInput
 
 LIMITS = ModelLimits(default_width=64, default_height=64, default_steps=4, max_width=256, max_height=256,
                      max_pixels=256 * 256, max_steps=50, max_images=4, max_prompt_chars=100)

@@ -1,0 +1,74 @@
+"""A job's input checked against its model's limits: the limited input models, and pydantic's errors as one
+InvalidInput naming the fields (the API's 422, the worker's ``invalid_input``)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pydantic import ValidationError, create_model
+
+from tasks.errors import InvalidInput
+from tasks.image_refs import stored_context
+from tasks.inputs import INPUT_SCHEMAS, AnyInput, JobInput, JobKind, ModelLimits, TextToImageInput
+
+
+@functools.lru_cache(maxsize=256)
+def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput]:
+    lim = ModelLimits.model_validate_json(limits_json)
+    base = INPUT_SCHEMAS[kind]
+    return create_model(
+        name, __base__=base, __doc__=base.__doc__, __validators__=base.limited_validators(lim),
+        **base.limited_fields(lim),
+    )
+
+
+def limited_input_model(kind: JobKind, limits: ModelLimits, name: str | None = None) -> type[JobInput]:
+    """The kind's input model with the model's limits as field bounds: one source for validation and schema."""
+    return _limited_model(kind, limits.model_dump_json(), name or INPUT_SCHEMAS[kind].__name__)
+
+
+def _format_loc(prefix: str, loc: tuple[int | str, ...]) -> str:
+    parts = [prefix] if prefix else []
+    for item in loc:
+        parts.append(f"[{item}]" if isinstance(item, int) else str(item))
+    return ".".join(parts).replace(".[", "[")
+
+
+def invalid_from_validation(exc: ValidationError, prefix: str = "") -> InvalidInput:
+    """Turn pydantic's error list into one InvalidInput naming every bad field."""
+    messages = []
+    first_field = None
+    for err in exc.errors():
+        field = _format_loc(prefix, tuple(err.get("loc", ()))) or prefix or "body"
+        first_field = first_field or field
+        messages.append(f"{field}: {err['msg']}")
+    return InvalidInput("; ".join(messages), field=first_field)
+
+
+def validate_input(kind: JobKind, data: Any, limits: ModelLimits, *, stored_for: str | None = None) -> AnyInput:
+    """Parse ``data`` for ``kind`` within ``limits`` and fill the model's defaults; raise InvalidInput.
+
+    ``stored_for``: the job id whose record holds ``data`` (the worker): its images are that job's input keys,
+    never a client's forms. Without it (a client's input) only upload ids and data URIs are taken.
+    """
+    if not isinstance(data, dict):
+        raise InvalidInput("input: must be an object", field="input")
+    context = stored_context(stored_for) if stored_for is not None else None
+    try:
+        parsed = limited_input_model(kind, limits).model_validate(data, context=context)
+    except ValidationError as exc:
+        raise invalid_from_validation(exc, prefix="input") from None
+    if isinstance(parsed, TextToImageInput):
+        _check_image_steps(parsed)
+    return parsed  # type: ignore[return-value]
+
+
+def _check_image_steps(inp: TextToImageInput) -> None:
+    """An image job runs ``int(steps x strength)`` steps (diffusers' ``get_timesteps``): none is a job that would
+    fail in the worker, so the API refuses it."""
+    if inp.image is None or inp.strength is None or inp.num_inference_steps is None:
+        return
+    if int(inp.num_inference_steps * inp.strength) < 1:
+        raise InvalidInput(f"input.strength: {inp.strength} of {inp.num_inference_steps} steps leaves no step to run; "
+                           "raise strength or num_inference_steps", field="input.strength")
