@@ -142,3 +142,27 @@ def test_the_async_client_does_the_same():
     asyncio.run(go())
     assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/uploads", "/v1/jobs"]
     assert sent_input(seen[2]) == {"prompt": "x", "image": UPLOAD["id"], "mask": UPLOAD["id"]}
+
+
+def test_the_cli_sends_image_mask_and_strength(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from genq import cli_jobs
+    from genq.cli import main
+
+    source, mask = tmp_path / "in.png", tmp_path / "mask.png"
+    source.write_bytes(png(400, 400, noise=True))
+    Image.new("L", (400, 400), 255).save(mask)
+    seen: list[httpx.Request] = []
+    monkeypatch.setattr(cli_jobs, "make_client", lambda *a: client(seen))
+    result = CliRunner().invoke(main, ["submit", "sd-demo", "--prompt", "x", "--image", str(source), "--mask",
+                                       str(mask), "--strength", "0.6"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/jobs"]  # the large image uploaded, the mask inline
+    inp = sent_input(seen[1])
+    assert inp["image"] == UPLOAD["id"] and inp["mask"].startswith("data:image/png;base64,")
+    assert inp["strength"] == 0.6
+    missing = CliRunner().invoke(main, ["submit", "sd-demo", "--prompt", "x", "--image", "nope.png"])
+    assert missing.exit_code == 2 and "no such file: nope.png" in missing.output
+    too_far = CliRunner().invoke(main, ["submit", "sd-demo", "--prompt", "x", "--strength", "1.5"])
+    assert too_far.exit_code == 2
