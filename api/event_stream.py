@@ -1,7 +1,7 @@
 """One job's events as they happen: its Redis stream (tasks/events.py), then its terminal status from the record.
 
 Everything is read from Redis, so any API process serves any stream and a client may resume on another
-with ``Last-Event-ID``. The request thread sleeps on the process's shared subscription (api/waiters.py)
+with ``Last-Event-ID``. The request thread sleeps on the process's shared subscription (api/wait_listener.py)
 between reads: the worker's event channel says the stream grew, the done channel says the job ended.
 """
 

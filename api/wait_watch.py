@@ -1,4 +1,4 @@
-"""One held request's registration on some Redis channels (``api/waiters.py`` feeds it), until ``close``."""
+"""One held request's registration on some Redis channels (``api/wait_listener.py`` feeds it), until ``close``."""
 
 from __future__ import annotations
 

@@ -20,6 +20,15 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tasks.errors import InvalidInput
+from tasks.image_refs import (
+    IMAGE_TO_IMAGE_STRENGTH,
+    INPAINT_STRENGTH,
+    REFERENCE_HELP,
+    REFERENCE_PATTERN,
+    STORED_FOR,
+    check_reference,
+    stored_context,
+)
 
 SEED_MAX = 2**32 - 1  # fits every client's integers (JavaScript included) and torch's generators
 
@@ -103,6 +112,38 @@ class TextToImageInput(JobInput):
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
     num_images: int = Field(default=1, ge=1)
     scheduler: Scheduler = "default"
+    image: str | None = Field(
+        default=None, json_schema_extra={"pattern": REFERENCE_PATTERN},
+        description=f"image-to-image or inpainting source: {REFERENCE_HELP}; PNG, JPEG or WebP within the model's "
+                    "pixel limits. The output takes its size (rounded down to the size multiple) unless width or "
+                    "height say otherwise")
+    mask: str | None = Field(
+        default=None, json_schema_extra={"pattern": REFERENCE_PATTERN},
+        description=f"inpainting: white repaints, black keeps; the image's size; {REFERENCE_HELP}. Needs image")
+    strength: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description=f"how much of the image is repainted (needs image): default {IMAGE_TO_IMAGE_STRENGTH} for "
+                    f"image-to-image, {INPAINT_STRENGTH} for inpainting")
+
+    _references = field_validator("image", "mask")(check_reference)
+
+    @field_validator("mask", "strength")
+    @classmethod
+    def _needs_image(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and "image" in info.data and info.data["image"] is None:  # absent, not invalid
+            raise PydanticCustomError("needs_image", "{name} needs an image", {"name": info.field_name})
+        return value
+
+    @model_validator(mode="after")
+    def _image_settings(self, info: ValidationInfo) -> TextToImageInput:
+        if self.image is None:
+            return self
+        if self.strength is None:
+            self.strength = INPAINT_STRENGTH if self.mask is not None else IMAGE_TO_IMAGE_STRENGTH
+        if STORED_FOR in (info.context or {}) and (self.width is None or self.height is None):
+            # The API fills them from the image before it writes the record.
+            raise PydanticCustomError("stored_size", "a stored input with an image has width and height")
+        return self
 
     @classmethod
     def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
@@ -131,8 +172,9 @@ class TextToImageInput(JobInput):
             return height
 
         def model_defaults(inp: TextToImageInput) -> TextToImageInput:
-            inp.width = inp.width or lim.default_width
-            inp.height = inp.height or lim.default_height
+            if inp.image is None:  # with an image, the API fills what is missing from the image's size
+                inp.width = inp.width or lim.default_width
+                inp.height = inp.height or lim.default_height
             inp.num_inference_steps = inp.num_inference_steps or lim.default_steps
             return inp
 
@@ -235,12 +277,17 @@ def invalid_from_validation(exc: ValidationError, prefix: str = "") -> InvalidIn
     return InvalidInput("; ".join(messages), field=first_field)
 
 
-def validate_input(kind: JobKind, data: Any, limits: ModelLimits) -> AnyInput:
-    """Parse ``data`` for ``kind`` within ``limits`` and fill the model's defaults; raise InvalidInput."""
+def validate_input(kind: JobKind, data: Any, limits: ModelLimits, *, stored_for: str | None = None) -> AnyInput:
+    """Parse ``data`` for ``kind`` within ``limits`` and fill the model's defaults; raise InvalidInput.
+
+    ``stored_for``: the job id whose record holds ``data`` (the worker): its images are that job's input keys,
+    never a client's forms. Without it (a client's input) only upload ids and data URIs are taken.
+    """
     if not isinstance(data, dict):
         raise InvalidInput("input: must be an object", field="input")
+    context = stored_context(stored_for) if stored_for is not None else None
     try:
-        parsed = limited_input_model(kind, limits).model_validate(data)
+        parsed = limited_input_model(kind, limits).model_validate(data, context=context)
     except ValidationError as exc:
         raise invalid_from_validation(exc, prefix="input") from None
     return parsed  # type: ignore[return-value]

@@ -80,7 +80,7 @@ class Executor:
         if item.parsed is not None:
             return True
         try:
-            item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits)
+            item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits, stored_for=item.job_id)
             return True
         except GenqError as exc:
             item.fail(exc.code.value, exc.message)

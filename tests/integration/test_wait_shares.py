@@ -113,12 +113,12 @@ def test_a_process_receives_only_the_publishes_of_jobs_it_watches(keyed):
 
 
 def test_the_listener_subscribes_again_what_is_watched_after_redis_restarts(tmp_path, monkeypatch):
-    import api.waiters
+    import api.wait_listener
     from api.waiters import EVERYTHING, WaitHub
     from tasks.store.redis_client import connect
     from tests.harness import RedisServer
 
-    monkeypatch.setattr(api.waiters, "HEALTH_CHECK_S", 0.05)  # its own pings go out all along
+    monkeypatch.setattr(api.wait_listener, "HEALTH_CHECK_S", 0.05)  # its own pings go out all along
 
     server = RedisServer(tmp_path).start()
     try:
