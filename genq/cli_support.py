@@ -112,8 +112,9 @@ def _image(ctx: click.Context, param: click.Parameter, value: str | None) -> Pat
 
 def image_options(command: F) -> F:
     """``--image``, ``--mask`` (files, or upload ids) and ``--strength``: image-to-image and inpainting."""
-    command = click.option("--strength", type=click.FloatRange(0.0, 1.0), default=None,
-                           help="[text-to-image] with --image: how far from it (0 keeps it, 1 repaints all)")(command)
+    command = click.option("--strength", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+                           help="[text-to-image] with --image: how much of it is repainted (the model's default "
+                                "when absent)")(command)
     command = click.option("--mask", callback=_image, metavar="PATH",
                            help="[text-to-image] inpainting mask, the size of --image: white = repaint")(command)
     return click.option("--image", callback=_image, metavar="PATH",

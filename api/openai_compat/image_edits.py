@@ -33,7 +33,7 @@ class ImageEditRequest(ImageGenerationRequest):
     """OpenAI's image edit form (values arrive as strings: numbers are read from them); genq's own fields
     (``strength``, ``seed``, ...) through ``extra_body``."""
 
-    strength: float | None = Field(default=None, ge=0.0, le=1.0)
+    strength: float | None = Field(default=None, gt=0.0, le=1.0)
 
     def genq_input(self) -> dict[str, Any]:
         inp = super().genq_input()
