@@ -114,8 +114,8 @@ export function readForm(container, model) {
 export function markInvalid(container, field) {
   for (const el of container.querySelectorAll(".invalid")) el.classList.remove("invalid");
   const name = (field || "").replace(/^input\./, "").replace(/\[\d+\]$/, "");
-  const field = IMAGE_FIELDS.has(name) ? "image" : name; // the mask is painted on the picture's control
-  const el = name && container.querySelector(`[name="${CSS.escape(name)}"], [data-field="${CSS.escape(field)}"]`);
+  const box = IMAGE_FIELDS.has(name) ? "image" : name; // the mask is painted on the picture's control
+  const el = name && container.querySelector(`[name="${CSS.escape(name)}"], [data-field="${CSS.escape(box)}"]`);
   if (el) {
     el.classList.add("invalid");
     el.focus();
