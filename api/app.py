@@ -18,6 +18,7 @@ from api.routes_batch import batches
 from api.routes_events import events
 from api.routes_jobs import jobs
 from api.routes_models import models
+from api.routes_uploads import uploads
 from api.routes_webhooks import webhooks
 from api.services import Services, warm_up
 from api.spec import build_spec
@@ -48,12 +49,15 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     create_limiter(app, settings)
 
     app.before_request(authenticate)  # before any lookup: a job's existence says nothing to a stranger
-    body.install(app, bodiless=("not_here",), limits={"batches.create_batch": settings.batch_max_content_length})
+    # POST /v1/uploads reads its own body: raw image bytes, within their own limit.
+    body.install(app, bodiless=("not_here", "uploads.create_upload"),
+                 limits={"batches.create_batch": settings.batch_max_content_length})
 
     app.register_api(batches)  # first: GET /v1/jobs and POST /v1/jobs/batch before the blueprint of /v1/jobs/<id>
     app.register_api(jobs)
     app.register_api(events)
     app.register_api(models)
+    app.register_api(uploads)
     app.register_api(webhooks)
     install_openai(app)  # /openai/v1: OpenAI's shapes, outside the OpenAPI spec
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec

@@ -15,7 +15,7 @@ from celery import Celery
 from api.admission import refusal
 from api.routes_jobs import new_record
 from api.services import PUBLISH_RETRY_POLICY, Services
-from tasks.errors import GenqError
+from tasks.errors import GenqError, InvalidInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, parse_job_create
@@ -39,6 +39,9 @@ def check_items(svc: Services, items: list[Any]) -> list[Checked]:
             body, spec, inp = parse_job_create(item, svc.models)
             if body.webhook is not None:
                 check_webhook_url(body.webhook, svc.settings, field="webhook")
+            if getattr(inp, "image", None) is not None:  # its bytes would be written before the batch's one trip
+                raise InvalidInput("input.image: image inputs are not taken in a batch; submit each such job with "
+                                   "POST /v1/jobs", field="input.image")
             checked.append((spec, body, inp.model_dump(mode="json")))
         except GenqError as exc:
             checked.append(exc)

@@ -39,6 +39,10 @@ LATENCY = Histogram("genq_api_request_duration_seconds", "Seconds to answer a re
                     ["route", "method"], buckets=LATENCY_BUCKETS)
 JOBS_ACCEPTED = Counter("genq_api_jobs_accepted", "Jobs accepted (202, or 200 after Prefer: wait)", ["model"])
 JOBS_REJECTED = Counter("genq_api_jobs_rejected", "Job submissions refused, by reason", ["model", "reason"])
+UPLOADS = Counter("genq_api_uploads", "Uploads created (POST /v1/uploads), by how: direct or presigned", ["how"])
+UPLOAD_BYTES = Counter("genq_api_upload_bytes", "Bytes received by POST /v1/uploads (direct uploads)")
+INPUT_IMAGES = Counter("genq_api_input_images", "Images named by accepted or checked job inputs, by source: "
+                       "upload or data_uri", ["source"])
 QUEUE_DEPTH = "genq_queue_depth"
 WORKERS_ONLINE = "genq_workers_online"
 REDIS_UP = "genq_redis_up"

@@ -17,6 +17,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import refusal
 from api.auth import current_key, current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
+from api.job_images import discard, stage_images
 from api.job_reads import MAX_IDS_LENGTH, read_many
 from api.outputs import public_job, serve_output
 from api.services import PUBLISH_RETRY_POLICY, Services, services
@@ -131,8 +132,17 @@ def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any],
            owner: str) -> JobRecord:
     """Reserve a place and write the record (one script), then send the message (the record first: an id handed
     out is never unknown). A failure after the reservation gives the place back."""
-    record = new_record(spec, body, inp, job_id, owner)
-    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0)
+    # Images first: their bytes go to the output store under the job's input keys, the record names the keys.
+    inp, staged = stage_images(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+    try:
+        return admit_and_send(svc, spec, new_record(spec, body, inp, job_id, owner))
+    except BaseException:
+        discard(svc, staged)  # not accepted: its inputs go too
+        raise
+
+
+def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord) -> JobRecord:
+    place = svc.queue_limit.reservation(spec.id, record.id, spec.max_queue_depth, need_worker=spec.min_workers > 0)
     try:
         reservation, created = svc.store.admit(record, place)
     except Unavailable:  # written but not replicated in time. (Redis unreachable: no undo, as it would time out

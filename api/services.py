@@ -24,6 +24,7 @@ from tasks.store.job_store import JobStore
 from tasks.store.output_stores import output_store
 from tasks.store.queue_limit import QueueLimit
 from tasks.store.redis_client import connect
+from tasks.store.uploads import UploadStore
 
 log = logging.getLogger(__name__)
 OUTPUT_READS_OPEN_S = 2.0  # a stalled store costs one request a second's wait, the others a 503 at once
@@ -44,6 +45,7 @@ class Services:
     waiters: WaitHub
     idempotency: IdempotencyBindings
     batches: JobBatches
+    uploads: UploadStore
     # Output reads after the store just failed answer 503 at once for a moment (api/outputs.py).
     outputs_circuit: Circuit = field(default_factory=lambda: Circuit(OUTPUT_READS_OPEN_S))
 
@@ -51,12 +53,13 @@ class Services:
     def build(cls, settings: Settings) -> Services:
         client = connect(settings, fail_fast=True)
         store = JobStore(client, settings)
+        outputs = output_store(client, settings, api=True)
         return cls(
             settings=settings,
             models=load_models_file(settings.models_file),
             store=store,
             fleet=FleetStore(client, settings),
-            outputs=output_store(client, settings, api=True),
+            outputs=outputs,
             celery=create_celery(settings),
             keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
             queue_limit=QueueLimit(client, settings),
@@ -64,6 +67,7 @@ class Services:
                             settings.waiters_per_owner),
             idempotency=IdempotencyBindings(client, store.keys, settings.idempotency_ttl_s),
             batches=JobBatches(store),
+            uploads=UploadStore(client, store.keys, outputs, settings.tombstone_ttl_s),
         )
 
     def model(self, model_id: str) -> ModelSpec:

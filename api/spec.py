@@ -11,9 +11,11 @@ import copy
 from typing import Any
 
 from api.openai_compat.described import OPENAI_COMPATIBLE
+from tasks.image_refs import MEDIA_TYPES
 from tasks.models_file import ModelsFile, ModelSpec
 from tasks.schemas import job_create_model, model_input
 from tasks.settings import Settings
+from tasks.uploads import PresignRequest
 
 SCHEMAS = "#/components/schemas/"
 #: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key
@@ -47,6 +49,7 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
     webhooks = bool(settings.webhook_secret or settings.webhook_allow_unsigned)
     _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http,
                     settings.batch_max_jobs)
+    _upload_body(doc, schemas, settings.max_upload_bytes)
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
             _error_responses(operation, path)
@@ -89,6 +92,19 @@ def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[Mo
     schemas["BatchCreate"] = batch
     doc["paths"]["/v1/jobs/batch"]["post"]["requestBody"] = {
         "required": True, "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}}}
+
+
+def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int) -> None:
+    """``POST /v1/uploads`` reads its own body: an image's bytes, or (S3 store) a presigned upload's JSON request."""
+    post = doc["paths"]["/v1/uploads"]["post"]
+    raw = {"schema": {"type": "string", "format": "binary", "maxLength": max_bytes}}
+    schemas["PresignRequest"] = PresignRequest.model_json_schema()
+    post["requestBody"] = {
+        "required": True, "description": f"the image's bytes (at most {max_bytes}); or, with the S3 output store "
+                                         "only, JSON asking for a presigned PUT URL",
+        "content": {**{media: raw for media in MEDIA_TYPES},
+                    "application/json": {"schema": {"$ref": SCHEMAS + "PresignRequest"}}}}
+    post["responses"]["201"]["headers"] = {"Location": {**LOCATION, "description": "the upload's URL"}}
 
 
 def _webhook_schema(enabled: bool, allow_http: bool) -> dict[str, Any]:

@@ -33,6 +33,14 @@ class Keys:
         """Tombstone outliving the record, so an expired job answers 410 rather than 404."""
         return f"{self.prefix}gone:{job_id}"
 
+    def upload(self, upload_id: str) -> str:
+        """One upload's metadata (JSON, tasks/uploads.py), expiring with the upload."""
+        return f"{self.prefix}upload:{upload_id}"
+
+    def upload_gone(self, upload_id: str) -> str:
+        """An upload's tombstone (its owner), outliving it: the sweeper deletes the bytes of uploads it knew."""
+        return f"{self.prefix}upload-gone:{upload_id}"
+
     def output(self, key: str) -> str:
         return f"{self.prefix}out:{key}"
 

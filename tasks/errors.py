@@ -92,6 +92,10 @@ class Conflict(GenqError):
     code = ErrorCode.conflict
 
 
+class PayloadTooLarge(GenqError):
+    code = ErrorCode.payload_too_large
+
+
 class InvalidInput(GenqError):
     code = ErrorCode.invalid_input
 

@@ -107,6 +107,24 @@ class OutputStore(Protocol):
 
 
 @runtime_checkable
+class InputStore(Protocol):
+    """What the API keeps uploads and job inputs with: a write with its own lifetime (a store that expires its
+    objects, Redis, honours ``ttl_s``; a swept one leaves it to ``worker/output_sweeper.py``) and a copy inside
+    the store (Redis COPY, a hard link, S3 CopyObject) that answers False when ``src`` is gone."""
+
+    def put_for(self, key: str, data: bytes, media_type: str, ttl_s: int) -> None: ...
+
+    def copy(self, src: str, dst: str, ttl_s: int) -> bool: ...
+
+
+@runtime_checkable
+class UploadSigningStore(Protocol):
+    """A store a client may write an upload to directly: an S3 presigned PUT URL."""
+
+    def presigned_put_url(self, key: str, media_type: str, size: int, expires_s: int) -> str: ...
+
+
+@runtime_checkable
 class PresigningStore(Protocol):
     """A store whose objects a client can fetch without the API: an S3 presigned URL."""
 

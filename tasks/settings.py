@@ -79,6 +79,10 @@ DEFAULT_OUTPUT_URL_TTL_S = 900  # a presigned URL works this long: one page view
 DEFAULT_OUTPUT_SWEEP_S = 300.0
 # ...and only objects older than this are touched: a write in flight is never taken for an orphan.
 DEFAULT_OUTPUT_SWEEP_GRACE_S = 600.0
+DEFAULT_MAX_UPLOAD_BYTES = 20 << 20  # POST /v1/uploads: a 4096 x 4096 photo as PNG fits; past it, 413
+# An upload is usable this long: enough to upload and then submit its jobs. A job copies the upload's bytes when
+# it is accepted, so a job never depends on its upload's lifetime.
+DEFAULT_UPLOAD_TTL_S = 3600
 
 
 
@@ -167,6 +171,8 @@ class ApiSettings(SharedSettings):
     keys_reload_s: float = DEFAULT_KEYS_RELOAD_S
     openai_wait_s: float = DEFAULT_OPENAI_WAIT_S
     output_url_ttl_s: int = DEFAULT_OUTPUT_URL_TTL_S
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    upload_ttl_s: int = DEFAULT_UPLOAD_TTL_S
 
     @property
     def waiters_per_process(self) -> int:

@@ -9,6 +9,8 @@ Every object lives under its job's name. For each job found in the store:
 - a finished record: objects it does not list go (runs that lost, writes cut short, a failed job's leftovers);
   inputs stay as long as the record;
 - a queued or running record: nothing is touched, a run may be writing.
+Uploads (``up_...``, tasks/uploads.py) live under their own name: kept whole while their metadata lives, deleted
+once it has expired if their tombstone says this deployment made them, never touched otherwise.
 Objects newer than the grace period are never touched: a write in flight is not an orphan. One worker of
 the fleet sweeps per interval (a Redis lock), in a thread of its own so heartbeats never wait for a walk.
 """
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tasks.errors import GenqError
+from tasks.image_refs import is_upload_id
 from tasks.outputs import JobObjects, OutputStore, SweptStore, check_key, is_input_key
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobStore
@@ -74,13 +77,22 @@ class OutputSweeper:
 
     def _records(self, objects: list[JobObjects]) -> list[tuple[str | None, set[str], bool]]:
         """Per job: its status and listed keys (from the record) and whether this deployment knew it."""
+        keys = self.jobs.keys
         with self.jobs.redis.pipeline(transaction=False) as pipe:
             for o in objects:
-                pipe.hmget(self.jobs.keys.job(o.job_id), "status", "binary_outputs")
-                pipe.exists(self.jobs.keys.gone(o.job_id))
+                if is_upload_id(o.job_id):
+                    pipe.exists(keys.upload(o.job_id))
+                    pipe.exists(keys.upload_gone(o.job_id))
+                else:
+                    pipe.hmget(keys.job(o.job_id), "status", "binary_outputs")
+                    pipe.exists(keys.gone(o.job_id))
             replies: list[Any] = pipe.execute()
-        records = []
-        for (status, entries), tombstones in zip(replies[::2], replies[1::2], strict=True):
+        records: list[tuple[str | None, set[str], bool]] = []
+        for o, found, tombstones in zip(objects, replies[::2], replies[1::2], strict=True):
+            if is_upload_id(o.job_id):  # a live upload is kept whole, as a running job's objects are
+                records.append((JobStatus.running.value if found else None, set(), bool(tombstones)))
+                continue
+            status, entries = found
             listed = {e["key"] for e in json.loads(entries)} if entries else set()
             records.append((status.decode() if status else None, listed, bool(tombstones)))
         return records

@@ -54,6 +54,32 @@ class FilesystemOutputStore:
         except OSError as exc:
             raise OutputStoreUnavailable(f"cannot write output {key} under {self.root}: {_why(exc)}") from exc
 
+    def put_for(self, key: str, data: bytes, media_type: str, ttl_s: int) -> None:
+        self.put(key, data, media_type)  # the sweeper deletes it once its record or upload is gone
+
+    def copy(self, src: str, dst: str, ttl_s: int) -> bool:
+        """A hard link (no bytes copied; deleting ``src`` later leaves ``dst`` whole), made under a temporary
+        name and renamed like a write; a plain copy where the file system has no links."""
+        source, path = self.path(src), self.path(dst)
+        part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.part")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, part)
+            except FileNotFoundError:
+                return False
+            except OSError:  # no hard links here (some network file systems)
+                data = self.get(src)
+                if data is None:
+                    return False
+                self.put(dst, data, "application/octet-stream")
+                return True
+            os.replace(part, path)
+        except OSError as exc:
+            part.unlink(missing_ok=True)
+            raise OutputStoreUnavailable(f"cannot copy {src} under {self.root}: {_why(exc)}") from exc
+        return True
+
     def get(self, key: str) -> bytes | None:
         try:
             return self.path(key).read_bytes()

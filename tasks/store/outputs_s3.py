@@ -81,6 +81,30 @@ class S3OutputStore:
         except (BotoCoreError, ClientError) as exc:
             raise OutputStoreUnavailable(f"s3://{self.bucket}: cannot write output {key}: {_describe(exc)}") from exc
 
+    def put_for(self, key: str, data: bytes, media_type: str, ttl_s: int) -> None:
+        self.put(key, data, media_type)  # the sweeper deletes it once its record or upload is gone
+
+    def copy(self, src: str, dst: str, ttl_s: int) -> bool:
+        """CopyObject: the bytes stay inside the object store."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.copy_object(Bucket=self.bucket, Key=self.name(dst),
+                                    CopySource={"Bucket": self.bucket, "Key": self.name(src)})
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return False
+            raise OutputStoreUnavailable(f"s3://{self.bucket}: cannot copy {src}: {_describe(exc)}") from exc
+        except BotoCoreError as exc:
+            raise OutputStoreUnavailable(f"s3://{self.bucket}: cannot copy {src}: {_describe(exc)}") from exc
+        return True
+
+    def presigned_put_url(self, key: str, media_type: str, size: int, expires_s: int) -> str:
+        """A PUT URL for exactly ``size`` bytes of ``media_type`` (both signed: S3 refuses others)."""
+        return self.signer.generate_presigned_url(  # type: ignore[no-any-return]
+            "put_object", ExpiresIn=expires_s,
+            Params={"Bucket": self.bucket, "Key": self.name(key), "ContentType": media_type, "ContentLength": size})
+
     def get(self, key: str) -> bytes | None:
         from botocore.exceptions import BotoCoreError, ClientError
 

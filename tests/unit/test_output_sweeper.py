@@ -81,3 +81,30 @@ def test_a_stranger_file_in_the_store_is_left_alone(jobs, fs):
     stray.parent.mkdir(parents=True)
     stray.write_text("someone else's")
     assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 0 and stray.exists()
+
+
+def test_expired_uploads_go_live_ones_stay_and_a_strangers_is_left_alone(jobs, fs):
+    from tasks.store.uploads import UploadStore
+    from tasks.uploads import upload_key
+
+    uploads = UploadStore(jobs.redis, jobs.keys, fs, tombstone_ttl_s=60)
+    live = uploads.create("alice", "image/png", b"live", 1, 1, ttl_s=60)
+    expired = uploads.create("alice", "image/png", b"expired", 1, 1, ttl_s=60)
+    jobs.redis.delete(jobs.keys.upload(expired.id))  # as if its TTL ran out; its tombstone outlives it
+    stranger = "up_" + uuid.uuid4().hex  # another deployment's upload in a shared directory
+    fs.put(upload_key(stranger), b"theirs", "image/png")
+    assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 1
+    assert stored(fs) == {upload_key(live.id), upload_key(stranger)}
+    assert uploads.get(live.id, "alice") is not None and uploads.get(live.id, "bob") is None
+
+
+def test_a_job_copies_an_upload_inside_the_store_and_keeps_it_after_the_upload_goes(jobs, fs):
+    from tasks.store.uploads import UploadStore
+
+    uploads = UploadStore(jobs.redis, jobs.keys, fs, tombstone_ttl_s=60)
+    meta = uploads.create("alice", "image/png", b"bytes", 1, 1, ttl_s=60)
+    job_id = str(uuid.uuid4())
+    assert uploads.copy_to(meta, input_key(job_id, "image"), ttl_s=60)
+    uploads.delete(meta)
+    assert fs.get(input_key(job_id, "image")) == b"bytes" and uploads.get(meta.id, "alice") is None
+    assert not uploads.copy_to(meta, input_key(job_id, "mask"), ttl_s=60)  # gone: False, not an error

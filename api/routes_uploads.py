@@ -1,0 +1,124 @@
+"""``/v1/uploads``: an image put once, named by its id in jobs' inputs (``input.image``, ``input.mask``).
+
+``POST /v1/uploads`` takes the raw bytes (``Content-Type: image/png``, ``image/jpeg`` or ``image/webp``, at most
+``GENQ_MAX_UPLOAD_BYTES``), checks they are such an image and answers 201 with the upload object. With the S3 store
+it also takes a JSON body ``{"media_type", "bytes"}`` and answers a presigned PUT URL instead: the bytes go to S3
+directly and are checked when a job first names the upload. An upload is its owner's alone (another key's id is
+404) and expires after ``GENQ_UPLOAD_TTL_S``; it counts against the key's rate limit as a submission does.
+"""
+
+from __future__ import annotations
+
+from flask import Response, current_app, jsonify, make_response, request, url_for
+from flask_openapi3 import APIBlueprint, Tag
+from pydantic import BaseModel, Field, ValidationError
+
+from api.auth import current_owner
+from api.image_checks import inspect_image
+from api.metrics import UPLOAD_BYTES, UPLOADS
+from api.services import Services, services
+from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
+from tasks.image_refs import MEDIA_TYPES, UPLOAD_ID
+from tasks.inputs import JobKind, invalid_from_validation
+from tasks.schemas import ErrorBody, timestamp
+from tasks.uploads import PresignRequest, Upload, UploadMeta
+
+uploads = APIBlueprint("uploads", __name__, url_prefix="/v1/uploads", abp_tags=[Tag(name="uploads")],
+                       abp_responses={"404": ErrorBody, "413": ErrorBody, "422": ErrorBody})
+DEFAULT_MAX_PIXELS = 4096 * 4096  # no text-to-image model served: the bound an upload is checked against
+
+
+class UploadPath(BaseModel):
+    upload_id: str = Field(min_length=1, max_length=64)
+
+
+def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]:
+    headers = {"Content-Type": meta.media_type, "Content-Length": str(meta.bytes)} if url else None
+    return Upload(id=meta.id, media_type=meta.media_type, bytes=meta.bytes, width=meta.width, height=meta.height,
+                  created_at=timestamp(meta.created_at), expires_at=timestamp(meta.expires_at),
+                  status=meta.state, upload_url=url, upload_headers=headers).model_dump(mode="json",
+                                                                                       exclude_none=True)
+
+
+def max_pixels(svc: Services) -> int:
+    """The most pixels any served text-to-image model takes: a larger upload could never be used."""
+    bounds = [s.limits.max_pixels for s in svc.models.models.values() if s.kind == JobKind.text_to_image]
+    return max(bounds, default=DEFAULT_MAX_PIXELS)
+
+
+def read_body(limit: int) -> bytes:
+    """The raw body, at most ``limit`` bytes (chunked or not), else PayloadTooLarge."""
+    too_large = PayloadTooLarge(f"an upload is at most {limit} bytes (GENQ_MAX_UPLOAD_BYTES)")
+    length = request.content_length
+    if length is not None and length > limit:
+        raise too_large
+    # werkzeug ends a chunked body quietly at the limit: read one byte past it to tell too large from complete.
+    data: bytes = request.environ["wsgi.input"].read(limit + 1) if length is None else request.get_data(cache=False)
+    if len(data) > limit:
+        raise too_large
+    return data
+
+
+def created(meta: UploadMeta, url: str | None = None) -> Response:
+    response = make_response(jsonify(upload_object(meta, url)), 201)
+    response.headers["Location"] = url_for("uploads.get_upload", upload_id=meta.id)
+    return response
+
+
+@uploads.post("", responses={"201": Upload, "400": ErrorBody})
+def create_upload() -> Response:
+    """Upload an image (raw PNG, JPEG or WebP bytes), or with the S3 store ask for a presigned PUT URL (JSON)."""
+    svc = services()
+    media_type = (request.mimetype or "").lower()
+    with current_app.extensions["genq_submission_limit"]:
+        if media_type == "application/json":
+            return presign(svc)
+        if media_type not in MEDIA_TYPES:
+            raise BadRequest(f"Content-Type {media_type or 'none'}: send the image's bytes as image/png, "
+                             "image/jpeg or image/webp (or JSON {media_type, bytes} for a presigned URL)")
+        request.max_content_length = svc.settings.max_upload_bytes
+        data = read_body(svc.settings.max_upload_bytes)
+        if not data:
+            raise InvalidInput("body: the upload is empty", field="body")
+        picture = inspect_image(data, "body", max_pixels(svc), media_type)
+        meta = svc.uploads.create(current_owner(), media_type, data, picture.width, picture.height,
+                                  svc.settings.upload_ttl_s)
+    UPLOADS.labels("direct").inc()
+    UPLOAD_BYTES.inc(len(data))
+    return created(meta)
+
+
+def presign(svc: Services) -> Response:
+    try:
+        asked = PresignRequest.model_validate(request.get_json(silent=True))
+    except ValidationError as exc:
+        raise invalid_from_validation(exc) from None
+    if asked.bytes > svc.settings.max_upload_bytes:
+        raise PayloadTooLarge(f"an upload is at most {svc.settings.max_upload_bytes} bytes (GENQ_MAX_UPLOAD_BYTES)")
+    made = svc.uploads.presign(current_owner(), asked.media_type, asked.bytes, svc.settings.upload_ttl_s,
+                               svc.settings.output_url_ttl_s)
+    if made is None:
+        raise InvalidInput("body: presigned uploads need the s3 output store; send the image's bytes instead "
+                           "(Content-Type: image/png, image/jpeg or image/webp)", field="body")
+    UPLOADS.labels("presigned").inc()
+    return created(*made)
+
+
+def owned_upload(upload_id: str) -> UploadMeta:
+    meta = services().uploads.get(upload_id, current_owner()) if UPLOAD_ID.fullmatch(upload_id) else None
+    if meta is None:
+        raise NotFound(f"no upload {upload_id}")  # unknown, expired, or another key's: all look the same
+    return meta
+
+
+@uploads.get("/<upload_id>", responses={"200": Upload})
+def get_upload(path: UploadPath) -> Response:
+    """An upload's metadata (never its bytes: a job takes them, the API gives them to no one)."""
+    return jsonify(upload_object(owned_upload(path.upload_id)))
+
+
+@uploads.delete("/<upload_id>", responses={"204": None})
+def delete_upload(path: UploadPath) -> Response:
+    """Forget an upload now; jobs that named it keep their own copies."""
+    services().uploads.delete(owned_upload(path.upload_id))
+    return Response(status=204)

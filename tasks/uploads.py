@@ -1,0 +1,69 @@
+"""Uploads: an image put once (``POST /v1/uploads``) and named by its id in any number of jobs' inputs.
+
+The bytes are an object of the output store under ``upload_key(id)``, beside jobs' objects; the metadata is a
+Redis hash expiring with the upload (``Keys.upload``), with a tombstone outliving it (``Keys.upload_gone``) so the
+output sweeper knows whose bytes it may delete once the upload has expired. A job that names an upload gets its
+own copy under its input key when it is accepted: the job never depends on the upload's lifetime.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.image_refs import MEDIA_TYPES, UPLOAD_PREFIX
+
+UploadState = Literal["ready", "pending"]
+UPLOAD_OBJECT = "data"  # the object's name under the upload's folder
+ImageMediaType = Literal["image/png", "image/jpeg", "image/webp"]
+assert set(MEDIA_TYPES) == {"image/png", "image/jpeg", "image/webp"}
+
+
+def new_upload_id() -> str:
+    return UPLOAD_PREFIX + secrets.token_hex(16)
+
+
+def upload_key(upload_id: str) -> str:
+    """Where an upload's bytes are in the output store."""
+    return f"{upload_id}/{UPLOAD_OBJECT}"
+
+
+class UploadMeta(BaseModel):
+    """An upload's metadata as Redis keeps it (epoch seconds on Redis' clock)."""
+
+    id: str
+    owner: str
+    media_type: ImageMediaType
+    bytes: int = Field(ge=0)
+    width: int | None = None
+    height: int | None = None
+    created_at: float
+    expires_at: float
+    state: UploadState = "ready"
+
+
+class Upload(BaseModel):
+    """The upload object ``POST /v1/uploads`` and ``GET /v1/uploads/{id}`` answer with."""
+
+    id: str = Field(description="up_ and 32 hex digits: give it as input.image or input.mask")
+    media_type: ImageMediaType
+    bytes: int = Field(description="the upload's size (declared, for a pending presigned upload)")
+    width: int | None = Field(default=None, description="pixels; null until a presigned upload is first used")
+    height: int | None = None
+    created_at: datetime
+    expires_at: datetime = Field(description="jobs may name it until then; a job keeps its own copy")
+    status: UploadState = Field(description="ready, or pending: PUT the bytes to upload_url first")
+    upload_url: str | None = Field(default=None, description="presigned uploads: PUT the bytes here")
+    upload_headers: dict[str, str] | None = Field(default=None, description="headers the PUT must carry")
+
+
+class PresignRequest(BaseModel):
+    """``POST /v1/uploads`` with a JSON body (the S3 store only): a URL to PUT the bytes to directly."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    media_type: ImageMediaType
+    bytes: int = Field(ge=1, description="the exact size the PUT will send (signed into the URL)")
