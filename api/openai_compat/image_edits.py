@@ -42,12 +42,9 @@ class ImageEditRequest(ImageGenerationRequest):
         return inp
 
 
-DEFAULT_MAX_IMAGE_BYTES = 20 << 20  # GENQ_MAX_UPLOAD_BYTES' default, where the settings have none
-
-
 def max_image_bytes() -> int:
     """The upload limit (``GENQ_MAX_UPLOAD_BYTES``): a file part larger than it is refused as an upload is."""
-    return int(getattr(services().settings, "max_upload_bytes", DEFAULT_MAX_IMAGE_BYTES))
+    return services().settings.max_upload_bytes
 
 
 def _one_file(name: str, parts: tuple[str, ...], required: bool) -> FileStorage | None:
