@@ -103,6 +103,12 @@ class TextToImageInput(JobInput):
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
     num_images: int = Field(default=1, ge=1)
     scheduler: Scheduler = "default"
+    # Image-to-image and inpainting (issue 26). The worker sees output-store keys (tasks.outputs.input_key) and a
+    # filled strength; the API takes uploads and data URIs and checks them.
+    image: str | None = Field(default=None, description="the source picture; image-to-image, or inpainting with mask")
+    mask: str | None = Field(default=None, description="inpainting: white = repaint, black = keep; needs image")
+    strength: float | None = Field(default=None, ge=0.0, le=1.0,
+                                   description="how far from the source: 0 keeps it, 1 repaints all")
 
     @classmethod
     def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
