@@ -44,6 +44,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
+def failure_of(exc: BaseException) -> tuple[str, str]:
+    """The code and message of a job that raised ``exc``: a GenqError keeps its own (an input picture gone, say)."""
+    if isinstance(exc, GenqError):
+        return exc.code.value, exc.message[:500]
+    code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
+    return code.value, f"{type(exc).__name__}: {exc}"[:500]
+
+
 class Executor:
     def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int, *,
                  outputs: OutputStore, fleet: FleetStore, events: EventPublisher | None = None,
@@ -153,9 +161,8 @@ class Executor:
                 for item in batch:
                     self._predict_isolated([item], started)
             else:
-                code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
                 log.exception("job %s failed", batch[0].job_id)
-                batch[0].fail(code.value, f"{type(exc).__name__}: {exc}"[:500])
+                batch[0].fail(*failure_of(exc))
                 self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000

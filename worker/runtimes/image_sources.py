@@ -93,7 +93,8 @@ def _picture(store: OutputStore, key: str, field: str, pil_mode: str, size: tupl
         with Image.open(io.BytesIO(data)) as opened:
             picture = opened.convert(pil_mode)  # decodes all of it: a truncated file fails here
     except Exception as exc:  # PIL raises UnidentifiedImageError, OSError, DecompressionBombError, ValueError...
-        raise InvalidInput(f"{field}: not a readable picture ({type(exc).__name__}: {exc})"[:300], field=field) from None
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        raise InvalidInput(f"{field}: not a readable picture ({why})", field=field) from None
     if picture.size != size:  # the API resizes it; a worker checks rather than trusts
         picture = picture.resize(size, Image.Resampling.LANCZOS)
     return picture

@@ -20,7 +20,6 @@ from typing import Any
 from tasks.inputs import TextToImageInput
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
 from worker.runtimes.image_outputs import image_seeds, png_bytes
-from worker.runtimes.image_sources import SourceReader
 from worker.runtimes.image_rows import (
     Embeddings,
     ImageJob,
@@ -30,6 +29,7 @@ from worker.runtimes.image_rows import (
     guided,
     start_job,
 )
+from worker.runtimes.image_sources import SourceReader
 from worker.torch_settings import TorchOptions, inference_context
 
 #: UNet config fields that add conditioning a text-to-image job does not carry (SDXL's text_time, LCM's
