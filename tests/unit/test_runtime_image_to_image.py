@@ -28,9 +28,8 @@ from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
 
-@pytest.fixture(scope="module")
-def runtime(demo_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextToImageRuntime]:
-    """The demo SD pipeline on CPU with one thread, reading inputs from a filesystem output store."""
+def demo_runtime(demo_models: Path, inputs: OutputStore) -> Iterator[TextToImageRuntime]:
+    """The demo SD pipeline on CPU with one thread, reading job inputs from ``inputs``."""
     import torch
 
     options = TorchOptions(num_threads=1)
@@ -40,10 +39,16 @@ def runtime(demo_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     rt = TextToImageRuntime(ModelSpec(id="sd-demo", kind="text-to-image", source=source, limits=LIMITS), source,
                             options)
     rt.load("cpu")
-    rt.inputs = FilesystemOutputStore(tmp_path_factory.mktemp("inputs"))
+    rt.inputs = inputs
     yield rt
     torch.set_num_threads(threads)
     torch.set_grad_enabled(True)
+
+
+@pytest.fixture(scope="module")
+def runtime(demo_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextToImageRuntime]:
+    """The demo SD runtime with a filesystem output store."""
+    yield from demo_runtime(demo_models, FilesystemOutputStore(tmp_path_factory.mktemp("inputs")))
 
 
 def png(array: np.ndarray) -> bytes:
