@@ -95,10 +95,9 @@ class TextToImageRuntime(Runtime):
     def batch_key(self, inp: Any) -> Hashable:
         """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler, and the
         same mode and strength (one call runs one pipeline with one strength)."""
+        key = (inp.width, inp.height, inp.num_inference_steps, round(inp.guidance_scale, 4), inp.scheduler)
         mode = mode_of(inp)
-        strength = None if mode == Mode.text else round(strength_of(inp), 4)
-        return (inp.width, inp.height, inp.num_inference_steps, round(inp.guidance_scale, 4), inp.scheduler, mode,
-                strength)
+        return key if mode == Mode.text else (*key, mode, round(strength_of(inp), 4))
 
     def weight(self, inp: Any) -> int:
         """Each image takes one slot of the batch."""
