@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 
-from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
+from tasks.errors import ErrorCode, GenqError, InvalidInput, OutOfMemory, OutputStoreUnavailable
 from tasks.inputs import validate_input
 from tasks.models_file import ModelSpec
-from tasks.outputs import OutputEntry, OutputStore
+from tasks.outputs import OutputEntry, OutputStore, input_key
 from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import Claim, Ending, JobStore, Outcome, Verdict
@@ -28,6 +28,8 @@ from worker.store_retry import with_retries
 
 log = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 0.25  # progress writes at most 4 times a second per batch
+#: Input fields naming objects the API stored under the job (``tasks.outputs.input_key``): a picture to edit.
+INPUT_OBJECT_FIELDS = ("image", "mask")
 
 
 def _settled_status(claim: Claim) -> JobStatus | None:
@@ -89,6 +91,11 @@ class Executor:
             return True
         try:
             item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits)
+            for name in INPUT_OBJECT_FIELDS:  # a job reads its own input objects only, whatever its record says
+                key = getattr(item.parsed, name, None)
+                if key is not None and key != input_key(item.job_id, name):
+                    raise InvalidInput(f"input.{name}: names an object that is not this job's input",
+                                       field=f"input.{name}")
             return True
         except GenqError as exc:
             item.fail(exc.code.value, exc.message)

@@ -48,19 +48,19 @@ def runtime(demo_models: Path, store: JobStore) -> Iterator[TextToImageRuntime]:
     yield from demo_runtime(demo_models, output_store(store.redis, store.settings))
 
 
-def broken_inputs(store: OutputStore | None) -> dict[str, dict[str, Any]]:
-    """Input fields of jobs whose pictures cannot be used, each under its own job's keys."""
+def broken_inputs(store: OutputStore | None, ids: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Input fields of jobs whose pictures cannot be used, each under its job's keys (``ids``: name -> job id)."""
     assert store is not None
-    gone = put_inputs(store, "gone", GOOD)
+    gone = put_inputs(store, ids["gone"], GOOD)
     store.delete(gone["image"])  # expired or deleted after the API accepted the job
-    mask_gone = put_inputs(store, "mask-gone", GOOD, png(right_half_mask()))
+    mask_gone = put_inputs(store, ids["mask-gone"], GOOD, png(right_half_mask()))
     store.delete(mask_gone["mask"])
     return {
         "gone": gone,
         "mask-gone": mask_gone,
-        "truncated": put_inputs(store, "truncated", GOOD[: len(GOOD) // 2]),
-        "not-a-picture": put_inputs(store, "not-a-picture", b"%PDF-1.7 not a picture"),
-        "no-step": {**put_inputs(store, "no-step", GOOD), "strength": 0.1},  # 10% of 4 steps: none to run
+        "truncated": put_inputs(store, ids["truncated"], GOOD[: len(GOOD) // 2]),
+        "not-a-picture": put_inputs(store, ids["not-a-picture"], b"%PDF-1.7 not a picture"),
+        "no-step": {**put_inputs(store, ids["no-step"], GOOD), "strength": 0.1},  # 10% of 4 steps: none to run
     }
 
 
@@ -74,7 +74,7 @@ EXPECTED = {  # the field each error names, and what it says
 
 
 def test_a_session_ends_broken_rows_at_admission_and_runs_the_others(runtime: TextToImageRuntime) -> None:
-    broken = broken_inputs(runtime.inputs)
+    broken = broken_inputs(runtime.inputs, {name: name for name in EXPECTED})
     good = job(seed=4, num_inference_steps=4, strength=0.5, **put_inputs(runtime.inputs, "fine", GOOD))
     session = runtime.open_session((64, 64))
     rows = [Row(name, job(seed=1, num_inference_steps=4, **fields)) for name, fields in broken.items()]
@@ -93,11 +93,12 @@ def test_a_session_ends_broken_rows_at_admission_and_runs_the_others(runtime: Te
         runtime.predict([job(seed=1, num_inference_steps=4, **broken["gone"])])
 
 
-def items(store: JobStore, inputs: list[dict[str, Any]]) -> list[WorkItem]:
-    """Queued sd-demo jobs as the API writes them, each with the work item its message makes once loaded."""
+def items(store: JobStore, inputs: list[tuple[str, dict[str, Any]]]) -> list[WorkItem]:
+    """Queued sd-demo jobs (id, input) as the API writes them, each with the work item its message makes once
+    loaded."""
     out = []
-    for data in inputs:
-        record = store.create(JobRecord(id=str(uuid.uuid4()), model="sd-demo", kind=JobKind.text_to_image,
+    for job_id, data in inputs:
+        record = store.create(JobRecord(id=job_id, model="sd-demo", kind=JobKind.text_to_image,
                                         status=JobStatus.queued, created_at=time.time(), input=data))
         item = WorkItem(job_id=record.id, raw_input={})
         item.take_record(record)
@@ -110,13 +111,15 @@ def test_a_broken_picture_fails_its_job_alone(runtime: TextToImageRuntime, store
                                               scheduling: str) -> None:
     executor = Executor(runtime, runtime.spec, store, max_attempts=3, outputs=output_store(store.redis, store.settings),
                         fleet=FleetStore(store.redis, store.settings))
-    broken = broken_inputs(runtime.inputs)
-    fine = put_inputs(runtime.inputs, f"fine-{scheduling}", GOOD)
+    ids = {name: str(uuid.uuid4()) for name in ["fine", "foreign", *EXPECTED]}
+    broken = broken_inputs(runtime.inputs, ids)
+    fine = put_inputs(runtime.inputs, ids["fine"], GOOD)
+    broken["foreign"] = fine  # another job's picture: the record is not trusted with that
     common = {"prompt": "a red cat", "seed": 3, "num_inference_steps": 4}
     names = ["fine", *broken]
-    batch = items(store, [{**common, **fine}] + [{**common, **fields} for fields in broken.values()])
+    batch = items(store, [(ids[name], {**common, **(fine if name == "fine" else broken[name])}) for name in names])
     admitted = executor.admit_all(batch)
-    assert len(admitted) == len(batch)
+    assert len(admitted) == len(batch) - 1  # the foreign one failed when its input was checked
     if scheduling == "request":
         by_key: dict[Any, list[WorkItem]] = {}
         for item in admitted:
@@ -127,7 +130,7 @@ def test_a_broken_picture_fails_its_job_alone(runtime: TextToImageRuntime, store
         StepRunner(executor, (64, 64), lambda left: None).run(admitted)
     records = {name: store.get(item.job_id) for name, item in zip(names, batch, strict=True)}
     assert records["fine"] is not None and records["fine"].status == JobStatus.succeeded
-    for name, (field, words) in EXPECTED.items():
+    for name, (field, words) in {**EXPECTED, "foreign": ("input.image", "not this job's input")}.items():
         record = records[name]
         assert record is not None and record.status == JobStatus.failed, name
         assert record.error is not None and record.error.code == "invalid_input"
