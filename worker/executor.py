@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 
-from tasks.errors import ErrorCode, GenqError, OutOfMemory, OutputStoreUnavailable
+from tasks.errors import ErrorCode, GenqError, InvalidInput, OutOfMemory, OutputStoreUnavailable
 from tasks.inputs import validate_input
 from tasks.models_file import ModelSpec
-from tasks.outputs import OutputEntry, OutputStore
+from tasks.outputs import OutputEntry, OutputStore, input_key
 from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import Claim, Ending, JobStore, Outcome, Verdict
@@ -28,6 +28,8 @@ from worker.store_retry import with_retries
 
 log = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 0.25  # progress writes at most 4 times a second per batch
+#: Input fields naming objects the API stored under the job (``tasks.outputs.input_key``): a picture to edit.
+INPUT_OBJECT_FIELDS = ("image", "mask")
 
 
 def _settled_status(claim: Claim) -> JobStatus | None:
@@ -42,6 +44,14 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, OutOfMemory) or type(exc).__name__ == "OutOfMemoryError" or (
         isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
     )
+
+
+def failure_of(exc: BaseException) -> tuple[str, str]:
+    """The code and message of a job that raised ``exc``: a GenqError keeps its own (an input picture gone, say)."""
+    if isinstance(exc, GenqError):
+        return exc.code.value, exc.message[:500]
+    code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
+    return code.value, f"{type(exc).__name__}: {exc}"[:500]
 
 
 class Executor:
@@ -81,6 +91,11 @@ class Executor:
             return True
         try:
             item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits, stored_for=item.job_id)
+            for name in INPUT_OBJECT_FIELDS:  # a job reads its own input objects only, whatever its record says
+                key = getattr(item.parsed, name, None)
+                if key is not None and key != input_key(item.job_id, name):
+                    raise InvalidInput(f"input.{name}: names an object that is not this job's input",
+                                       field=f"input.{name}")
             return True
         except GenqError as exc:
             item.fail(exc.code.value, exc.message)
@@ -153,9 +168,8 @@ class Executor:
                 for item in batch:
                     self._predict_isolated([item], started)
             else:
-                code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
                 log.exception("job %s failed", batch[0].job_id)
-                batch[0].fail(code.value, f"{type(exc).__name__}: {exc}"[:500])
+                batch[0].fail(*failure_of(exc))
                 self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000

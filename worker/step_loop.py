@@ -17,12 +17,11 @@ import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from tasks.errors import ErrorCode
 from tasks.events import EventType, TextPiece
 from tasks.schemas import JobMetrics, JobStatus, Progress
 from tasks.store.row_leases import lease_states, set_row_progress
 from worker.events import BatchEvents
-from worker.executor import PROGRESS_INTERVAL_S, Executor, is_out_of_memory
+from worker.executor import PROGRESS_INTERVAL_S, Executor, failure_of, is_out_of_memory
 from worker.job import WorkItem
 from worker.metrics import record_rows_left, record_rows_succeeded, record_step
 from worker.runtimes.base import Prediction, Row, RowResult, StepSession, TextSink
@@ -176,8 +175,7 @@ class StepRunner:
                 successes.append((entry.item, result.prediction, metrics))
                 continue
             exc = result.error or RuntimeError("the session returned no prediction")
-            code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
-            entry.item.fail(code.value, f"{type(exc).__name__}: {exc}"[:500])
+            entry.item.fail(*failure_of(exc))
             self.executor.store_failure(entry.item, metrics)
         if self.executor.events is not None:
             BatchEvents(self.executor.events, []).flush()  # their text and progress are in Redis before their end

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from tasks.inputs import AnyInput, JobKind
 from tasks.models_file import ModelSpec
+from tasks.outputs import OutputStore
 
 #: Called with (step, total) while a batch runs; the executor fans it out to the batch's jobs.
 ProgressFn = Callable[[int, int], None]
@@ -102,6 +103,7 @@ class Runtime(ABC):
         self.spec = spec
         self.source = source  # a local folder or a hub id
         self.options = options  # worker.torch_settings.TorchOptions
+        self.inputs: OutputStore | None = None  # where jobs' input objects are read (the loader sets it)
 
     @abstractmethod
     def load(self, device: str) -> None:

@@ -4,7 +4,8 @@ Every row is set up exactly as ``StableDiffusionPipeline.__call__`` sets up one 
 0.42): ``encode_prompt`` for the text, ``set_timesteps`` on the row's own scheduler instance, the initial noise
 drawn from the row's own generator as ``prepare_latents`` draws it for a list of generators, times the
 scheduler's ``init_noise_sigma``, and the scheduler's extra step arguments as ``prepare_extra_step_kwargs``
-builds them. So a row's image does not depend on when it joined or which rows shared its steps.
+builds them. So a row's image does not depend on when it joined or which rows shared its steps. Image-to-image
+and inpainting rows start from their source picture instead (image_start.py) and step like any other row.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.runtimes.image_outputs import scaled_step
+from worker.runtimes.image_sources import Source
+from worker.runtimes.image_start import Blend, start_row
 
 #: Builds a fresh scheduler instance from a contract scheduler name (TextToImageRuntime.new_scheduler).
 SchedulerFactory = Callable[[str], Any]
@@ -35,6 +38,7 @@ class ImageRow:
     guidance: float
     step_kwargs: dict[str, Any]  # eta / generator, as the pipeline passes them to scheduler.step
     done: int = 0  # timesteps done
+    blend: Blend | None = None  # inpainting: outside the mask, the source noised to the next timestep
 
     @property
     def timestep(self) -> Any:
@@ -54,6 +58,8 @@ class ImageRow:
         step = self.scheduler.step(noise_pred, self.timestep, self.latents, **self.step_kwargs, return_dict=False)
         self.latents = step[0]
         self.done += 1
+        if self.blend is not None:
+            self.latents = self.blend.apply(self.scheduler, self.latents, self.timesteps, self.done)
 
 
 @dataclass(eq=False)
@@ -98,9 +104,11 @@ def encode_prompts(pipe: Any, jobs: list[tuple[Any, int]], with_negative: bool, 
 
 
 def start_job(pipe: Any, handle: str, inp: Any, seeds: list[int], new_scheduler: SchedulerFactory,
-              device: str, embeddings: Embeddings | None = None) -> ImageJob:
+              device: str, embeddings: Embeddings | None = None, source: Source | None = None,
+              masks: Any = None) -> ImageJob:
     """Set up one row per image as the pipeline would; encodes the prompt unless ``embeddings`` are given
-    (``encode_prompts`` for several newcomers in one text encoder call)."""
+    (``encode_prompts`` for several newcomers in one text encoder call). With a ``source``, every row starts from
+    it (``masks``: the inpainting pipeline's mask processor)."""
     import torch
 
     if embeddings is None:
@@ -114,34 +122,19 @@ def start_job(pipe: Any, handle: str, inp: Any, seeds: list[int], new_scheduler:
         scheduler = new_scheduler(inp.scheduler)
         scheduler.set_timesteps(steps, device=device)
         generator = torch.Generator(device).manual_seed(seed)
-        timesteps, latents = start_from_noise(scheduler, generator, shape, cond.dtype, device)
+        start = start_row(pipe, masks, scheduler, generator, shape, cond.dtype, device, steps, source)
         rows.append(ImageRow(
             scheduler=scheduler,
-            timesteps=timesteps,
-            unet_timesteps=timesteps.to(torch.float32),
-            latents=latents,
+            timesteps=start.timesteps,
+            unet_timesteps=start.timesteps.to(torch.float32),
+            latents=start.latents,
             cond=cond[j : j + 1],
             uncond=None if uncond is None else uncond[j : j + 1],
             guidance=float(inp.guidance_scale),
             step_kwargs=step_kwargs(scheduler, generator),
+            blend=start.blend,
         ))
     return ImageJob(handle=handle, steps=steps, seeds=seeds, rows=rows)
-
-
-def start_from_noise(scheduler: Any, generator: Any, shape: tuple[int, ...], dtype: Any,
-                     device: str) -> tuple[Any, Any]:
-    """Where a text-to-image row starts: all of its scheduler's timesteps, from noise drawn by its own generator
-    (``prepare_latents``) times ``init_noise_sigma``.
-
-    The hook for image-to-image (issue 26): such a row starts from ``timesteps[t_start * order:]`` (with
-    ``scheduler.set_begin_index(t_start * order)``), its latents ``scheduler.add_noise(image_latents, noise,
-    timesteps[:1])``; the session steps it like any other row, and progress counts the timesteps it runs.
-    """
-    import torch
-    from diffusers.utils.torch_utils import randn_tensor
-
-    noise = randn_tensor(shape, generator=generator, device=torch.device(device), dtype=dtype)
-    return scheduler.timesteps, noise * scheduler.init_noise_sigma
 
 
 def step_kwargs(scheduler: Any, generator: Any, eta: float = 0.0) -> dict[str, Any]:

@@ -5,6 +5,8 @@ unconditional and conditional halves each carry the row's timestep; rows with gu
 unconditional half). Each row then takes its own ``scale_model_input`` and ``scheduler.step`` on its slice
 (image_rows.py), so step counts and scheduler types mix. Rows that finish in a step are decoded by the VAE
 together and postprocessed as the pipeline does; a job leaves with one Prediction when all its images are done.
+Image-to-image and inpainting jobs of the same size share the steps: their rows start later in their schedule
+(``strength``) from their source picture, read at admission (image_sources.py, image_start.py).
 
 Not thread-safe: the model thread alone calls it, and never while the same pipeline runs ``predict``.
 """
@@ -27,6 +29,7 @@ from worker.runtimes.image_rows import (
     guided,
     start_job,
 )
+from worker.runtimes.image_sources import SourceReader
 from worker.torch_settings import TorchOptions, inference_context
 
 #: UNet config fields that add conditioning a text-to-image job does not carry (SDXL's text_time, LCM's
@@ -63,12 +66,14 @@ class ImageStepSession(StepSession):
     """The images of jobs of one size, stepped together; see the module docstring."""
 
     def __init__(self, pipe: Any, device: str, options: TorchOptions, size: tuple[int, int],
-                 new_scheduler: SchedulerFactory) -> None:
+                 new_scheduler: SchedulerFactory, read_source: SourceReader | None = None, masks: Any = None) -> None:
         self.pipe = pipe
         self.device = device
         self.options = options
         self.size = size  # (width, height) in pixels: the session's step key
         self.new_scheduler = new_scheduler
+        self.read_source = read_source  # a job's source picture and mask; None: text-to-image jobs only
+        self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
         self._batch: _BatchParts | None = None  # rebuilt when rows come or go
 
@@ -87,14 +92,15 @@ class ImageStepSession(StepSession):
             valid = []
             for row in rows:
                 try:
-                    valid.append((row, self._checked(row)))
-                except Exception as exc:  # its own input: isolate it, the others join
+                    inp = self._checked(row)
+                    valid.append((row, inp, self.read_source(inp) if self.read_source else None))
+                except Exception as exc:  # its own input (a picture gone or unreadable): isolate it, the others join
                     ended.append(RowResult(row.handle, error=exc))
-            embeddings = self._encode([inp for _, inp in valid])
-            for (row, inp), embeds in zip(valid, embeddings, strict=True):
+            embeddings = self._encode([inp for _, inp, _ in valid])
+            for (row, inp, source), embeds in zip(valid, embeddings, strict=True):
                 try:
-                    self._jobs[row.handle] = start_job(self.pipe, row.handle, inp, image_seeds(inp),
-                                                       self.new_scheduler, self.device, embeds)
+                    self._jobs[row.handle] = start_job(self.pipe, row.handle, inp, image_seeds(inp), self.new_scheduler,
+                                                       self.device, embeds, source, self.masks)
                 except Exception as exc:  # its own prefill (an unknown scheduler, say)
                     ended.append(RowResult(row.handle, error=exc))
                 else:

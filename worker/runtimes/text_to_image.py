@@ -1,6 +1,9 @@
 """Text to image with a diffusers pipeline (SD 1.x/2.x, SDXL, turbo): one pipeline call per batch, or a step
 session (image_steps.py) where jobs of one size join and leave between denoising steps.
 
+The same loaded weights serve image-to-image and inpainting (a job with ``image``, and ``mask``): diffusers'
+image-to-image and inpainting pipelines are built from the loaded components (``from_pipe``: no second copy).
+
 Every image gets its own ``torch.Generator`` seeded ``seed + j``, so a job's pixels do not depend
 on which other jobs shared its batch, and image j of a job can be reproduced alone with its seed.
 """
@@ -15,6 +18,7 @@ from tasks.inputs import JobKind, TextToImageInput
 from tasks.models_file import ModelSpec
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
+from worker.runtimes.image_sources import Mode, Source, mode_of, read_source, strength_of
 from worker.runtimes.image_steps import ImageStepSession, can_step
 from worker.torch_settings import apply_to_pipeline, inference_context
 
@@ -48,6 +52,7 @@ class TextToImageRuntime(Runtime):
     def __init__(self, spec: ModelSpec, source: str, options: Any) -> None:
         super().__init__(spec, source, options)
         self.pipe: Any = None
+        self.pipes: dict[Mode, Any] = {}  # the loaded pipeline and those built from its components, by mode
         self.device = "cpu"
         self._schedulers: dict[str, Any] = {}
         self._steppable = False  # set at load: whether step sessions can run this pipeline
@@ -70,6 +75,7 @@ class TextToImageRuntime(Runtime):
         apply_to_pipeline(pipe, self.options, device)
         pipe.set_progress_bar_config(disable=True)
         self.pipe, self.device = pipe, device
+        self.pipes = {Mode.text: pipe, **_derived_pipelines(pipe)}
         self._schedulers = {"default": pipe.scheduler}
         self._steppable = can_step(pipe)
         self._warm_up()
@@ -87,8 +93,11 @@ class TextToImageRuntime(Runtime):
         self.predict([warm])
 
     def batch_key(self, inp: Any) -> Hashable:
-        """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler."""
-        return (inp.width, inp.height, inp.num_inference_steps, round(inp.guidance_scale, 4), inp.scheduler)
+        """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler, and the
+        same mode and strength (one call runs one pipeline with one strength)."""
+        key = (inp.width, inp.height, inp.num_inference_steps, round(inp.guidance_scale, 4), inp.scheduler)
+        mode = mode_of(inp)
+        return key if mode == Mode.text else (*key, mode, round(strength_of(inp), 4))
 
     def weight(self, inp: Any) -> int:
         """Each image takes one slot of the batch."""
@@ -126,7 +135,16 @@ class TextToImageRuntime(Runtime):
         if not self._steppable:
             return super().open_session(key)
         width, height = cast(tuple[int, int], key)
-        return ImageStepSession(self.pipe, self.device, self.options, (int(width), int(height)), self.new_scheduler)
+        inpainting = self.pipes.get(Mode.inpaint)
+        return ImageStepSession(self.pipe, self.device, self.options, (int(width), int(height)), self.new_scheduler,
+                                self._source, getattr(inpainting, "mask_processor", None))
+
+    def _source(self, inp: Any) -> Source | None:
+        """The job's source picture and mask from the store; ModelError if this pipeline has no such mode."""
+        mode = mode_of(inp)
+        if mode not in self.pipes:
+            raise ModelError(f"model {self.spec.id} does not do {mode.value}")
+        return read_source(self.inputs, inp)
 
     def step_cost(self, inp: Any) -> int:
         """Latent pixels x images: what a job adds to every UNet call it takes part in."""
@@ -138,26 +156,36 @@ class TextToImageRuntime(Runtime):
         import torch
 
         first = inputs[0]
+        mode = mode_of(first)
+        sources = [self._source(inp) for inp in inputs]  # a missing or broken picture: the executor isolates it
         seeds = [image_seeds(inp) for inp in inputs]
-        prompts, negatives, generators = [], [], []
-        for inp, job_seeds in zip(inputs, seeds, strict=True):
+        prompts, negatives, generators, pictures, masks = [], [], [], [], []
+        for inp, job_seeds, source in zip(inputs, seeds, sources, strict=True):
             prompts += [inp.prompt] * len(job_seeds)
             negatives += [inp.negative_prompt or ""] * len(job_seeds)
             generators += [torch.Generator(self.device).manual_seed(s) for s in job_seeds]
+            if source is not None:
+                pictures += [source.image] * len(job_seeds)
+                masks += [source.mask] * len(job_seeds)
         steps = int(first.num_inference_steps)
-        # The batch key guarantees one scheduler per batch; set it per call since batches alternate.
-        self.pipe.scheduler = self.scheduler(first.scheduler)
+        # The batch key guarantees one mode, strength and scheduler per batch; set it per call since batches alternate.
+        pipe = self.pipes[mode]
+        pipe.scheduler = self.scheduler(first.scheduler)
+        kwargs: dict[str, Any] = {"width": first.width, "height": first.height}
+        if mode == Mode.image:  # the output has the source's size, which is the job's
+            kwargs = {"image": pictures, "strength": strength_of(first)}
+        elif mode == Mode.inpaint:
+            kwargs.update(image=pictures, mask_image=masks, strength=strength_of(first))
         with inference_context(self.options):
-            images = self.pipe(
+            images = pipe(
                 prompt=prompts,
                 negative_prompt=negatives,
-                width=first.width,
-                height=first.height,
                 num_inference_steps=steps,
                 guidance_scale=first.guidance_scale,
                 generator=generators,
                 output_type="pil",
                 callback_on_step_end=_step_callback(steps, progress) if progress else None,
+                **kwargs,
             ).images
         predictions, at = [], 0
         for job_seeds in seeds:
@@ -165,6 +193,22 @@ class TextToImageRuntime(Runtime):
             predictions.append(Prediction(output=None, blobs=blobs))
             at += len(job_seeds)
         return predictions
+
+
+def _derived_pipelines(pipe: Any) -> dict[Mode, Any]:
+    """Image-to-image and inpainting pipelines sharing ``pipe``'s components; a mode diffusers has no pipeline
+    for (or cannot build from these parts) is left out, and its jobs fail with a clear error."""
+    from diffusers import AutoPipelineForImage2Image, AutoPipelineForInpainting
+
+    out: dict[Mode, Any] = {}
+    for mode, auto in ((Mode.image, AutoPipelineForImage2Image), (Mode.inpaint, AutoPipelineForInpainting)):
+        try:
+            derived = auto.from_pipe(pipe)
+        except Exception:
+            continue
+        derived.set_progress_bar_config(disable=True)
+        out[mode] = derived
+    return out
 
 
 def _step_callback(steps: int, progress: ProgressFn) -> Any:
