@@ -94,8 +94,10 @@ def upload(config: Config, value: Any) -> Flow[Upload]:
     return Upload.model_validate(response.json())
 
 
-def resolve(config: Config, input: dict[str, Any], inline_max: int = DATA_URI_MAX_BYTES) -> Flow[dict[str, Any]]:
-    """``input`` with its image fields as the API takes them: small ones inline, larger ones uploaded first."""
+def resolve(config: Config, input: dict[str, Any], inline_max: int | None = None) -> Flow[dict[str, Any]]:
+    """``input`` with its image fields as the API takes them: up to ``inline_max`` bytes (``DATA_URI_MAX_BYTES``
+    when None) inline, larger ones uploaded first."""
+    inline_max = DATA_URI_MAX_BYTES if inline_max is None else inline_max
     resolved = dict(input)
     for field in IMAGE_FIELDS:
         value = resolved.get(field)
