@@ -119,3 +119,19 @@ def test_the_spec_says_what_is_supported(api):
     edits = next(r for r in described["routes"] if r["path"] == "/images/edits")
     assert edits["content_type"] == "multipart/form-data" and "strength" in edits["genq_extras"]
     assert any(s.startswith("mask") for s in edits["supported"])
+
+
+def test_a_file_past_the_upload_limit_is_413_in_openais_shape(settings):
+    import dataclasses
+    import os
+
+    from api import create_app
+
+    small = create_app(dataclasses.replace(settings, max_upload_bytes=4096)).test_client()
+    noise = io.BytesIO()
+    Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3)).save(noise, format="PNG")
+    assert len(noise.getvalue()) > 4096
+    response = small.post(EDIT, data={"prompt": "x", "model": "sd-demo", "image": (io.BytesIO(noise.getvalue()),
+                                                                                   "in.png")},
+                          content_type="multipart/form-data")
+    assert response.status_code == 413 and response.get_json()["error"]["type"] == "invalid_request_error"
