@@ -68,7 +68,7 @@ export function buildForm(container, model) {
   const properties = schema.properties || {};
   for (const [name, prop] of Object.entries(properties)) {
     if (IMAGE_FIELDS.has(name)) { // one control for the picture and the mask painted over it
-      if (name === "image") container.append(imageControl("mask" in properties));
+      if (name === "image") container.append(imageControl("mask" in properties, model.limits?.size_multiple));
       continue;
     }
     const el = control(name, prop, model);

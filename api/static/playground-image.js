@@ -22,7 +22,7 @@ function fileInput(label) {
 }
 
 // The picture control (and, when the model takes one, the mask painted over it): a `.image-input` element.
-export function imageControl(withMask) {
+export function imageControl(withMask, multiple = 8) {
   const box = el("div", { class: "image-input wide", "data-field": "image" });
   const chooser = fileInput("source image");
   const choose = el("button", { type: "button", class: "link", text: "choose a file" });
@@ -79,6 +79,7 @@ export function imageControl(withMask) {
       state.brush = Math.max(2, Math.round(picture.naturalWidth / 10));
       const range = tools.querySelector("[data-role=brush]");
       if (range) range.value = String(state.brush);
+      sizeHints(box, [picture.naturalWidth, picture.naturalHeight].map((n) => Math.floor(n / multiple) * multiple));
     };
     picture.src = state.url;
     stage.hidden = tools.hidden = false;
@@ -102,8 +103,20 @@ export function imageControl(withMask) {
     chooser.value = "";
     stage.hidden = tools.hidden = true;
     drop.firstChild.textContent = "image: drop a PNG, JPEG or WebP here, or ";
+    sizeHints(box, null);
   });
   return box;
+}
+
+// A blank width or height now means the picture's size (rounded down to the model's multiple): say so.
+function sizeHints(box, size) {
+  const form = box.closest("form");
+  ["width", "height"].forEach((name, i) => {
+    const input = form && form.querySelector(`[name=${name}]`);
+    if (!input) return;
+    input.dataset.modelDefault ??= input.placeholder;
+    input.placeholder = size ? `${size[i]} (the image's)` : input.dataset.modelDefault;
+  });
 }
 
 // Brush strokes in white on the transparent canvas (shown half-transparent over the picture).

@@ -189,6 +189,7 @@ def test_playground_inpaints_a_dropped_picture_with_a_painted_mask(live_api, wor
     page.wait_for_function("() => { const i = document.querySelector('[data-role=source]');"
                            " return i && i.naturalWidth === 96 }")
     assert page.eval_on_selector("canvas[data-role=mask]", "c => [c.width, c.height]") == [96, 64]
+    assert page.get_attribute("input[name=width]", "placeholder") == "96 (the image's)"  # blank: the picture's size
     page.locator("canvas[data-role=mask]").scroll_into_view_if_needed()  # below the fold: the mouse must reach it
     box = page.locator("canvas[data-role=mask]").bounding_box()
     assert box is not None
