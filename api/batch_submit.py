@@ -13,9 +13,10 @@ from typing import Any
 from celery import Celery
 
 from api.admission import refusal
+from api.job_images import discard, stage_images
 from api.routes_jobs import new_record
 from api.services import PUBLISH_RETRY_POLICY, Services
-from tasks.errors import GenqError, InvalidInput
+from tasks.errors import GenqError
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, parse_job_create
@@ -39,9 +40,6 @@ def check_items(svc: Services, items: list[Any]) -> list[Checked]:
             body, spec, inp = parse_job_create(item, svc.models)
             if body.webhook is not None:
                 check_webhook_url(body.webhook, svc.settings, field="webhook")
-            if getattr(inp, "image", None) is not None:  # its bytes would be written before the batch's one trip
-                raise InvalidInput("input.image: image inputs are not taken in a batch; submit each such job with "
-                                   "POST /v1/jobs", field="input.image")
             checked.append((spec, body, inp.model_dump(mode="json")))
         except GenqError as exc:
             checked.append(exc)
@@ -52,10 +50,27 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
     """Admit the valid jobs (reservations and records in one round trip) and publish the admitted ones."""
     entries: list[Entry | None] = [c if isinstance(c, GenqError) else None for c in checked]
     todo: list[tuple[int, ModelSpec, JobRecord]] = []
-    for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
-        if not isinstance(item, GenqError):
+    staged: dict[int, list[str]] = {}  # per job, the input objects written for it (api/job_images.py)
+    try:
+        for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
+            if isinstance(item, GenqError):
+                continue
             spec, body, inp = item
+            try:  # a job's images go to the store before its record, as for POST /v1/jobs; a bad one is its error
+                inp, staged[i] = stage_images(svc, spec, inp, job_id, owner,
+                                              body.deadline_s or spec.default_deadline_s)
+            except GenqError as exc:
+                entries[i] = exc
+                continue
             todo.append((i, spec, new_record(spec, body, inp, job_id, owner)))
+        return _admit_and_publish(svc, entries, todo, staged)
+    except BaseException:
+        discard(svc, [key for keys in staged.values() for key in keys])  # none of it was accepted
+        raise
+
+
+def _admit_and_publish(svc: Services, entries: list[Entry | None], todo: list[tuple[int, ModelSpec, JobRecord]],
+                       staged: dict[int, list[str]]) -> list[Entry]:
     if not todo:
         return [e for e in entries if e is not None]
     places = [(record, svc.queue_limit.reservation(spec.id, record.id, spec.max_queue_depth,
@@ -74,6 +89,7 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
             if reason not in refusals:
                 refusals[reason] = refusal(svc.fleet, spec, reservation)
             entries[i] = refusals[reason]
+            discard(svc, staged.pop(i, []))
         else:
             entries[i] = written
             created.append(written)

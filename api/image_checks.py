@@ -37,10 +37,13 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
                     raise InvalidInput(f"{field}: the image is {width}x{height} ({width * height} pixels); at most "
                                        f"{max_pixels} pixels here: resize it", field=field)
                 img.load()  # every row: a truncated or corrupt file fails now
+    except InvalidInput:
+        raise
     except UnidentifiedImageError:
         raise InvalidInput(f"{field}: not a PNG, JPEG or WebP image", field=field) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise InvalidInput(f"{field}: the image has too many pixels", field=field) from None
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise InvalidInput(f"{field}: the image does not decode ({exc})", field=field) from None
+    except Exception as exc:  # OSError, SyntaxError, ValueError, struct.error...: whatever a decoder says of bad bytes
+        raise InvalidInput(f"{field}: the image does not decode ({type(exc).__name__}: {exc})"[:300],
+                           field=field) from None
     return Picture(media_type, width, height)

@@ -36,8 +36,8 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
     headers = {"Content-Type": meta.media_type, "Content-Length": str(meta.bytes)} if url else None
     return Upload(id=meta.id, media_type=meta.media_type, bytes=meta.bytes, width=meta.width, height=meta.height,
                   created_at=timestamp(meta.created_at), expires_at=timestamp(meta.expires_at),
-                  status=meta.state, upload_url=url, upload_headers=headers).model_dump(mode="json",
-                                                                                       exclude_none=True)
+                  status=meta.state, upload_url=url, upload_headers=headers).model_dump(
+        mode="json", exclude=set() if url else {"upload_url", "upload_headers"})  # width, height: null if unknown
 
 
 def max_pixels(svc: Services) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 from api.openai_compat.described import OPENAI_COMPATIBLE
 from tasks.image_refs import MEDIA_TYPES
 from tasks.models_file import ModelsFile, ModelSpec
+from tasks.outputs_config import OutputStoreSpec
 from tasks.schemas import job_create_model, model_input
 from tasks.settings import Settings
 from tasks.uploads import PresignRequest
@@ -49,7 +50,7 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
     webhooks = bool(settings.webhook_secret or settings.webhook_allow_unsigned)
     _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http,
                     settings.batch_max_jobs)
-    _upload_body(doc, schemas, settings.max_upload_bytes)
+    _upload_body(doc, schemas, settings.max_upload_bytes, OutputStoreSpec.parse(settings).backend == "s3")
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
             _error_responses(operation, path)
@@ -94,16 +95,17 @@ def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[Mo
         "required": True, "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}}}
 
 
-def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int) -> None:
+def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, presigned: bool) -> None:
     """``POST /v1/uploads`` reads its own body: an image's bytes, or (S3 store) a presigned upload's JSON request."""
     post = doc["paths"]["/v1/uploads"]["post"]
     raw = {"schema": {"type": "string", "format": "binary", "maxLength": max_bytes}}
-    schemas["PresignRequest"] = PresignRequest.model_json_schema()
-    post["requestBody"] = {
-        "required": True, "description": f"the image's bytes (at most {max_bytes}); or, with the S3 output store "
-                                         "only, JSON asking for a presigned PUT URL",
-        "content": {**{media: raw for media in MEDIA_TYPES},
-                    "application/json": {"schema": {"$ref": SCHEMAS + "PresignRequest"}}}}
+    content: dict[str, Any] = {media: raw for media in MEDIA_TYPES}
+    if presigned:
+        schemas["PresignRequest"] = PresignRequest.model_json_schema()
+        content["application/json"] = {"schema": {"$ref": SCHEMAS + "PresignRequest"}}
+    post["requestBody"] = {"required": True, "content": content, "description": (
+        f"a PNG, JPEG or WebP image's bytes (at most {max_bytes}, within the largest model's pixels)"
+        + ("; or JSON asking for a presigned PUT URL" if presigned else ""))}
     post["responses"]["201"]["headers"] = {"Location": {**LOCATION, "description": "the upload's URL"}}
 
 

@@ -27,8 +27,9 @@ FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
 UPLOAD_PREFIX = "up_"
 UPLOAD_ID = re.compile(r"up_[0-9a-f]{32}")
 _DATA_URI = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(?:;[^;,]*)*),", re.IGNORECASE)
-#: The client's forms, for the JSON schema (the validator says what is wrong in words).
-REFERENCE_PATTERN = r"^(up_[0-9a-f]{32}|data:image/(png|jpeg|webp);base64,[A-Za-z0-9+/=\s]*)$"
+#: The JSON schema's name for the client's forms: no pattern can say "a decodable image within the model's limits",
+#: so the schema names a format of its own (a fuzzer registers a strategy for it) and the description says it.
+REFERENCE_FORMAT = "genq-image"
 REFERENCE_HELP = ("an upload id (up_..., from POST /v1/uploads) or a data:image/png|jpeg|webp;base64,... URI "
                   "(within the JSON body limit)")
 #: The key of the validation context that names the job whose stored inputs the record may name.
@@ -36,6 +37,16 @@ STORED_FOR = "stored_for"
 #: Default strength: image-to-image keeps some of the source; inpainting repaints the masked area from noise.
 IMAGE_TO_IMAGE_STRENGTH = 0.8
 INPAINT_STRENGTH = 1.0
+
+
+def reference_schema(schema: dict[str, Any]) -> None:
+    """``image`` and ``mask`` in the JSON schema: a string of ``REFERENCE_FORMAT``, or null."""
+    schema["anyOf"] = [{"type": "string", "format": REFERENCE_FORMAT}, {"type": "null"}]
+
+
+#: In the JSON schema: mask and strength are sent only with an image (the API refuses them otherwise, null too).
+NEEDS_IMAGE: dict[str, Any] = {name: {"required": ["image"], "properties": {"image": {"type": "string"}}}
+                               for name in ("mask", "strength")}
 
 
 def stored_context(job_id: str) -> dict[str, Any]:

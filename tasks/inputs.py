@@ -23,10 +23,11 @@ from tasks.errors import InvalidInput
 from tasks.image_refs import (
     IMAGE_TO_IMAGE_STRENGTH,
     INPAINT_STRENGTH,
+    NEEDS_IMAGE,
     REFERENCE_HELP,
-    REFERENCE_PATTERN,
     STORED_FOR,
     check_reference,
+    reference_schema,
     stored_context,
 )
 
@@ -101,6 +102,8 @@ class JobInput(BaseModel):
 
 
 class TextToImageInput(JobInput):
+    model_config = ConfigDict(json_schema_extra={"dependentSchemas": NEEDS_IMAGE})
+
     prompt: str = Field(min_length=1)
     negative_prompt: str = ""
     width: int | None = Field(default=None, ge=8, multiple_of=8,
@@ -113,12 +116,12 @@ class TextToImageInput(JobInput):
     num_images: int = Field(default=1, ge=1)
     scheduler: Scheduler = "default"
     image: str | None = Field(
-        default=None, json_schema_extra={"pattern": REFERENCE_PATTERN},
+        default=None, json_schema_extra=reference_schema,
         description=f"image-to-image or inpainting source: {REFERENCE_HELP}; PNG, JPEG or WebP within the model's "
                     "pixel limits. The output takes its size (rounded down to the size multiple) unless width or "
                     "height say otherwise")
     mask: str | None = Field(
-        default=None, json_schema_extra={"pattern": REFERENCE_PATTERN},
+        default=None, json_schema_extra=reference_schema,
         description=f"inpainting: white repaints, black keeps; the image's size; {REFERENCE_HELP}. Needs image")
     strength: float | None = Field(
         default=None, gt=0.0, le=1.0,
@@ -130,7 +133,10 @@ class TextToImageInput(JobInput):
     @field_validator("mask", "strength")
     @classmethod
     def _needs_image(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is not None and "image" in info.data and info.data["image"] is None:  # absent, not invalid
+        # Given without an image (null too, from a client: the schema says so; a record holds nulls for absent
+        # fields). An image that was given but is invalid has its own error.
+        given = value is not None or STORED_FOR not in (info.context or {})
+        if given and "image" in info.data and info.data["image"] is None:
             raise PydanticCustomError("needs_image", "{name} needs an image", {"name": info.field_name})
         return value
 

@@ -17,6 +17,7 @@ from tasks.settings import Settings
 
 KEY_A, KEY_B = "img-a-" + uuid.uuid4().hex, "img-b-" + uuid.uuid4().hex
 MODEL = "img-in"
+ONE = "img-one"  # a queue of one: the second job is refused after its images were written
 
 
 def bearer(key: str = KEY_A) -> dict[str, str]:
@@ -33,6 +34,14 @@ kind = "text-to-image"
 source = "fake-image://"
 runtime = "tests.fake_image_runtime:FakeImageRuntime"
 min_workers = 0
+limits = {{ default_width = 64, default_height = 64, max_width = 256, max_height = 256, max_pixels = 65536 }}
+
+[models.{ONE}]
+kind = "text-to-image"
+source = "fake-image://"
+runtime = "tests.fake_image_runtime:FakeImageRuntime"
+min_workers = 0
+max_queue_depth = 1
 limits = {{ default_width = 64, default_height = 64, max_width = 256, max_height = 256, max_pixels = 65536 }}
 """)
     keys = tmp / "keys"

@@ -33,6 +33,7 @@ from tasks.settings import Settings
 from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
 from tests.harness import WorkerProcess
+from tests.integration.image_inputs import data_uri, picture
 from tests.live_server import LiveServer
 
 # ~1,900 cases (the stateful phase's ~200 included): 102 s of fuzzing and ~85 s of worker start-up measured on
@@ -75,6 +76,19 @@ max_queue_depth = 100000
 limits = {{ max_width = 32, max_height = 32, max_pixels = 1024, max_steps = 2, max_images = 2, default_steps = 1 }}
 batching = {{ max_batch_size = 16, policy = "greedy" }}
 """
+
+
+def register_images() -> None:
+    """Images the API takes, for the fuzzer: an image input's format (tasks/image_refs.py) and the upload bodies.
+
+    One size (fuzz-sd's largest), so an image and a mask always match and an output of the image's size fits."""
+    from hypothesis import strategies as st
+
+    pictures = {media: picture(32, 32, fmt, color) for media, fmt, color in (
+        ("image/png", "PNG", (200, 30, 30)), ("image/jpeg", "JPEG", (30, 200, 30)), ("image/webp", "WEBP", (0, 0, 0)))}
+    schemathesis.openapi.format("genq-image", st.sampled_from([data_uri(d, m) for m, d in pictures.items()]))
+    for media, data in pictures.items():
+        schemathesis.openapi.media_type(media, st.just(data))
 
 
 @dataclass
@@ -123,6 +137,7 @@ def fuzzed(fuzz_settings: Settings, fuzz_workers: list[WorkerProcess]) -> Iterat
     assert fuzz_settings.api_keys_file is not None
     fuzz_settings.api_keys_file.write_text(f"{hash_key(key)} fuzzer\n")
     seed = int(os.environ.get("GENQ_FUZZ_SEED", random.randrange(2**32)))
+    register_images()
     config = SchemathesisConfig.from_dict({
         "seed": seed,
         "headers": {"Authorization": f"Bearer {key}"},

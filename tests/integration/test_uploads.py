@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import time
 from typing import Any
 
 import pytest
@@ -118,6 +119,7 @@ def test_bad_images_are_refused_naming_the_field_and_no_job_is_accepted(api):
     refused(job(api, image="up_" + "0" * 32), 422, "input.image", "no upload")
     refused(job(api, image=data_uri(png), mask=data_uri(picture(32, 64))), 422, "input.mask", "same size")
     refused(job(api, mask=data_uri(png)), 422, "input.mask", "needs an image")
+    refused(job(api, mask=None), 422, "input.mask", "needs an image")  # as the schema says (dependentSchemas)
     refused(job(api, strength=0.5), 422, "input.strength", "needs an image")
     refused(job(api, image=data_uri(png), strength=0), 422, "input.strength")
     refused(job(api, image=data_uri(png), strength=1.5), 422, "input.strength")
@@ -131,7 +133,7 @@ def test_bad_images_are_refused_naming_the_field_and_no_job_is_accepted(api):
     assert len(queued_messages(api)) == before
 
 
-def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api):
+def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api, img_settings):
     png, mask = picture(100, 60), picture(100, 60, color=(255, 255, 255))
     by_uri = job(api, image=data_uri(png), seed=3)
     assert by_uri.status_code == 202, by_uri.json
@@ -152,6 +154,9 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api):
         with pytest.raises(Exception, match="stored input"):
             validate_input(JobKind.text_to_image, inp, svc(api).models.get(MODEL).limits, stored_for="another")
         assert input_key(job_id, "image").encode() in messages
+        # In the Redis store an input outlives a queued job's wait: the result TTL past its deadline (none: a week).
+        ttl = svc(api).store.redis.ttl(svc(api).store.keys.output(input_key(job_id, "image")))
+        assert ttl > img_settings.result_ttl_s + 6 * 86400
     assert svc(api).outputs.get(input_key(by_upload.json["id"], "mask")) == mask
     # The size: the image's, rounded down to multiples of 8, unless asked.
     assert (svc(api).store.get(by_uri.json["id"]).input["width"], svc(api).store.get(by_uri.json["id"]).input[
@@ -166,14 +171,43 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api):
     assert encoded not in messages and png[:64] not in messages
 
 
-def test_a_batch_refuses_image_inputs_in_their_own_entries(api):
-    body = {"jobs": [{"model": MODEL, "input": {"prompt": "a", "image": data_uri(picture(64, 64))}},
-                     {"model": MODEL, "input": {"prompt": "b"}}]}
+def test_a_job_refused_by_admission_leaves_no_input_behind(api):
+    from tests.integration.image_inputs import ONE
+
+    store = svc(api).store
+    inputs = store.keys.output("*/input/*")
+    body = {"model": ONE, "input": {"prompt": "a fox", "image": data_uri(picture(64, 64))}}
+    first = api.post("/v1/jobs", json=body, headers=bearer())
+    assert first.status_code == 202, first.json
+    before = set(store.redis.scan_iter(match=inputs, count=1000))
+    second = api.post("/v1/jobs", json=body, headers=bearer())
+    assert second.status_code == 503 and second.json["error"]["code"] == "overloaded", second.json
+    assert set(store.redis.scan_iter(match=inputs, count=1000)) == before
+
+
+def test_a_batch_takes_image_inputs_job_by_job(api):
+    """Each job's images are checked and stored on their own; a bad one, or a job refused by admission, leaves
+    the others accepted and no input behind. (Runs after the admission test: ONE's queue is full.)"""
+    from tests.integration.image_inputs import ONE
+
+    store = svc(api).store
+    inputs = store.keys.output("*/input/*")
+    before = set(store.redis.scan_iter(match=inputs, count=1000))
+    png = picture(64, 64)
+    body = {"jobs": [{"model": MODEL, "input": {"prompt": "a", "image": data_uri(png)}},
+                     {"model": MODEL, "input": {"prompt": "b", "image": data_uri(png[:100])}},
+                     {"model": ONE, "input": {"prompt": "c", "image": data_uri(png)}},
+                     {"model": MODEL, "input": {"prompt": "d"}}]}
     response = api.post("/v1/jobs/batch", json=body, headers=bearer())
     assert response.status_code == 202, response.json
-    first, second = response.json["jobs"]
-    assert first["error"]["field"] == "input.image" and "POST /v1/jobs" in first["error"]["message"]
-    assert second["status"] == "queued"
+    good, bad, full, plain = response.json["jobs"]
+    assert good["status"] == plain["status"] == "queued"
+    assert bad["error"]["field"] == "input.image" and "does not decode" in bad["error"]["message"]
+    assert full["error"]["code"] == "overloaded"
+    assert store.get(good["id"]).input["image"] == input_key(good["id"], "image")
+    assert svc(api).outputs.get(input_key(good["id"], "image")) == png
+    added = set(store.redis.scan_iter(match=inputs, count=1000)) - before
+    assert added == {store.keys.output(input_key(good["id"], "image")).encode()}
 
 
 def test_uploads_are_counted_and_the_spec_describes_them(api):
@@ -189,5 +223,28 @@ def test_uploads_are_counted_and_the_spec_describes_them(api):
     assert {"image", "mask", "strength"} <= fields.keys()
     assert fields["strength"]["anyOf"][0]["exclusiveMinimum"] == 0
     post = spec["paths"]["/v1/uploads"]["post"]
-    assert {"image/png", "image/jpeg", "image/webp", "application/json"} <= post["requestBody"]["content"].keys()
+    assert set(post["requestBody"]["content"]) == {"image/png", "image/jpeg", "image/webp"}  # JSON: S3 only
     assert "201" in post["responses"] and "413" in post["responses"]
+
+
+def test_a_worker_runs_a_job_from_its_stored_input(api, img_settings, log_dir):
+    """Last in the module: the worker also runs the jobs the tests above left queued. The fake image runtime
+    makes pictures of the input's size, so the size filled from the image is what comes out."""
+    from PIL import Image
+
+    from tests.harness import WorkerProcess
+
+    worker = WorkerProcess(img_settings, MODEL, log_dir).start()
+    try:
+        accepted = job(api, image=data_uri(picture(100, 60)), seed=1)
+        assert accepted.status_code == 202, accepted.json
+        deadline = time.monotonic() + 60
+        while (found := api.get(f"/v1/jobs/{accepted.json['id']}", headers=bearer()).json)["status"] in (
+                "queued", "running"):
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        assert found["status"] == "succeeded", found  # the worker took the stored form (stored_for)
+        made = api.get(found["output"][0]["url"], headers=bearer()).data
+        assert Image.open(io.BytesIO(made)).size == (96, 56)
+    finally:
+        worker.stop()

@@ -72,7 +72,8 @@ def test_a_presigned_upload_goes_to_the_bucket_and_is_checked_when_used(api, s3)
     answer = api.post("/v1/uploads", json={"media_type": "image/png", "bytes": len(png)}, headers=bearer())
     assert answer.status_code == 201, answer.json
     up = answer.json
-    assert up["status"] == "pending" and up["upload_url"].startswith(f"{s3.url}/{BUCKET}/{PREFIX}{up['id']}/")
+    assert up["status"] == "pending" and up["width"] is None and up["height"] is None
+    assert up["upload_url"].startswith(f"{s3.url}/{BUCKET}/{PREFIX}{up['id']}/")
     assert up["upload_headers"]["Content-Type"] == "image/png"
     assert job(api, image=up["id"]).json["error"]["message"].endswith("PUT them to its upload_url first")
     assert httpx.put(up["upload_url"], content=png, headers=up["upload_headers"]).status_code == 200

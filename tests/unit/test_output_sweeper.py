@@ -108,3 +108,11 @@ def test_a_job_copies_an_upload_inside_the_store_and_keeps_it_after_the_upload_g
     uploads.delete(meta)
     assert fs.get(input_key(job_id, "image")) == b"bytes" and uploads.get(meta.id, "alice") is None
     assert not uploads.copy_to(meta, input_key(job_id, "mask"), ttl_s=60)  # gone: False, not an error
+
+
+def test_inputs_of_a_job_the_api_never_recorded_go(jobs, fs):
+    """The API writes the job's tombstone, then its inputs, then its record: dying in between leaves no orphan."""
+    job_id = str(uuid.uuid4())
+    jobs.redis.set(jobs.keys.gone(job_id), "alice", ex=60)
+    fs.put(input_key(job_id, "image"), b"picture", "image/png")
+    assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 1 and stored(fs) == set()

@@ -1,0 +1,41 @@
+"""The API's image check on real encoder output, cut and corrupted: a picture or a 422 naming the field."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+
+from api.image_checks import inspect_image
+from tasks.errors import InvalidInput
+
+
+def encoded(fmt: str) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.frombytes("RGB", (48, 40), random.Random(fmt).randbytes(48 * 40 * 3)).save(out, format=fmt)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("fmt", "media"), [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp")])
+def test_whole_pictures_pass_and_cut_or_corrupt_ones_are_422(fmt, media):
+    data = encoded(fmt)
+    picture = inspect_image(data, "input.image", 48 * 40, media)
+    assert (picture.media_type, picture.width, picture.height) == (media, 48, 40)
+    with pytest.raises(InvalidInput, match="at most 1919 pixels"):
+        inspect_image(data, "input.image", 48 * 40 - 1)
+    rng = random.Random(7)
+    for cut in range(0, len(data) - 1, max(1, len(data) // 40)):
+        with pytest.raises(InvalidInput) as refused:
+            inspect_image(data[:cut], "input.image", 10**6)
+        assert refused.value.field == "input.image"
+    for _ in range(40):  # flipped bytes: either still a picture (a flip in pixel data) or a 422, never another error
+        spoiled = bytearray(data)
+        for _ in range(4):
+            spoiled[rng.randrange(len(spoiled))] ^= 0xFF
+        try:
+            inspect_image(bytes(spoiled), "input.image", 10**6)
+        except InvalidInput as exc:
+            assert exc.field == "input.image"
