@@ -91,3 +91,15 @@ def test_genq_submit_image_and_mask(live_api, worker_for, tmp_path):
     saved, = out.glob("*-0.png")
     with Image.open(saved) as image:
         assert image.size == (80, 48)
+
+
+def test_a_batch_uploads_its_pictures(client, worker_for, tmp_path):
+    from genq import job_body
+
+    worker_for("sd-demo")
+    path = tmp_path / "in.png"
+    picture((72, 40)).save(path)
+    results = client.generate_many([job_body("sd-demo", {"prompt": "a kite", "image": path, "seed": n,
+                                                         "num_inference_steps": 4}) for n in range(2)], timeout=120)
+    assert all(getattr(r, "status", None) == "succeeded" for r in results), results
+    assert [client.outputs(r)[0].size for r in results] == [(72, 40), (72, 40)]

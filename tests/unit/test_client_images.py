@@ -117,6 +117,21 @@ def test_an_upload_refused_for_size_raises_the_apis_error():
     assert caught.value.status == 413 and len(seen) == 1
 
 
+def test_batches_upload_every_image():
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/jobs/batch":
+            seen.append(request)
+            return httpx.Response(200, json={"jobs": [job("queued", kind="text-to-image")]})
+        return handler_for(seen)(request)
+
+    with Client("http://api.test", transport=httpx.MockTransport(handle)) as c:
+        c.submit_many([{"model": "sd-demo", "input": {"prompt": "x", "image": png()}}])
+    assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/jobs/batch"]
+    assert json.loads(seen[1].content)["jobs"][0]["input"]["image"] == UPLOAD["id"]
+
+
 def test_the_async_client_does_the_same():
     seen: list[httpx.Request] = []
 
