@@ -70,7 +70,10 @@ def _count_rejection(status: int, code: str) -> None:
     model = "unknown"
     if status != 413:  # the body was never read, and must not be now
         body = request.get_json(silent=True)
-        asked = body.get("model") if isinstance(body, dict) else None
+        if isinstance(body, dict):
+            asked = body.get("model")
+        else:  # images/edits: a form (already read by the view, or small: its limit is set before reading)
+            asked = request.form.get("model") if request.mimetype == "multipart/form-data" else None
         if isinstance(asked, str) and asked in services().models.models:
             model = asked
     JOBS_REJECTED.labels(model, rejection_reason(code)).inc()

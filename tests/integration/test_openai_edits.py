@@ -112,6 +112,8 @@ def test_malformed_edit_requests_are_400_in_openais_shape(api):
     response = api.post(EDIT, data={"prompt": "x", "image": (io.BytesIO(png()), "in.png"), "model": "bert-demo"},
                         content_type="multipart/form-data")
     assert response.status_code == 400 and response.get_json()["error"]["param"] == "model"
+    metrics = api.get("/metrics").get_data(as_text=True)  # refusals counted under the model the form named
+    assert 'genq_api_jobs_rejected_total{model="sd-demo",reason="validation"}' in metrics
 
 
 def test_the_spec_says_what_is_supported(api):
