@@ -72,8 +72,9 @@ def _count_rejection(status: int, code: str) -> None:
         body = request.get_json(silent=True)
         if isinstance(body, dict):
             asked = body.get("model")
-        else:  # images/edits: a form (already read by the view, or small: its limit is set before reading)
-            asked = request.form.get("model") if request.mimetype == "multipart/form-data" else None
+        else:  # images/edits: the form its view read; never read here (before the view, its limit is not set)
+            form = request.__dict__.get("form")
+            asked = form.get("model") if form is not None else None
         if isinstance(asked, str) and asked in services().models.models:
             model = asked
     JOBS_REJECTED.labels(model, rejection_reason(code)).inc()
