@@ -137,3 +137,19 @@ def test_a_file_past_the_upload_limit_is_413_in_openais_shape(settings):
                                                                                    "in.png")},
                           content_type="multipart/form-data")
     assert response.status_code == 413 and response.get_json()["error"]["type"] == "invalid_request_error"
+
+
+def test_an_edit_without_a_key_is_401_whatever_its_size(settings, tmp_path):
+    import dataclasses
+    import hashlib
+    import os
+
+    from api import create_app
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text(hashlib.sha256(b"edit-key").hexdigest() + " alice\n")
+    strict = create_app(dataclasses.replace(settings, api_keys_file=keys)).test_client()
+    large = io.BytesIO(os.urandom(3 << 20))  # past the JSON body limit: nothing may read it before the view
+    response = strict.post(EDIT, data={"prompt": "x", "model": "sd-demo", "image": (large, "in.png")},
+                           content_type="multipart/form-data")
+    assert response.status_code == 401 and response.get_json()["error"]["code"] == "invalid_api_key"
