@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from api.openai_compat.described import OPENAI_COMPATIBLE
 from tasks.image_refs import MEDIA_TYPES
 from tasks.models_file import ModelsFile, ModelSpec
 from tasks.outputs_config import OutputStoreSpec
@@ -56,6 +57,7 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
             _authentication(operation, path, keys=settings.api_keys_file is not None)
             _headers(operation, path, method)
     _links(doc)
+    doc["x-openai-compatible"] = copy.deepcopy(OPENAI_COMPATIBLE)
     if settings.api_keys_file is not None:
         doc["components"].setdefault("securitySchemes", {})["apiKey"] = {
             "type": "apiKey", "in": "header", "name": "X-API-Key"}

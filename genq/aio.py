@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from genq import batch_flows, flows
+from genq import batch_flows, flows, image_inputs
+from genq.image_inputs import Upload
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
@@ -33,7 +34,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def _send(self, request: Request) -> Outcome:
         try:
             http = self._bare if request.external else self._http
-            return await http.request(request.method, request.path, json=request.json,
+            return await http.request(request.method, request.path, json=request.json, content=request.content,
                                       headers=request.headers, timeout=request.timeout or self.config.timeout)
         except httpx.TransportError as exc:
             return exc
@@ -111,6 +112,10 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         flow = batch_flows.generate_many(self.config, jobs, timeout=timeout, batch_size=batch_size,
                                            on_update=on_update, on_submitted=on_submitted)
         return await self._run(flow)
+
+    async def upload(self, image: Any) -> Upload:
+        """See ``Client.upload``."""
+        return await self._run(image_inputs.upload(self.config, image))
 
     async def models(self) -> list[ModelInfo]:
         """See ``Client.models``."""

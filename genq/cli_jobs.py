@@ -14,6 +14,7 @@ from genq.cli_support import (
     collect_input,
     connection,
     finish,
+    image_options,
     input_options,
     make_client,
     reports_errors,
@@ -37,6 +38,7 @@ def shows_job(command: F) -> F:
 @click.command(epilog=EXIT_CODES)
 @click.argument("model")
 @input_options
+@image_options
 @click.option("-i", "--input", "extra", multiple=True, metavar="KEY=VALUE", help="any input field (JSON value)")
 @click.option("--priority", type=click.Choice(["high", "normal", "low"]), help="queue priority")
 @click.option("--deadline", type=float, help="seconds: a job not started by then expires")
@@ -47,6 +49,8 @@ def submit(model: str, extra: tuple[str, ...], priority: str | None, deadline: f
            timeout: float, out: Path | None, as_json: bool, url: str, api_key: str | None, retries: int,
            **fields: Any) -> None:
     """Submit a job to MODEL: `genq submit sd-demo --prompt "a red fox" --wait --out images/`.
+
+    Image-to-image: `--image in.png --strength 0.6`; inpainting: `--image in.png --mask mask.png`.
 
     Without --wait, prints the job id (for `genq get ID`)."""
     data = collect_input(fields, extra)

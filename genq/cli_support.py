@@ -25,6 +25,7 @@ from genq.errors import (
     UnknownModel,
     WaitTimeout,
 )
+from genq.image_inputs import IMAGE_FIELDS, PASSED_AS_IS
 from genq.protocol import DEFAULT_URL
 from tasks.kinds import KINDS
 from tasks.schemas import Job
@@ -99,12 +100,37 @@ def make_client(url: str, api_key: str | None, retries: int) -> Client:
     return Client(url, api_key, max_retries=retries, on_retry=told)
 
 
+def _image(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | str | None:
+    """A file to send (the client inlines or uploads it), or what the API takes as it is (an upload id)."""
+    if value is None or value.startswith(PASSED_AS_IS):
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise click.BadParameter(f"no such file: {value} (give an image file, or an upload id up_...)")
+    return path
+
+
+def image_options(command: F) -> F:
+    """``--image``, ``--mask`` (files, or upload ids) and ``--strength``: image-to-image and inpainting."""
+    command = click.option("--strength", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+                           help="[text-to-image] with --image: how much of it is repainted (the model's default "
+                                "when absent)")(command)
+    command = click.option("--mask", callback=_image, metavar="PATH",
+                           help="[text-to-image] inpainting mask, the size of --image: white = repaint")(command)
+    return click.option("--image", callback=_image, metavar="PATH",
+                        help="[text-to-image] the source picture (PNG, JPEG, WebP): image-to-image, or inpainting "
+                             "with --mask; sent inline when small, else uploaded first")(command)
+
+
 def input_options(command: F) -> F:
-    """One option per input field of every job kind (``--prompt``, ``--width``, ``--texts`` ...)."""
+    """One option per input field of every job kind (``--prompt``, ``--width``, ``--texts`` ...); the image
+    fields have their own (``image_options``)."""
     seen: dict[str, list[str]] = {}
     props: dict[str, dict[str, Any]] = {}
     for kind, declared in KINDS.items():
         for name, prop in declared.input.model_json_schema()["properties"].items():
+            if name in IMAGE_FIELDS or name == "strength":
+                continue
             seen.setdefault(name, []).append(kind.value)
             props.setdefault(name, prop)
     for name in reversed(list(props)):

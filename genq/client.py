@@ -3,6 +3,10 @@
     with Client("http://127.0.0.1:8000") as client:        # or GENQ_URL / GENQ_API_KEY
         job = client.generate("sd-demo", prompt="a red fox", seed=1)
         image = client.outputs(job)[0]                       # a PIL image (bytes without Pillow)
+        edited = client.generate("sd-demo", prompt="a blue fox", image="in.png", mask=mask, strength=0.6)
+
+``image`` and ``mask`` take a path, bytes or a PIL image (see ``genq.image_inputs``: small ones go inline as a
+data: URI, larger ones through ``POST /v1/uploads``), or an upload id from ``upload``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Any, TypeVar
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from genq import batch_flows, flows
+from genq import batch_flows, flows, image_inputs
+from genq.image_inputs import Upload
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
@@ -34,8 +39,8 @@ class Client(ClientBase[httpx.Client]):
     def _send(self, request: Request) -> Outcome:
         try:
             http = self._bare if request.external else self._http
-            return http.request(request.method, request.path, json=request.json, headers=request.headers,
-                                timeout=request.timeout or self.config.timeout)
+            return http.request(request.method, request.path, json=request.json, content=request.content,
+                                headers=request.headers, timeout=request.timeout or self.config.timeout)
         except httpx.TransportError as exc:
             return exc
 
@@ -120,6 +125,11 @@ class Client(ClientBase[httpx.Client]):
         flow = batch_flows.generate_many(self.config, jobs, timeout=timeout, batch_size=batch_size,
                                            on_update=on_update, on_submitted=on_submitted)
         return self._run(flow)
+
+    def upload(self, image: Any) -> Upload:
+        """Send an image (a path, bytes or a PIL image) to ``POST /v1/uploads``: its ``id`` goes in a job's
+        ``image`` or ``mask``, for as long as the upload lives (``expires_at``); only this key can use it."""
+        return self._run(image_inputs.upload(self.config, image))
 
     def models(self) -> list[ModelInfo]:
         """The models being served, with their input schema, limits and workers online."""

@@ -13,6 +13,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
+from genq import image_inputs
 from genq.errors import APIError, JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
 from genq.watch import OnText, TextSoFar, follow
@@ -49,7 +50,8 @@ def _job(response: Any) -> Job:
 def submit(config: Config, model: str, input: dict[str, Any], *, priority: str | None = None,
            deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
            wait_s: float = 0.0) -> Flow[Job]:
-    body: dict[str, Any] = {"model": model, "input": input}
+    # Images (paths, bytes, PIL images) become data: URIs or upload ids, once: a retried POST sends the same.
+    body: dict[str, Any] = {"model": model, "input": (yield from image_inputs.resolve(config, input))}
     for name, value in (("priority", priority), ("deadline_s", deadline_s), ("webhook", webhook)):
         if value is not None:
             body[name] = value

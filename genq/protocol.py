@@ -39,6 +39,7 @@ class Request:
     timeout: float | None = None  # None: the client's default
     # An absolute URL of another host (an S3 presigned URL): sent without the API key or the client's headers.
     external: bool = False
+    content: bytes | None = None  # a raw body (an upload's bytes) instead of ``json``
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""OpenAI-compatible routes under ``/openai/v1``: images, embeddings, completions (streamed too) and models.
+"""OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, completions
+(streamed too) and models.
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
-job is done. They follow OpenAI's published API, not genq's OpenAPI spec, so they stay out of ``/openapi.json``.
+job is done. They follow OpenAI's published API, not genq's OpenAPI spec, so they are not among its paths;
+``/openapi.json`` lists what each supports under ``x-openai-compatible`` (``described.py``).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from flask import Blueprint, Flask, Response, g, request
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
 from api.openai_compat.errors import JobNotDone, job_not_done, to_openai_error
+from api.openai_compat.image_edits import edit_images
 from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
 
@@ -29,11 +32,14 @@ def install(app: Flask) -> None:
     bp.after_request(_job_header)
     bp.register_error_handler(JobNotDone, job_not_done)
     bp.add_url_rule("/images/generations", view_func=generate_images, methods=["POST"])
+    bp.add_url_rule("/images/edits", view_func=edit_images, methods=["POST"])
     bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])
     bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
     bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
     bp.add_url_rule("/models/<path:model_id>", view_func=retrieve_model, methods=["GET"])
     app.register_blueprint(bp)
+    # Its body is a multipart form, read by the view itself (api/body.py decodes JSON bodies up front).
+    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | {"openai.edit_images"}
     # App-wide, not the blueprint's: an unknown path or method under the prefix gets OpenAI's shape too.
     app.after_request(_openai_errors)
 

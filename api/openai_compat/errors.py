@@ -70,7 +70,11 @@ def _count_rejection(status: int, code: str) -> None:
     model = "unknown"
     if status != 413:  # the body was never read, and must not be now
         body = request.get_json(silent=True)
-        asked = body.get("model") if isinstance(body, dict) else None
+        if isinstance(body, dict):
+            asked = body.get("model")
+        else:  # images/edits: the form its view read; never read here (before the view, its limit is not set)
+            form = request.__dict__.get("form")
+            asked = form.get("model") if form is not None else None
         if isinstance(asked, str) and asked in services().models.models:
             model = asked
     JOBS_REJECTED.labels(model, rejection_reason(code)).inc()

@@ -14,6 +14,7 @@ from api.services import services
 from tasks.errors import Gone
 from tasks.inputs import SEED_MAX, JobKind
 from tasks.schemas import Priority
+from tasks.store.job_store import JobRecord
 
 _SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
 #: genq input field -> the OpenAI parameter a client set it with.
@@ -62,11 +63,15 @@ def generate_images() -> Response:
     """Images as ``b64_json`` (the default) or as ``url`` (genq's output URL: fetch it with the same key)."""
     req: ImageGenerationRequest = parse(ImageGenerationRequest, request.get_json(silent=True))
     spec = served_model(req.model, JobKind.text_to_image)
-    record = run(spec, req.genq_input(), req.priority, PARAMS)
+    return images_response(run(spec, req.genq_input(), req.priority, PARAMS), req.response_format)
+
+
+def images_response(record: JobRecord, response_format: str) -> Response:
+    """OpenAI's images answer for a succeeded text-to-image job (generations and edits alike)."""
     data = []
     for entry in record.binary_outputs:
         item: dict[str, Any] = {"revised_prompt": None}
-        if req.response_format == "url":
+        if response_format == "url":
             item["url"] = url_for("jobs.get_output", job_id=record.id, n=entry.index, _external=True)
         else:
             blob = services().outputs.get(entry.key)

@@ -59,15 +59,15 @@ def accept(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Map
     """Submit the genq job behind a call; input errors name the OpenAI parameter (``params``: genq -> OpenAI)."""
     svc = services()
     with current_app.extensions["genq_submission_limit"]:
-        try:
-            parsed = validate_input(spec.kind, inp, spec.limits)
-        except InvalidInput as exc:
-            raise _renamed(exc, params) from None
         # Nobody waits past openai_wait_s: a job not started by then expires instead of running for no one.
         deadline_s = min(svc.settings.openai_wait_s, spec.default_deadline_s or math.inf)
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
-        record = submit(svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()),
-                        current_owner())
+        try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
+            parsed = validate_input(spec.kind, inp, spec.limits)
+            record = submit(svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()),
+                            current_owner())
+        except InvalidInput as exc:
+            raise _renamed(exc, params) from None
     JOBS_ACCEPTED.labels(spec.id).inc()
     g.genq_job_id = record.id
     return record

@@ -1,5 +1,7 @@
 // The request form, generated from a model's input_schema (JSON Schema from GET /v1/models) and its limits.
 
+import { IMAGE_FIELDS, imageControl } from "./playground-image.js";
+
 // Per-model limits that bound a field, and the model default a blank field falls back to.
 const LIMIT_MAX = {
   width: "max_width", height: "max_height", num_inference_steps: "max_steps", num_images: "max_images",
@@ -63,7 +65,12 @@ export function buildForm(container, model) {
   // The kind's example (tasks/kinds.py, via GET /v1/models); a list fills a text area one item a line.
   const example = Object.fromEntries(Object.entries(model.example_input || {})
     .map(([k, v]) => [k, Array.isArray(v) ? v.join("\n") : v]));
-  for (const [name, prop] of Object.entries(schema.properties || {})) {
+  const properties = schema.properties || {};
+  for (const [name, prop] of Object.entries(properties)) {
+    if (IMAGE_FIELDS.has(name)) { // one control for the picture and the mask painted over it
+      if (name === "image") container.append(imageControl("mask" in properties, model.limits?.size_multiple));
+      continue;
+    }
     const el = control(name, prop, model);
     if (example[name] !== undefined) el.value = example[name];
     if (required.has(name)) el.required = true;
@@ -107,7 +114,8 @@ export function readForm(container, model) {
 export function markInvalid(container, field) {
   for (const el of container.querySelectorAll(".invalid")) el.classList.remove("invalid");
   const name = (field || "").replace(/^input\./, "").replace(/\[\d+\]$/, "");
-  const el = name && container.querySelector(`[name="${CSS.escape(name)}"]`);
+  const box = IMAGE_FIELDS.has(name) ? "image" : name; // the mask is painted on the picture's control
+  const el = name && container.querySelector(`[name="${CSS.escape(name)}"], [data-field="${CSS.escape(box)}"]`);
   if (el) {
     el.classList.add("invalid");
     el.focus();

@@ -3,6 +3,7 @@
 
 import { followEvents } from "./playground-events.js";
 import { buildForm, markInvalid, readForm } from "./playground-form.js";
+import { imageInputs } from "./playground-image.js";
 import { showMetrics, showResult, showStatus, showText } from "./playground-result.js";
 
 const $ = (id) => document.getElementById(id);
@@ -48,6 +49,12 @@ async function call(path, options = {}) {
     throw error;
   }
   return body;
+}
+
+// POST /v1/uploads with a picture's bytes: its upload id, for the job's image or mask.
+async function upload(blob) {
+  const body = await call("v1/uploads", { method: "POST", headers: { "Content-Type": blob.type }, body: blob });
+  return body.id;
 }
 
 async function fetchBlob(path) {
@@ -197,6 +204,7 @@ async function submit(event) {
   showError(null);
   markInvalid($("fields"), null);
   try {
+    Object.assign(input, await imageInputs($("fields"), upload)); // the picture and mask, uploaded first
     const job = await call("v1/jobs", {
       method: "POST",
       headers: { "Content-Type": "application/json" },

@@ -149,3 +149,63 @@ def test_playground_shows_text_as_it_is_generated(live_api, worker_for, browser)
     assert len(set(streamed)) > 1, streamed  # the text grew in front of the reader, piece by piece
     assert all(final.startswith(text) for text in streamed)
     assert problems == []
+
+
+# A File dropped on the picture's drop zone, as a person dragging it from their desktop does.
+DROP_FILE = """async ([selector, b64, name]) => {
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const dt = new DataTransfer();
+  dt.items.add(new File([bytes], name, {type: "image/png"}));
+  const zone = document.querySelector(selector);
+  zone.dispatchEvent(new DragEvent("dragover", {dataTransfer: dt, bubbles: true, cancelable: true}));
+  zone.dispatchEvent(new DragEvent("drop", {dataTransfer: dt, bubbles: true, cancelable: true}));
+}"""
+
+
+def test_playground_inpaints_a_dropped_picture_with_a_painted_mask(live_api, worker_for, browser):
+    import base64
+    import io
+
+    from PIL import Image
+
+    worker_for("sd-demo")
+    source = io.BytesIO()
+    Image.new("RGB", (96, 64), (20, 120, 200)).save(source, format="PNG")
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda msg: msg.type == "error" and problems.append(msg.text))
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    uploads: list[str] = []
+    page.on("request", lambda req: req.method == "POST" and req.url.endswith("/v1/uploads")
+            and uploads.append(req.headers.get("content-type", "")))
+    page.goto(f"{live_api}/")
+    page.wait_for_selector("#model option[value=sd-demo]", state="attached")
+    page.select_option("#model", "sd-demo")
+    page.fill("textarea[name=prompt]", "a harbour at night")
+    page.fill("input[name=seed]", "3")
+    page.fill("input[name=strength]", "0.9")
+
+    page.evaluate(DROP_FILE, [".image-input [data-role=drop]", base64.b64encode(source.getvalue()).decode(), "in.png"])
+    page.wait_for_function("() => { const i = document.querySelector('[data-role=source]');"
+                           " return i && i.naturalWidth === 96 }")
+    assert page.eval_on_selector("canvas[data-role=mask]", "c => [c.width, c.height]") == [96, 64]
+    assert page.get_attribute("input[name=width]", "placeholder") == "96 (the image's)"  # blank: the picture's size
+    page.locator("canvas[data-role=mask]").scroll_into_view_if_needed()  # below the fold: the mouse must reach it
+    box = page.locator("canvas[data-role=mask]").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.2)  # a stroke down the right side
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] * 0.8, steps=8)
+    page.mouse.up()
+    painted = page.evaluate("() => { const c = document.querySelector('canvas[data-role=mask]');"
+                            " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+                            " let n = 0; for (let i = 3; i < d.length; i += 4) n += d[i] > 0; return n }")
+    assert 0 < painted < 96 * 64  # some of it, not all
+
+    page.click("#submit")
+    page.wait_for_function("() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }",
+                           timeout=120_000)
+    assert page.text_content("#status") == "succeeded"
+    assert page.eval_on_selector("#result img", "i => [i.naturalWidth, i.naturalHeight]") == [96, 64]  # the picture's
+    assert uploads == ["image/png", "image/png"]  # the picture and the mask, uploaded before the job
+    assert problems == []

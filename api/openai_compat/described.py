@@ -1,0 +1,39 @@
+"""What ``/openapi.json`` says of the OpenAI-compatible routes, under ``x-openai-compatible``.
+
+They follow OpenAI's published API (its bodies, its error shape), not this document's schemas, so they are not
+``paths`` of genq's spec (a fuzzer would hold them to genq's error body): an extension lists what each supports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+IMAGE_EXTRAS = ["seed", "num_inference_steps", "negative_prompt", "guidance_scale", "scheduler", "priority"]
+
+OPENAI_COMPATIBLE: dict[str, Any] = {
+    "prefix": "/openai/v1",
+    "description": "OpenAI's request and response shapes, each call a genq job underneath (X-Genq-Job-Id names "
+                   "it); errors in OpenAI's body {\"error\": {\"message\", \"type\", \"param\", \"code\"}}. "
+                   "genq's own parameters go in extra_body.",
+    "routes": [
+        {"method": "POST", "path": "/images/generations", "genq_kind": "text-to-image",
+         "content_type": "application/json",
+         "supported": ["prompt", "model", "n", "size (WIDTHxHEIGHT or auto)", "response_format (b64_json, url)"],
+         "genq_extras": IMAGE_EXTRAS},
+        {"method": "POST", "path": "/images/edits", "genq_kind": "text-to-image (image-to-image, inpainting)",
+         "content_type": "multipart/form-data",
+         "supported": ["image (one PNG, JPEG or WebP file, at most GENQ_MAX_UPLOAD_BYTES)",
+                       "mask (optional, the image's size: white = repaint)", "prompt", "model", "n",
+                       "size (WIDTHxHEIGHT or auto; absent or auto: the image's size)",
+                       "response_format (b64_json, url)"],
+         "genq_extras": ["strength", *IMAGE_EXTRAS]},
+        {"method": "POST", "path": "/embeddings", "genq_kind": "embedding", "content_type": "application/json",
+         "supported": ["input (a string or a list of strings)", "model", "encoding_format (float, base64)"]},
+        {"method": "POST", "path": "/completions", "genq_kind": "text-generation",
+         "content_type": "application/json",
+         "supported": ["prompt (one)", "model", "max_tokens", "temperature", "top_p", "stop", "seed", "stream",
+                       "stream_options.include_usage"]},
+        {"method": "GET", "path": "/models"},
+        {"method": "GET", "path": "/models/{id}"},
+    ],
+}
