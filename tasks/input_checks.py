@@ -4,6 +4,7 @@ InvalidInput naming the fields (the API's 422, the worker's ``invalid_input``)."
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from pydantic import ValidationError, create_model
@@ -60,15 +61,20 @@ def validate_input(kind: JobKind, data: Any, limits: ModelLimits, *, stored_for:
     except ValidationError as exc:
         raise invalid_from_validation(exc, prefix="input") from None
     if isinstance(parsed, TextToImageInput):
-        _check_image_steps(parsed)
+        fit_strength(parsed)
     return parsed  # type: ignore[return-value]
 
 
-def _check_image_steps(inp: TextToImageInput) -> None:
-    """An image job runs ``int(steps x strength)`` steps (diffusers' ``get_timesteps``): none is a job that would
-    fail in the worker, so the API refuses it."""
-    if inp.image is None or inp.strength is None or inp.num_inference_steps is None:
+def fit_strength(inp: TextToImageInput) -> None:
+    """At least one step runs: an image job runs ``int(steps x strength)`` steps (diffusers' ``get_timesteps``,
+    which fails at none), so a strength too small for its step count is raised to the smallest that runs one.
+
+    Done where the input is parsed, so the record (and the job the client reads back) holds the strength used.
+    """
+    steps = inp.num_inference_steps
+    if inp.image is None or inp.strength is None or steps is None or int(steps * inp.strength) >= 1:
         return
-    if int(inp.num_inference_steps * inp.strength) < 1:
-        raise InvalidInput(f"input.strength: {inp.strength} of {inp.num_inference_steps} steps leaves no step to run; "
-                           "raise strength or num_inference_steps", field="input.strength")
+    strength = 1.0 / steps
+    while int(steps * strength) < 1:  # 1/steps x steps can round to just under 1
+        strength = math.nextafter(strength, 2.0)
+    inp.strength = min(1.0, strength)

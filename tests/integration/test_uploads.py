@@ -172,6 +172,18 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api, img_settings):
     assert encoded not in messages and png[:64] not in messages
 
 
+def test_a_strength_too_small_for_its_steps_is_raised_to_run_one(api):
+    """diffusers runs int(steps x strength) steps and fails at none: the API raises the strength to run one (the
+    record says what ran) rather than accept a job the worker would fail, or refuse what the schema allows."""
+    png = picture(64, 64)
+    for steps, strength, used in ((4, 0.1, 0.25), (1, None, 1.0), (4, 0.5, 0.5)):
+        extra = {} if strength is None else {"strength": strength}
+        response = job(api, image=data_uri(png), num_inference_steps=steps, **extra)
+        assert response.status_code == 202, response.json
+        record = svc(api).store.get(response.json["id"])
+        assert record.input["strength"] == used and int(steps * record.input["strength"]) == max(1, int(steps * used))
+
+
 def test_a_job_refused_by_admission_leaves_no_input_behind(api):
     from tests.integration.image_inputs import ONE
 
