@@ -9,7 +9,7 @@ from typing import Any
 from tasks.errors import ErrorCode
 from tasks.messages import InvalidMessage, parse_run
 from tasks.models_file import ModelSpec
-from tasks.store.redis_transport import release_credit
+from tasks.store.redis_acks import release_credit
 from worker.holdings import Holdings
 from worker.job import WorkItem
 from worker.runtimes.base import Runtime

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.store.redis_transport import ack_many, release_credit
+from tasks.store.redis_acks import ack_many, release_credit
 from worker.endings import parked
 from worker.flower_events import FlowerEvents
 from worker.holdings import UNSETTLED_BOUND_S, Holdings

@@ -8,7 +8,8 @@ import redis
 
 from tasks.settings import Settings
 from tasks.store.celery_app import create_celery
-from tasks.store.redis_transport import Channel, ack_many
+from tasks.store.redis_acks import ack_many
+from tasks.store.redis_transport import Channel
 from tests.integration.jobs import poll, submit
 
 
