@@ -15,16 +15,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 
-from tasks.events import EventType, TextPiece
-from tasks.schemas import JobMetrics, JobStatus, Progress
-from tasks.store.row_leases import lease_states, set_row_progress
+from tasks.schemas import JobMetrics, JobStatus
+from tasks.store.row_leases import lease_states
 from worker.events import BatchEvents
-from worker.executor import PROGRESS_INTERVAL_S, Executor, failure_of, is_out_of_memory
+from worker.executor import Executor, failure_of, is_out_of_memory
 from worker.job import WorkItem
 from worker.metrics import record_rows_left, record_rows_succeeded, record_step
-from worker.runtimes.base import Prediction, Row, RowResult, StepSession, TextSink
+from worker.row_reports import HeldRow, RowReports
+from worker.runtimes.base import Prediction, Row, RowResult, StepSession
 
 log = logging.getLogger(__name__)
 # Cancels made through the API live in the job record: the loop reads its rows' statuses and lease tokens (one
@@ -34,18 +33,7 @@ CANCEL_CHECK_S = 0.05
 DEADLINE_CODE = "deadline_exceeded"  # the code a job gets when its deadline passes before it starts, too
 
 
-@dataclass
-class _Held:
-    item: WorkItem
-    joined: float  # perf_counter at admission
-    steps: int = 0
-    rows_sum: int = 0  # rows of every step it took part in, for its mean rows per step
-    peak: int = 0
-    total: int | None = None  # its steps in all, as the session last said (for its final progress event)
-    reported: int = 0  # the last step reported: only increases are (a scheduler may run more timesteps than steps)
-
-
-class StepRunner:
+class StepRunner(RowReports):
     """One session of one step key: created by the loop thread, ``run`` on the model thread until it empties."""
 
     def __init__(self, executor: Executor, key: Hashable, on_left: Callable[[list[WorkItem]], None], *,
@@ -58,7 +46,7 @@ class StepRunner:
         self._lock = threading.Lock()
         self._inbox: list[WorkItem] = []
         self._accepting = True
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, HeldRow] = {}
         self._checked_at = -math.inf
         self._progress_at = -math.inf
 
@@ -129,16 +117,11 @@ class StepRunner:
             self._held.clear()
             return False
         joined = time.perf_counter()
-        held = {item.job_id: _Held(item, joined) for item in items}
+        held = {item.job_id: HeldRow(item, joined) for item in items}
         self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
         self._finish(ended, held)
         self._learn_totals(session.progress())
         return True
-
-    def _learn_totals(self, progress: dict[str, tuple[int, int]]) -> None:
-        for job_id, (_, total) in progress.items():
-            if job_id in self._held:
-                self._held[job_id].total = total
 
     def _step(self, session: StepSession, admitted: int) -> bool:
         rows = len(self._held)
@@ -161,7 +144,7 @@ class StepRunner:
 
     # --- rows leaving --------------------------------------------------------------------
 
-    def _finish(self, results: list[RowResult], held: dict[str, _Held]) -> None:
+    def _finish(self, results: list[RowResult], held: dict[str, HeldRow]) -> None:
         """Store the results of rows that ended (finished, or failed on their own), then hand them back."""
         results = [r for r in results if r.handle in held]
         if not results:
@@ -227,7 +210,7 @@ class StepRunner:
                 leaving[job_id] = "lease_lost"
         return leaving
 
-    def _settle_leaver(self, held: _Held, reason: str) -> None:
+    def _settle_leaver(self, held: HeldRow, reason: str) -> None:
         item = held.item
         if reason == "deadline":
             item.fail(DEADLINE_CODE, f"the job's deadline passed while it ran (after {held.steps} steps): stopped")
@@ -252,47 +235,3 @@ class StepRunner:
         record_rows_left(self.model, "failover", len(items))
         if items:
             self.on_left(items)
-
-    # --- what rows report ----------------------------------------------------------------
-
-    def _metrics(self, held: _Held) -> JobMetrics:
-        mean = held.rows_sum / held.steps if held.steps else 1.0
-        return JobMetrics(queue_ms=self.executor.queue_ms(held.item),
-                          inference_ms=round((time.perf_counter() - held.joined) * 1000, 2),
-                          batch_size=max(1, held.peak), batch_id=self.session_id, rows_per_step=round(mean, 3))
-
-    def _report_progress(self, session: StepSession) -> None:
-        progress = session.progress()
-        self._learn_totals(progress)
-        for job_id, (step, _) in progress.items():
-            if job_id in self._held:
-                self._progress_event(self._held[job_id], step)
-        now = self.clock()
-        if now - self._progress_at < PROGRESS_INTERVAL_S:
-            return
-        self._progress_at = now
-        rows = [(job_id, self._held[job_id].item.token, step, total)
-                for job_id, (step, total) in progress.items() if job_id in self._held and step > 0]
-        try:
-            set_row_progress(self.executor.store, rows)
-        except Exception:  # progress is best effort; the result write is what matters
-            log.debug("progress write failed", exc_info=True)
-
-    def _progress_event(self, held: _Held, step: int | None) -> None:
-        """A progress event when the row's step rose (clients see 1..total, as from predict's callback)."""
-        events = self.executor.events
-        if step is None or held.total is None or step <= held.reported:
-            return
-        held.reported = step
-        if events is not None and not self.runtime.streams_text:  # a text runtime streams its text instead
-            events.emit(held.item.job_id, EventType.progress, Progress(step=step, total=held.total))
-
-    def _sink(self, job_id: str) -> TextSink | None:
-        events = self.executor.events
-        if events is None or not self.runtime.streams_text:
-            return None
-
-        def sink(offset: int, text: str, tokens: int) -> None:
-            events.emit(job_id, EventType.text, TextPiece(text=text, offset=offset, tokens=tokens))
-
-        return sink

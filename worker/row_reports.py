@@ -1,0 +1,89 @@
+"""What the rows of a step session report while they run: progress (records and events), streamed text, and the
+metrics a job leaves with."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tasks.events import EventType, TextPiece
+from tasks.schemas import JobMetrics, Progress
+from tasks.store.row_leases import set_row_progress
+from worker.executor import PROGRESS_INTERVAL_S, Executor
+from worker.job import WorkItem
+from worker.runtimes.base import Runtime, StepSession, TextSink
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HeldRow:
+    """A row a step session holds: its job, and what it has taken part in."""
+
+    item: WorkItem
+    joined: float  # perf_counter at admission
+    steps: int = 0
+    rows_sum: int = 0  # rows of every step it took part in, for its mean rows per step
+    peak: int = 0
+    total: int | None = None  # its steps in all, as the session last said (for its final progress event)
+    reported: int = 0  # the last step reported: only increases are (a scheduler may run more timesteps than steps)
+
+
+class RowReports:
+    """Progress, text and metrics of the rows a ``StepRunner`` holds (which sets these attributes)."""
+
+    executor: Executor
+    runtime: Runtime
+    clock: Callable[[], float]
+    session_id: str
+    _held: dict[str, HeldRow]
+    _progress_at: float
+
+    def _learn_totals(self, progress: dict[str, tuple[int, int]]) -> None:
+        for job_id, (_, total) in progress.items():
+            if job_id in self._held:
+                self._held[job_id].total = total
+
+    def _metrics(self, held: HeldRow) -> JobMetrics:
+        mean = held.rows_sum / held.steps if held.steps else 1.0
+        return JobMetrics(queue_ms=self.executor.queue_ms(held.item),
+                          inference_ms=round((time.perf_counter() - held.joined) * 1000, 2),
+                          batch_size=max(1, held.peak), batch_id=self.session_id, rows_per_step=round(mean, 3))
+
+    def _report_progress(self, session: StepSession) -> None:
+        progress = session.progress()
+        self._learn_totals(progress)
+        for job_id, (step, _) in progress.items():
+            if job_id in self._held:
+                self._progress_event(self._held[job_id], step)
+        now = self.clock()
+        if now - self._progress_at < PROGRESS_INTERVAL_S:
+            return
+        self._progress_at = now
+        rows = [(job_id, self._held[job_id].item.token, step, total)
+                for job_id, (step, total) in progress.items() if job_id in self._held and step > 0]
+        try:
+            set_row_progress(self.executor.store, rows)
+        except Exception:  # progress is best effort; the result write is what matters
+            log.debug("progress write failed", exc_info=True)
+
+    def _progress_event(self, held: HeldRow, step: int | None) -> None:
+        """A progress event when the row's step rose (clients see 1..total, as from predict's callback)."""
+        events = self.executor.events
+        if step is None or held.total is None or step <= held.reported:
+            return
+        held.reported = step
+        if events is not None and not self.runtime.streams_text:  # a text runtime streams its text instead
+            events.emit(held.item.job_id, EventType.progress, Progress(step=step, total=held.total))
+
+    def _sink(self, job_id: str) -> TextSink | None:
+        events = self.executor.events
+        if events is None or not self.runtime.streams_text:
+            return None
+
+        def sink(offset: int, text: str, tokens: int) -> None:
+            events.emit(job_id, EventType.text, TextPiece(text=text, offset=offset, tokens=tokens))
+
+        return sink
