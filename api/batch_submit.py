@@ -14,7 +14,7 @@ from celery import Celery
 
 from api.admission import admission_fence, refusal
 from api.job_images import discard, stage_images
-from api.routes_jobs import new_record
+from api.job_submit import new_record
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError
 from tasks.messages import RunMessage, send_args

@@ -14,9 +14,10 @@ from flask import current_app, g
 from pydantic import BaseModel, ValidationError
 
 from api.auth import current_owner
+from api.job_submit import submit
 from api.metrics import JOBS_ACCEPTED
 from api.openai_compat.errors import JobNotDone
-from api.routes_jobs import submit, wait_for
+from api.routes_jobs import wait_for
 from api.services import services
 from tasks.errors import InvalidInput, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
