@@ -6,12 +6,15 @@ Each test is one finding of the contract review (issue 15) and failed before its
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import redis
+from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 
 from api.auth import hash_key
 from tasks.settings import Settings
@@ -101,6 +104,30 @@ def test_without_a_key_nothing_says_whether_a_job_exists(keyed_api: str) -> None
                 assert response.status_code == 401, (method, path, response.status_code)
                 assert error_of(response)["code"] == "unauthorized"
     assert httpx.get(f"{keyed_api}/v1/jobs/{job_id}", headers=auth).status_code == 200
+
+
+def big_png(size: int) -> bytes:
+    """A small picture of about ``size`` bytes: 16 x 16 pixels and a text chunk to fill the rest."""
+    info = PngInfo()
+    info.add_text("filler", "x" * size)
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 40, 40)).save(out, "PNG", pnginfo=info)
+    return out.getvalue()
+
+
+def test_an_upload_near_the_limit_passes_the_deployed_server_and_one_past_it_is_413(keyed_api: str) -> None:
+    """granian reads a 19 MiB body whole (GENQ_MAX_UPLOAD_BYTES is 20 MiB), sized or chunked; past the limit the
+    answer is the API's 413 in the error shape, not the server's."""
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "image/png"}
+    picture = big_png(19 * 2**20)
+    for content in (picture, chunks(picture)):
+        response = httpx.post(f"{keyed_api}/v1/uploads", content=content, headers=headers, timeout=60)
+        assert response.status_code == 201, response.text[:200]
+        assert response.json()["bytes"] == len(picture) and response.json()["width"] == 16
+    too_big = picture + b"\0" * (2 * 2**20)
+    for content in (too_big, chunks(too_big)):
+        response = httpx.post(f"{keyed_api}/v1/uploads", content=content, headers=headers, timeout=60)
+        assert response.status_code == 413 and error_of(response)["code"] == "payload_too_large"
 
 
 def test_open_mode_limits_each_client_address_on_its_own(open_api: str, settings: Settings) -> None:
