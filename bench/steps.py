@@ -15,6 +15,7 @@ every scenario and printed beside each of its points. Prints the tables and the 
 bench/out/steps.{json,png}::
 
     python bench/steps.py [--quick] [--only images,uniform,text,mixed] [--loads 0.6,0.9 --poisson-only]
+                                [--uniform-clients 1]
 
 The sizes are bench/steps_plan.py's ``CPU``; bench/gpu_steps.py runs the same scenarios on a CUDA host.
 """
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="short points, fewer of them (~5 minutes)")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     parser.add_argument("--loads", help="comma-separated Poisson loads, fractions of request-level capacity")
+    parser.add_argument("--uniform-clients", help="comma-separated client counts of the uniform scenario")
     parser.add_argument("--poisson-only", action="store_true",
                         help="images: only request-level's reference capacity point, then the Poisson loads")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
@@ -220,6 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     plan = CPU.quick() if args.quick else CPU
     if args.loads:
         plan = replace(plan, loads=tuple(float(load) for load in args.loads.split(",")))
+    if args.uniform_clients:
+        plan = replace(plan, uniform_clients=tuple(int(c) for c in args.uniform_clients.split(",")))
     names = scenario_names(args.only)
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("sd-demo", "gpt2-demo"))

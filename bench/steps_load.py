@@ -40,6 +40,7 @@ class Done:
     work: float
     first_text_s: float | None = None  # time to the first streamed text (text jobs that were streamed)
     rows_per_step: float | None = None
+    first_text_tokens: int | None = None  # tokens generated when the first text was sent (whole words: often > 1)
 
 
 @dataclass
@@ -99,6 +100,7 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
     """POST /v1/jobs, then read its event stream: the time to the first text event, and to the end."""
     started = time.perf_counter()
     first: float | None = None
+    first_tokens: int | None = None
     ok = False
     try:
         response = client.post("/v1/jobs", json={"model": model, "input": spec.input})
@@ -111,6 +113,7 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
                 elif line.startswith("data: "):
                     if event == "text" and first is None:
                         first = time.perf_counter() - started
+                        first_tokens = json.loads(line[6:]).get("tokens")
                     if event == "status":
                         status = json.loads(line[6:]).get("status")
                         if status in ("succeeded", "failed", "canceled", "expired"):
@@ -118,7 +121,8 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
                             break
     except (httpx.HTTPError, KeyError, ValueError):
         pass
-    return Done(spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first)
+    return Done(spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first,
+                first_text_tokens=first_tokens)
 
 
 Sender = Callable[[httpx.Client, str, JobSpec], Done]

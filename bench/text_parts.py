@@ -172,6 +172,23 @@ def first_token(runtime: TextGenerationRuntime, reps: int) -> dict[str, float]:
     return out
 
 
+def first_text(runtime: TextGenerationRuntime, n_jobs: int) -> dict[str, float]:
+    """Tokens generated when each of the scenario's jobs sends its first text (the streamer sends whole words:
+    transformers' ``TextStreamer`` holds a word back until a space or line ends it), in batches of 16."""
+    jobs = [TextGenerationInput(**CPU.mixed_text(n).input) for n in range(n_jobs)]
+    firsts: dict[int, int] = {}
+    for start in range(0, n_jobs, SLOTS):
+        batch = list(range(start, min(n_jobs, start + SLOTS)))
+
+        def sink(n: int) -> Any:
+            return lambda offset, text, tokens: firsts.setdefault(n, tokens)
+
+        runtime.predict([jobs[n] for n in batch], text_sinks=[sink(n) for n in batch])
+    counts = sorted(firsts.values())
+    return {"jobs": len(counts), "p50 tokens": counts[len(counts) // 2],
+            "mean tokens": sum(counts) / len(counts), "share at 1 token": counts.count(1) / len(counts)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--jobs", type=int, default=240)
@@ -193,6 +210,7 @@ def main() -> None:
         print(f"{name}: " + ", ".join(f"{k} {v:.3g}" for k, v in best.items()))
     print("padding (decode forward ms, 16 rows): " + ", ".join(
         f"{k} {v:.3g}" for k, v in padding(runtime, trace, args.reps).items()))
+    print("first text event: " + ", ".join(f"{k} {v:.3g}" for k, v in first_text(runtime, args.jobs).items()))
     print("first token: " + ", ".join(f"{k} {v:.3g}" for k, v in first_token(runtime, args.reps).items()))
 
 
