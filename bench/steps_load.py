@@ -60,6 +60,10 @@ class MixedPoint:
     max_ms: dict[str, float] = field(default_factory=dict)
     ttft_p50_ms: float = float("nan")
     ttft_jobs: int = 0  # the streamed jobs that sent text (a random model's ids may decode to nothing)
+    #: p50 over the jobs whose first text came with their first token: the time to first token itself (the
+    #: streamer sends whole words, so many jobs' first text comes a few tokens later)
+    first_token_p50_ms: float = float("nan")
+    first_token_jobs: int = 0
     mean_rows: float = float("nan")
     raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
 
@@ -192,6 +196,9 @@ def summarize(done: list[Done], window: tuple[float, float], *, label: str, mode
     firsts = [d.first_text_s * 1000 for d in ok if d.first_text_s is not None]
     point.ttft_p50_ms = percentile(firsts, 50)
     point.ttft_jobs = len(firsts)
+    at_one = [d.first_text_s * 1000 for d in ok if d.first_text_s is not None and d.first_text_tokens == 1]
+    point.first_token_p50_ms = percentile(at_one, 50)
+    point.first_token_jobs = len(at_one)
     rows = [d.rows_per_step for d in ok if d.rows_per_step]
     point.mean_rows = sum(rows) / len(rows) if rows else float("nan")
     return point

@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import httpx  # noqa: E402
 
-from bench.load import percentile  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
 from bench.steps_load import run_clients, submit_and_stream, summarize  # noqa: E402
 from bench.steps_plan import CPU  # noqa: E402
@@ -70,10 +69,8 @@ def main() -> None:
                                            sender=submit_and_stream)
                 after = step_seconds(port)
                 point = summarize(done, window, label=f"x{clients}", model=model, concurrency=clients)
-                inside = [d for d in done if d.ok and window[0] <= d.ended <= window[1] and d.first_text_s]
-                at_one = sorted(1000 * (d.first_text_s or 0) for d in inside if d.first_text_tokens == 1)
-                print(f"  first text with the first token: {len(at_one)} of {len(inside)} jobs, their p50 "
-                      f"{percentile(at_one, 50):.1f} ms", flush=True)
+                print(f"  first text with the first token: {point.first_token_jobs} of {point.ttft_jobs} jobs, their "
+                      f"p50 {point.first_token_p50_ms:.1f} ms", flush=True)
                 print(f"{clients} streamed client(s): time to first text p50 {point.ttft_p50_ms:.1f} ms "
                       f"({point.ttft_jobs} jobs), {point.work_per_s:.0f} tokens/s, mean decode step "
                       f"{mean_step_ms(before, after, '16'):.1f} ms at 16 rows, {mean_step_ms(before, after, '1'):.1f}"
