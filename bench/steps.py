@@ -15,7 +15,7 @@ every scenario and printed beside each of its points. Prints the tables and the 
 bench/out/steps.{json,png}::
 
     python bench/steps.py [--quick] [--only images,uniform,text,mixed] [--loads 0.6,0.9 --poisson-only]
-                                [--uniform-clients 1]
+        [--uniform-clients 1]
 
 The sizes are bench/steps_plan.py's ``CPU``; bench/gpu_steps.py runs the same scenarios on a CUDA host.
 """
