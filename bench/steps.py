@@ -14,7 +14,8 @@ The raw runtime (``predict()`` at batch 1 and max batch, 4 steps / 16 tokens) is
 every scenario and printed beside each of its points. Prints the tables and the targets, writes
 bench/out/steps.{json,png}::
 
-    python bench/steps.py [--quick] [--only images,uniform,text,mixed]
+    python bench/steps.py [--quick] [--only images,uniform,text,mixed] [--loads 0.6,0.9 --poisson-only]
+        [--uniform-clients 1]
 
 The sizes are bench/steps_plan.py's ``CPU``; bench/gpu_steps.py runs the same scenarios on a CUDA host.
 """
@@ -29,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,9 @@ class Run:
     ``names`` gives each model ("sd", "gpt2") the name its raw rows carry in the table (its folder).
     """
 
-    def __init__(self, stack: BenchStack, plan: StepsPlan, names: dict[str, str]) -> None:
+    def __init__(self, stack: BenchStack, plan: StepsPlan, names: dict[str, str], poisson_only: bool = False) -> None:
         self.stack, self.plan, self.names = stack, plan, names
+        self.poisson_only = poisson_only  # images: request-level's reference capacity point, then Poisson only
         self.points: list[MixedPoint] = []
         self.raw: dict[str, list[RawEntry]] = {}
         self.probes: dict[str, Measure] = {}
@@ -127,11 +129,11 @@ def images(run: Run) -> None:
     plan = run.plan
     capacity: dict[str, float] = {}
     with run.beside_raw("sd"):
-        for mode in MODES:
+        for mode in MODES[:1] if run.poisson_only else MODES:
             with run.stack.worker(f"sd-{mode}"):
                 # few clients: the groups of request-level scheduling (one per step count) run partly empty;
                 # many: they fill. The last point's request-level jobs/s is the Poisson loads' reference.
-                for clients in plan.capacity_clients:
+                for clients in plan.capacity_clients[-1:] if run.poisson_only else plan.capacity_clients:
                     point = run.closed(plan.capacity_label(clients), f"sd-{mode}", plan.mixed_images, clients)
                     capacity[mode] = point.jobs_per_s
         for mode in MODES:
@@ -209,11 +211,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short points, fewer of them (~5 minutes)")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
+    parser.add_argument("--loads", help="comma-separated Poisson loads, fractions of request-level capacity")
+    parser.add_argument("--uniform-clients", help="comma-separated client counts of the uniform scenario")
+    parser.add_argument("--poisson-only", action="store_true",
+                        help="images: only request-level's reference capacity point, then the Poisson loads")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
     from worker.demo_models import build_demo_models
 
     plan = CPU.quick() if args.quick else CPU
+    if args.loads:
+        plan = replace(plan, loads=tuple(float(load) for load in args.loads.split(",")))
+    if args.uniform_clients:
+        plan = replace(plan, uniform_clients=tuple(int(c) for c in args.uniform_clients.split(",")))
     names = scenario_names(args.only)
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("sd-demo", "gpt2-demo"))
@@ -221,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     work_dir = Path(tempfile.mkdtemp(prefix="genq-bench-steps-"))
     with BenchStack(configs(plan), demo_dir, work_dir) as stack:
         print(f"stack up: API {stack.url}, logs in {work_dir}", flush=True)
-        run = Run(stack, plan, {"sd": "sd-demo", "gpt2": "gpt2-demo"})
+        run = Run(stack, plan, {"sd": "sd-demo", "gpt2": "gpt2-demo"}, poisson_only=args.poisson_only)
         run_scenarios(run, names)
     meta = {"machine": machine(), "commit": git_commit(), "minutes": round((time.time() - started) / 60, 1)}
     write_results(run, Path(args.out), meta, "step-level against request-level scheduling, same load, same run")

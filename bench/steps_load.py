@@ -40,6 +40,7 @@ class Done:
     work: float
     first_text_s: float | None = None  # time to the first streamed text (text jobs that were streamed)
     rows_per_step: float | None = None
+    first_text_tokens: int | None = None  # tokens generated when the first text was sent (whole words: often > 1)
 
 
 @dataclass
@@ -59,6 +60,10 @@ class MixedPoint:
     max_ms: dict[str, float] = field(default_factory=dict)
     ttft_p50_ms: float = float("nan")
     ttft_jobs: int = 0  # the streamed jobs that sent text (a random model's ids may decode to nothing)
+    #: p50 over the jobs whose first text came with their first token: the time to first token itself (the
+    #: streamer sends whole words, so many jobs' first text comes a few tokens later)
+    first_token_p50_ms: float = float("nan")
+    first_token_jobs: int = 0
     mean_rows: float = float("nan")
     raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
 
@@ -99,6 +104,7 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
     """POST /v1/jobs, then read its event stream: the time to the first text event, and to the end."""
     started = time.perf_counter()
     first: float | None = None
+    first_tokens: int | None = None
     ok = False
     try:
         response = client.post("/v1/jobs", json={"model": model, "input": spec.input})
@@ -111,6 +117,7 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
                 elif line.startswith("data: "):
                     if event == "text" and first is None:
                         first = time.perf_counter() - started
+                        first_tokens = json.loads(line[6:]).get("tokens")
                     if event == "status":
                         status = json.loads(line[6:]).get("status")
                         if status in ("succeeded", "failed", "canceled", "expired"):
@@ -118,7 +125,8 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
                             break
     except (httpx.HTTPError, KeyError, ValueError):
         pass
-    return Done(spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first)
+    return Done(spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first,
+                first_text_tokens=first_tokens)
 
 
 Sender = Callable[[httpx.Client, str, JobSpec], Done]
@@ -188,6 +196,9 @@ def summarize(done: list[Done], window: tuple[float, float], *, label: str, mode
     firsts = [d.first_text_s * 1000 for d in ok if d.first_text_s is not None]
     point.ttft_p50_ms = percentile(firsts, 50)
     point.ttft_jobs = len(firsts)
+    at_one = [d.first_text_s * 1000 for d in ok if d.first_text_s is not None and d.first_text_tokens == 1]
+    point.first_token_p50_ms = percentile(at_one, 50)
+    point.first_token_jobs = len(at_one)
     rows = [d.rows_per_step for d in ok if d.rows_per_step]
     point.mean_rows = sum(rows) / len(rows) if rows else float("nan")
     return point

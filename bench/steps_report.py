@@ -92,10 +92,12 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
          fmt(100 * ratio(p.work_per_s, p.raw_work_per_s)) + "%", fmt(p.mean_rows, 1),
          "; ".join(f"{t}: {fmt(v)}" for t, v in p.p50_ms.items()),
          "; ".join(f"{t}: {fmt(v)}" for t, v in p.max_ms.items()),
-         f"{fmt(p.ttft_p50_ms)} ({p.ttft_jobs} of {p.jobs})" if p.ttft_jobs else "-", str(p.errors))
+         f"{fmt(p.ttft_p50_ms)} ({p.ttft_jobs} of {p.jobs})" if p.ttft_jobs else "-",
+         f"{fmt(p.first_token_p50_ms)} ({p.first_token_jobs})" if p.first_token_jobs else "-", str(p.errors))
         for p in points]
     lines.append(markdown_table(("model", "point", "jobs/s", "work/s", "raw work/s", "of raw", "rows/step",
-                                 "p50 ms by tag", "max ms by tag", "TTFT p50 (jobs)", "errors"), rows))
+                                 "p50 ms by tag", "max ms by tag", "first text p50 (jobs)", "first token p50 (jobs)",
+                                 "errors"), rows))
     lines.append(markdown_table(("target", "measured", "verdict"), targets(points, plan, odd_bound(plan, raw))))
     return "\n\n".join(lines)
 

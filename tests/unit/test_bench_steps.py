@@ -42,3 +42,12 @@ def test_time_to_first_text_counts_only_the_jobs_that_sent_text():
             Done("64 tokens", 10.0, 11.0, True, 64, first_text_s=0.3)]
     point = summarize(done, (10.0, 12.0), label="x", model="gpt2-step", concurrency=3)
     assert point.ttft_jobs == 2 and math.isclose(point.ttft_p50_ms, 200.0)
+
+
+def test_time_to_first_token_counts_the_jobs_whose_first_text_came_with_it():
+    done = [Done("4 tokens", 10.0, 10.5, True, 4, first_text_s=0.1, first_text_tokens=1),
+            Done("8 tokens", 10.0, 10.5, True, 8, first_text_s=0.3, first_text_tokens=3),
+            Done("64 tokens", 10.0, 11.0, True, 64, first_text_s=0.2, first_text_tokens=1)]
+    point = summarize(done, (10.0, 12.0), label="x", model="gpt2-step", concurrency=3)
+    assert point.ttft_jobs == 3 and point.first_token_jobs == 2
+    assert math.isclose(point.first_token_p50_ms, 150.0) and math.isclose(point.ttft_p50_ms, 200.0)
