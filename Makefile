@@ -53,6 +53,7 @@ test-fast: install-dev
 	$(BIN)/python -m pytest tests/unit
 
 lint: install-dev
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

@@ -44,8 +44,9 @@ def refusal(fleet: FleetStore, spec: ModelSpec, reservation: Reservation) -> Una
     """
     outcome, depth = reservation
     if outcome == Outcome.no_workers:
-        return Unavailable(f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S,
-                           code=ErrorCode.no_workers)
+        return Unavailable(
+            f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S, code=ErrorCode.no_workers
+        )
     if outcome == Outcome.late:  # this process or Redis was too slow to write it in time: nothing was accepted
         return Unavailable("the service is overloaded; the job was not accepted, retry shortly", retry_after=1)
     return Unavailable(

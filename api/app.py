@@ -52,8 +52,11 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
 
     app.before_request(authenticate)  # before any lookup: a job's existence says nothing to a stranger
     # POST /v1/uploads reads its own body: raw image bytes, within their own limit.
-    body.install(app, bodiless=("not_here", "uploads.create_upload"),
-                 limits={"batches.create_batch": settings.batch_max_content_length})
+    body.install(
+        app,
+        bodiless=("not_here", "uploads.create_upload"),
+        limits={"batches.create_batch": settings.batch_max_content_length},
+    )
 
     app.register_api(batches)  # first: GET /v1/jobs and POST /v1/jobs/batch before the blueprint of /v1/jobs/<id>
     app.register_api(jobs)
@@ -75,6 +78,7 @@ def _jobs_are_elsewhere() -> Response:
     response = error_response(
         ErrorCode.method_not_allowed,
         'genq takes jobs at POST /v1/jobs with a JSON body such as {"model": "gpt2-demo", "input": {"prompt": '
-        '"Hello"}}; GET /v1/models lists the models and their inputs, GET /openapi.json describes the API')
+        '"Hello"}}; GET /v1/models lists the models and their inputs, GET /openapi.json describes the API',
+    )
     response.headers["Allow"] = "GET"
     return response

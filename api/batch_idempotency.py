@@ -40,8 +40,10 @@ class BatchGuard:
                 bindings.drop_stale(self.owner, self.key, found)
                 continue
             if time.monotonic() > give_up_at:
-                raise Conflict("a request with this Idempotency-Key is still being submitted; retry shortly",
-                               field="Idempotency-Key")
+                raise Conflict(
+                    "a request with this Idempotency-Key is still being submitted; retry shortly",
+                    field="Idempotency-Key",
+                )
             time.sleep(PENDING_POLL_S)
 
     def save(self, entries: list[dict[str, Any]]) -> None:

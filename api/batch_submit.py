@@ -57,8 +57,7 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
                 continue
             spec, body, inp = item
             try:  # a job's images go to the store before its record, as for POST /v1/jobs; a bad one is its error
-                inp, staged[i] = stage_images(svc, spec, inp, job_id, owner,
-                                              body.deadline_s or spec.default_deadline_s)
+                inp, staged[i] = stage_images(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
             except GenqError as exc:
                 entries[i] = exc
                 continue
@@ -69,14 +68,24 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
         raise
 
 
-def _admit_and_publish(svc: Services, entries: list[Entry | None], todo: list[tuple[int, ModelSpec, JobRecord]],
-                       staged: dict[int, list[str]]) -> list[Entry]:
+def _admit_and_publish(
+    svc: Services,
+    entries: list[Entry | None],
+    todo: list[tuple[int, ModelSpec, JobRecord]],
+    staged: dict[int, list[str]],
+) -> list[Entry]:
     if not todo:
         return [e for e in entries if e is not None]
     not_after = admission_fence(svc.clock, svc.settings)  # run after it (a Redis stall), ADMIT_MANY writes nothing
-    places = [(record, svc.queue_limit.reservation(spec.id, record.id, spec.max_queue_depth,
-                                                   need_worker=spec.min_workers > 0, not_after=not_after))
-              for _, spec, record in todo]
+    places = [
+        (
+            record,
+            svc.queue_limit.reservation(
+                spec.id, record.id, spec.max_queue_depth, need_worker=spec.min_workers > 0, not_after=not_after
+            ),
+        )
+        for _, spec, record in todo
+    ]
     try:
         admitted = svc.batches.admit_many(places)
     except GenqError:  # written but not replicated in time: none of it is accepted
@@ -109,8 +118,12 @@ def publish_many(celery: Celery, records: list[JobRecord]) -> None:
         return
     with celery.producer_or_acquire() as producer, producer.batch(max_size=max(1, len(records))):
         for record in records:
-            celery.send_task(**send_args(RunMessage.of(record)), retry_policy=PUBLISH_RETRY_POLICY,
-                             ignore_result=True, producer=producer)
+            celery.send_task(
+                **send_args(RunMessage.of(record)),
+                retry_policy=PUBLISH_RETRY_POLICY,
+                ignore_result=True,
+                producer=producer,
+            )
 
 
 def undo(svc: Services, records: list[JobRecord]) -> None:

@@ -28,8 +28,9 @@ def request_id() -> str:
     return str(g.request_id)
 
 
-def error_body(code: ErrorCode | str, message: str, field: str | None = None,
-               job_id: str | None = None) -> dict[str, object]:
+def error_body(
+    code: ErrorCode | str, message: str, field: str | None = None, job_id: str | None = None
+) -> dict[str, object]:
     """The documented error shape, ``{"error": {code, message, request_id, field?, job_id?}}`` (also a batch's
     entry); ``job_id`` names the job whose submission has an unknown outcome (``outcome_unknown``)."""
     body: dict[str, object] = {"code": ErrorCode(code).value, "message": message, "request_id": request_id()}
@@ -41,8 +42,13 @@ def error_body(code: ErrorCode | str, message: str, field: str | None = None,
 
 
 def error_response(
-    code: ErrorCode | str, message: str, status: int | None = None, *, field: str | None = None,
-    retry_after: int | None = None, job_id: str | None = None,
+    code: ErrorCode | str,
+    message: str,
+    status: int | None = None,
+    *,
+    field: str | None = None,
+    retry_after: int | None = None,
+    job_id: str | None = None,
 ) -> Response:
     code = ErrorCode(code)
     response = jsonify(error_body(code, message, field, job_id))
@@ -64,11 +70,13 @@ def broker_error_response(exc: BaseException) -> Response:
     health = current_app.extensions.get("genq_redis_health")
     if health is not None and health.answering(exc):
         log.warning("redis answers but a call missed its budget (overloaded): %s", exc)
-        return error_response(ErrorCode.overloaded, "the service is overloaded; retry shortly",
-                              retry_after=OVERLOADED_RETRY_AFTER_S)
+        return error_response(
+            ErrorCode.overloaded, "the service is overloaded; retry shortly", retry_after=OVERLOADED_RETRY_AFTER_S
+        )
     log.warning("redis unavailable: %s", exc)
-    return error_response(ErrorCode.broker_unavailable, "the job queue is unreachable; retry shortly",
-                          retry_after=BROKER_RETRY_AFTER_S)
+    return error_response(
+        ErrorCode.broker_unavailable, "the job queue is unreachable; retry shortly", retry_after=BROKER_RETRY_AFTER_S
+    )
 
 
 def register_error_handlers(app: Flask) -> None:

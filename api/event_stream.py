@@ -30,8 +30,15 @@ class JobEventStream:
     the whole job, and ends the iteration. ``watch`` (None for a job that has already ended) is closed at the end.
     """
 
-    def __init__(self, store: JobStore, watch: Watch | None, job_id: str, after: str | None,
-                 keepalive_s: float = KEEPALIVE_S, show: Callable[[JobRecord], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        watch: Watch | None,
+        job_id: str,
+        after: str | None,
+        keepalive_s: float = KEEPALIVE_S,
+        show: Callable[[JobRecord], dict[str, Any]] | None = None,
+    ) -> None:
         self.store, self.watch, self.job_id, self.after = store, watch, job_id, after
         # How the terminal event shows the job: as GET /v1/jobs/{id} does (with presigned output URLs).
         self.show = show or (lambda record: record.public().model_dump(mode="json"))
@@ -42,8 +49,10 @@ class JobEventStream:
         try:
             yield from self._events()
         except redis.RedisError as exc:
-            yield _error("broker_unavailable", f"the job queue is unreachable ({type(exc).__name__}); reconnect "
-                         "with Last-Event-ID shortly")
+            yield _error(
+                "broker_unavailable",
+                f"the job queue is unreachable ({type(exc).__name__}); reconnect with Last-Event-ID shortly",
+            )
         finally:
             self.close()
 
@@ -101,8 +110,9 @@ class JobEventStream:
 
     def _status(self, status: JobStatus) -> JobEvent:
         self._sent = status
-        return JobEvent(type=EventType.status, data=StatusChange(status=status).model_dump(mode="json",
-                                                                                            exclude_none=True))
+        return JobEvent(
+            type=EventType.status, data=StatusChange(status=status).model_dump(mode="json", exclude_none=True)
+        )
 
 
 def _error(code: str, message: str) -> JobEvent:

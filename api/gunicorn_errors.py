@@ -19,8 +19,10 @@ from tasks.errors import code_for_status
 def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
     code = code_for_status(status_int)
     body = json.dumps({"error": {"code": code.value, "message": mesg or reason, "request_id": uuid.uuid4().hex}})
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"X-Content-Type-Options: nosniff\r\nContent-Length: {len(body)}\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"X-Content-Type-Options: nosniff\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
     util.write_nonblock(sock, (head + body).encode("latin1"))
 
 

@@ -20,17 +20,21 @@ MAX_FIELDS = 100
 def check_limits() -> Response | None:
     """``before_request``: 414 for a request line over the limit, 431 for headers over theirs."""
     environ = request.environ
-    target = environ.get("RAW_URI") or environ.get("REQUEST_URI") or (
-        environ.get("PATH_INFO", "") + ("?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
+    target = (
+        environ.get("RAW_URI")
+        or environ.get("REQUEST_URI")
+        or (environ.get("PATH_INFO", "") + ("?" + environ["QUERY_STRING"] if environ.get("QUERY_STRING") else ""))
+    )
     if len(target) + len(request.method) + 10 > MAX_REQUEST_LINE:
         return error_response(ErrorCode.uri_too_long, f"the request line is longer than {MAX_REQUEST_LINE} bytes")
     fields = 0
     for name, value in request.headers.items():
         fields += 1
         if len(name) + len(value) + 2 > MAX_FIELD_SIZE or fields > MAX_FIELDS:
-            return error_response(ErrorCode.headers_too_large,
-                                  f"a header is longer than {MAX_FIELD_SIZE} bytes, or there are more than "
-                                  f"{MAX_FIELDS}")
+            return error_response(
+                ErrorCode.headers_too_large,
+                f"a header is longer than {MAX_FIELD_SIZE} bytes, or there are more than {MAX_FIELDS}",
+            )
     return None
 
 

@@ -43,8 +43,15 @@ class IdempotencyGuard:
     record can appear later than the fence after the binding: a few seconds settle it for certain.
     """
 
-    def __init__(self, store: JobStore, bindings: IdempotencyBindings, owner: str, key: str, digest: str,
-                 abandoned_after_s: float = ABANDONED_AFTER_S) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        bindings: IdempotencyBindings,
+        owner: str,
+        key: str,
+        digest: str,
+        abandoned_after_s: float = ABANDONED_AFTER_S,
+    ) -> None:
         # ``bindings`` is the app's (api/services.py): building it per request registered two scripts each time.
         self.store, self.bindings, self.owner, self.key, self.digest = store, bindings, owner, key, digest
         self.abandoned_after_s = abandoned_after_s
@@ -77,8 +84,10 @@ class IdempotencyGuard:
                 self.bindings.drop_stale(self.owner, self.key, found)
                 continue
             if time.monotonic() > give_up_at:
-                raise Conflict("a request with this Idempotency-Key is still being submitted; retry shortly",
-                               field="Idempotency-Key")
+                raise Conflict(
+                    "a request with this Idempotency-Key is still being submitted; retry shortly",
+                    field="Idempotency-Key",
+                )
             time.sleep(PENDING_POLL_S)
 
     def release(self) -> None:

@@ -34,8 +34,11 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
                 if declared is not None and declared != media_type:
                     raise InvalidInput(f"{field}: declared {declared} but holds a {img.format} image", field=field)
                 if width * height > max_pixels:
-                    raise InvalidInput(f"{field}: the image is {width}x{height} ({width * height} pixels); at most "
-                                       f"{max_pixels} pixels here: resize it", field=field)
+                    raise InvalidInput(
+                        f"{field}: the image is {width}x{height} ({width * height} pixels); at most "
+                        f"{max_pixels} pixels here: resize it",
+                        field=field,
+                    )
                 img.load()  # every row: a truncated or corrupt file fails now
     except InvalidInput:
         raise
@@ -44,6 +47,7 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise InvalidInput(f"{field}: the image has too many pixels", field=field) from None
     except Exception as exc:  # OSError, SyntaxError, ValueError, struct.error...: whatever a decoder says of bad bytes
-        raise InvalidInput(f"{field}: the image does not decode ({type(exc).__name__}: {exc})"[:300],
-                           field=field) from None
+        raise InvalidInput(
+            f"{field}: the image does not decode ({type(exc).__name__}: {exc})"[:300], field=field
+        ) from None
     return Picture(media_type, width, height)

@@ -56,16 +56,19 @@ def resolve(svc: Services, ref: str, field: str, owner: str, lim: ModelLimits) -
     if meta.state == "pending" or meta.width is None or meta.height is None:  # presigned: never seen by the API
         stored = svc.uploads.read(meta)
         if stored is None:
-            raise InvalidInput(f"{field}: upload {ref} has no bytes yet: PUT them to its upload_url first",
-                               field=field)
+            raise InvalidInput(f"{field}: upload {ref} has no bytes yet: PUT them to its upload_url first", field=field)
         if len(stored) > svc.settings.max_upload_bytes:
-            raise InvalidInput(f"{field}: upload {ref} is {len(stored)} bytes; at most "
-                               f"{svc.settings.max_upload_bytes}", field=field)
+            raise InvalidInput(
+                f"{field}: upload {ref} is {len(stored)} bytes; at most {svc.settings.max_upload_bytes}", field=field
+            )
         picture = inspect_image(stored, field, lim.max_pixels, meta.media_type)
         return Source(meta.media_type, picture.width, picture.height, data=stored)  # these bytes, as checked
     if meta.width * meta.height > lim.max_pixels:
-        raise InvalidInput(f"{field}: upload {ref} is {meta.width}x{meta.height} ({meta.width * meta.height} "
-                           f"pixels); this model takes at most {lim.max_pixels}: resize it", field=field)
+        raise InvalidInput(
+            f"{field}: upload {ref} is {meta.width}x{meta.height} ({meta.width * meta.height} "
+            f"pixels); this model takes at most {lim.max_pixels}: resize it",
+            field=field,
+        )
     return Source(meta.media_type, meta.width, meta.height, upload=meta)
 
 
@@ -76,18 +79,24 @@ def output_size(inp: dict[str, Any], image: Source, lim: ModelLimits) -> tuple[i
     height = inp.get("height") or image.height // step * step
     if inp.get("width") and inp.get("height"):
         return width, height  # the schema checked them
-    fits = (lim.min_width <= width <= lim.max_width and lim.min_height <= height <= lim.max_height
-            and width * height <= lim.max_pixels)
+    fits = (
+        lim.min_width <= width <= lim.max_width
+        and lim.min_height <= height <= lim.max_height
+        and width * height <= lim.max_pixels
+    )
     if not fits:
         raise InvalidInput(
             f"input.image: the output would take the image's size, {width}x{height} (rounded down to multiples of "
             f"{step}), and this model makes {lim.min_width}x{lim.min_height} to {lim.max_width}x{lim.max_height}, "
-            f"at most {lim.max_pixels} pixels: give width and height, or resize the image", field="input.image")
+            f"at most {lim.max_pixels} pixels: give width and height, or resize the image",
+            field="input.image",
+        )
     return width, height
 
 
-def stage_images(svc: Services, spec: ModelSpec, inp: dict[str, Any], job_id: str, owner: str,
-                 deadline_s: float | None) -> tuple[dict[str, Any], list[str]]:
+def stage_images(
+    svc: Services, spec: ModelSpec, inp: dict[str, Any], job_id: str, owner: str, deadline_s: float | None
+) -> tuple[dict[str, Any], list[str]]:
     """``inp`` naming its images by this job's input keys (their bytes written there) with its size filled, and
     the keys written (to delete if the job is not accepted after all). An input without images is unchanged."""
     if not inp.get("image"):
@@ -96,12 +105,18 @@ def stage_images(svc: Services, spec: ModelSpec, inp: dict[str, Any], job_id: st
     sources = {name: resolve(svc, inp[name], f"input.{name}", owner, lim) for name in IMAGE_FIELDS if inp.get(name)}
     image, mask = sources["image"], sources.get("mask")
     if mask is not None and (mask.width, mask.height) != (image.width, image.height):
-        raise InvalidInput(f"input.mask: the mask is {mask.width}x{mask.height}, the image {image.width}x"
-                           f"{image.height}: they must be the same size", field="input.mask")
+        raise InvalidInput(
+            f"input.mask: the mask is {mask.width}x{mask.height}, the image {image.width}x"
+            f"{image.height}: they must be the same size",
+            field="input.mask",
+        )
     width, height = output_size(inp, image, lim)
     ttl_s = svc.settings.result_ttl_s + int(deadline_s or UNBOUNDED_WAIT_S)
-    svc.store.redis.set(svc.store.keys.gone(job_id), owner or "-",
-                        ex=svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0))
+    svc.store.redis.set(
+        svc.store.keys.gone(job_id),
+        owner or "-",
+        ex=svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0),
+    )
     written: list[str] = []
     try:
         for name, source in sources.items():

@@ -25,8 +25,15 @@ from tasks.store.job_store import JobRecord
 log = logging.getLogger(__name__)
 
 
-def submit(svc: Services, spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str,
-           owner: str, not_after: float | None = None) -> JobRecord:
+def submit(
+    svc: Services,
+    spec: ModelSpec,
+    body: JobCreate,
+    inp: dict[str, Any],
+    job_id: str,
+    owner: str,
+    not_after: float | None = None,
+) -> JobRecord:
     """Stage the job's images, reserve a place and write the record (one script, fenced at ``not_after`` on Redis'
     clock), then send the message (the record first: an id handed out is never unknown).
 
@@ -51,8 +58,9 @@ def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after:
     job_id = record.id
     if not_after is None:
         not_after = admission_fence(svc.clock, svc.settings)
-    place = svc.queue_limit.reservation(spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0,
-                                        not_after=not_after)
+    place = svc.queue_limit.reservation(
+        spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0, not_after=not_after
+    )
     try:
         reservation, created = svc.store.admit(record, place)
     except Unavailable as exc:  # written but not replicated in time: taken back, or the outcome is unknown
@@ -85,7 +93,9 @@ def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after:
 def unknown(job_id: str) -> OutcomeUnknown:
     return OutcomeUnknown(
         f"the job queue did not answer; job {job_id} may have been accepted: GET /v1/jobs/{job_id} says "
-        "(404: it was not, and never will be; retrying with the same Idempotency-Key is safe)", job_id=job_id)
+        "(404: it was not, and never will be; retrying with the same Idempotency-Key is safe)",
+        job_id=job_id,
+    )
 
 
 def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str, owner: str) -> JobRecord:
@@ -93,9 +103,18 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: st
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
     return JobRecord(
-        id=job_id, model=spec.id, kind=spec.kind, status=JobStatus.queued, owner=owner, key_id=current_key().key_id,
-        priority=body.priority, created_at=now, deadline_at=now + deadline_s if deadline_s else None,
-        input=inp, webhook=body.webhook, webhook_events=list(body.webhook_events) if body.webhook else [],
+        id=job_id,
+        model=spec.id,
+        kind=spec.kind,
+        status=JobStatus.queued,
+        owner=owner,
+        key_id=current_key().key_id,
+        priority=body.priority,
+        created_at=now,
+        deadline_at=now + deadline_s if deadline_s else None,
+        input=inp,
+        webhook=body.webhook,
+        webhook_events=list(body.webhook_events) if body.webhook else [],
     )
 
 

@@ -68,7 +68,10 @@ def limiter_storage(settings: Settings) -> tuple[str, dict[str, Any]]:
     url = SentinelURL.parse(settings.redis_url)
     hosts = ",".join(f"{host}:{port}" for host, port in url.hosts)
     return f"redis+sentinel://{hosts}/{settings.redis_sentinel_master}", {
-        **options, "db": url.db, "password": url.password, "use_replicas": False,
+        **options,
+        "db": url.db,
+        "password": url.password,
+        "use_replicas": False,
         "connection_class": SentinelConnection,  # a failed read closes the connection (tasks/store/redis_client.py)
         "sentinel_kwargs": {**timeouts, "password": None},  # the password is the master's, as in Celery's URL
     }
@@ -100,8 +103,9 @@ class SubmissionLimit:
         for item in parsed(self._limit()):
             if not self.strategy.hit(item, self.scope, who, cost=cost):
                 reset_at = self.strategy.get_window_stats(item, self.scope, who).reset_time
-                return RateLimited(f"rate limit exceeded ({item}); retry later",
-                                   retry_after=max(1, math.ceil(reset_at - time.time())))
+                return RateLimited(
+                    f"rate limit exceeded ({item}); retry later", retry_after=max(1, math.ceil(reset_at - time.time()))
+                )
         return None
 
     def allow(self, wanted: int) -> tuple[int, RateLimited | None]:
@@ -117,8 +121,9 @@ class SubmissionLimit:
         if granted == wanted or not stats:
             return granted, None
         window, item = min(stats, key=lambda pair: pair[0].remaining)
-        return granted, RateLimited(f"rate limit exceeded ({item}); retry later",
-                                    retry_after=max(1, math.ceil(window.reset_time - time.time())))
+        return granted, RateLimited(
+            f"rate limit exceeded ({item}); retry later", retry_after=max(1, math.ceil(window.reset_time - time.time()))
+        )
 
     def _limit(self) -> str:
         try:
@@ -129,8 +134,9 @@ class SubmissionLimit:
     def __enter__(self) -> None:
         self.check()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         return None
 
 

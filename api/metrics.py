@@ -33,16 +33,22 @@ JOBS_ROUTE = "/v1/jobs"
 #: ``Prefer: wait`` holds a request up to the wait cap (60 s): the buckets reach that far.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-REQUESTS = Counter("genq_api_requests", "HTTP requests answered, by route template, method and status",
-                   ["route", "method", "status"])
-LATENCY = Histogram("genq_api_request_duration_seconds", "Seconds to answer a request, by route template",
-                    ["route", "method"], buckets=LATENCY_BUCKETS)
+REQUESTS = Counter(
+    "genq_api_requests", "HTTP requests answered, by route template, method and status", ["route", "method", "status"]
+)
+LATENCY = Histogram(
+    "genq_api_request_duration_seconds",
+    "Seconds to answer a request, by route template",
+    ["route", "method"],
+    buckets=LATENCY_BUCKETS,
+)
 JOBS_ACCEPTED = Counter("genq_api_jobs_accepted", "Jobs accepted (202, or 200 after Prefer: wait)", ["model"])
 JOBS_REJECTED = Counter("genq_api_jobs_rejected", "Job submissions refused, by reason", ["model", "reason"])
 UPLOADS = Counter("genq_api_uploads", "Uploads created (POST /v1/uploads), by how: direct or presigned", ["how"])
 UPLOAD_BYTES = Counter("genq_api_upload_bytes", "Bytes received by POST /v1/uploads (direct uploads)")
-INPUT_IMAGES = Counter("genq_api_input_images", "Images named by accepted or checked job inputs, by source: "
-                       "upload or data_uri", ["source"])
+INPUT_IMAGES = Counter(
+    "genq_api_input_images", "Images named by accepted or checked job inputs, by source: upload or data_uri", ["source"]
+)
 QUEUE_DEPTH = "genq_queue_depth"
 WORKERS_ONLINE = "genq_workers_online"
 REDIS_UP = "genq_redis_up"
@@ -104,8 +110,12 @@ class FleetCollector(Collector):
             GaugeMetricFamily(WORKERS_ONLINE, "Workers whose heartbeat is recent, per model", labels=["model"]),
             GaugeMetricFamily(REDIS_UP, "1 when Redis answered this scrape"),
             GaugeMetricFamily(WEBHOOK_BACKLOG, "Webhook deliveries recorded and not yet delivered or given up"),
-            GaugeMetricFamily(BACKLOG, "Jobs accepted and not ended (waiting, prefetched, running), per model: "
-                              "what an autoscaler scales workers on", labels=["model"]),
+            GaugeMetricFamily(
+                BACKLOG,
+                "Jobs accepted and not ended (waiting, prefetched, running), per model: "
+                "what an autoscaler scales workers on",
+                labels=["model"],
+            ),
         )
 
 

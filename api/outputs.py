@@ -65,8 +65,10 @@ def _read(svc: Services, key: str) -> bytes | None:
     once while its circuit is open (one request probes it)."""
     circuit = svc.outputs_circuit
     if not circuit.allow():
-        raise OutputStoreUnavailable("the output store did not answer moments ago; retry shortly",
-                                     retry_after=max(1, math.ceil(circuit.open_for())))
+        raise OutputStoreUnavailable(
+            "the output store did not answer moments ago; retry shortly",
+            retry_after=max(1, math.ceil(circuit.open_for())),
+        )
     try:
         data = svc.outputs.get(key)
     except OutputStoreUnavailable:

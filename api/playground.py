@@ -17,9 +17,11 @@ playground = Blueprint("playground", __name__, static_folder="static", static_ur
 
 # Everything the page loads comes from this server: it works offline and nothing else may inject into it. The
 # one exception: with presigned outputs, images come from the object store's origin.
-CONTENT_SECURITY_POLICY = ("default-src 'self'; img-src 'self' blob: data:{images}; style-src 'self'; "
-                           "script-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-                           "frame-ancestors 'none'")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; img-src 'self' blob: data:{images}; style-src 'self'; "
+    "script-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
 def image_origin() -> str:

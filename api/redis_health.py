@@ -42,7 +42,8 @@ def never_sent(exc: BaseException) -> bool:
     if isinstance(exc, redis.sentinel.MasterNotFoundError):
         return True
     return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError) and (
-        "connecting to" in str(exc))
+        "connecting to" in str(exc)
+    )
 
 
 class RedisHealth:

@@ -31,8 +31,13 @@ from tasks.errors import ErrorCode, GenqError, Unavailable
 from tasks.schemas import ErrorBody
 from tasks.store.job_store import JobRecord
 
-batches = APIBlueprint("batches", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
-                       abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
+batches = APIBlueprint(
+    "batches",
+    __name__,
+    url_prefix="/v1/jobs",
+    abp_tags=[Tag(name="jobs")],
+    abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody},
+)
 
 
 @batches.after_request
@@ -69,8 +74,11 @@ def create_batch() -> Response:
             if guard:
                 guard.release()
             raise
-        count_batch(items, [isinstance(e, JobRecord) for e in entries],
-                    ["" if isinstance(e, JobRecord) else e.code.value for e in entries])
+        count_batch(
+            items,
+            [isinstance(e, JobRecord) for e in entries],
+            ["" if isinstance(e, JobRecord) else e.code.value for e in entries],
+        )
         if guard:
             guard.save([{"id": e.id} if isinstance(e, JobRecord) else _error(e) for e in entries])
         records = {e.id: e for e in entries if isinstance(e, JobRecord)}
@@ -107,14 +115,17 @@ def _replayed_entries(saved: list[dict[str, Any]], records: dict[str, JobRecord]
     return entries
 
 
-def _answer(svc: Services, entries: list[Any], records: dict[str, JobRecord], wait: float,
-            watch: Watch | None) -> Response:
+def _answer(
+    svc: Services, entries: list[Any], records: dict[str, JobRecord], wait: float, watch: Watch | None
+) -> Response:
     """The entries in order; with ``Prefer: wait`` once every job is done (200) or the wait is over (202)."""
     if wait > 0:
         wait_all(svc, records, wait, watch)
     done = wait > 0 and all(r.status.terminal for r in records.values())
-    body = [public_job(svc, records[e.id]) if isinstance(e, JobRecord) else
-            _error(e) if isinstance(e, GenqError) else e for e in entries]
+    body = [
+        public_job(svc, records[e.id]) if isinstance(e, JobRecord) else _error(e) if isinstance(e, GenqError) else e
+        for e in entries
+    ]
     response = jsonify({"jobs": body})
     response.status_code = 200 if done else 202
     return response

@@ -27,8 +27,13 @@ from tasks.store.deadlines import expire_if_overdue
 from tasks.store.job_store import JobRecord
 from tasks.webhooks import check_webhook_url
 
-jobs = APIBlueprint("jobs", __name__, url_prefix="/v1/jobs", abp_tags=[Tag(name="jobs")],
-                    abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
+jobs = APIBlueprint(
+    "jobs",
+    __name__,
+    url_prefix="/v1/jobs",
+    abp_tags=[Tag(name="jobs")],
+    abp_responses={"404": ErrorBody, "422": ErrorBody, "503": ErrorBody},
+)
 
 log = logging.getLogger(__name__)
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
@@ -53,6 +58,7 @@ def wait_for(svc: Services, record: JobRecord, seconds: float, watch: Watch | No
 
     With ``watch`` (registered before ``record`` was written) the wait starts from ``record`` without reading it.
     """
+
     def read() -> JobRecord | None:
         return svc.store.get(record.id)
 
@@ -108,8 +114,18 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
             check_webhook_url(body.webhook, svc.settings, field="webhook")
         job_id = str(uuid.uuid4())
         key = requested_key()
-        guard = IdempotencyGuard(svc.store, svc.idempotency, owner, key, body_digest(body.model_dump(mode="json")),
-                                 settled_after_s(svc.settings)) if key else None
+        guard = (
+            IdempotencyGuard(
+                svc.store,
+                svc.idempotency,
+                owner,
+                key,
+                body_digest(body.model_dump(mode="json")),
+                settled_after_s(svc.settings),
+            )
+            if key
+            else None
+        )
 
         def fence() -> float:
             return admission_fence(svc.clock, svc.settings)

@@ -26,17 +26,27 @@ def list_models() -> Response:
     infos = []
     for spec in svc.models.models.values():
         kind = KINDS[spec.kind]
-        infos.append(ModelInfo(
-            id=spec.id, kind=spec.kind, input_schema=model_input(spec).model_json_schema(),
-            example_input=kind.example(spec.limits), display=kind.display, batch_key=kind.batch_key,
-            limits=spec.limits, max_queue_depth=spec.max_queue_depth,
-            batching=BatchingInfo(max_batch_size=spec.batching.max_batch_size,
-                                  max_wait_ms=spec.batching.max_wait_ms,
-                                  buffer_size=spec.batching.buffer_size,
-                                  policy=spec.batching.policy, scheduling=spec.batching.scheduling,
-                                  max_step_cost=spec.batching.max_step_cost),
-            **svc.fleet.snapshot(spec.id)._asdict(),
-        ))
+        infos.append(
+            ModelInfo(
+                id=spec.id,
+                kind=spec.kind,
+                input_schema=model_input(spec).model_json_schema(),
+                example_input=kind.example(spec.limits),
+                display=kind.display,
+                batch_key=kind.batch_key,
+                limits=spec.limits,
+                max_queue_depth=spec.max_queue_depth,
+                batching=BatchingInfo(
+                    max_batch_size=spec.batching.max_batch_size,
+                    max_wait_ms=spec.batching.max_wait_ms,
+                    buffer_size=spec.batching.buffer_size,
+                    policy=spec.batching.policy,
+                    scheduling=spec.batching.scheduling,
+                    max_step_cost=spec.batching.max_step_cost,
+                ),
+                **svc.fleet.snapshot(spec.id)._asdict(),
+            )
+        )
     return jsonify(ModelList(models=infos).model_dump(mode="json"))
 
 
@@ -54,8 +64,10 @@ class BacklogInfo(BaseModel):
     min_workers: int
 
 
-@models.get("/v1/models/<model_id>/backlog",
-            responses={"200": BacklogInfo, "401": ErrorBody, "404": ErrorBody, "422": ErrorBody, "503": ErrorBody})
+@models.get(
+    "/v1/models/<model_id>/backlog",
+    responses={"200": BacklogInfo, "401": ErrorBody, "404": ErrorBody, "422": ErrorBody, "503": ErrorBody},
+)
 def model_backlog(path: ModelPath) -> Response:
     """The number an autoscaler scales the model's workers on (KEDA metrics-api: ``valueLocation: backlog``)."""
     current_owner()  # with keys configured, a key is needed (KEDA sends one in a header)
@@ -63,8 +75,9 @@ def model_backlog(path: ModelPath) -> Response:
     spec = svc.models.get(path.model_id)
     if spec is None:
         raise NotFound(f"no model {path.model_id!r} is served")
-    return jsonify(BacklogInfo(model=spec.id, min_workers=spec.min_workers,
-                               **read_backlog(svc, spec)._asdict()).model_dump())
+    return jsonify(
+        BacklogInfo(model=spec.id, min_workers=spec.min_workers, **read_backlog(svc, spec)._asdict()).model_dump()
+    )
 
 
 class Health(BaseModel):

@@ -24,8 +24,13 @@ from tasks.inputs import JobKind
 from tasks.schemas import ErrorBody, timestamp
 from tasks.uploads import PresignRequest, Upload, UploadMeta
 
-uploads = APIBlueprint("uploads", __name__, url_prefix="/v1/uploads", abp_tags=[Tag(name="uploads")],
-                       abp_responses={"404": ErrorBody, "413": ErrorBody, "422": ErrorBody})
+uploads = APIBlueprint(
+    "uploads",
+    __name__,
+    url_prefix="/v1/uploads",
+    abp_tags=[Tag(name="uploads")],
+    abp_responses={"404": ErrorBody, "413": ErrorBody, "422": ErrorBody},
+)
 DEFAULT_MAX_PIXELS = 4096 * 4096  # no text-to-image model served: the bound an upload is checked against
 
 
@@ -35,10 +40,20 @@ class UploadPath(BaseModel):
 
 def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]:
     headers = {"Content-Type": meta.media_type, "Content-Length": str(meta.bytes)} if url else None
-    return Upload(id=meta.id, media_type=meta.media_type, bytes=meta.bytes, width=meta.width, height=meta.height,
-                  created_at=timestamp(meta.created_at), expires_at=timestamp(meta.expires_at),
-                  status=meta.state, upload_url=url, upload_headers=headers).model_dump(
-        mode="json", exclude=set() if url else {"upload_url", "upload_headers"})  # width, height: null if unknown
+    return Upload(
+        id=meta.id,
+        media_type=meta.media_type,
+        bytes=meta.bytes,
+        width=meta.width,
+        height=meta.height,
+        created_at=timestamp(meta.created_at),
+        expires_at=timestamp(meta.expires_at),
+        status=meta.state,
+        upload_url=url,
+        upload_headers=headers,
+    ).model_dump(
+        mode="json", exclude=set() if url else {"upload_url", "upload_headers"}
+    )  # width, height: null if unknown
 
 
 def max_pixels(svc: Services) -> int:
@@ -75,15 +90,18 @@ def create_upload() -> Response:
         if media_type == "application/json":
             return presign(svc)
         if media_type not in MEDIA_TYPES:
-            raise BadRequest(f"Content-Type {media_type or 'none'}: send the image's bytes as image/png, "
-                             "image/jpeg or image/webp (or JSON {media_type, bytes} for a presigned URL)")
+            raise BadRequest(
+                f"Content-Type {media_type or 'none'}: send the image's bytes as image/png, "
+                "image/jpeg or image/webp (or JSON {media_type, bytes} for a presigned URL)"
+            )
         request.max_content_length = svc.settings.max_upload_bytes
         data = read_body(svc.settings.max_upload_bytes)
         if not data:
             raise InvalidInput("body: the upload is empty", field="body")
         picture = inspect_image(data, "body", max_pixels(svc), media_type)
-        meta = svc.uploads.create(current_owner(), media_type, data, picture.width, picture.height,
-                                  svc.settings.upload_ttl_s)
+        meta = svc.uploads.create(
+            current_owner(), media_type, data, picture.width, picture.height, svc.settings.upload_ttl_s
+        )
     UPLOADS.labels("direct").inc()
     UPLOAD_BYTES.inc(len(data))
     return created(meta)
@@ -96,11 +114,15 @@ def presign(svc: Services) -> Response:
         raise invalid_from_validation(exc) from None
     if asked.bytes > svc.settings.max_upload_bytes:
         raise PayloadTooLarge(f"an upload is at most {svc.settings.max_upload_bytes} bytes (GENQ_MAX_UPLOAD_BYTES)")
-    made = svc.uploads.presign(current_owner(), asked.media_type, asked.bytes, svc.settings.upload_ttl_s,
-                               svc.settings.output_url_ttl_s)
+    made = svc.uploads.presign(
+        current_owner(), asked.media_type, asked.bytes, svc.settings.upload_ttl_s, svc.settings.output_url_ttl_s
+    )
     if made is None:
-        raise InvalidInput("body: presigned uploads need the s3 output store; send the image's bytes instead "
-                           "(Content-Type: image/png, image/jpeg or image/webp)", field="body")
+        raise InvalidInput(
+            "body: presigned uploads need the s3 output store; send the image's bytes instead "
+            "(Content-Type: image/png, image/jpeg or image/webp)",
+            field="body",
+        )
     UPLOADS.labels("presigned").inc()
     return created(*made)
 

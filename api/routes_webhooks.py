@@ -28,8 +28,11 @@ def webhook_secret() -> Response:
     server_secret = services().settings.webhook_secret
     if not server_secret:
         raise NotFound("this server signs no webhooks (GENQ_WEBHOOK_SECRET is not set)")
-    body = WebhookSecret(secret=key_secret(server_secret, key.key_id), scheme="standard-webhooks v1",
-                         headers=[ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER])
+    body = WebhookSecret(
+        secret=key_secret(server_secret, key.key_id),
+        scheme="standard-webhooks v1",
+        headers=[ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER],
+    )
     response = jsonify(body.model_dump())
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -30,10 +30,17 @@ def main() -> None:
     from granian.server import Server
 
     host, port = bind()
-    Server(TARGET, address=host, port=port, interface=Interfaces.WSGI,
-           workers=int(os.environ.get("GENQ_API_WORKERS", "2")),
-           blocking_threads=int(os.environ.get("GENQ_API_THREADS", str(DEFAULT_API_THREADS))),
-           websockets=False, log_access=True, respawn_failed_workers=True).serve()
+    Server(
+        TARGET,
+        address=host,
+        port=port,
+        interface=Interfaces.WSGI,
+        workers=int(os.environ.get("GENQ_API_WORKERS", "2")),
+        blocking_threads=int(os.environ.get("GENQ_API_THREADS", str(DEFAULT_API_THREADS))),
+        websockets=False,
+        log_access=True,
+        respawn_failed_workers=True,
+    ).serve()
 
 
 if __name__ == "__main__":

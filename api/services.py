@@ -65,8 +65,9 @@ class Services:
             celery=create_celery(settings),
             keys=KeyRing.from_file(settings.api_keys_file, settings.keys_reload_s),
             queue_limit=QueueLimit(client, settings),
-            waiters=WaitHub(client, Keys(settings.key_prefix), settings.waiters_per_process,
-                            settings.waiters_per_owner),
+            waiters=WaitHub(
+                client, Keys(settings.key_prefix), settings.waiters_per_process, settings.waiters_per_owner
+            ),
             idempotency=IdempotencyBindings(client, store.keys, settings.idempotency_ttl_s),
             batches=JobBatches(store),
             clock=RedisClock(client),

@@ -48,8 +48,9 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.pop("ValidationErrorModel", None)  # flask-openapi3's; genq's 422 is the error body
     webhooks = bool(settings.webhook_secret or settings.webhook_allow_unsigned)
-    _request_bodies(doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http,
-                    settings.batch_max_jobs)
+    _request_bodies(
+        doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http, settings.batch_max_jobs
+    )
     _upload_body(doc, schemas, settings.max_upload_bytes, OutputStoreSpec.parse(settings).backend == "s3")
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
@@ -60,12 +61,21 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) 
     doc["x-openai-compatible"] = copy.deepcopy(OPENAI_COMPATIBLE)
     if settings.api_keys_file is not None:
         doc["components"].setdefault("securitySchemes", {})["apiKey"] = {
-            "type": "apiKey", "in": "header", "name": "X-API-Key"}
+            "type": "apiKey",
+            "in": "header",
+            "name": "X-API-Key",
+        }
     return doc
 
 
-def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[ModelSpec], webhooks: bool,
-                    allow_http: bool, max_jobs: int) -> None:
+def _request_bodies(
+    doc: dict[str, Any],
+    schemas: dict[str, Any],
+    specs: list[ModelSpec],
+    webhooks: bool,
+    allow_http: bool,
+    max_jobs: int,
+) -> None:
     """``POST /v1/jobs`` takes one of the models' bodies, told apart by ``model`` (a constant in each);
     ``POST /v1/jobs/batch`` a list of them."""
     refs: dict[str, str] = {}
@@ -82,17 +92,34 @@ def _request_bodies(doc: dict[str, Any], schemas: dict[str, Any], specs: list[Mo
         refs[spec.id] = SCHEMAS + body_name
     if not refs:
         return
-    schema = {"oneOf": [{"$ref": ref} for ref in refs.values()],
-              "discriminator": {"propertyName": "model", "mapping": refs}}
+    schema = {
+        "oneOf": [{"$ref": ref} for ref in refs.values()],
+        "discriminator": {"propertyName": "model", "mapping": refs},
+    }
     doc["paths"]["/v1/jobs"]["post"]["requestBody"] = {
-        "required": True, "content": {"application/json": {"schema": schema}}}
-    batch = {"type": "object", "additionalProperties": False, "required": ["jobs"], "title": "BatchCreate",
-             "properties": {"jobs": {"type": "array", "minItems": 1, "maxItems": max_jobs,
-                                     "items": {"anyOf": [copy.deepcopy(schema), ANY_ITEM]},
-                                     "description": "jobs as POST /v1/jobs takes them; each is answered on its own"}}}
+        "required": True,
+        "content": {"application/json": {"schema": schema}},
+    }
+    batch = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["jobs"],
+        "title": "BatchCreate",
+        "properties": {
+            "jobs": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": max_jobs,
+                "items": {"anyOf": [copy.deepcopy(schema), ANY_ITEM]},
+                "description": "jobs as POST /v1/jobs takes them; each is answered on its own",
+            }
+        },
+    }
     schemas["BatchCreate"] = batch
     doc["paths"]["/v1/jobs/batch"]["post"]["requestBody"] = {
-        "required": True, "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}}}
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}},
+    }
 
 
 def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, presigned: bool) -> None:
@@ -103,9 +130,14 @@ def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, p
     if presigned:
         schemas["PresignRequest"] = PresignRequest.model_json_schema()
         content["application/json"] = {"schema": {"$ref": SCHEMAS + "PresignRequest"}}
-    post["requestBody"] = {"required": True, "content": content, "description": (
-        f"a PNG, JPEG or WebP image's bytes (at most {max_bytes}, within the largest model's pixels)"
-        + ("; or JSON asking for a presigned PUT URL" if presigned else ""))}
+    post["requestBody"] = {
+        "required": True,
+        "content": content,
+        "description": (
+            f"a PNG, JPEG or WebP image's bytes (at most {max_bytes}, within the largest model's pixels)"
+            + ("; or JSON asking for a presigned PUT URL" if presigned else "")
+        ),
+    }
     post["responses"]["201"]["headers"] = {"Location": {**LOCATION, "description": "the upload's URL"}}
 
 
@@ -113,24 +145,33 @@ def _webhook_schema(enabled: bool, allow_http: bool) -> dict[str, Any]:
     if not enabled:
         return {"type": "null", "description": "webhooks are disabled on this server (no GENQ_WEBHOOK_SECRET)"}
     # The address checks (no private or loopback hosts, no credentials) are the API's, not the schema's.
-    url = {"type": "string", "maxLength": 2048, "format": "uri",
-           "pattern": "^https?://" if allow_http else "^https://"}
-    return {"anyOf": [url, {"type": "null"}], "default": None,
-            "description": "called when the job starts or completes (webhook_events); public addresses only"}
+    url = {"type": "string", "maxLength": 2048, "format": "uri", "pattern": "^https?://" if allow_http else "^https://"}
+    return {
+        "anyOf": [url, {"type": "null"}],
+        "default": None,
+        "description": "called when the job starts or completes (webhook_events); public addresses only",
+    }
 
 
 def _error_responses(operation: dict[str, Any], path: str) -> None:
     responses = operation.setdefault("responses", {})
     for status, description in ERROR_STATUSES.items():
-        error: dict[str, Any] = {"description": description,
-                                 "content": {"application/json": {"schema": {"$ref": SCHEMAS + "ErrorBody"}}}}
+        error: dict[str, Any] = {
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": SCHEMAS + "ErrorBody"}}},
+        }
         if status in ("429", "503"):
             error["headers"] = {"Retry-After": RETRY_AFTER}
         if path == "/readyz" and status == "503":
             # Degraded (a model without workers) is its answer too, with its own body.
-            error = {"description": "Degraded, or Redis unreachable",
-                     "content": {"application/json": {"schema": {"anyOf": [
-                         {"$ref": SCHEMAS + "Readiness"}, {"$ref": SCHEMAS + "ErrorBody"}]}}}}
+            error = {
+                "description": "Degraded, or Redis unreachable",
+                "content": {
+                    "application/json": {
+                        "schema": {"anyOf": [{"$ref": SCHEMAS + "Readiness"}, {"$ref": SCHEMAS + "ErrorBody"}]}
+                    }
+                },
+            }
         responses[status] = error
 
 
@@ -143,20 +184,27 @@ def _authentication(operation: dict[str, Any], path: str, *, keys: bool) -> None
 
 def _headers(operation: dict[str, Any], path: str, method: str) -> None:
     responses = operation["responses"]
-    if path.startswith("/v1/jobs/") and not path.endswith(("/outputs/{n}", "/events", "/batch")) or (
-            path == "/v1/jobs" and method == "post"):
+    if (
+        path.startswith("/v1/jobs/")
+        and not path.endswith(("/outputs/{n}", "/events", "/batch"))
+        or (path == "/v1/jobs" and method == "post")
+    ):
         for status in ("200", "202"):
             if status in responses:
                 responses[status].setdefault("headers", {})["Location"] = LOCATION
         if method == "get":
             responses["200"]["headers"]["Retry-After"] = {**RETRY_AFTER, "description": "the job is running"}
     if path.endswith("/outputs/{n}"):
-        responses["200"] = {"description": "The output's bytes, with ETag", "content": {
-            "image/png": {"schema": {"type": "string", "format": "binary"}}}}
+        responses["200"] = {
+            "description": "The output's bytes, with ETag",
+            "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+        }
         responses["304"] = {"description": "Not modified (If-None-Match matched the ETag)"}
     if path == "/metrics":
-        responses["200"] = {"description": "Prometheus text format",
-                            "content": {"text/plain": {"schema": {"type": "string"}}}}
+        responses["200"] = {
+            "description": "Prometheus text format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
 
 
 def _links(doc: dict[str, Any]) -> None:
@@ -176,4 +224,3 @@ def _links(doc: dict[str, Any]) -> None:
     for status in ("200", "202"):
         paths["/v1/jobs"]["post"]["responses"][status]["links"] = links
     paths["/v1/jobs/{job_id}/cancel"]["post"]["responses"]["200"]["links"] = {"GetJob": links["GetJob"]}
-

@@ -66,7 +66,8 @@ class WaitListener:
         self._ensure_listener()
         with self._confirmations:
             ready = self._confirmations.wait_for(
-                lambda: self._subscribed.is_set() and all(c in self._confirmed for c in watch.channels), timeout)
+                lambda: self._subscribed.is_set() and all(c in self._confirmed for c in watch.channels), timeout
+            )
         if ready:
             watch.wait(0)  # the caller reads next: the re-read its confirmation asked for is that read
         return ready

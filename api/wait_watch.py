@@ -25,8 +25,9 @@ EVERYTHING = "*"
 class Watch:
     """One request's registration on some channels, until ``close``."""
 
-    def __init__(self, hub: Registry, channels: list[str], owns_slot: bool, owner: str = "",
-                 stream_of: str | None = None) -> None:
+    def __init__(
+        self, hub: Registry, channels: list[str], owns_slot: bool, owner: str = "", stream_of: str | None = None
+    ) -> None:
         self.hub, self.channels, self._owns_slot = hub, channels, owns_slot
         self.owner, self.stream_of = owner, stream_of
         self._event = threading.Event()

@@ -32,8 +32,14 @@ HOLD_RETRY_AFTER_S = 2  # a refused stream: a slot frees as soon as any held wai
 class WaitHub(WaitListener):
     """A per-process registry of waiting requests, fed by one subscription to the channels they watch."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, max_waiters: int, per_owner: int | None = None,
-                 streams_per_job: int = STREAMS_PER_JOB) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        max_waiters: int,
+        per_owner: int | None = None,
+        streams_per_job: int = STREAMS_PER_JOB,
+    ) -> None:
         super().__init__(client, keys)
         self.shares = SlotShares(max_waiters, max_waiters if per_owner is None else per_owner, streams_per_job)
         self._held = threading.local()  # slots this thread holds (``slot`` is re-entrant)
@@ -93,16 +99,18 @@ class WaitHub(WaitListener):
             if not free:
                 yield None
                 return
-            watch = self._register(Watch(self, [self._keys.done_channel(job_id) for job_id in job_ids],
-                                         owns_slot=False))
+            watch = self._register(
+                Watch(self, [self._keys.done_channel(job_id) for job_id in job_ids], owns_slot=False)
+            )
             try:
                 yield watch if self._await(watch, ready_s) else None
             finally:
                 watch.close()
 
     @staticmethod
-    def wait_on(watch: Watch, record: R | None, timeout: float, read: Callable[[], R | None],
-                done: Callable[[R], bool]) -> R | None:
+    def wait_on(
+        watch: Watch, record: R | None, timeout: float, read: Callable[[], R | None], done: Callable[[R], bool]
+    ) -> R | None:
         """From ``record`` (as read, or written, after ``watch`` was registered) until ``done`` or ``timeout``,
         re-reading only when the watch fires (a finish, or its channels were (re)subscribed)."""
         end = time.monotonic() + timeout
@@ -122,8 +130,10 @@ class WaitHub(WaitListener):
         owner = request_owner()
         refused = self.shares.take(owner, job_id)
         if refused is not None:
-            raise Unavailable(f"{refused}; retry shortly" + (f", or poll GET /v1/jobs/{job_id}" if job_id else ""),
-                              retry_after=HOLD_RETRY_AFTER_S)
+            raise Unavailable(
+                f"{refused}; retry shortly" + (f", or poll GET /v1/jobs/{job_id}" if job_id else ""),
+                retry_after=HOLD_RETRY_AFTER_S,
+            )
         watch = self._register(Watch(self, channels, owns_slot=True, owner=owner, stream_of=job_id))
         self._await(watch, POLL_S)  # unconfirmed: the stream polls until it is (``Watch.live``)
         return watch

@@ -67,8 +67,11 @@ def config_id(m: str, policy: str) -> str:
 
 def configs(models: list[str], max_batch: int) -> list[ModelConfig]:
     """One models-file entry per policy (same demo folder, same bounds)."""
-    return [ModelConfig(config_id(m, policy), DEMOS[m], max_batch, DEFAULT_MAX_WAIT_MS, policy)
-            for m in models for policy in POLICIES]
+    return [
+        ModelConfig(config_id(m, policy), DEMOS[m], max_batch, DEFAULT_MAX_WAIT_MS, policy)
+        for m in models
+        for policy in POLICIES
+    ]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -93,15 +96,36 @@ def run(args: argparse.Namespace) -> None:
             try:
                 capacity: list[float] = []  # genq's own peak, measured by the first policy: every policy's rates
                 for policy in POLICIES:
-                    points += run_policy(stack, probe, m, policy, max_batch, p, raws, out_dir, capacity,
-                                         locust=args.locust and policy == "adaptive")
+                    points += run_policy(
+                        stack,
+                        probe,
+                        m,
+                        policy,
+                        max_batch,
+                        p,
+                        raws,
+                        out_dir,
+                        capacity,
+                        locust=args.locust and policy == "adaptive",
+                    )
             finally:
                 probe.close()
     report(args, p, models, max_batch, raws, points, time.time() - started)
 
 
-def run_policy(stack: BenchStack, probe: RawProbe, m: str, policy: str, max_batch: int, p: Plan,
-               raws: list[Raw], out_dir: Path, capacity: list[float], *, locust: bool) -> list[Point]:
+def run_policy(
+    stack: BenchStack,
+    probe: RawProbe,
+    m: str,
+    policy: str,
+    max_batch: int,
+    p: Plan,
+    raws: list[Raw],
+    out_dir: Path,
+    capacity: list[float],
+    *,
+    locust: bool,
+) -> list[Point]:
     """One policy's worker: every closed-loop and open-loop point, each bracketed by raw measurements."""
     model, demo = config_id(m, policy), DEMOS[m]
     kind = kind_of(demo)
@@ -117,19 +141,26 @@ def run_policy(stack: BenchStack, probe: RawProbe, m: str, policy: str, max_batc
         for clients in p.concurrency:
             point = measure_point(stack.url, model, kind, max_batch, clients, p.warmup_s, p.duration_s)
             before = bracket(point, before, raw(f"after {model} x{clients}"), points)
-            print(f"  {model} x{clients}: {point.rps:.1f} req/s ({point.rps / point.raw_items_per_s[max_batch]:.0%} "
-                  f"of raw batch {max_batch}), p50 {point.p50_ms:.0f} ms (raw single call "
-                  f"{point.raw_median_ms[1]:.0f} ms), batch {point.mean_batch:.2f}", flush=True)
+            print(
+                f"  {model} x{clients}: {point.rps:.1f} req/s ({point.rps / point.raw_items_per_s[max_batch]:.0%} "
+                f"of raw batch {max_batch}), p50 {point.p50_ms:.0f} ms (raw single call "
+                f"{point.raw_median_ms[1]:.0f} ms), batch {point.mean_batch:.2f}",
+                flush=True,
+            )
         if not capacity:
             # The API, the clients and the model share 2 cores: the system's capacity is below the model's alone.
             capacity.append(max(pt.rps for pt in points))
         for load in p.loads:
             rate = load * capacity[0]
-            point = measure_open_loop(stack.url, model, kind, max_batch, rate, p.warmup_s, p.duration_s,
-                                      label=f"poisson {load:.0%}")
+            point = measure_open_loop(
+                stack.url, model, kind, max_batch, rate, p.warmup_s, p.duration_s, label=f"poisson {load:.0%}"
+            )
             before = bracket(point, before, raw(f"after {model} poisson {load:.0%}"), points)
-            print(f"  {model} poisson {load:.0%} ({rate:.1f}/s): {point.rps:.1f} req/s, p50 {point.p50_ms:.0f} ms, "
-                  f"batch {point.mean_batch:.2f}", flush=True)
+            print(
+                f"  {model} poisson {load:.0%} ({rate:.1f}/s): {point.rps:.1f} req/s, p50 {point.p50_ms:.0f} ms, "
+                f"batch {point.mean_batch:.2f}",
+                flush=True,
+            )
         if locust:
             for scenario in scenarios(p.locust_steady_s, p.locust_spawn_rate):
                 point = run_scenario(scenario, stack.url, model, max_batch, out_dir, stack.env())
@@ -145,13 +176,29 @@ def bracket(point: Point, before: Raw, after: Raw, points: list[Point]) -> Raw:
     return after
 
 
-def report(args: argparse.Namespace, p: Plan, models: list[str], max_batch: int, raws: list[Raw],
-           points: list[Point], seconds: float) -> None:
+def report(
+    args: argparse.Namespace,
+    p: Plan,
+    models: list[str],
+    max_batch: int,
+    raws: list[Raw],
+    points: list[Point],
+    seconds: float,
+) -> None:
     """Write the JSON of the run, then print and plot it."""
     loads = [pt.load_avg[0] for pt in points] + [r.load_avg[0] for r in raws]
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), "command": " ".join(sys.argv),
-            "seconds": round(seconds), "load_1m_min": min(loads), "load_1m_max": max(loads),
-            "warmup_s": p.warmup_s, "duration_s": p.duration_s, "models": models, "max_batch": max_batch}
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "seconds": round(seconds),
+        "load_1m_min": min(loads),
+        "load_1m_max": max(loads),
+        "warmup_s": p.warmup_s,
+        "duration_s": p.duration_s,
+        "models": models,
+        "max_batch": max_batch,
+    }
     out_dir = Path(args.out)
     write_json(raws, points, meta, out_dir / "batching.json")
     show(raws, points, meta, out_dir)
@@ -169,10 +216,17 @@ def show(raws: list[Raw], points: list[Point], meta: dict[str, Any], out_dir: Pa
     for m in models:
         for line in policy_targets(points, DEMOS[m], {policy: config_id(m, policy) for policy in POLICIES}, max_batch):
             print(line)
-    print(f"\n{meta['date']}, {meta['machine']}; {seconds / 60:.1f} min; load average (1 min) during the run "
-          f"{meta['load_1m_min']:.2f}-{meta['load_1m_max']:.2f}")
-    plot_policies(raws, points, {DEMOS[m]: {policy: config_id(m, policy) for policy in POLICIES} for m in models},
-                  max_batch, out_dir / "batching.png")
+    print(
+        f"\n{meta['date']}, {meta['machine']}; {seconds / 60:.1f} min; load average (1 min) during the run "
+        f"{meta['load_1m_min']:.2f}-{meta['load_1m_max']:.2f}"
+    )
+    plot_policies(
+        raws,
+        points,
+        {DEMOS[m]: {policy: config_id(m, policy) for policy in POLICIES} for m in models},
+        max_batch,
+        out_dir / "batching.png",
+    )
     print(f"wrote {out_dir / 'batching.png'}")
 
 

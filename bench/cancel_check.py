@@ -41,20 +41,34 @@ def main() -> None:
     settings = Settings(redis_url=settings.redis_url, key_prefix=f"genqbench-{uuid.uuid4().hex[:6]}:")
     store = JobStore(connect(settings), settings)
     try:
-        ids = [store.create(JobRecord(id=str(uuid.uuid4()), model="m", kind=JobKind.fill_mask,
-                                      status=JobStatus.queued, created_at=time.time(),
-                                      input={"text": "a [MASK]"})).id for _ in range(32)]
+        ids = [
+            store.create(
+                JobRecord(
+                    id=str(uuid.uuid4()),
+                    model="m",
+                    kind=JobKind.fill_mask,
+                    status=JobStatus.queued,
+                    created_at=time.time(),
+                    input={"text": "a [MASK]"},
+                )
+            ).id
+            for _ in range(32)
+        ]
         store.claim_many([(job_id, "token") for job_id in ids])
         ping_mean, ping_p99 = timed(store.redis.ping)
-        print(f"{'rows':>5} {'read ms':>8} {'p99':>7} {'PING ms':>8} {'p99':>7} "
-              f"{'per step (20 ms)':>17} {'throttled':>10}")
+        print(
+            f"{'rows':>5} {'read ms':>8} {'p99':>7} {'PING ms':>8} {'p99':>7} "
+            f"{'per step (20 ms)':>17} {'throttled':>10}"
+        )
         for rows in (1, 4, 8, 16, 32):
             leases = [(job_id, "token") for job_id in ids[:rows]]
             mean, p99 = timed(lambda leases=leases: lease_states(store, leases))  # type: ignore[misc]
             every_step = mean / (FAST_STEP_S * 1000)
             throttled = mean / (max(CANCEL_CHECK_S, FAST_STEP_S) * 1000)
-            print(f"{rows:>5} {mean:>8.3f} {p99:>7.3f} {ping_mean:>8.3f} {ping_p99:>7.3f} "
-                  f"{every_step:>16.1%} {throttled:>10.1%}")
+            print(
+                f"{rows:>5} {mean:>8.3f} {p99:>7.3f} {ping_mean:>8.3f} {ping_p99:>7.3f} "
+                f"{every_step:>16.1%} {throttled:>10.1%}"
+            )
     finally:
         for key in store.redis.scan_iter(match=f"{settings.key_prefix}*"):
             store.redis.delete(key)

@@ -105,14 +105,26 @@ def redis_faults(folder: Path, restarts: int, outage_s: float) -> dict[str, obje
         cluster.stop()
 
 
-def row(name: str, cluster: Cluster, ids: list[str], statuses: dict[str, str | None], faults: int,
-        recovery: float, unavailable: int) -> dict[str, object]:
+def row(
+    name: str,
+    cluster: Cluster,
+    ids: list[str],
+    statuses: dict[str, str | None],
+    faults: int,
+    recovery: float,
+    unavailable: int,
+) -> dict[str, object]:
     executions = cluster.executions()
-    return {"scenario": name, "jobs": len(ids), "faults": faults,
-            "lost": sum(1 for s in statuses.values() if s not in ("succeeded", "failed")),
-            "failed": sum(1 for s in statuses.values() if s == "failed"),
-            "duplicates": sum(n - 1 for n in executions.values()),
-            "recovery_max_s": round(recovery, 1), "503s": unavailable}
+    return {
+        "scenario": name,
+        "jobs": len(ids),
+        "faults": faults,
+        "lost": sum(1 for s in statuses.values() if s not in ("succeeded", "failed")),
+        "failed": sum(1 for s in statuses.values() if s == "failed"),
+        "duplicates": sum(n - 1 for n in executions.values()),
+        "recovery_max_s": round(recovery, 1),
+        "503s": unavailable,
+    }
 
 
 def print_table(rows: list[dict[str, object]]) -> None:
@@ -134,10 +146,14 @@ def main() -> None:
     parser.add_argument("--outage-s", type=float, default=2.0)
     parser.add_argument("--failover-jobs", type=int, default=1000, help="jobs per failover run")
     parser.add_argument("--rate", type=float, default=40, help="jobs/s submitted in a failover run")
-    parser.add_argument("--second-checkout", type=Path,
-                        help="start the failover runs' second worker from this checkout, as another host")
-    parser.add_argument("--only", choices=["kill", "term", "redis", "mixed", "failover"], action="append",
-                        help="run only these")
+    parser.add_argument(
+        "--second-checkout",
+        type=Path,
+        help="start the failover runs' second worker from this checkout, as another host",
+    )
+    parser.add_argument(
+        "--only", choices=["kill", "term", "redis", "mixed", "failover"], action="append", help="run only these"
+    )
     parser.add_argument("--keep", type=Path, help="keep each scenario's Redis, logs and execution log here")
     args = parser.parse_args()
     scenarios: dict[str, Callable[[Path], dict[str, object]]] = {
@@ -149,8 +165,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep or Path(tmp)
         rows = [run(base / name) for name, run in scenarios.items() if not args.only or name in args.only]
-        failover_rows = failovers(base / "failover", args.failover_jobs, args.rate, args.second_checkout) \
-            if not args.only or "failover" in args.only else []
+        failover_rows = (
+            failovers(base / "failover", args.failover_jobs, args.rate, args.second_checkout)
+            if not args.only or "failover" in args.only
+            else []
+        )
     single = [r for r in rows if r["scenario"] != "mixed"]
     together = [r for r in rows if r["scenario"] == "mixed"]
     for table in (single, together, failover_rows):
@@ -158,9 +177,11 @@ def main() -> None:
             print_table(table)
             print()
     # Without WAIT a failover may lose acknowledged writes (Redis replicates asynchronously): reported, not failed.
-    bad = any(r["lost"] or r.get("stuck") or r.get("overlaps") for r in rows) or any(
-        r["WAIT"] and r["lost"] or r["stuck"] or r["other errors"] for r in failover_rows) or any(
-        int(str(r["duplicates"])) > int(str(r["bound"])) for r in together)
+    bad = (
+        any(r["lost"] or r.get("stuck") or r.get("overlaps") for r in rows)
+        or any(r["WAIT"] and r["lost"] or r["stuck"] or r["other errors"] for r in failover_rows)
+        or any(int(str(r["duplicates"])) > int(str(r["bound"])) for r in together)
+    )
     sys.exit(1 if bad else 0)
 
 

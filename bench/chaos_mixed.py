@@ -182,13 +182,14 @@ def overlaps(runs: list[Run], kills: list[tuple[int, float]]) -> int:
     count = 0
     for spans in by_job.values():
         spans.sort()
-        if any(a[2] != b[2] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1:]):
+        if any(a[2] != b[2] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1 :]):
             count += 1
     return count
 
 
-def mixed(folder: Path, jobs: int, kills: int, terms: int, restarts: int, stalls: int,
-          seed: int = 16) -> dict[str, object]:
+def mixed(
+    folder: Path, jobs: int, kills: int, terms: int, restarts: int, stalls: int, seed: int = 16
+) -> dict[str, object]:
     """Run the mixed scenario; returns one table row."""
     random.seed(seed)
     cluster = Cluster.start(folder, long_ms=LONG_MS, visibility_timeout_s=VISIBILITY_TIMEOUT_S, lease_s=LEASE_S)
@@ -212,7 +213,8 @@ def mixed(folder: Path, jobs: int, kills: int, terms: int, restarts: int, stalls
         runs = cluster.runs()
         executions = cluster.executions()
         return {
-            "scenario": "mixed", "jobs": len(stream.accepted),
+            "scenario": "mixed",
+            "jobs": len(stream.accepted),
             "faults": ", ".join(f"{n} {name}" for name, n in faults.counts.items()),
             "lost": sum(1 for s in statuses.values() if s is None),
             "stuck": sum(1 for s in statuses.values() if s in ("queued", "running")),
@@ -220,7 +222,9 @@ def mixed(folder: Path, jobs: int, kills: int, terms: int, restarts: int, stalls
             "overlaps": overlaps(runs, faults.kills),
             "duplicates": sum(n - 1 for n in executions.values()),
             "bound": killed_runs(cluster, runs, faults, stream.accepted),
-            "503s": stream.unavailable, "faults_s": round(faulted), "drain_s": round(drained, 1),
+            "503s": stream.unavailable,
+            "faults_s": round(faulted),
+            "drain_s": round(drained, 1),
             "load_1m": round(os.getloadavg()[0], 2),
         }
     finally:

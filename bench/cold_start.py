@@ -51,8 +51,11 @@ def one_round(stack: BenchStack, model: str, n: int) -> dict[str, float]:
                     break
             done = time.monotonic()
             assert job["status"] == "succeeded", job
-    return {"online_s": online - started, "first_job_s": done - started,
-            "inference_s": (job["metrics"] or {}).get("inference_ms", 0) / 1000}
+    return {
+        "online_s": online - started,
+        "first_job_s": done - started,
+        "inference_s": (job["metrics"] or {}).get("inference_ms", 0) / 1000,
+    }
 
 
 def main() -> None:
@@ -65,8 +68,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, BenchStack(configs, DEMO_DIR, Path(tmp)) as stack:
         for model in args.models:
             rounds = [one_round(stack, model, n) for n in range(args.rounds)]
-            rows.append((model, *(statistics.median(r[k] for r in rounds) for k in
-                                  ("online_s", "first_job_s", "inference_s"))))
+            rows.append(
+                (model, *(statistics.median(r[k] for r in rounds) for k in ("online_s", "first_job_s", "inference_s")))
+            )
     print(f"load average {load_average()}, medians of {args.rounds} rounds, 1 torch thread")
     print("| model | worker start -> online (s) | worker start -> first job done (s) | job inference (s) |")
     print("|---|---:|---:|---:|")

@@ -54,16 +54,30 @@ def raw_get(path: str) -> str:
 
 
 def raw_post(path: str, body: str) -> str:
-    return (f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n{body}")
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    )
 
 
 def load(server: Server, requests: list[str], work: Path, warmup: float, seconds: float) -> dict[str, Any]:
     """One closed-loop point: the load generator's answer plus the server's CPU per request over its window."""
     request_file = work / "requests.jsonl"
     request_file.write_text("\n".join(json.dumps(r) for r in requests))
-    cmd = [sys.executable, "-m", "bench.front_load", "127.0.0.1", str(server.port), str(request_file),
-           "--concurrency", str(CONCURRENCY), "--warmup", str(warmup), "--seconds", str(seconds)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.front_load",
+        "127.0.0.1",
+        str(server.port),
+        str(request_file),
+        "--concurrency",
+        str(CONCURRENCY),
+        "--warmup",
+        str(warmup),
+        "--seconds",
+        str(seconds),
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     marks = {}
@@ -75,15 +89,22 @@ def load(server: Server, requests: list[str], work: Path, warmup: float, seconds
             result: dict[str, Any] = json.loads(word)
     proc.wait()
     n = max(1, result["requests"])
-    result.update(rps=result["requests"] / seconds, server_ms=(marks["DONE"] - marks["GO"]) / n,
-                  client_ms=result["cpu_s"] * 1000 / n)
+    result.update(
+        rps=result["requests"] / seconds,
+        server_ms=(marks["DONE"] - marks["GO"]) / n,
+        client_ms=result["cpu_s"] * 1000 / n,
+    )
     return result
 
 
 def held_waits(server: Server, job_ids: list[str], seconds: float, probes: int) -> dict[str, float]:
     """500 held ``Prefer: wait`` clients, and the p99 of plain GETs and POSTs timed meanwhile."""
-    flood = subprocess.Popen([sys.executable, "-m", "tests.wait_flood", server.url, str(seconds), "500", *job_ids],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    flood = subprocess.Popen(
+        [sys.executable, "-m", "tests.wait_flood", server.url, str(seconds), "500", *job_ids],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     gets: list[float] = []
     posts: list[float] = []
     try:
@@ -95,15 +116,23 @@ def held_waits(server: Server, job_ids: list[str], seconds: float, probes: int) 
                 gets.append(time.perf_counter() - started)
                 if i % 4 == 0:
                     started = time.perf_counter()
-                    assert http.post("/v1/jobs", content=POST_BODY,
-                                     headers={"Content-Type": "application/json"}).status_code == 202
+                    assert (
+                        http.post(
+                            "/v1/jobs", content=POST_BODY, headers={"Content-Type": "application/json"}
+                        ).status_code
+                        == 202
+                    )
                     posts.append(time.perf_counter() - started)
                 time.sleep(0.05)
         sent, held = map(int, flood.communicate(timeout=seconds + 60)[0].split())
     finally:
         flood.kill()
-    return {"held": held, "sent": sent, "get_p99_ms": statistics.quantiles(gets, n=100)[98] * 1000,
-            "post_p99_ms": statistics.quantiles(posts, n=100)[98] * 1000}
+    return {
+        "held": held,
+        "sent": sent,
+        "get_p99_ms": statistics.quantiles(gets, n=100)[98] * 1000,
+        "post_p99_ms": statistics.quantiles(posts, n=100)[98] * 1000,
+    }
 
 
 def beat(fleet: FleetStore, stop: threading.Event) -> None:
@@ -112,8 +141,13 @@ def beat(fleet: FleetStore, stop: threading.Event) -> None:
         stop.wait(3)
 
 
-def measure(server_name: str, env: dict[str, str], work: Path, job_ids: list[str], args: argparse.Namespace,
-            ) -> dict[str, Any]:
+def measure(
+    server_name: str,
+    env: dict[str, str],
+    work: Path,
+    job_ids: list[str],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     """Every point of one server: bare app, GET, POST (and held waits)."""
     row: dict[str, Any] = {"server": server_name}
     with Server(server_name, free_port(), env, work / f"{server_name}-bare.log", target="bench.front_bare:app"):
@@ -153,8 +187,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     try:
         time.sleep(0.2)
         with Server("gthread", free_port(), env, work / "setup.log") as s:  # jobs to read and wait on
-            job_ids = [httpx.post(f"{s.url}/v1/jobs", content=POST_BODY,
-                                  headers={"Content-Type": "application/json"}).json()["id"] for _ in range(50)]
+            job_ids = [
+                httpx.post(f"{s.url}/v1/jobs", content=POST_BODY, headers={"Content-Type": "application/json"}).json()[
+                    "id"
+                ]
+                for _ in range(50)
+            ]
         for n in range(args.rounds):
             for name in args.servers.split(","):
                 rows.append({"round": n + 1, **measure(name, env, work, job_ids, args)})
@@ -166,8 +204,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print(table(rows, args.servers.split(",")))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv),
-                               "concurrency": CONCURRENCY, "rows": rows}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "command": " ".join(sys.argv),
+                "concurrency": CONCURRENCY,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"\nwrote {out} (logs in {work})")
     return rows
 
@@ -175,15 +222,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 def summary(row: dict[str, Any]) -> str:
     parts = [f"{k} {row[k]['server_ms']:.2f} ms/req {row[k]['rps']:.0f}/s" for k in ("bare", "get", "post")]
     if "waits" in row:
-        parts.append(f"waits held {row['waits']['held']}: GET p99 {row['waits']['get_p99_ms']:.0f} ms, "
-                     f"POST p99 {row['waits']['post_p99_ms']:.0f} ms")
+        parts.append(
+            f"waits held {row['waits']['held']}: GET p99 {row['waits']['get_p99_ms']:.0f} ms, "
+            f"POST p99 {row['waits']['post_p99_ms']:.0f} ms"
+        )
     return "; ".join(parts)
 
 
 def table(rows: list[dict[str, Any]], servers: list[str]) -> str:
     """Medians over rounds, one line per server."""
-    head = ("| server | bare CPU ms/req | GET CPU ms/req | GET req/s | GET p99 ms | POST CPU ms/req | POST req/s "
-            "| POST p99 ms | load gen ms/req (GET) | held waits | GET p99 held ms | POST p99 held ms |")
+    head = (
+        "| server | bare CPU ms/req | GET CPU ms/req | GET req/s | GET p99 ms | POST CPU ms/req | POST req/s "
+        "| POST p99 ms | load gen ms/req (GET) | held waits | GET p99 held ms | POST p99 held ms |"
+    )
     lines = [head, "|" + "|".join(["---"] * 12) + "|"]
     for name in servers:
         mine = [r for r in rows if r["server"] == name]
@@ -192,11 +243,13 @@ def table(rows: list[dict[str, Any]], servers: list[str]) -> str:
             values = [r[path[0]][path[1]] for r in rows_ if path[0] in r]
             return statistics.median(values) if values else float("nan")
 
-        lines.append(f"| {name} | {med('bare', 'server_ms'):.2f} | {med('get', 'server_ms'):.2f} "
-                     f"| {med('get', 'rps'):.0f} | {med('get', 'p99_ms'):.1f} | {med('post', 'server_ms'):.2f} "
-                     f"| {med('post', 'rps'):.0f} | {med('post', 'p99_ms'):.1f} | {med('get', 'client_ms'):.2f} "
-                     f"| {med('waits', 'held'):.0f} | {med('waits', 'get_p99_ms'):.1f} "
-                     f"| {med('waits', 'post_p99_ms'):.1f} |")
+        lines.append(
+            f"| {name} | {med('bare', 'server_ms'):.2f} | {med('get', 'server_ms'):.2f} "
+            f"| {med('get', 'rps'):.0f} | {med('get', 'p99_ms'):.1f} | {med('post', 'server_ms'):.2f} "
+            f"| {med('post', 'rps'):.0f} | {med('post', 'p99_ms'):.1f} | {med('get', 'client_ms'):.2f} "
+            f"| {med('waits', 'held'):.0f} | {med('waits', 'get_p99_ms'):.1f} "
+            f"| {med('waits', 'post_p99_ms'):.1f} |"
+        )
     return "\n".join(lines)
 
 

@@ -21,15 +21,24 @@ from flask.json.provider import DefaultJSONProvider  # noqa: E402
 from api.json_provider import FastJSONProvider  # noqa: E402
 
 JOB: dict[str, Any] = {
-    "id": "0b2c7c5e-2f1c-4b59-9b8e-5f8b6f2d9b11", "model": "bert-demo", "kind": "fill-mask", "status": "succeeded",
-    "priority": "normal", "created_at": "2026-11-24T09:00:00.123456Z", "started_at": "2026-11-24T09:00:00.223456Z",
-    "completed_at": "2026-11-24T09:00:00.323456Z", "deadline_at": None, "progress": None,
+    "id": "0b2c7c5e-2f1c-4b59-9b8e-5f8b6f2d9b11",
+    "model": "bert-demo",
+    "kind": "fill-mask",
+    "status": "succeeded",
+    "priority": "normal",
+    "created_at": "2026-11-24T09:00:00.123456Z",
+    "started_at": "2026-11-24T09:00:00.223456Z",
+    "completed_at": "2026-11-24T09:00:00.323456Z",
+    "deadline_at": None,
+    "progress": None,
     "output": [{"token": "capital", "score": 0.91, "sequence": "paris is the capital of france."}] * 5,
-    "error": None, "metrics": {"queue_ms": 1.2, "inference_ms": 20.1, "batch_size": 8, "batch_id": "b-1"},
+    "error": None,
+    "metrics": {"queue_ms": 1.2, "inference_ms": 20.1, "batch_size": 8, "batch_id": "b-1"},
 }
 BATCH_ANSWER = {"jobs": [JOB] * 500}
-BATCH_BODY = {"jobs": [{"model": "bert-demo", "input": {"text": f"Paris is the [MASK] of France ({i})."}}
-                       for i in range(500)]}
+BATCH_BODY = {
+    "jobs": [{"model": "bert-demo", "input": {"text": f"Paris is the [MASK] of France ({i})."}} for i in range(500)]
+}
 
 
 def cpu_us(fn: Callable[[], object], reps: int) -> float:

@@ -105,13 +105,24 @@ async def main(args: argparse.Namespace) -> None:
     window = Window(start, start + args.seconds)
     cpu: list[float] = []
     requests = cycle(raw)  # shared: the connections interleave through the list
-    await asyncio.gather(announce(window, cpu),
-                         *(connection(args.host, args.port, requests, window) for _ in range(args.concurrency)))
+    await asyncio.gather(
+        announce(window, cpu), *(connection(args.host, args.port, requests, window) for _ in range(args.concurrency))
+    )
     lat = sorted(window.latencies) or [0.0]
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [lat[0]] * 99
-    print(json.dumps({"requests": len(window.latencies), "statuses": dict(window.statuses),
-                      "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "cpu_s": cpu[1] - cpu[0],
-                      "seconds": args.seconds}), flush=True)
+    print(
+        json.dumps(
+            {
+                "requests": len(window.latencies),
+                "statuses": dict(window.statuses),
+                "p50_ms": q[49] * 1000,
+                "p99_ms": q[98] * 1000,
+                "cpu_s": cpu[1] - cpu[0],
+                "seconds": args.seconds,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

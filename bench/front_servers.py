@@ -33,9 +33,22 @@ def command(server: str, port: int, target: str = "api.wsgi:app") -> list[str]:
     if server == "gevent":
         return [*gunicorn, "-k", "gevent", "--worker-connections", "1000", target]
     if server == "granian":
-        return [str(Path(sys.executable).parent / "granian"), "--interface", "wsgi", "--host", "127.0.0.1",
-                "--port", str(port), "--workers", str(WORKERS), "--blocking-threads", str(THREADS),
-                "--access-log", "--no-ws", target]
+        return [
+            str(Path(sys.executable).parent / "granian"),
+            "--interface",
+            "wsgi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(WORKERS),
+            "--blocking-threads",
+            str(THREADS),
+            "--access-log",
+            "--no-ws",
+            target,
+        ]
     raise ValueError(f"unknown server {server!r} (known: {', '.join(SERVERS)})")
 
 
@@ -73,8 +86,14 @@ class Server:
     def start(self, timeout: float = 60.0) -> Server:
         env = {**self.env, "GENQ_API_WORKERS": str(WORKERS), "GENQ_API_THREADS": str(THREADS)}
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(command(self.name, self.port, self.target), cwd=ROOT, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                command(self.name, self.port, self.target),
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         end = time.monotonic() + timeout
         path = "/healthz" if self.target == "api.wsgi:app" else "/"
         while time.monotonic() < end:

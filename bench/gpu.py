@@ -86,14 +86,22 @@ def run(args: argparse.Namespace) -> None:
         print(f"wrote {out_dir / name}.png")
 
 
-def run_meta(args: argparse.Namespace, plan: Plan, device: str, env: dict[str, str], folders: dict[str, Path],
-             seconds: float) -> dict[str, Any]:
+def run_meta(
+    args: argparse.Namespace, plan: Plan, device: str, env: dict[str, str], folders: dict[str, Path], seconds: float
+) -> dict[str, Any]:
     """What a reader needs to trust the table: the device, the versions, the settings, the plan."""
     return {
-        "date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv), "smoke": args.smoke,
-        **device_meta(device, env), "plan": asdict(plan), "models": {k: str(v) for k, v in folders.items()},
-        "workload": {"image_size": workload.SD_SIZE, "steps": workload.SD_STEPS,
-                     "new_tokens": workload.GPT2_NEW_TOKENS},
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(sys.argv),
+        "smoke": args.smoke,
+        **device_meta(device, env),
+        "plan": asdict(plan),
+        "models": {k: str(v) for k, v in folders.items()},
+        "workload": {
+            "image_size": workload.SD_SIZE,
+            "steps": workload.SD_STEPS,
+            "new_tokens": workload.GPT2_NEW_TOKENS,
+        },
         "seconds": round(seconds),
     }
 
@@ -106,11 +114,17 @@ def main(argv: list[str] | None = None) -> None:
         steps_main([a for a in argv if a != "--steps"])
         return
     parser = argparse.ArgumentParser(description="raw runtime vs genq end to end on a CUDA machine (issue 12)")
-    parser.add_argument("--steps", action="store_true",
-                        help="run bench/gpu_steps.py instead: step- against request-level scheduling (issue 23); "
-                             "`--steps --help` for its options")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny models, 64x64, 2 steps, batch 1/2, short points; CPU allowed (~1 minute)")
+    parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="run bench/gpu_steps.py instead: step- against request-level scheduling (issue 23); "
+        "`--steps --help` for its options",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny models, 64x64, 2 steps, batch 1/2, short points; CPU allowed (~1 minute)",
+    )
     parser.add_argument("--models", default="sd,gpt2", help="comma-separated: sd, gpt2")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the random-weight models even if present")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="where gpu.json and gpu.png go")

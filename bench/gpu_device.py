@@ -44,9 +44,18 @@ def device_meta(device: str, env: dict[str, str]) -> dict[str, Any]:
 
     options = TorchOptions.from_env(env)
     return {
-        "device": device_name(device), "machine": machine(python=False),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                     "diffusers": diffusers().__version__, "transformers": transformers.__version__},
-        "torch_settings": {**asdict(options), "resolved_dtype": str(options.resolve_dtype(device)),
-                           "channels_last_used": options.use_channels_last(device)},
+        "device": device_name(device),
+        "machine": machine(python=False),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "diffusers": diffusers().__version__,
+            "transformers": transformers.__version__,
+        },
+        "torch_settings": {
+            **asdict(options),
+            "resolved_dtype": str(options.resolve_dtype(device)),
+            "channels_last_used": options.use_channels_last(device),
+        },
     }

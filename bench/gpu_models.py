@@ -65,8 +65,14 @@ def build_sd(path: Path, arch: SdArch, dtype: Any) -> None:
     tokenizer = CLIPTokenizer.from_pretrained(path / "tokenizer")
     torch.manual_seed(0)
     pipe = diffusers().StableDiffusionPipeline(
-        vae=sd_vae(arch), text_encoder=sd_text_encoder(arch, tokenizer), tokenizer=tokenizer, unet=sd_unet(arch),
-        scheduler=sd_scheduler(), safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        vae=sd_vae(arch),
+        text_encoder=sd_text_encoder(arch, tokenizer),
+        tokenizer=tokenizer,
+        unet=sd_unet(arch),
+        scheduler=sd_scheduler(),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
     )
     if dtype != torch.float32:  # built in float32; a no-op cast would only print diffusers' casting warning
         pipe.to(dtype=dtype)
@@ -79,11 +85,16 @@ def sd_unet(arch: SdArch) -> Any:
     """SD 1.x's UNet layout: cross-attention in every down/up block but the lowest resolution's."""
     levels = len(arch.unet_channels)
     return diffusers().UNet2DConditionModel(
-        sample_size=arch.image_size // 8, in_channels=4, out_channels=4, block_out_channels=arch.unet_channels,
+        sample_size=arch.image_size // 8,
+        in_channels=4,
+        out_channels=4,
+        block_out_channels=arch.unet_channels,
         layers_per_block=arch.unet_layers,
         down_block_types=("CrossAttnDownBlock2D",) * (levels - 1) + ("DownBlock2D",),
         up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (levels - 1),
-        cross_attention_dim=arch.text_hidden, attention_head_dim=arch.unet_heads, norm_num_groups=32,
+        cross_attention_dim=arch.text_hidden,
+        attention_head_dim=arch.unet_heads,
+        norm_num_groups=32,
     )
 
 
@@ -91,9 +102,14 @@ def sd_vae(arch: SdArch) -> Any:
     """SD's VAE layout: four levels, so the latents are 1/8 of the image on each side."""
     levels = len(arch.vae_channels)
     return diffusers().AutoencoderKL(
-        in_channels=3, out_channels=3, block_out_channels=arch.vae_channels,
-        down_block_types=("DownEncoderBlock2D",) * levels, up_block_types=("UpDecoderBlock2D",) * levels,
-        latent_channels=4, layers_per_block=arch.vae_layers, norm_num_groups=arch.vae_groups,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=arch.vae_channels,
+        down_block_types=("DownEncoderBlock2D",) * levels,
+        up_block_types=("UpDecoderBlock2D",) * levels,
+        latent_channels=4,
+        layers_per_block=arch.vae_layers,
+        norm_num_groups=arch.vae_groups,
         sample_size=arch.image_size,
     )
 
@@ -104,20 +120,34 @@ def sd_text_encoder(arch: SdArch, tokenizer: Any) -> Any:
 
     from worker.demo_models.stable_diffusion import MAX_LENGTH
 
-    return CLIPTextModel(CLIPTextConfig(
-        vocab_size=arch.text_vocab or len(tokenizer), hidden_size=arch.text_hidden,
-        intermediate_size=arch.text_intermediate, num_hidden_layers=arch.text_layers,
-        num_attention_heads=arch.text_heads, max_position_embeddings=MAX_LENGTH, hidden_act="quick_gelu",
-        projection_dim=arch.text_hidden, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    ))
+    return CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=arch.text_vocab or len(tokenizer),
+            hidden_size=arch.text_hidden,
+            intermediate_size=arch.text_intermediate,
+            num_hidden_layers=arch.text_layers,
+            num_attention_heads=arch.text_heads,
+            max_position_embeddings=MAX_LENGTH,
+            hidden_act="quick_gelu",
+            projection_dim=arch.text_hidden,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    )
 
 
 def sd_scheduler() -> Any:
     """SD 1.x's own scheduler settings (PNDM), as the demo pipeline ships them."""
-    return diffusers().PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
-                                     num_train_timesteps=1000, skip_prk_steps=True, set_alpha_to_one=False,
-                                     steps_offset=1)
+    return diffusers().PNDMScheduler(
+        beta_start=0.00085,
+        beta_end=0.012,
+        beta_schedule="scaled_linear",
+        num_train_timesteps=1000,
+        skip_prk_steps=True,
+        set_alpha_to_one=False,
+        steps_offset=1,
+    )
 
 
 def build_gpt2(path: Path, arch: Gpt2Arch, dtype: Any) -> None:
@@ -130,9 +160,15 @@ def build_gpt2(path: Path, arch: Gpt2Arch, dtype: Any) -> None:
     gpt2.build(path)  # trains and writes the tokenizer (and a 16M model, replaced just below)
     tokenizer = AutoTokenizer.from_pretrained(path)
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=arch.vocab_size, n_positions=arch.n_positions, n_embd=arch.n_embd,
-                        n_layer=arch.n_layer, n_head=arch.n_head, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=arch.vocab_size,
+        n_positions=arch.n_positions,
+        n_embd=arch.n_embd,
+        n_layer=arch.n_layer,
+        n_head=arch.n_head,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = GPT2LMHeadModel(config).to(dtype).eval()
     model.generation_config.pad_token_id = tokenizer.eos_token_id
     model.save_pretrained(path, safe_serialization=True)

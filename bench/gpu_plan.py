@@ -41,14 +41,26 @@ class Plan:
 
 
 FULL = Plan(
-    subjects=(Subject("sd", IMAGE, SD15, warmup_s=30.0, duration_s=60.0),
-              Subject("gpt2", TEXT, GPT2_124M, warmup_s=10.0, duration_s=30.0)),
-    steps=20, new_tokens=64, sizes=(1, 8, 16), policies=("greedy", "adaptive"), raw_reps=3,
+    subjects=(
+        Subject("sd", IMAGE, SD15, warmup_s=30.0, duration_s=60.0),
+        Subject("gpt2", TEXT, GPT2_124M, warmup_s=10.0, duration_s=30.0),
+    ),
+    steps=20,
+    new_tokens=64,
+    sizes=(1, 8, 16),
+    policies=("greedy", "adaptive"),
+    raw_reps=3,
 )
 SMOKE = Plan(
-    subjects=(Subject("sd", IMAGE, SD_TINY, warmup_s=0.5, duration_s=1.5),
-              Subject("gpt2", TEXT, GPT2_TINY, warmup_s=0.5, duration_s=1.5)),
-    steps=2, new_tokens=8, sizes=(1, 2), policies=("greedy", "adaptive"), raw_reps=1,
+    subjects=(
+        Subject("sd", IMAGE, SD_TINY, warmup_s=0.5, duration_s=1.5),
+        Subject("gpt2", TEXT, GPT2_TINY, warmup_s=0.5, duration_s=1.5),
+    ),
+    steps=2,
+    new_tokens=8,
+    sizes=(1, 2),
+    policies=("greedy", "adaptive"),
+    raw_reps=1,
 )
 
 

@@ -20,8 +20,7 @@ class InProcessRaw:
     GPU nothing drifts enough to need a side process beside every point.
     """
 
-    def __init__(self, models_file: Path, model: str, env: dict[str, str], device: str,
-                 sizes: tuple[int, ...]) -> None:
+    def __init__(self, models_file: Path, model: str, env: dict[str, str], device: str, sizes: tuple[int, ...]) -> None:
         self.device = device
         self.runtime, spec, self.options = load_runtime(models_file, model, device, env)  # as the worker does
         self.batches = job_batches(spec, sizes)
@@ -43,8 +42,13 @@ class InProcessRaw:
             for b, batch in self.batches.items():
                 times[b].append(self._call(batch))
         self.release_cache()
-        return Raw(label, when, {b: b * len(ts) / sum(ts) for b, ts in times.items()},
-                   {b: statistics.median(ts) * 1000 for b, ts in times.items()}, load_average())
+        return Raw(
+            label,
+            when,
+            {b: b * len(ts) / sum(ts) for b, ts in times.items()},
+            {b: statistics.median(ts) * 1000 for b, ts in times.items()},
+            load_average(),
+        )
 
     def release_cache(self) -> None:
         """Give the allocator's cached blocks back: the worker shares this GPU while we idle."""

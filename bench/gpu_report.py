@@ -8,8 +8,20 @@ from bench.load import Point
 from bench.plots import save_figure
 from bench.report import Raw, fmt, markdown_table, mean_raw
 
-HEADER = ("model", "policy", "clients", "req/s", "raw items/s", "of raw", "p50 ms", "raw call ms", "p50 - raw",
-          "p95 ms", "mean batch", "errors")
+HEADER = (
+    "model",
+    "policy",
+    "clients",
+    "req/s",
+    "raw items/s",
+    "of raw",
+    "p50 ms",
+    "raw call ms",
+    "p50 - raw",
+    "p95 ms",
+    "mean batch",
+    "errors",
+)
 
 
 def table(raws: list[Raw], points: list[Point]) -> str:
@@ -17,13 +29,41 @@ def table(raws: list[Raw], points: list[Point]) -> str:
     rows: list[tuple[str, ...]] = []
     for key in dict.fromkeys(r.model for r in raws):
         raw = mean_raw(raws, key)
-        rows += [(key, f"raw batch {b}", "-", "-", fmt(raw.items_per_s[b], 2), "-", "-", fmt(raw.median_ms[b]),
-                  "-", "-", str(b), "-") for b in sorted(raw.items_per_s)]
+        rows += [
+            (
+                key,
+                f"raw batch {b}",
+                "-",
+                "-",
+                fmt(raw.items_per_s[b], 2),
+                "-",
+                "-",
+                fmt(raw.median_ms[b]),
+                "-",
+                "-",
+                str(b),
+                "-",
+            )
+            for b in sorted(raw.items_per_s)
+        ]
     for p in points:
         items, call_ms = p.raw_items_per_s[p.concurrency], p.raw_median_ms[p.concurrency]
-        rows.append((p.model.removesuffix(f"-{p.label}"), p.label, str(p.concurrency), fmt(p.rps, 2),
-                     fmt(items, 2), f"{p.rps / items:.0%}", fmt(p.p50_ms), fmt(call_ms),
-                     fmt(p.p50_ms - call_ms), fmt(p.p95_ms), fmt(p.mean_batch, 2), str(p.errors)))
+        rows.append(
+            (
+                p.model.removesuffix(f"-{p.label}"),
+                p.label,
+                str(p.concurrency),
+                fmt(p.rps, 2),
+                fmt(items, 2),
+                f"{p.rps / items:.0%}",
+                fmt(p.p50_ms),
+                fmt(call_ms),
+                fmt(p.p50_ms - call_ms),
+                fmt(p.p95_ms),
+                fmt(p.mean_batch, 2),
+                str(p.errors),
+            )
+        )
     return markdown_table(HEADER, rows)
 
 

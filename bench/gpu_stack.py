@@ -32,21 +32,35 @@ class GpuModelConfig(ModelConfig):
             f'source = "{demo_dir / self.demo}"',
             f'batching = {{ policy = "{self.policy}", max_batch_size = {self.max_batch_size}, '
             f"max_wait_ms = {self.max_wait_ms}"
-            + (f', scheduling = "{self.scheduling}"' if self.scheduling else "") + " }",
+            + (f', scheduling = "{self.scheduling}"' if self.scheduling else "")
+            + " }",
             "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
         if self.kind == IMAGE:
             # The worker warms up at the default size (worker/runtimes/text_to_image.py): the benchmark's size.
-            lines.append(f"limits = {{ default_width = {self.image_size}, default_height = {self.image_size}, "
-                         f"default_steps = {self.steps} }}")
+            lines.append(
+                f"limits = {{ default_width = {self.image_size}, default_height = {self.image_size}, "
+                f"default_steps = {self.steps} }}"
+            )
         return "\n".join(lines) + "\n"
 
 
 def entries(plan: Plan, folders: dict[str, Path]) -> list[ModelConfig]:
     """One models-file entry per model and policy, all of a model's pointing at the same folder."""
-    return [GpuModelConfig(model_id(s, policy), folders[s.key].name, plan.max_batch, DEFAULT_MAX_WAIT_MS,
-                           policy=policy, kind=s.kind, image_size=workload.SD_SIZE, steps=plan.steps)
-            for s in plan.subjects for policy in plan.policies]
+    return [
+        GpuModelConfig(
+            model_id(s, policy),
+            folders[s.key].name,
+            plan.max_batch,
+            DEFAULT_MAX_WAIT_MS,
+            policy=policy,
+            kind=s.kind,
+            image_size=workload.SD_SIZE,
+            steps=plan.steps,
+        )
+        for s in plan.subjects
+        for policy in plan.policies
+    ]
 
 
 class GpuStack(BenchStack):

@@ -49,14 +49,44 @@ from tasks.models_file import DEFAULT_MAX_WAIT_MS  # noqa: E402
 from tests.harness import ROOT  # noqa: E402
 
 #: SD 1.5 at 512x512, 20 steps for the uniform and steady loads; the odd jobs' bound comes from the raw call.
-GPU = StepsPlan("gpu-steps", image_size=512, odd_size=768, uniform_steps=20, raw_tokens=64, image_batch=8,
-                text_batch=16, warmup_s=15.0, duration_s=30.0, raw_reps=3, odd_bound_s=None, odd_rate=0.2,
-                quick_s=(8.0, 12.0))
+GPU = StepsPlan(
+    "gpu-steps",
+    image_size=512,
+    odd_size=768,
+    uniform_steps=20,
+    raw_tokens=64,
+    image_batch=8,
+    text_batch=16,
+    warmup_s=15.0,
+    duration_s=30.0,
+    raw_reps=3,
+    odd_bound_s=None,
+    odd_rate=0.2,
+    quick_s=(8.0, 12.0),
+)
 #: Every code path of GPU's run in a minute or two on CPU: tiny models, short steps, few clients.
-SMOKE = StepsPlan("gpu-steps-smoke", image_size=64, odd_size=128, uniform_steps=2, raw_tokens=8, image_batch=2,
-                  text_batch=4, warmup_s=0.5, duration_s=1.5, raw_reps=1, odd_bound_s=None, image_steps=(2, 4),
-                  capacity_clients=(2, 4), loads=(0.6,), uniform_clients=(1, 2), text_clients=(4,),
-                  stream_clients=2, steady_clients=2, odd_rate=1.0, quick_s=(0.5, 1.5))
+SMOKE = StepsPlan(
+    "gpu-steps-smoke",
+    image_size=64,
+    odd_size=128,
+    uniform_steps=2,
+    raw_tokens=8,
+    image_batch=2,
+    text_batch=4,
+    warmup_s=0.5,
+    duration_s=1.5,
+    raw_reps=1,
+    odd_bound_s=None,
+    image_steps=(2, 4),
+    capacity_clients=(2, 4),
+    loads=(0.6,),
+    uniform_clients=(1, 2),
+    text_clients=(4,),
+    stream_clients=2,
+    steady_clients=2,
+    odd_rate=1.0,
+    quick_s=(0.5, 1.5),
+)
 NEEDS = {"sd": {"images", "uniform", "mixed"}, "gpt2": {"text"}}  # which model each scenario runs
 
 
@@ -69,19 +99,35 @@ def configs(plan: StepsPlan, folders: dict[str, Path]) -> list[ModelConfig]:
     out: list[ModelConfig] = []
     for mode in MODES:
         if "sd" in folders:
-            out.append(GpuModelConfig(f"sd-{mode}", folders["sd"].name, plan.image_batch, DEFAULT_MAX_WAIT_MS,
-                                      scheduling=mode, kind=IMAGE, image_size=plan.image_size,
-                                      steps=plan.uniform_steps))
+            out.append(
+                GpuModelConfig(
+                    f"sd-{mode}",
+                    folders["sd"].name,
+                    plan.image_batch,
+                    DEFAULT_MAX_WAIT_MS,
+                    scheduling=mode,
+                    kind=IMAGE,
+                    image_size=plan.image_size,
+                    steps=plan.uniform_steps,
+                )
+            )
         if "gpt2" in folders:
-            out.append(GpuModelConfig(f"gpt2-{mode}", folders["gpt2"].name, plan.text_batch, DEFAULT_MAX_WAIT_MS,
-                                      scheduling=mode, kind=TEXT))
+            out.append(
+                GpuModelConfig(
+                    f"gpt2-{mode}",
+                    folders["gpt2"].name,
+                    plan.text_batch,
+                    DEFAULT_MAX_WAIT_MS,
+                    scheduling=mode,
+                    kind=TEXT,
+                )
+            )
     return out
 
 
 def use_workload(plan: StepsPlan) -> None:
     """The raw calls' jobs (bench/workload.py ``job_input``, read at call time) at this plan's sizes."""
-    workload.SD_SIZE, workload.SD_STEPS, workload.GPT2_NEW_TOKENS = plan.image_size, plan.uniform_steps, \
-        plan.raw_tokens
+    workload.SD_SIZE, workload.SD_STEPS, workload.GPT2_NEW_TOKENS = plan.image_size, plan.uniform_steps, plan.raw_tokens
 
 
 class GpuRun(Run):
@@ -98,16 +144,20 @@ class GpuRun(Run):
 
         def measure(reps: int) -> dict[str, dict[str, float]]:
             raw = probe.measure(model, "beside", reps)
-            return {str(b): {"items_per_s": raw.items_per_s[b], "median_ms": raw.median_ms[b]}
-                    for b in raw.items_per_s}
+            return {str(b): {"items_per_s": raw.items_per_s[b], "median_ms": raw.median_ms[b]} for b in raw.items_per_s}
 
         return measure
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--smoke", "--dry-run", dest="smoke", action="store_true",
-                        help="tiny models at 64x64, short points; CPU allowed: checks the run, measures nothing")
+    parser.add_argument(
+        "--smoke",
+        "--dry-run",
+        dest="smoke",
+        action="store_true",
+        help="tiny models at 64x64, short points; CPU allowed: checks the run, measures nothing",
+    )
     parser.add_argument("--quick", action="store_true", help="shorter points, fewer of them")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     parser.add_argument("--rebuild", action="store_true", help="rebuild the random-weight models even if present")
@@ -128,9 +178,15 @@ def main(argv: list[str] | None = None) -> None:
         run = GpuRun(stack, plan, {short: folder.name for short, folder in folders.items()}, device)
         run_scenarios(run, names)
         env = stack.env()
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": " ".join(sys.argv), "smoke": args.smoke,
-            "commit": git_commit(), **device_meta(device, env), "models": {k: str(v) for k, v in folders.items()},
-            "minutes": round((time.time() - started) / 60, 1)}
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": " ".join(sys.argv),
+        "smoke": args.smoke,
+        "commit": git_commit(),
+        **device_meta(device, env),
+        "models": {k: str(v) for k, v in folders.items()},
+        "minutes": round((time.time() - started) / 60, 1),
+    }
     title = f"step- against request-level scheduling, {device_name(device)}, same load, same run"
     write_results(run, Path(args.out), meta, title)
 

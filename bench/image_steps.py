@@ -35,10 +35,16 @@ clock = time.thread_time
 
 
 def image_input(scheduler: str, steps: int, seed: int, num_images: int) -> TextToImageInput:
-    limits = ModelLimits(default_width=SIZE, default_height=SIZE, default_steps=steps, max_steps=steps,
-                         max_images=num_images)
-    data = {"prompt": "a red cat on a castle", "seed": seed, "num_images": num_images, "scheduler": scheduler,
-            "num_inference_steps": steps}
+    limits = ModelLimits(
+        default_width=SIZE, default_height=SIZE, default_steps=steps, max_steps=steps, max_images=num_images
+    )
+    data = {
+        "prompt": "a red cat on a castle",
+        "seed": seed,
+        "num_images": num_images,
+        "scheduler": scheduler,
+        "num_inference_steps": steps,
+    }
     parsed = validate_input(JobKind.text_to_image, data, limits)
     assert isinstance(parsed, TextToImageInput)
     return parsed
@@ -138,20 +144,27 @@ def run(args: argparse.Namespace, model: Path) -> None:
                 if rep:
                     for what, ms in point.items():
                         times.setdefault((what, scheduler, rows), []).append(ms)
-    print(f"thread CPU ms per step; torch {torch.__version__}, 1 thread, {SIZE}x{SIZE}, guidance 7.5, "
-          f"{args.steps} steps, median of {args.reps} rounds; {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f} at the end")
-    header = (f"{'scheduler':10} {'rows':>4} {'unet':>7} {'pipeline':>8} {'session':>8} {'session/pipeline':>16} "
-              f"{'sched batched':>13} {'sched per row':>13}")
+    print(
+        f"thread CPU ms per step; torch {torch.__version__}, 1 thread, {SIZE}x{SIZE}, guidance 7.5, "
+        f"{args.steps} steps, median of {args.reps} rounds; {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
+    header = (
+        f"{'scheduler':10} {'rows':>4} {'unet':>7} {'pipeline':>8} {'session':>8} {'session/pipeline':>16} "
+        f"{'sched batched':>13} {'sched per row':>13}"
+    )
     print(header)
     print("-" * len(header))
     for scheduler in schedulers:
         for rows in rows_list:
             unet, pipe, session, batched, per_row = (
                 statistics.median(times[(what, scheduler, rows)])
-                for what in ("unet", "pipeline", "session", "sched batched", "sched per row"))
-            print(f"{scheduler:10} {rows:4d} {unet:7.2f} {pipe:8.2f} {session:8.2f} {session / pipe:16.2f} "
-                  f"{batched:13.3f} {per_row:13.3f}")
+                for what in ("unet", "pipeline", "session", "sched batched", "sched per row")
+            )
+            print(
+                f"{scheduler:10} {rows:4d} {unet:7.2f} {pipe:8.2f} {session:8.2f} {session / pipe:16.2f} "
+                f"{batched:13.3f} {per_row:13.3f}"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:

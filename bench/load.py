@@ -85,8 +85,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def summarize(samples: list[Sample], window: tuple[float, float], *, label: str, model: str,
-              max_batch_size: int, concurrency: int) -> Point:
+def summarize(
+    samples: list[Sample], window: tuple[float, float], *, label: str, model: str, max_batch_size: int, concurrency: int
+) -> Point:
     """The point's numbers from the samples that finished inside ``window``."""
     start, end = window
     inside = [s for s in samples if start <= s.ended <= end]
@@ -96,11 +97,20 @@ def summarize(samples: list[Sample], window: tuple[float, float], *, label: str,
     inference = [s.inference_ms for s in ok if s.inference_ms is not None]
     seconds = end - start
     return Point(
-        label=label, model=model, max_batch_size=max_batch_size, concurrency=concurrency,
-        requests=len(ok), errors=len(inside) - len(ok), seconds=seconds, rps=len(ok) / seconds,
+        label=label,
+        model=model,
+        max_batch_size=max_batch_size,
+        concurrency=concurrency,
+        requests=len(ok),
+        errors=len(inside) - len(ok),
+        seconds=seconds,
+        rps=len(ok) / seconds,
         mean_ms=sum(latencies) / len(latencies) if latencies else float("nan"),
-        p50_ms=percentile(latencies, 50), p90_ms=percentile(latencies, 90), p95_ms=percentile(latencies, 95),
-        p99_ms=percentile(latencies, 99), mean_batch=sum(sizes) / len(sizes) if sizes else float("nan"),
+        p50_ms=percentile(latencies, 50),
+        p90_ms=percentile(latencies, 90),
+        p95_ms=percentile(latencies, 95),
+        p99_ms=percentile(latencies, 99),
+        mean_batch=sum(sizes) / len(sizes) if sizes else float("nan"),
         mean_inference_ms=sum(inference) / len(inference) if inference else float("nan"),
     )
 
@@ -109,19 +119,27 @@ def submit_and_wait(client: httpx.Client, model: str, kind: str, n: int) -> Samp
     """One request: POST /v1/jobs with ``Prefer: wait``; ok when it answers 200 with a succeeded job."""
     started = time.perf_counter()
     try:
-        response = client.post("/v1/jobs", json={"model": model, "input": job_input(kind, n)},
-                               headers={"Prefer": f"wait={WAIT_S}"})
+        response = client.post(
+            "/v1/jobs", json={"model": model, "input": job_input(kind, n)}, headers={"Prefer": f"wait={WAIT_S}"}
+        )
         ended = time.perf_counter()
         job = response.json() if response.status_code == 200 else {}
     except httpx.HTTPError:
         return Sample(started, time.perf_counter(), False, None, None, None)
     metrics = job.get("metrics") or {}
-    return Sample(started, ended, job.get("status") == "succeeded", metrics.get("batch_size"),
-                  metrics.get("queue_ms"), metrics.get("inference_ms"))
+    return Sample(
+        started,
+        ended,
+        job.get("status") == "succeeded",
+        metrics.get("batch_size"),
+        metrics.get("queue_ms"),
+        metrics.get("inference_ms"),
+    )
 
 
-def closed_loop(url: str, model: str, kind: str, concurrency: int, warmup_s: float,
-                duration_s: float) -> tuple[list[Sample], tuple[float, float]]:
+def closed_loop(
+    url: str, model: str, kind: str, concurrency: int, warmup_s: float, duration_s: float
+) -> tuple[list[Sample], tuple[float, float]]:
     """Run ``concurrency`` clients for warmup + duration; return every sample and the measured window."""
     samples: list[Sample] = []
     lock = threading.Lock()
@@ -145,9 +163,16 @@ def closed_loop(url: str, model: str, kind: str, concurrency: int, warmup_s: flo
     return samples, (times["measure"], times["stop"])
 
 
-def start_clients(url: str, model: str, kind: str, count: int, next_job: Callable[[], int | None],
-                  samples: list[Sample], lock: threading.Lock,
-                  ready: threading.Barrier | None = None) -> list[threading.Thread]:
+def start_clients(
+    url: str,
+    model: str,
+    kind: str,
+    count: int,
+    next_job: Callable[[], int | None],
+    samples: list[Sample],
+    lock: threading.Lock,
+    ready: threading.Barrier | None = None,
+) -> list[threading.Thread]:
     """``count`` threads, each with its own connection, sending job ``next_job()`` until it says None."""
 
     def client_loop() -> None:
@@ -210,18 +235,26 @@ class RunningClients(ClientPool):
         self.threads = start_clients(url, model, kind, count, next_job, self.samples, self.lock)
 
 
-def measure_point(url: str, model: str, kind: str, max_batch_size: int, concurrency: int, warmup_s: float,
-                  duration_s: float, label: str = "closed loop") -> Point:
+def measure_point(
+    url: str,
+    model: str,
+    kind: str,
+    max_batch_size: int,
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    label: str = "closed loop",
+) -> Point:
     samples, window = closed_loop(url, model, kind, concurrency, warmup_s, duration_s)
-    return summarize(samples, window, label=label, model=model, max_batch_size=max_batch_size,
-                     concurrency=concurrency)
+    return summarize(samples, window, label=label, model=model, max_batch_size=max_batch_size, concurrency=concurrency)
 
 
 OPEN_LOOP_THREADS = 96  # enough senders that a burst never waits for a free one at 90% load
 
 
-def open_loop(url: str, model: str, kind: str, rate: float, warmup_s: float, duration_s: float,
-              seed: int = 7) -> tuple[list[Sample], tuple[float, float]]:
+def open_loop(
+    url: str, model: str, kind: str, rate: float, warmup_s: float, duration_s: float, seed: int = 7
+) -> tuple[list[Sample], tuple[float, float]]:
     """Poisson arrivals at ``rate`` per second: each request leaves on schedule, whatever the others do."""
     samples: list[Sample] = []
     lock = threading.Lock()
@@ -230,8 +263,14 @@ def open_loop(url: str, model: str, kind: str, rate: float, warmup_s: float, dur
     return samples, send_poisson(todo, threads, rate, warmup_s, duration_s, seed)
 
 
-def send_poisson(todo: queue.Queue[int | None], threads: list[threading.Thread], rate: float, warmup_s: float,
-                 duration_s: float, seed: int) -> tuple[float, float]:
+def send_poisson(
+    todo: queue.Queue[int | None],
+    threads: list[threading.Thread],
+    rate: float,
+    warmup_s: float,
+    duration_s: float,
+    seed: int,
+) -> tuple[float, float]:
     """Put job numbers on ``todo`` at Poisson arrivals of ``rate`` per second for warmup + duration, then one None
     per sender thread, and wait for them; returns the measured window."""
     rng = random.Random(seed)
@@ -250,8 +289,9 @@ def send_poisson(todo: queue.Queue[int | None], threads: list[threading.Thread],
     return window
 
 
-def measure_open_loop(url: str, model: str, kind: str, max_batch_size: int, rate: float, warmup_s: float,
-                      duration_s: float, label: str) -> Point:
+def measure_open_loop(
+    url: str, model: str, kind: str, max_batch_size: int, rate: float, warmup_s: float, duration_s: float, label: str
+) -> Point:
     samples, window = open_loop(url, model, kind, rate, warmup_s, duration_s)
     # Latency counts every request sent in the window (they all finish: the load is below capacity).
     return summarize(samples, window, label=label, model=model, max_batch_size=max_batch_size, concurrency=0)

@@ -45,8 +45,9 @@ class GenqUser(HttpUser):
     @task
     def generate(self) -> None:
         body = {"model": MODEL, "input": job_input(self.kind, next(_numbers))}
-        with self.client.post("/v1/jobs", json=body, headers={"Prefer": f"wait={WAIT_S}"}, name=f"POST {MODEL}",
-                              catch_response=True) as response:
+        with self.client.post(
+            "/v1/jobs", json=body, headers={"Prefer": f"wait={WAIT_S}"}, name=f"POST {MODEL}", catch_response=True
+        ) as response:
             job: dict[str, Any] = response.json() if response.status_code == 200 else {}
             if job.get("status") != "succeeded":
                 response.failure(f"{response.status_code} {job.get('status')}")

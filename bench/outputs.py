@@ -57,16 +57,27 @@ class Result:
 
     def row(self) -> str:
         delta = self.used_after - self.used_before
-        cells = [str(self.round), self.backend, str(self.images), f"{self.images_per_s:.1f}",
-                 f"{self.used_before / 2**20:.2f}", f"{self.used_after / 2**20:.2f}", f"{delta / 2**20:+.2f}",
-                 f"{delta / self.images / 1024:.1f}", f"{self.image_bytes / self.images / 1024:.1f}",
-                 str(self.objects_outside_redis), str(self.failed)]
+        cells = [
+            str(self.round),
+            self.backend,
+            str(self.images),
+            f"{self.images_per_s:.1f}",
+            f"{self.used_before / 2**20:.2f}",
+            f"{self.used_after / 2**20:.2f}",
+            f"{delta / 2**20:+.2f}",
+            f"{delta / self.images / 1024:.1f}",
+            f"{self.image_bytes / self.images / 1024:.1f}",
+            str(self.objects_outside_redis),
+            str(self.failed),
+        ]
         return "| " + " | ".join(cells) + " |"
 
 
-HEADER = ("| round | backend | images | images/s | Redis used_memory before (MiB) | after (MiB) | change (MiB) | "
-          "change per image (KiB) | PNG size (KiB) | objects in S3 | failed |\n"
-          "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+HEADER = (
+    "| round | backend | images | images/s | Redis used_memory before (MiB) | after (MiB) | change (MiB) | "
+    "change per image (KiB) | PNG size (KiB) | objects in S3 | failed |\n"
+    "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
 
 
 def models_file(folder: Path, demo_dir: Path, size: int) -> Path:
@@ -91,8 +102,9 @@ def run_jobs(api: Any, store: JobStore, count: int, first_seed: int) -> tuple[li
     started = time.perf_counter()
     ids = []
     for n in range(count):
-        response = api.post("/v1/jobs", json={"model": MODEL, "input": {"prompt": "a lighthouse at dusk",
-                                                                         "seed": first_seed + n}})
+        response = api.post(
+            "/v1/jobs", json={"model": MODEL, "input": {"prompt": "a lighthouse at dusk", "seed": first_seed + n}}
+        )
         assert response.status_code == 202, response.json
         ids.append(response.json["id"])
     pending = set(ids)
@@ -114,8 +126,12 @@ def measure(round: int, backend: str, base: Settings, log_dir: Path, images: int
     if backend == "s3":
         assert s3 is not None
         changes.update(output_store=f"s3://{BUCKET}/{backend}-{round}/", s3_endpoint_url=s3.url, s3_region="us-east-1")
-        env = {**AWS_ENV, "GENQ_OUTPUT_STORE": changes["output_store"], "GENQ_S3_ENDPOINT_URL": s3.url,
-               "GENQ_S3_REGION": "us-east-1"}
+        env = {
+            **AWS_ENV,
+            "GENQ_OUTPUT_STORE": changes["output_store"],
+            "GENQ_S3_ENDPOINT_URL": s3.url,
+            "GENQ_S3_REGION": "us-east-1",
+        }
     settings = dataclasses.replace(base, **changes)
     store = JobStore(connect(settings), settings)
     api = create_app(settings).test_client()
@@ -134,8 +150,17 @@ def measure(round: int, backend: str, base: Settings, log_dir: Path, images: int
         data = api.get(entry.url).data
         assert hashlib.sha256(data).hexdigest() == entry.sha256, f"{backend}: output of {record.id} differs"
     outside = len(s3.keys(BUCKET, f"{backend}-{round}/")) if s3 is not None else 0
-    return Result(round, backend, images, seconds, before, after, sum(r.binary_outputs[0].size for r in done), outside,
-                  images - len(done))
+    return Result(
+        round,
+        backend,
+        images,
+        seconds,
+        before,
+        after,
+        sum(r.binary_outputs[0].size for r in done),
+        outside,
+        images - len(done),
+    )
 
 
 def main() -> None:
@@ -154,15 +179,24 @@ def main() -> None:
     s3 = S3Server(work).start()
     try:
         s3.client().create_bucket(Bucket=BUCKET)
-        base = Settings(redis_url=redis_server.url, models_file=models_file(work, demo_dir, args.size),
-                        visibility_timeout_s=600, rate_limit="1000000/minute")  # the bench submits in bursts
-        results = [measure(r + 1, backend, base, work, args.images, s3 if backend == "s3" else None)
-                   for r in range(args.rounds) for backend in ("redis", "s3")]
+        base = Settings(
+            redis_url=redis_server.url,
+            models_file=models_file(work, demo_dir, args.size),
+            visibility_timeout_s=600,
+            rate_limit="1000000/minute",
+        )  # the bench submits in bursts
+        results = [
+            measure(r + 1, backend, base, work, args.images, s3 if backend == "s3" else None)
+            for r in range(args.rounds)
+            for backend in ("redis", "s3")
+        ]
     finally:
         s3.stop()
         redis_server.stop()
-    print(f"\n{args.images} sd-demo images ({args.size}x{args.size}, 4 steps, one per job) per backend and round; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print(
+        f"\n{args.images} sd-demo images ({args.size}x{args.size}, 4 steps, one per job) per backend and round; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
     print(HEADER)
     for result in results:
         print(result.row())

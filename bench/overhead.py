@@ -72,19 +72,37 @@ def run(args: argparse.Namespace) -> Run:
                     monitor_one_job(stack, MODEL, kind_of(DEMO))
                     return Run({}, [])
                 for n in range(args.rounds):
-                    r = measure_round(stack, lambda: find_processes(stack, worker.pid, flower.pid), probe,
-                                      args.jobs, args.warmup_jobs, args.raw_reps, client, args.batch)
+                    r = measure_round(
+                        stack,
+                        lambda: find_processes(stack, worker.pid, flower.pid),
+                        probe,
+                        args.jobs,
+                        args.warmup_jobs,
+                        args.raw_reps,
+                        client,
+                        args.batch,
+                    )
                     rounds.append(r)
-                    print(f"  round {n + 1}: {r.jobs} jobs at {r.jobs_per_s:.1f} jobs/s "
-                          f"({r.jobs_per_s / r.raw_items_per_s:.1%} of raw batch {MAX_BATCH}, "
-                          f"{r.raw_items_per_s:.0f} items/s), outside the model {r.outside_model_ms():.2f} ms/job, "
-                          f"load {r.load_avg[0]:.2f}", flush=True)
+                    print(
+                        f"  round {n + 1}: {r.jobs} jobs at {r.jobs_per_s:.1f} jobs/s "
+                        f"({r.jobs_per_s / r.raw_items_per_s:.1%} of raw batch {MAX_BATCH}, "
+                        f"{r.raw_items_per_s:.0f} items/s), outside the model {r.outside_model_ms():.2f} ms/job, "
+                        f"load {r.load_avg[0]:.2f}",
+                        flush=True,
+                    )
         finally:
             probe.close()
-    meta = {"label": args.label, "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
-            "command": " ".join(sys.argv), "seconds": round(time.time() - started), "jobs": args.jobs,
-            "clients": CLIENTS if not args.batch else f"{BATCH_CLIENTS} x {args.batch} jobs per request",
-            "model": f"{DEMO}, max batch {MAX_BATCH}", "commit": git_commit()}
+    meta = {
+        "label": args.label,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "command": " ".join(sys.argv),
+        "seconds": round(time.time() - started),
+        "jobs": args.jobs,
+        "clients": CLIENTS if not args.batch else f"{BATCH_CLIENTS} x {args.batch} jobs per request",
+        "model": f"{DEMO}, max batch {MAX_BATCH}",
+        "commit": git_commit(),
+    }
     return Run(meta, rounds)
 
 
@@ -96,12 +114,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=3000, help="jobs measured per round")
     parser.add_argument("--warmup-jobs", type=int, default=500, help="jobs before each round's measurement")
     parser.add_argument("--raw-reps", type=int, default=30, help="raw predict calls before and after each round")
-    parser.add_argument("--batch", type=int, default=0, metavar="N",
-                        help="submit N jobs per request (POST /v1/jobs/batch) instead of one")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="submit N jobs per request (POST /v1/jobs/batch) instead of one",
+    )
     parser.add_argument("--monitor", action="store_true", help="print one job's Redis commands by process, and stop")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="where the JSON goes")
-    parser.add_argument("--report", type=Path, nargs="+", metavar="JSON",
-                        help="print saved runs side by side as a Markdown section instead of running")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="print saved runs side by side as a Markdown section instead of running",
+    )
     args = parser.parse_args(argv)
     if args.report:
         print(report(merge_runs([Run.from_json(json.loads(p.read_text())) for p in args.report])))

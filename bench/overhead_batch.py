@@ -35,8 +35,11 @@ class BatchClients(ClientPool):
                 jobs = [{"model": self.model, "input": job_input(self.kind, first + i)} for i in range(self.batch)]
                 started = time.perf_counter()
                 try:
-                    response = client.post("/v1/jobs/batch", content=orjson.dumps({"jobs": jobs}),
-                                           headers={"Prefer": f"wait={WAIT_S}", "Content-Type": "application/json"})
+                    response = client.post(
+                        "/v1/jobs/batch",
+                        content=orjson.dumps({"jobs": jobs}),
+                        headers={"Prefer": f"wait={WAIT_S}", "Content-Type": "application/json"},
+                    )
                     entries = orjson.loads(response.content)["jobs"] if response.status_code in (200, 202) else []
                 except httpx.HTTPError:
                     entries = []
@@ -44,8 +47,15 @@ class BatchClients(ClientPool):
                 samples = []
                 for entry in entries or [{}] * self.batch:
                     metrics = entry.get("metrics") or {}
-                    samples.append(Sample(started, ended, entry.get("status") == "succeeded",
-                                          metrics.get("batch_size"), metrics.get("queue_ms"),
-                                          metrics.get("inference_ms")))
+                    samples.append(
+                        Sample(
+                            started,
+                            ended,
+                            entry.get("status") == "succeeded",
+                            metrics.get("batch_size"),
+                            metrics.get("queue_ms"),
+                            metrics.get("inference_ms"),
+                        )
+                    )
                 with self.lock:
                     self.samples += samples

@@ -26,15 +26,20 @@ def rows_of(run: Run) -> list[tuple[str, str, str]]:
     def ms(name: str) -> float:
         return run.median(lambda r: r.per_job().get(name, float("nan")))
 
-    cpu = [("API, all processes", run.median(Round.api_ms)), *((f"- {k}", ms(k)) for k in api_workers),
-           (f"- {API_MASTER}", ms(API_MASTER)), (LOOP, ms(LOOP)),
-           (f"{MODEL_ROW} (predict + result writes)", ms(MODEL_ROW)),
-           (f"{WORKER_OTHER} (heartbeat, webhooks)", ms(WORKER_OTHER)),
-           (REDIS, ms(REDIS)), (FLOWER, ms(FLOWER)),
-           ("all genq processes", run.median(Round.genq_ms)),
-           (f"model: raw predict at batch {MAX_BATCH}", run.median(lambda r: r.raw_cpu_ms_per_item)),
-           ("**outside the model** (target <= 3)", run.median(Round.outside_model_ms)),
-           (f"{LOADGEN} ({CLIENTS} httpx clients)", ms(LOADGEN))]
+    cpu = [
+        ("API, all processes", run.median(Round.api_ms)),
+        *((f"- {k}", ms(k)) for k in api_workers),
+        (f"- {API_MASTER}", ms(API_MASTER)),
+        (LOOP, ms(LOOP)),
+        (f"{MODEL_ROW} (predict + result writes)", ms(MODEL_ROW)),
+        (f"{WORKER_OTHER} (heartbeat, webhooks)", ms(WORKER_OTHER)),
+        (REDIS, ms(REDIS)),
+        (FLOWER, ms(FLOWER)),
+        ("all genq processes", run.median(Round.genq_ms)),
+        (f"model: raw predict at batch {MAX_BATCH}", run.median(lambda r: r.raw_cpu_ms_per_item)),
+        ("**outside the model** (target <= 3)", run.median(Round.outside_model_ms)),
+        (f"{LOADGEN} ({CLIENTS} httpx clients)", ms(LOADGEN)),
+    ]
     out = [(label, "CPU ms/job", f"{value:.2f}") for label, value in cpu]
     out += [
         ("genq", "jobs/s", f"{run.median(lambda r: r.jobs_per_s):.1f}"),
@@ -43,8 +48,11 @@ def rows_of(run: Run) -> list[tuple[str, str, str]]:
         ("mean batch", "jobs", f"{run.median(lambda r: r.mean_batch):.1f}"),
         ("latency p50 / p99", "ms", f"{run.median(lambda r: r.p50_ms):.0f} / {run.median(lambda r: r.p99_ms):.0f}"),
         ("errors", "jobs", str(sum(r.errors for r in run.rounds))),
-        ("load average 1m, min-max", "", f"{min(r.load_avg[0] for r in run.rounds):.2f}-"
-                                         f"{max(r.load_avg[0] for r in run.rounds):.2f}"),
+        (
+            "load average 1m, min-max",
+            "",
+            f"{min(r.load_avg[0] for r in run.rounds):.2f}-{max(r.load_avg[0] for r in run.rounds):.2f}",
+        ),
         ("runs, rounds x jobs", "", f"{run.meta.get('runs', 1)}, {len(run.rounds)} x {run.meta.get('jobs', '?')}"),
     ]
     return out
@@ -70,10 +78,16 @@ def commands_table(runs: list[Run], top: int = 25) -> str:
             names[k] = max(names.get(k, 0.0), calls)
     order = sorted(names, key=lambda k: -names[k])[:top]
     header = ("Redis command", "unit", *(run.meta.get("label") or f"run {n}" for n, run in enumerate(runs, 1)))
-    rows = [(k, "calls/job, us/job", *(f"{m[k][0]:.2f}, {m[k][1]:.0f}" if k in m else "-" for m in per_run))
-            for k in order]
-    rows.append(("all", "calls/job, us/job", *(f"{sum(c for c, _ in m.values()):.2f}, "
-                                                f"{sum(u for _, u in m.values()):.0f}" for m in per_run)))
+    rows = [
+        (k, "calls/job, us/job", *(f"{m[k][0]:.2f}, {m[k][1]:.0f}" if k in m else "-" for m in per_run)) for k in order
+    ]
+    rows.append(
+        (
+            "all",
+            "calls/job, us/job",
+            *(f"{sum(c for c, _ in m.values()):.2f}, {sum(u for _, u in m.values()):.0f}" for m in per_run),
+        )
+    )
     return markdown_table(header, rows)
 
 
@@ -96,7 +110,9 @@ def report(runs: list[Run]) -> str:
     for run in runs:
         m = run.meta
         runs_note = f" ({m['runs']} runs, the first shown)" if m.get("runs", 1) > 1 else ""
-        lines.append(f"- {m.get('label') or 'run'}: {m.get('date')}, `{m.get('command')}` at {m.get('commit')}"
-                     f"{runs_note}, {m.get('machine')}, {m.get('model')}, {m.get('clients')} closed-loop clients")
+        lines.append(
+            f"- {m.get('label') or 'run'}: {m.get('date')}, `{m.get('command')}` at {m.get('commit')}"
+            f"{runs_note}, {m.get('machine')}, {m.get('model')}, {m.get('clients')} closed-loop clients"
+        )
     lines += ["", cpu_table(runs), "", commands_table(runs)]
     return "\n".join(lines)

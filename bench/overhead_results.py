@@ -15,8 +15,14 @@ CLIENTS = 32
 
 # Rows of the table, in order; "worker other threads" is the worker process minus its two named threads.
 API_MASTER, LOOP, MODEL_ROW, WORKER_OTHER, REDIS, FLOWER, LOADGEN = (
-    "API main process", "worker event loop", "worker model thread", "worker other threads", "Redis", "Flower",
-    "load generator")
+    "API main process",
+    "worker event loop",
+    "worker model thread",
+    "worker other threads",
+    "Redis",
+    "Flower",
+    "load generator",
+)
 
 
 @dataclass
@@ -61,6 +67,10 @@ class Run:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Run:
-        rounds = [Round(**{**r, "load_avg": tuple(r["load_avg"]),
-                           "commands": {k: tuple(v) for k, v in r["commands"].items()}}) for r in data["rounds"]]
+        rounds = [
+            Round(
+                **{**r, "load_avg": tuple(r["load_avg"]), "commands": {k: tuple(v) for k, v in r["commands"].items()}}
+            )
+            for r in data["rounds"]
+        ]
         return cls(data["meta"], rounds)

@@ -63,9 +63,15 @@ class Processes:
 
 def find_processes(stack: BenchStack, worker_pid: int, flower_pid: int) -> Processes:
     assert stack.api is not None and stack.redis.proc is not None
-    return Processes(api_master=stack.api.pid, api_workers=children(stack.api.pid), worker=worker_pid,
-                     model_thread=thread_named(worker_pid, MODEL_THREAD), redis=stack.redis.proc.pid,
-                     flower=flower_pid, loadgen=os.getpid())
+    return Processes(
+        api_master=stack.api.pid,
+        api_workers=children(stack.api.pid),
+        worker=worker_pid,
+        model_thread=thread_named(worker_pid, MODEL_THREAD),
+        redis=stack.redis.proc.pid,
+        flower=flower_pid,
+        loadgen=os.getpid(),
+    )
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -80,13 +86,23 @@ def redis_commands(client: redis.Redis) -> dict[str, tuple[int, int]]:
     return {name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for name, v in stats.items()}
 
 
-def measure_round(stack: BenchStack, procs_of: Callable[[], Processes], probe: RawProbe, jobs: int,
-                  warmup_jobs: int, raw_reps: int, client: redis.Redis, batch: int = 0) -> Round:
+def measure_round(
+    stack: BenchStack,
+    procs_of: Callable[[], Processes],
+    probe: RawProbe,
+    jobs: int,
+    warmup_jobs: int,
+    raw_reps: int,
+    client: redis.Redis,
+    batch: int = 0,
+) -> Round:
     """One round; ``batch`` > 0: clients send that many jobs per request (bench/overhead_batch.py)."""
     raw_before = probe.measure(raw_reps)["batches"][str(MAX_BATCH)]
     load: RunningClients | BatchClients = (
-        BatchClients(stack.url, MODEL, kind_of(DEMO), BATCH_CLIENTS, batch) if batch
-        else RunningClients(stack.url, MODEL, kind_of(DEMO), CLIENTS))
+        BatchClients(stack.url, MODEL, kind_of(DEMO), BATCH_CLIENTS, batch)
+        if batch
+        else RunningClients(stack.url, MODEL, kind_of(DEMO), CLIENTS)
+    )
     try:
         load.wait_for(warmup_jobs, 120)
         procs = procs_of()
@@ -101,12 +117,19 @@ def measure_round(stack: BenchStack, procs_of: Callable[[], Processes], probe: R
     ok = [s for s in window if s.ok]
     latencies = [(s.ended - s.started) * 1000 for s in ok]
     sizes = [s.batch_size for s in ok if s.batch_size]
-    commands = {name: (calls - commands_0.get(name, (0, 0))[0], usec - commands_0.get(name, (0, 0))[1])
-                for name, (calls, usec) in commands_1.items()}
+    commands = {
+        name: (calls - commands_0.get(name, (0, 0))[0], usec - commands_0.get(name, (0, 0))[1])
+        for name, (calls, usec) in commands_1.items()
+    }
     return Round(
-        jobs=len(ok), errors=len(window) - len(ok), seconds=t1 - t0, jobs_per_s=len(ok) / (t1 - t0),
-        mean_batch=sum(sizes) / len(sizes) if sizes else float("nan"), p50_ms=percentile(latencies, 50),
-        p99_ms=percentile(latencies, 99), cpu_ms=delta(cpu_0, cpu_1),
+        jobs=len(ok),
+        errors=len(window) - len(ok),
+        seconds=t1 - t0,
+        jobs_per_s=len(ok) / (t1 - t0),
+        mean_batch=sum(sizes) / len(sizes) if sizes else float("nan"),
+        p50_ms=percentile(latencies, 50),
+        p99_ms=percentile(latencies, 99),
+        cpu_ms=delta(cpu_0, cpu_1),
         commands={k: v for k, v in commands.items() if v[0] > 0},
         raw_items_per_s=(raw_before["items_per_s"] + raw_after["items_per_s"]) / 2,
         raw_cpu_ms_per_item=(raw_before["cpu_ms_per_item"] + raw_after["cpu_ms_per_item"]) / 2,

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from worker.torch_settings import TorchOptions
 
 
-def load_runtime(models_file: Path, model_id: str, device: str,
-                 env: dict[str, str] | None = None) -> tuple[Runtime, ModelSpec, TorchOptions]:
+def load_runtime(
+    models_file: Path, model_id: str, device: str, env: dict[str, str] | None = None
+) -> tuple[Runtime, ModelSpec, TorchOptions]:
     """``model_id``'s runtime loaded on ``device`` as a worker loads it: torch settings from ``env`` (this
     process' environment by default) and the models file, applied process-wide first."""
     from worker.runtimes import create_runtime
@@ -49,8 +50,7 @@ def load_runtime(models_file: Path, model_id: str, device: str,
 
 def job_batches(spec: ModelSpec, sizes: Iterable[int]) -> dict[int, list[Any]]:
     """One batch of validated benchmark jobs (bench/workload.py) per size, as the worker would hand them over."""
-    return {b: [validate_input(spec.kind, job_input(spec.kind.value, n), spec.limits) for n in range(b)]
-            for b in sizes}
+    return {b: [validate_input(spec.kind, job_input(spec.kind.value, n), spec.limits) for n in range(b)] for b in sizes}
 
 
 class Probe:
@@ -76,8 +76,12 @@ class Probe:
         return {
             "model": self.model_id,
             "batches": {
-                str(b): {"items_per_s": b * len(ts) / sum(ts), "median_ms": statistics.median(ts) * 1000,
-                         "cpu_ms_per_item": cpu[b] * 1000 / (b * len(ts)), "reps": len(ts)}
+                str(b): {
+                    "items_per_s": b * len(ts) / sum(ts),
+                    "median_ms": statistics.median(ts) * 1000,
+                    "cpu_ms_per_item": cpu[b] * 1000 / (b * len(ts)),
+                    "reps": len(ts),
+                }
                 for b, ts in times.items()
             },
         }
@@ -100,10 +104,19 @@ class RawProbe:
     """The benchmark's side: a ``bench/raw.py`` subprocess, loaded once, measured on demand."""
 
     def __init__(self, models_file: Path, model_id: str, batch_sizes: list[int], env: dict[str, str]) -> None:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--models-file", str(models_file), "--model", model_id,
-               "--batch-sizes", ",".join(map(str, batch_sizes))]
-        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--models-file",
+            str(models_file),
+            "--model",
+            model_id,
+            "--batch-sizes",
+            ",".join(map(str, batch_sizes)),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
         self._read()  # {"ready": ...} once the model is loaded and warmed up
 
     def _read(self) -> dict[str, Any]:

@@ -48,8 +48,12 @@ def socket_owners(redis_port: int) -> dict[int, str]:
 
 
 def process_kind(cmd: str) -> str:
-    for needle, kind in (("gunicorn", "API"), ("flower", "Flower"), (" worker worker", "worker"),
-                         ("overhead.py", "bench")):
+    for needle, kind in (
+        ("gunicorn", "API"),
+        ("flower", "Flower"),
+        (" worker worker", "worker"),
+        ("overhead.py", "bench"),
+    ):
         if needle in cmd:
             return kind
     return cmd[:40]
@@ -84,13 +88,15 @@ def monitor_one_job(stack: BenchStack, model: str, kind: str) -> None:
     assert stack.redis.port
     with httpx.Client(base_url=stack.url, timeout=CLIENT_TIMEOUT_S) as http:
         for n in range(3):  # warm: connections open, scripts loaded, the wait listener subscribed
-            http.post("/v1/jobs", json={"model": model, "input": job_input(kind, n)},
-                      headers={"Prefer": f"wait={WAIT_S}"})
+            http.post(
+                "/v1/jobs", json={"model": model, "input": job_input(kind, n)}, headers={"Prefer": f"wait={WAIT_S}"}
+            )
         time.sleep(1.0)
 
         def one_job() -> None:
-            http.post("/v1/jobs", json={"model": model, "input": job_input(kind, 99)},
-                      headers={"Prefer": f"wait={WAIT_S}"})
+            http.post(
+                "/v1/jobs", json={"model": model, "input": job_input(kind, 99)}, headers={"Prefer": f"wait={WAIT_S}"}
+            )
 
         idle = capture(stack.redis.port, 1.0)
         busy = capture(stack.redis.port, 1.0, one_job)

@@ -24,8 +24,13 @@ class Raw:
     @classmethod
     def from_json(cls, demo: str, when: str, data: dict[str, Any], load_avg: tuple[float, float, float]) -> Raw:
         batches = data["batches"]
-        return cls(demo, when, {int(b): v["items_per_s"] for b, v in batches.items()},
-                   {int(b): v["median_ms"] for b, v in batches.items()}, load_avg)
+        return cls(
+            demo,
+            when,
+            {int(b): v["items_per_s"] for b, v in batches.items()},
+            {int(b): v["median_ms"] for b, v in batches.items()},
+            load_avg,
+        )
 
 
 def attach_raw(point: Point, before: Raw, after: Raw) -> None:
@@ -39,8 +44,20 @@ def fmt(value: float, digits: int = 0) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-HEADER = ("scenario", "model", "max batch", "clients", "req/s", "mean ms", "p50", "p90", "p95", "p99",
-          "mean batch", "load 1m")
+HEADER = (
+    "scenario",
+    "model",
+    "max batch",
+    "clients",
+    "req/s",
+    "mean ms",
+    "p50",
+    "p90",
+    "p95",
+    "p99",
+    "mean batch",
+    "load 1m",
+)
 
 
 def table(raws: list[Raw], points: list[Point]) -> str:
@@ -50,12 +67,39 @@ def table(raws: list[Raw], points: list[Point]) -> str:
         raw = mean_raw(raws, demo)
         n = sum(1 for r in raws if r.model == demo)
         for b in sorted(raw.items_per_s):
-            rows.append((f"raw runtime (mean of {n})", raw.model, str(b), "-", fmt(raw.items_per_s[b], 1), "-",
-                         fmt(raw.median_ms[b]), "-", "-", "-", str(b), fmt(raw.load_avg[0], 2)))
+            rows.append(
+                (
+                    f"raw runtime (mean of {n})",
+                    raw.model,
+                    str(b),
+                    "-",
+                    fmt(raw.items_per_s[b], 1),
+                    "-",
+                    fmt(raw.median_ms[b]),
+                    "-",
+                    "-",
+                    "-",
+                    str(b),
+                    fmt(raw.load_avg[0], 2),
+                )
+            )
     for p in points:
-        rows.append((p.label, p.model, str(p.max_batch_size), str(p.concurrency), fmt(p.rps, 1), fmt(p.mean_ms),
-                     fmt(p.p50_ms), fmt(p.p90_ms), fmt(p.p95_ms), fmt(p.p99_ms), fmt(p.mean_batch, 2),
-                     fmt(p.load_avg[0], 2)))
+        rows.append(
+            (
+                p.label,
+                p.model,
+                str(p.max_batch_size),
+                str(p.concurrency),
+                fmt(p.rps, 1),
+                fmt(p.mean_ms),
+                fmt(p.p50_ms),
+                fmt(p.p90_ms),
+                fmt(p.p95_ms),
+                fmt(p.p99_ms),
+                fmt(p.mean_batch, 2),
+                fmt(p.load_avg[0], 2),
+            )
+        )
     return markdown_table(HEADER, rows)
 
 
@@ -75,9 +119,14 @@ def mean_raw(raws: list[Raw], demo: str) -> Raw:
     """Every raw measurement of ``demo`` averaged; load_avg is the mean too."""
     mine = [r for r in raws if r.model == demo]
     sizes = mine[0].items_per_s.keys()
-    load = tuple(sum(r.load_avg[i] for r in mine) / len(mine) for i in range(3))
-    return Raw(demo, "mean", {b: sum(r.items_per_s[b] for r in mine) / len(mine) for b in sizes},
-               {b: sum(r.median_ms[b] for r in mine) / len(mine) for b in sizes}, load)  # type: ignore[arg-type]
+    one, five, fifteen = (sum(r.load_avg[i] for r in mine) / len(mine) for i in range(3))
+    return Raw(
+        demo,
+        "mean",
+        {b: sum(r.items_per_s[b] for r in mine) / len(mine) for b in sizes},
+        {b: sum(r.median_ms[b] for r in mine) / len(mine) for b in sizes},
+        (one, five, fifteen),
+    )
 
 
 def raw_spread(raws: list[Raw]) -> list[str]:
@@ -87,8 +136,10 @@ def raw_spread(raws: list[Raw]) -> list[str]:
         mine = [r for r in raws if r.model == demo]
         for b in sorted(mine[0].items_per_s):
             values = [r.items_per_s[b] for r in mine]
-            lines.append(f"raw {demo} batch {b}: {min(values):.1f}-{max(values):.1f} items/s over {len(values)} "
-                         "measurements (one before and after every HTTP point)")
+            lines.append(
+                f"raw {demo} batch {b}: {min(values):.1f}-{max(values):.1f} items/s over {len(values)} "
+                "measurements (one before and after every HTTP point)"
+            )
     return lines
 
 
@@ -105,8 +156,19 @@ def read_json(path: Path) -> tuple[list[Raw], list[Point], dict[str, Any]]:
     def by_size(d: dict[str, float]) -> dict[int, float]:
         return {int(k): v for k, v in d.items()}
 
-    raws = [Raw(r["model"], r["when"], by_size(r["items_per_s"]), by_size(r["median_ms"]), tuple(r["load_avg"]))
-            for r in data["raw"]]
-    points = [Point(**{**p, "load_avg": tuple(p["load_avg"]), "raw_items_per_s": by_size(p["raw_items_per_s"]),
-                       "raw_median_ms": by_size(p["raw_median_ms"])}) for p in data["points"]]
+    raws = [
+        Raw(r["model"], r["when"], by_size(r["items_per_s"]), by_size(r["median_ms"]), tuple(r["load_avg"]))
+        for r in data["raw"]
+    ]
+    points = [
+        Point(
+            **{
+                **p,
+                "load_avg": tuple(p["load_avg"]),
+                "raw_items_per_s": by_size(p["raw_items_per_s"]),
+                "raw_median_ms": by_size(p["raw_median_ms"]),
+            }
+        )
+        for p in data["points"]
+    ]
     return raws, points, data["meta"]

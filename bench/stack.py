@@ -48,12 +48,15 @@ class ModelConfig:
             f'source = "{demo_dir / self.demo}"',
             f"batching = {{ max_batch_size = {self.max_batch_size}, max_wait_ms = {self.max_wait_ms}, "
             f'policy = "{self.policy}", buffer_batches = 2'
-            + (f', scheduling = "{self.scheduling}"' if self.scheduling else "") + " }",
+            + (f', scheduling = "{self.scheduling}"' if self.scheduling else "")
+            + " }",
             "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
         if kind == "text-to-image":
-            lines.append("limits = { default_width = 64, default_height = 64, default_steps = 4, "
-                         "max_width = 256, max_height = 256, max_pixels = 65536, max_steps = 50 }")
+            lines.append(
+                "limits = { default_width = 64, default_height = 64, default_steps = 4, "
+                "max_width = 256, max_height = 256, max_pixels = 65536, max_steps = 50 }"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -74,9 +77,13 @@ class BenchStack:
     def env(self) -> dict[str, str]:
         """What the API, the workers and Locust share: the private Redis and models file, no rate limit."""
         assert self.settings is not None
-        return worker_env(self.settings, GENQ_RATE_LIMIT="1000000/minute", GENQ_STREAM_RATE_LIMIT="1000000/minute",
-                          GENQ_API_THREADS=str(API_THREADS),
-                          GENQ_API_WORKERS=str(API_WORKERS))
+        return worker_env(
+            self.settings,
+            GENQ_RATE_LIMIT="1000000/minute",
+            GENQ_STREAM_RATE_LIMIT="1000000/minute",
+            GENQ_API_THREADS=str(API_THREADS),
+            GENQ_API_WORKERS=str(API_WORKERS),
+        )
 
     def start(self) -> BenchStack:
         from genq.redis_server import free_port
@@ -89,8 +96,13 @@ class BenchStack:
         self.api_port = free_port()
         log = open(self.work_dir / "api.log", "ab")
         cmd = [sys.executable, "-m", "api.serve"]  # the deployed server (granian), access log on, as deployed
-        self.api = subprocess.Popen(cmd, cwd=ROOT, env={**self.env(), "GENQ_API_BIND": f"127.0.0.1:{self.api_port}"},
-                                    stdout=log, stderr=subprocess.STDOUT)
+        self.api = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**self.env(), "GENQ_API_BIND": f"127.0.0.1:{self.api_port}"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         end = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < end:
             if self.api.poll() is not None:
@@ -120,9 +132,13 @@ class BenchStack:
         from genq.redis_server import free_port
 
         log = open(self.work_dir / "flower.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "worker", "flower", f"--port={free_port()}",
-                                 "--address=127.0.0.1"], cwd=ROOT, env={**self.env(), "FLOWER_BASIC_AUTH": "b:b"},
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker", "flower", f"--port={free_port()}", "--address=127.0.0.1"],
+            cwd=ROOT,
+            env={**self.env(), "FLOWER_BASIC_AUTH": "b:b"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             time.sleep(3)  # connected and consuming events before the load starts
             yield proc

@@ -50,9 +50,14 @@ Measure = Callable[[int], dict[str, dict[str, float]]]
 
 
 def configs(plan: StepsPlan = CPU) -> list[ModelConfig]:
-    return [c for mode in MODES for c in (
-        ModelConfig(f"sd-{mode}", "sd-demo", plan.image_batch, 50, scheduling=mode),
-        ModelConfig(f"gpt2-{mode}", "gpt2-demo", plan.text_batch, 50, scheduling=mode))]
+    return [
+        c
+        for mode in MODES
+        for c in (
+            ModelConfig(f"sd-{mode}", "sd-demo", plan.image_batch, 50, scheduling=mode),
+            ModelConfig(f"gpt2-{mode}", "gpt2-demo", plan.text_batch, 50, scheduling=mode),
+        )
+    ]
 
 
 class Run:
@@ -89,7 +94,8 @@ class Run:
         work = self.plan.uniform_steps if image else self.plan.raw_tokens
         batches = self.probes[short](self.plan.raw_reps)
         self.raw.setdefault(self.names[short], []).append(
-            {"kind": "images" if image else "text", "work": work, "batches": batches})
+            {"kind": "images" if image else "text", "work": work, "batches": batches}
+        )
         return work * batches[str(batch)]["items_per_s"]
 
     @contextmanager
@@ -102,11 +108,13 @@ class Run:
         for point in self.points[first:]:
             point.raw_work_per_s = (before + after) / 2
 
-    def closed(self, label: str, model: str, jobs: Callable[[int], JobSpec], clients: int,
-               stream: bool = False) -> MixedPoint:
+    def closed(
+        self, label: str, model: str, jobs: Callable[[int], JobSpec], clients: int, stream: bool = False
+    ) -> MixedPoint:
         kwargs = {"sender": submit_and_stream} if stream else {}
-        done, window = run_clients(self.stack.url, model, jobs, clients, self.plan.warmup_s, self.plan.duration_s,
-                                   **kwargs)
+        done, window = run_clients(
+            self.stack.url, model, jobs, clients, self.plan.warmup_s, self.plan.duration_s, **kwargs
+        )
         return self._keep(summarize(done, window, label=label, model=model, concurrency=clients))
 
     def poisson(self, label: str, model: str, jobs: Callable[[int], JobSpec], rate: float) -> MixedPoint:
@@ -116,8 +124,10 @@ class Run:
     def _keep(self, point: MixedPoint) -> MixedPoint:
         self.points.append(point)
         tags = ", ".join(f"{t} p50 {fmt(v)}" for t, v in point.p50_ms.items())
-        print(f"  {point.model} {point.label}: {point.jobs_per_s:.2f} jobs/s, {point.work_per_s:.1f} work/s; {tags}",
-              flush=True)
+        print(
+            f"  {point.model} {point.label}: {point.jobs_per_s:.2f} jobs/s, {point.work_per_s:.1f} work/s; {tags}",
+            flush=True,
+        )
         return point
 
     def close(self) -> None:
@@ -158,8 +168,13 @@ def text(run: Run) -> None:
             with run.stack.worker(f"gpt2-{mode}"):
                 for clients in plan.text_clients:
                     run.closed(plan.text_label(clients), f"gpt2-{mode}", plan.mixed_text, clients)
-                run.closed(f"mixed text x{plan.stream_clients} streamed", f"gpt2-{mode}", plan.mixed_text,
-                           plan.stream_clients, stream=True)
+                run.closed(
+                    f"mixed text x{plan.stream_clients} streamed",
+                    f"gpt2-{mode}",
+                    plan.mixed_text,
+                    plan.stream_clients,
+                    stream=True,
+                )
 
 
 def mixed(run: Run) -> None:
@@ -169,8 +184,9 @@ def mixed(run: Run) -> None:
         for mode in MODES:
             model = f"sd-{mode}"
             with run.stack.worker(model):
-                thread = threading.Thread(target=run.poisson,
-                                          args=(plan.odd_label(), model, plan.odd_images, plan.odd_rate))
+                thread = threading.Thread(
+                    target=run.poisson, args=(plan.odd_label(), model, plan.odd_images, plan.odd_rate)
+                )
                 thread.start()
                 run.closed(plan.steady_label(), model, plan.uniform_images, plan.steady_clients)
                 thread.join()
@@ -201,8 +217,12 @@ def write_results(run: Run, out: Path, meta: dict[str, Any], title: str) -> None
     """``<plan name>.json`` (meta, raw, points) and ``.png`` under ``out``; then the tables on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     name = run.plan.name
-    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "plan": asdict(run.plan), "raw": run.raw,
-                                                  "points": [asdict(p) for p in run.points]}, indent=1))
+    (out / f"{name}.json").write_text(
+        json.dumps(
+            {"meta": meta, "plan": asdict(run.plan), "raw": run.raw, "points": [asdict(p) for p in run.points]},
+            indent=1,
+        )
+    )
     plot(run.points, out / f"{name}.png", title)
     print(f"\n{meta}\n\n{report(run.points, run.raw, run.plan)}\n\nwrote {out / name}.json and .png")
 
@@ -213,8 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     parser.add_argument("--loads", help="comma-separated Poisson loads, fractions of request-level capacity")
     parser.add_argument("--uniform-clients", help="comma-separated client counts of the uniform scenario")
-    parser.add_argument("--poisson-only", action="store_true",
-                        help="images: only request-level's reference capacity point, then the Poisson loads")
+    parser.add_argument(
+        "--poisson-only",
+        action="store_true",
+        help="images: only request-level's reference capacity point, then the Poisson loads",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
     from worker.demo_models import build_demo_models

@@ -69,9 +69,17 @@ class MixedPoint:
 
 
 def image_job(n: int, steps: int, size: int = 64, seed: int | None = None, tag: str | None = None) -> JobSpec:
-    return JobSpec(tag or f"{steps} steps", {
-        "prompt": f"a painting of a {SUBJECTS[n % len(SUBJECTS)]}", "width": size, "height": size,
-        "num_inference_steps": steps, "seed": n if seed is None else seed}, work=float(steps))
+    return JobSpec(
+        tag or f"{steps} steps",
+        {
+            "prompt": f"a painting of a {SUBJECTS[n % len(SUBJECTS)]}",
+            "width": size,
+            "height": size,
+            "num_inference_steps": steps,
+            "seed": n if seed is None else seed,
+        },
+        work=float(steps),
+    )
 
 
 def text_job(n: int, tokens: int, temperature: float | None = None, tag: str | None = None) -> JobSpec:
@@ -85,8 +93,9 @@ def submit_and_wait(client: httpx.Client, model: str, spec: JobSpec) -> Done:
     """POST /v1/jobs with ``Prefer: wait``; ok when it answers 200 with a succeeded job."""
     started = time.perf_counter()
     try:
-        response = client.post("/v1/jobs", json={"model": model, "input": spec.input},
-                               headers={"Prefer": f"wait={WAIT_S}"})
+        response = client.post(
+            "/v1/jobs", json={"model": model, "input": spec.input}, headers={"Prefer": f"wait={WAIT_S}"}
+        )
         job = response.json() if response.status_code == 200 else {}
     except httpx.HTTPError:
         return Done(spec.tag, started, time.perf_counter(), False, spec.work)
@@ -96,8 +105,9 @@ def submit_and_wait(client: httpx.Client, model: str, spec: JobSpec) -> Done:
     output = job.get("output")
     if isinstance(output, dict) and isinstance(output.get("tokens"), int):
         work = float(output["tokens"])  # a text that stopped early did less work than it asked for
-    return Done(spec.tag, started, ended, job.get("status") == "succeeded", work,
-                rows_per_step=metrics.get("rows_per_step"))
+    return Done(
+        spec.tag, started, ended, job.get("status") == "succeeded", work, rows_per_step=metrics.get("rows_per_step")
+    )
 
 
 def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
@@ -125,15 +135,23 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
                             break
     except (httpx.HTTPError, KeyError, ValueError):
         pass
-    return Done(spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first,
-                first_text_tokens=first_tokens)
+    return Done(
+        spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first, first_text_tokens=first_tokens
+    )
 
 
 Sender = Callable[[httpx.Client, str, JobSpec], Done]
 
 
-def run_clients(url: str, model: str, jobs: Callable[[int], JobSpec], concurrency: int, warmup_s: float,
-                duration_s: float, sender: Sender = submit_and_wait) -> tuple[list[Done], tuple[float, float]]:
+def run_clients(
+    url: str,
+    model: str,
+    jobs: Callable[[int], JobSpec],
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    sender: Sender = submit_and_wait,
+) -> tuple[list[Done], tuple[float, float]]:
     """``concurrency`` closed-loop clients sending ``jobs(n)`` for warmup + duration."""
     done: list[Done] = []
     lock = threading.Lock()
@@ -158,8 +176,9 @@ def run_clients(url: str, model: str, jobs: Callable[[int], JobSpec], concurrenc
     return done, window
 
 
-def run_poisson(url: str, model: str, jobs: Callable[[int], JobSpec], rate: float, warmup_s: float,
-                duration_s: float, seed: int = 7) -> tuple[list[Done], tuple[float, float]]:
+def run_poisson(
+    url: str, model: str, jobs: Callable[[int], JobSpec], rate: float, warmup_s: float, duration_s: float, seed: int = 7
+) -> tuple[list[Done], tuple[float, float]]:
     """Poisson arrivals at ``rate`` jobs/s, each sent on schedule whatever the others do."""
     done: list[Done] = []
     lock = threading.Lock()
@@ -178,16 +197,25 @@ def run_poisson(url: str, model: str, jobs: Callable[[int], JobSpec], rate: floa
     return done, send_poisson(todo, threads, rate, warmup_s, duration_s, seed)
 
 
-def summarize(done: list[Done], window: tuple[float, float], *, label: str, model: str, concurrency: int,
-              by_start: bool = False) -> MixedPoint:
+def summarize(
+    done: list[Done], window: tuple[float, float], *, label: str, model: str, concurrency: int, by_start: bool = False
+) -> MixedPoint:
     """Throughput over the window and latency per tag. ``by_start``: count the jobs sent inside the window
     (open loop: every one of them finishes), else those that finished inside it (closed loop)."""
     start, end = window
     inside = [d for d in done if start <= (d.started if by_start else d.ended) <= end]
     ok = [d for d in inside if d.ok]
     seconds = end - start
-    point = MixedPoint(label, model, concurrency, seconds, len(ok), len(inside) - len(ok), len(ok) / seconds,
-                       sum(d.work for d in ok) / seconds)
+    point = MixedPoint(
+        label,
+        model,
+        concurrency,
+        seconds,
+        len(ok),
+        len(inside) - len(ok),
+        len(ok) / seconds,
+        sum(d.work for d in ok) / seconds,
+    )
     for tag in sorted({d.tag for d in ok}, key=_tag_order):
         latencies = [(d.ended - d.started) * 1000 for d in ok if d.tag == tag]
         point.p50_ms[tag] = percentile(latencies, 50)

@@ -44,9 +44,16 @@ class StepsPlan:
 
     def quick(self) -> StepsPlan:
         """Short points, fewer of them: a check that the run works, not a figure to keep."""
-        return replace(self, name=f"{self.name}-quick", warmup_s=self.quick_s[0], duration_s=self.quick_s[1],
-                       raw_reps=min(self.raw_reps, 2), loads=(0.6,), uniform_clients=self.uniform_clients[:2],
-                       text_clients=self.text_clients[:1])
+        return replace(
+            self,
+            name=f"{self.name}-quick",
+            warmup_s=self.quick_s[0],
+            duration_s=self.quick_s[1],
+            raw_reps=min(self.raw_reps, 2),
+            loads=(0.6,),
+            uniform_clients=self.uniform_clients[:2],
+            text_clients=self.text_clients[:1],
+        )
 
     def mixed_images(self, n: int) -> JobSpec:
         return image_job(n, self.image_steps[n % len(self.image_steps)], size=self.image_size)
@@ -59,8 +66,7 @@ class StepsPlan:
 
     @staticmethod
     def mixed_text(n: int) -> JobSpec:
-        return text_job(n, TEXT_TOKENS[n % len(TEXT_TOKENS)],
-                        TEMPERATURES[(n // len(TEXT_TOKENS)) % len(TEMPERATURES)])
+        return text_job(n, TEXT_TOKENS[n % len(TEXT_TOKENS)], TEMPERATURES[(n // len(TEXT_TOKENS)) % len(TEMPERATURES)])
 
     # The points' labels: the targets find their points by these.
     def capacity_label(self, clients: int) -> str:
@@ -87,5 +93,16 @@ class StepsPlan:
 #: The CPU run of bench/steps.py: the small demo SD at 64x64 (max batch 8), the demo GPT-2 (max batch 16).
 #: Its fairness bound: 0.5 s, or 2 learned batch times, plus the running rows' remaining steps, plus the odd
 #: job's own run; on that CPU at 64x64 and 4 steps it is well under 2 s.
-CPU = StepsPlan("steps", image_size=64, odd_size=128, uniform_steps=4, raw_tokens=16, image_batch=8, text_batch=16,
-                warmup_s=3.0, duration_s=12.0, raw_reps=4, odd_bound_s=2.0)
+CPU = StepsPlan(
+    "steps",
+    image_size=64,
+    odd_size=128,
+    uniform_steps=4,
+    raw_tokens=16,
+    image_batch=8,
+    text_batch=16,
+    warmup_s=3.0,
+    duration_s=12.0,
+    raw_reps=4,
+    odd_bound_s=2.0,
+)

@@ -40,8 +40,12 @@ def odd_bound(plan: StepsPlan, raw: dict[str, list[RawEntry]]) -> float:
     lone image, at most T)."""
     if plan.odd_bound_s is not None:
         return plan.odd_bound_s
-    calls: list[float] = [e["batches"][str(plan.image_batch)]["median_ms"] / 1000 for runs in raw.values() for e in runs
-             if e["kind"] == "images"]
+    calls: list[float] = [
+        e["batches"][str(plan.image_batch)]["median_ms"] / 1000
+        for runs in raw.values()
+        for e in runs
+        if e["kind"] == "images"
+    ]
     if not calls:
         return float("nan")
     row_s = sum(calls) / len(calls)
@@ -70,8 +74,11 @@ def targets(points: list[MixedPoint], plan: StepsPlan, bound_s: float) -> list[t
         add(f"text x{clients}: tokens/s, step / request >= 2", value, value >= 2)
     odd = find(points, "sd-step", plan.odd_label())
     value = max(odd.max_ms.values(), default=math.nan) / 1000 if odd else math.nan
-    add(f"mixed keys: odd jobs' longest time to done (s) <= {fmt(bound_s, 2)} (README's fairness bound)", value,
-        value <= bound_s)
+    add(
+        f"mixed keys: odd jobs' longest time to done (s) <= {fmt(bound_s, 2)} (README's fairness bound)",
+        value,
+        value <= bound_s,
+    )
     return rows
 
 
@@ -84,20 +91,54 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
             rates = [r["batches"][str(b)]["items_per_s"] for r in runs]
             mean = sum(rates) / len(rates)
             calls = [r["batches"][str(b)]["median_ms"] for r in runs]
-            raw_rows.append((name, str(b), fmt(mean, 2), fmt(work * mean, 1), fmt(sum(calls) / len(calls)),
-                             fmt(min(rates), 2) + "-" + fmt(max(rates), 2), str(len(runs))))
+            raw_rows.append(
+                (
+                    name,
+                    str(b),
+                    fmt(mean, 2),
+                    fmt(work * mean, 1),
+                    fmt(sum(calls) / len(calls)),
+                    fmt(min(rates), 2) + "-" + fmt(max(rates), 2),
+                    str(len(runs)),
+                )
+            )
     lines = [markdown_table(("raw runtime", "batch", "jobs/s", "work/s", "call ms", "range", "measured"), raw_rows)]
     rows: list[tuple[str, ...]] = [
-        (p.model, p.label, fmt(p.jobs_per_s, 2), fmt(p.work_per_s, 1), fmt(p.raw_work_per_s, 1),
-         fmt(100 * ratio(p.work_per_s, p.raw_work_per_s)) + "%", fmt(p.mean_rows, 1),
-         "; ".join(f"{t}: {fmt(v)}" for t, v in p.p50_ms.items()),
-         "; ".join(f"{t}: {fmt(v)}" for t, v in p.max_ms.items()),
-         f"{fmt(p.ttft_p50_ms)} ({p.ttft_jobs} of {p.jobs})" if p.ttft_jobs else "-",
-         f"{fmt(p.first_token_p50_ms)} ({p.first_token_jobs})" if p.first_token_jobs else "-", str(p.errors))
-        for p in points]
-    lines.append(markdown_table(("model", "point", "jobs/s", "work/s", "raw work/s", "of raw", "rows/step",
-                                 "p50 ms by tag", "max ms by tag", "first text p50 (jobs)", "first token p50 (jobs)",
-                                 "errors"), rows))
+        (
+            p.model,
+            p.label,
+            fmt(p.jobs_per_s, 2),
+            fmt(p.work_per_s, 1),
+            fmt(p.raw_work_per_s, 1),
+            fmt(100 * ratio(p.work_per_s, p.raw_work_per_s)) + "%",
+            fmt(p.mean_rows, 1),
+            "; ".join(f"{t}: {fmt(v)}" for t, v in p.p50_ms.items()),
+            "; ".join(f"{t}: {fmt(v)}" for t, v in p.max_ms.items()),
+            f"{fmt(p.ttft_p50_ms)} ({p.ttft_jobs} of {p.jobs})" if p.ttft_jobs else "-",
+            f"{fmt(p.first_token_p50_ms)} ({p.first_token_jobs})" if p.first_token_jobs else "-",
+            str(p.errors),
+        )
+        for p in points
+    ]
+    lines.append(
+        markdown_table(
+            (
+                "model",
+                "point",
+                "jobs/s",
+                "work/s",
+                "raw work/s",
+                "of raw",
+                "rows/step",
+                "p50 ms by tag",
+                "max ms by tag",
+                "first text p50 (jobs)",
+                "first token p50 (jobs)",
+                "errors",
+            ),
+            rows,
+        )
+    )
     lines.append(markdown_table(("target", "measured", "verdict"), targets(points, plan, odd_bound(plan, raw))))
     return "\n\n".join(lines)
 
@@ -112,20 +153,30 @@ def plot(points: list[MixedPoint], path: Path, title: str) -> None:
 
     from bench.plots import save_figure
 
-    panels = [(short, unit) for short, unit in (("sd", "image-steps/s"), ("gpt2", "tokens/s"))
-              if any(p.model.startswith(f"{short}-") for p in points)]
+    panels = [
+        (short, unit)
+        for short, unit in (("sd", "image-steps/s"), ("gpt2", "tokens/s"))
+        if any(p.model.startswith(f"{short}-") for p in points)
+    ]
     widths = [len({p.label for p in points if p.model.startswith(f"{short}-")}) for short, _ in panels]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 + 0.8 * sum(widths), 4.5), squeeze=False,
-                             gridspec_kw={"width_ratios": widths})
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4 + 0.8 * sum(widths), 4.5), squeeze=False, gridspec_kw={"width_ratios": widths}
+    )
     for ax, (short, unit) in zip(axes[0], panels, strict=True):
         mine = [p for p in points if p.model.startswith(f"{short}-")]
         labels = list(dict.fromkeys(p.label for p in mine))
         for offset, mode in ((-0.2, "request"), (0.2, "step")):
-            values = [sum(p.work_per_s for p in mine if p.label == label and p.model.endswith(mode))
-                      for label in labels]
+            values = [
+                sum(p.work_per_s for p in mine if p.label == label and p.model.endswith(mode)) for label in labels
+            ]
             ax.bar([i + offset for i in range(len(labels))], values, width=0.4, label=mode)
-        raws = [max((p.raw_work_per_s for p in mine if p.label == label and not math.isnan(p.raw_work_per_s)),
-                    default=math.nan) for label in labels]
+        raws = [
+            max(
+                (p.raw_work_per_s for p in mine if p.label == label and not math.isnan(p.raw_work_per_s)),
+                default=math.nan,
+            )
+            for label in labels
+        ]
         ax.plot(range(len(labels)), raws, "k_", markersize=22, mew=2, label="raw runtime, max batch")
         ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
         ax.set_ylabel(unit)

@@ -42,22 +42,31 @@ class HFContinuous:
         GenerationConfig: Any = transformers.GenerationConfig  # noqa: N806
         ContinuousBatchingConfig: Any = transformers.ContinuousBatchingConfig  # noqa: N806
         eos = self.tokenizer.eos_token_id
-        generation = GenerationConfig(do_sample=do_sample, max_new_tokens=64, eos_token_id=eos, pad_token_id=eos,
-                                      **sampling)
+        generation = GenerationConfig(
+            do_sample=do_sample, max_new_tokens=64, eos_token_id=eos, pad_token_id=eos, **sampling
+        )
         sizes = {"num_blocks": 128, "page_size": 64, "max_batch_tokens": 256} if self.sized else {}
-        batching = ContinuousBatchingConfig(max_requests_per_batch=self.slots, seed=seed,
-                                            per_request_processors=bool(sampling), **sizes)
+        batching = ContinuousBatchingConfig(
+            max_requests_per_batch=self.slots, seed=seed, per_request_processors=bool(sampling), **sizes
+        )
         return generation, batching
 
-    def generate(self, prompts: list[list[int]], max_new: list[int], do_sample: bool = False,
-                 seed: int | None = None, per_request: list[dict[str, Any]] | None = None,
-                 **sampling: Any) -> tuple[dict[int, list[int]], float]:  # also sets latency, cpu_s
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new: list[int],
+        do_sample: bool = False,
+        seed: int | None = None,
+        per_request: list[dict[str, Any]] | None = None,
+        **sampling: Any,
+    ) -> tuple[dict[int, list[int]], float]:  # also sets latency, cpu_s
         """Every prompt through one manager; each one's generated ids, and the seconds from the first request to the
         last result (the manager's start-up, warm-up excluded, goes to ``startup_s``)."""
         generation, batching = self._configs(do_sample, seed, **sampling)
         start = time.perf_counter()
-        with self.model.continuous_batching_context_manager(generation_config=generation, warmup=True,
-                                                            continuous_batching_config=batching) as manager:
+        with self.model.continuous_batching_context_manager(
+            generation_config=generation, warmup=True, continuous_batching_config=batching
+        ) as manager:
             self.startup_s = time.perf_counter() - start
             start, self.cpu_start = time.perf_counter(), time.process_time()
             for i, (ids, n) in enumerate(zip(prompts, max_new, strict=True)):
@@ -88,8 +97,9 @@ class HFContinuous:
         per_request = [{"temperature": job.temperature, "top_p": job.top_p} for job in jobs] if sampled else None
         settings = {"temperature": 0.9, "top_p": 0.9} if sampled else {}  # so that the per-request warpers exist
         try:
-            out, run.seconds = self.generate(prompts, [job.max_new_tokens for job in jobs], sampled, 0, per_request,
-                                             **settings)
+            out, run.seconds = self.generate(
+                prompts, [job.max_new_tokens for job in jobs], sampled, 0, per_request, **settings
+            )
         except Exception as error:  # what failed on this machine is a finding, not a crash of the bench
             run.note = f"failed: {type(error).__name__}: {error}"
             return run
@@ -106,14 +116,23 @@ class HFContinuous:
         try:
             alone, _ = self.generate([ids], [24], do_sample=True, seed=0, temperature=0.9)
             amid, _ = self.generate([ids, *crowd], [24] * (1 + len(crowd)), do_sample=True, seed=0, temperature=0.9)
-            lines.append(f"- same job, same manager seed, sampled: alone vs amid {len(crowd)} others give the same "
-                         f"tokens: {alone[0] == amid[0]} (genq: per-row generators give the same tokens)")
+            lines.append(
+                f"- same job, same manager seed, sampled: alone vs amid {len(crowd)} others give the same "
+                f"tokens: {alone[0] == amid[0]} (genq: per-row generators give the same tokens)"
+            )
         except Exception as error:
             lines.append(f"- sampled generation failed: {type(error).__name__}: {error}")
         try:
             per_row = [{"temperature": 0.3 + 0.1 * i} for i in range(1 + len(crowd))]
-            self.generate([ids, *crowd], [8] * (1 + len(crowd)), do_sample=True, seed=0, per_request=per_row,
-                          temperature=0.9, top_p=0.9)
+            self.generate(
+                [ids, *crowd],
+                [8] * (1 + len(crowd)),
+                do_sample=True,
+                seed=0,
+                per_request=per_row,
+                temperature=0.9,
+                top_p=0.9,
+            )
             lines.append("- per-request temperature (per_request_processors=True): ran")
         except Exception as error:
             lines.append(f"- per-request temperature failed: {type(error).__name__}: {error}")

@@ -105,11 +105,15 @@ def session_run(runtime: TextGenerationRuntime, n_jobs: int) -> tuple[dict[str, 
 
 def parts(cpu: float, model: TimedModel, tokens: int, steps: int) -> dict[str, float]:
     ms = 1000 / tokens
-    return {"tokens": tokens, "CPU ms/token": cpu * ms, "decode forward": model.cpu["decode"] * ms,
-            "prefill forward": model.cpu["prefill"] * ms,
-            "session (Python)": (cpu - model.cpu["decode"] - model.cpu["prefill"]) * ms,
-            "decode step ms": 1000 * model.cpu["decode"] / max(1, steps),
-            "prefills": model.calls["prefill"]}
+    return {
+        "tokens": tokens,
+        "CPU ms/token": cpu * ms,
+        "decode forward": model.cpu["decode"] * ms,
+        "prefill forward": model.cpu["prefill"] * ms,
+        "session (Python)": (cpu - model.cpu["decode"] - model.cpu["prefill"]) * ms,
+        "decode step ms": 1000 * model.cpu["decode"] / max(1, steps),
+        "prefills": model.calls["prefill"],
+    }
 
 
 def decode_ms(runtime: TextGenerationRuntime, lengths: list[int], steps: int = 8) -> float:
@@ -147,9 +151,14 @@ def padding(runtime: TextGenerationRuntime, trace: list[list[int]], reps: int) -
     out = {name: min(v) for name, v in runs.items()}
     widths = [max(t) for t in trace]
     means = [sum(t) / len(t) for t in trace]
-    out.update({"median step: width": max(mixed), "median step: mean length": mean,
-                "all steps: mean width": sum(widths) / len(widths),
-                "all steps: mean real length": sum(means) / len(means)})
+    out.update(
+        {
+            "median step: width": max(mixed),
+            "median step: mean length": mean,
+            "all steps: mean width": sum(widths) / len(widths),
+            "all steps: mean real length": sum(means) / len(means),
+        }
+    )
     return out
 
 
@@ -185,8 +194,12 @@ def first_text(runtime: TextGenerationRuntime, n_jobs: int) -> dict[str, float]:
 
         runtime.predict([jobs[n] for n in batch], text_sinks=[sink(n) for n in batch])
     counts = sorted(firsts.values())
-    return {"jobs": len(counts), "p50 tokens": counts[len(counts) // 2],
-            "mean tokens": sum(counts) / len(counts), "share at 1 token": counts.count(1) / len(counts)}
+    return {
+        "jobs": len(counts),
+        "p50 tokens": counts[len(counts) // 2],
+        "mean tokens": sum(counts) / len(counts),
+        "share at 1 token": counts.count(1) / len(counts),
+    }
 
 
 def main() -> None:
@@ -208,8 +221,10 @@ def main() -> None:
     for name, runs in (("raw call (16 jobs x 16 tokens)", raws), ("step session (scenario's jobs)", sessions)):
         best = min(runs, key=lambda r: r["CPU ms/token"])
         print(f"{name}: " + ", ".join(f"{k} {v:.3g}" for k, v in best.items()))
-    print("padding (decode forward ms, 16 rows): " + ", ".join(
-        f"{k} {v:.3g}" for k, v in padding(runtime, trace, args.reps).items()))
+    print(
+        "padding (decode forward ms, 16 rows): "
+        + ", ".join(f"{k} {v:.3g}" for k, v in padding(runtime, trace, args.reps).items())
+    )
     print("first text event: " + ", ".join(f"{k} {v:.3g}" for k, v in first_text(runtime, args.jobs).items()))
     print("first token: " + ", ".join(f"{k} {v:.3g}" for k, v in first_token(runtime, args.reps).items()))
 

@@ -30,8 +30,16 @@ from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
 
-PROMPTS = ["Hello", "Once upon a time there was a little robot", "The weather today is", "A", "def main():",
-           "Numbers like 0, 1, 2 and 3 appear", "queue", "The quick brown fox jumps over the lazy dog and then it"]
+PROMPTS = [
+    "Hello",
+    "Once upon a time there was a little robot",
+    "The weather today is",
+    "A",
+    "def main():",
+    "Numbers like 0, 1, 2 and 3 appear",
+    "queue",
+    "The quick brown fox jumps over the lazy dog and then it",
+]
 
 
 @dataclass
@@ -59,9 +67,17 @@ def workload(jobs: int, mixed: bool = False, seed: int = 0) -> list[TextGenerati
     """``jobs`` jobs with max_new_tokens from 4-64 (a fixed draw) over the prompts in turn: greedy, or (``mixed``)
     sampled with 8 temperature/top_p pairs, as OpenAI clients send them."""
     draw = random.Random(seed)
-    return [TextGenerationInput(prompt=PROMPTS[i % len(PROMPTS)], max_new_tokens=draw.randint(4, 64), seed=i,
-                                do_sample=mixed, temperature=0.7 + 0.1 * (i % 4) if mixed else 1.0,
-                                top_p=0.9 if mixed and i % 8 < 4 else 1.0) for i in range(jobs)]
+    return [
+        TextGenerationInput(
+            prompt=PROMPTS[i % len(PROMPTS)],
+            max_new_tokens=draw.randint(4, 64),
+            seed=i,
+            do_sample=mixed,
+            temperature=0.7 + 0.1 * (i % 4) if mixed else 1.0,
+            top_p=0.9 if mixed and i % 8 < 4 else 1.0,
+        )
+        for i in range(jobs)
+    ]
 
 
 def batches(runtime: TextGenerationRuntime, jobs: list[TextGenerationInput], slots: int) -> list[list[int]]:
@@ -87,6 +103,7 @@ def load_runtime(folder: Path) -> TextGenerationRuntime:
 
 def decoder(runtime: TextGenerationRuntime) -> Callable[[list[int]], str]:
     """Token ids to text as genq's runtime decodes a row (end-of-sequence tokens left out)."""
+
     def decode(ids: list[int]) -> str:
         return str(runtime.tokenizer.decode([t for t in ids if t not in runtime.eos_ids], skip_special_tokens=True))
 
@@ -133,14 +150,19 @@ def step_session(runtime: TextGenerationRuntime, jobs: list[TextGenerationInput]
 def table(runs: list[Run], raw: Run, reference: dict[int, str]) -> list[str]:
     """The comparison as a markdown table: tokens/s, ratio to request-level and to the raw runtime, same texts."""
     base = next(r for r in runs if r.name.startswith("genq request-level"))
-    lines = ["| route | s | tokens | tokens/s | x request-level | x raw batch | CPU ms per token | p50 job latency s "
-             "| same text as request-level | note |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| route | s | tokens | tokens/s | x request-level | x raw batch | CPU ms per token | p50 job latency s "
+        "| same text as request-level | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in [raw, *runs]:
         same = sum(r.texts.get(i) == text for i, text in reference.items())
-        lines.append(f"| {r.name} | {r.seconds:.2f} | {r.tokens} | {r.tokens_per_s:.0f} | "
-                     f"{r.tokens_per_s / base.tokens_per_s:.2f} | {r.tokens_per_s / raw.tokens_per_s:.2f} | "
-                     f"{1000 * r.cpu / r.tokens if r.tokens else 0:.2f} | {r.p50():.2f} | "
-                     f"{f'{same}/{len(reference)}' if r.texts else '-'} | {r.note} |")
+        lines.append(
+            f"| {r.name} | {r.seconds:.2f} | {r.tokens} | {r.tokens_per_s:.0f} | "
+            f"{r.tokens_per_s / base.tokens_per_s:.2f} | {r.tokens_per_s / raw.tokens_per_s:.2f} | "
+            f"{1000 * r.cpu / r.tokens if r.tokens else 0:.2f} | {r.p50():.2f} | "
+            f"{f'{same}/{len(reference)}' if r.texts else '-'} | {r.note} |"
+        )
     return lines
 
 
@@ -184,8 +206,10 @@ def main() -> None:
     reference = next(r for r in runs if r.name.startswith("genq request-level")).texts
     kind = "sampled jobs, 8 temperature/top_p pairs" if args.mixed else "greedy jobs"
     mean = sum(j.max_new_tokens for j in jobs) / len(jobs)
-    print(f"{args.jobs} {kind}, max_new_tokens 4-64 (mean {mean:.1f}), {args.slots} places, demo GPT-2 on CPU,"
-          f" 1 torch thread, best of {args.reps}")
+    print(
+        f"{args.jobs} {kind}, max_new_tokens 4-64 (mean {mean:.1f}), {args.slots} places, demo GPT-2 on CPU,"
+        f" 1 torch thread, best of {args.reps}"
+    )
     if own_sizing is not None:
         runs.append(own_sizing)
     print("\n".join(table(runs, raw, reference)))

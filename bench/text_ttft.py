@@ -65,16 +65,23 @@ def main() -> None:
         try:
             for clients in (int(c) for c in args.clients.split(",")):
                 before = step_seconds(port)
-                done, window = run_clients(stack.url, model, CPU.mixed_text, clients, CPU.warmup_s, CPU.duration_s,
-                                           sender=submit_and_stream)
+                done, window = run_clients(
+                    stack.url, model, CPU.mixed_text, clients, CPU.warmup_s, CPU.duration_s, sender=submit_and_stream
+                )
                 after = step_seconds(port)
                 point = summarize(done, window, label=f"x{clients}", model=model, concurrency=clients)
-                print(f"  first text with the first token: {point.first_token_jobs} of {point.ttft_jobs} jobs, their "
-                      f"p50 {point.first_token_p50_ms:.1f} ms", flush=True)
-                print(f"{clients} streamed client(s): time to first text p50 {point.ttft_p50_ms:.1f} ms "
-                      f"({point.ttft_jobs} jobs), {point.work_per_s:.0f} tokens/s, mean decode step "
-                      f"{mean_step_ms(before, after, '16'):.1f} ms at 16 rows, {mean_step_ms(before, after, '1'):.1f}"
-                      f" ms at 1 row, load average {load_average()[0]:.2f}", flush=True)
+                print(
+                    f"  first text with the first token: {point.first_token_jobs} of {point.ttft_jobs} jobs, their "
+                    f"p50 {point.first_token_p50_ms:.1f} ms",
+                    flush=True,
+                )
+                print(
+                    f"{clients} streamed client(s): time to first text p50 {point.ttft_p50_ms:.1f} ms "
+                    f"({point.ttft_jobs} jobs), {point.work_per_s:.0f} tokens/s, mean decode step "
+                    f"{mean_step_ms(before, after, '16'):.1f} ms at 16 rows, {mean_step_ms(before, after, '1'):.1f}"
+                    f" ms at 1 row, load average {load_average()[0]:.2f}",
+                    flush=True,
+                )
         finally:
             worker.stop()
 

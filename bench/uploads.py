@@ -38,8 +38,10 @@ from tests.s3_server import AWS_ENV, S3Server
 MODEL = "img-bench"
 BUCKET = "genq-bench-uploads"
 STORES = ("redis", "filesystem", "s3")
-HEADER = ("| store | rounds | inline job p50 (ms) | upload p50 (ms) | job after upload p50 (ms) | added p50 (ms) | "
-          "Redis per job (KiB) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+HEADER = (
+    "| store | rounds | inline job p50 (ms) | upload p50 (ms) | job after upload p50 (ms) | added p50 (ms) | "
+    "Redis per job (KiB) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,15 @@ class Row:
         return p50_ms([u + j for u, j in zip(self.upload_s, self.job_s, strict=True)]) - p50_ms(self.inline_s)
 
     def cells(self) -> list[str]:
-        return [self.store, str(self.rounds), f"{p50_ms(self.inline_s):.1f}", f"{p50_ms(self.upload_s):.1f}",
-                f"{p50_ms(self.job_s):.1f}", f"{self.added_ms:+.1f}", f"{self.redis_bytes / self.rounds / 1024:.1f}"]
+        return [
+            self.store,
+            str(self.rounds),
+            f"{p50_ms(self.inline_s):.1f}",
+            f"{p50_ms(self.upload_s):.1f}",
+            f"{p50_ms(self.job_s):.1f}",
+            f"{self.added_ms:+.1f}",
+            f"{self.redis_bytes / self.rounds / 1024:.1f}",
+        ]
 
 
 def p50_ms(seconds: list[float]) -> float:
@@ -122,8 +131,15 @@ def measure(settings: Settings, store: str, big: bytes, small: bytes, rounds: in
 
     api = create_app(settings).test_client()
     redis = api.application.extensions["genq"].store.redis
-    inline_body = {"model": MODEL, "input": {"prompt": "a fox", "width": 64, "height": 64,
-                                             "image": "data:image/png;base64," + base64.b64encode(small).decode()}}
+    inline_body = {
+        "model": MODEL,
+        "input": {
+            "prompt": "a fox",
+            "width": 64,
+            "height": 64,
+            "image": "data:image/png;base64," + base64.b64encode(small).decode(),
+        },
+    }
     inline, uploads, jobs = [], [], []
     for _ in range(rounds):
         response, seconds = timed(api.post, "/v1/jobs", json=inline_body)
@@ -156,15 +172,21 @@ def main() -> None:
     s3 = S3Server(work).start()
     try:
         s3.client().create_bucket(Bucket=BUCKET)
-        base = Settings(redis_url=redis_server.url, models_file=models_file(work), rate_limit="1000000/minute",
-                        max_upload_bytes=max(limit, 1))
+        base = Settings(
+            redis_url=redis_server.url,
+            models_file=models_file(work),
+            rate_limit="1000000/minute",
+            max_upload_bytes=max(limit, 1),
+        )
         rows = [measure(store_settings(base, store, work, s3), store, big, small, args.rounds) for store in STORES]
     finally:
         s3.stop()
         redis_server.stop()
-    print(f"\na {len(big) / 2**20:.1f} MiB PNG uploaded then named by a job, against a job with a {len(small)} byte "
-          f"data URI; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print(
+        f"\na {len(big) / 2**20:.1f} MiB PNG uploaded then named by a job, against a job with a {len(small)} byte "
+        f"data URI; {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
     print(table(rows))
 
 

@@ -34,8 +34,13 @@ def job_input(kind: str, n: int) -> dict[str, Any]:
     if kind == "fill-mask":  # the seed's example: a cheap model, where genq's own overhead is the limit
         return {"text": f"{PROMPTS[n % len(PROMPTS)]} [MASK].", "top_k": 5}
     if is_image_model(kind):
-        return {"prompt": f"a painting of a {SUBJECTS[n % len(SUBJECTS)]}", "width": SD_SIZE, "height": SD_SIZE,
-                "num_inference_steps": SD_STEPS, "seed": n}
+        return {
+            "prompt": f"a painting of a {SUBJECTS[n % len(SUBJECTS)]}",
+            "width": SD_SIZE,
+            "height": SD_SIZE,
+            "num_inference_steps": SD_STEPS,
+            "seed": n,
+        }
     return {"prompt": PROMPTS[n % len(PROMPTS)], "max_new_tokens": GPT2_NEW_TOKENS}
 
 

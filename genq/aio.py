@@ -1,7 +1,7 @@
 """``genq.AsyncClient``: ``Client`` for asyncio. The same flows (``genq.flows``), run with ``await``.
 
-    async with AsyncClient() as client:
-        jobs = await asyncio.gather(*(client.generate("bert-demo", text=t) for t in texts))
+async with AsyncClient() as client:
+    jobs = await asyncio.gather(*(client.generate("bert-demo", text=t) for t in texts))
 """
 
 from __future__ import annotations
@@ -34,8 +34,14 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def _send(self, request: Request) -> Outcome:
         try:
             http = self._bare if request.external else self._http
-            return await http.request(request.method, request.path, json=request.json, content=request.content,
-                                      headers=request.headers, timeout=request.timeout or self.config.timeout)
+            return await http.request(
+                request.method,
+                request.path,
+                json=request.json,
+                content=request.content,
+                headers=request.headers,
+                timeout=request.timeout or self.config.timeout,
+            )
         except httpx.TransportError as exc:
             return exc
 
@@ -59,20 +65,41 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         finally:
             await stream.close()
 
-    async def submit(self, model: str, input: dict[str, Any] | None = None, /, *, priority: str | None = None,
-                     deadline_s: float | None = None, webhook: str | None = None,
-                     idempotency_key: str | None = None, **fields: Any) -> Job:
+    async def submit(
+        self,
+        model: str,
+        input: dict[str, Any] | None = None,
+        /,
+        *,
+        priority: str | None = None,
+        deadline_s: float | None = None,
+        webhook: str | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Job:
         """See ``Client.submit``."""
-        flow = flows.submit(self.config, model, flows.merge_input(input, fields), priority=priority,
-                            deadline_s=deadline_s, webhook=webhook, idempotency_key=idempotency_key)
+        flow = flows.submit(
+            self.config,
+            model,
+            flows.merge_input(input, fields),
+            priority=priority,
+            deadline_s=deadline_s,
+            webhook=webhook,
+            idempotency_key=idempotency_key,
+        )
         return await self._run(flow)
 
     async def get(self, job_id: str) -> Job:
         """See ``Client.get``."""
         return await self._run(flows.get(self.config, job_id))
 
-    async def wait(self, job_id: str, timeout: float | None = flows.DEFAULT_WAIT_S,
-                   on_update: flows.OnUpdate | None = None, on_text: OnText | None = None) -> Job:
+    async def wait(
+        self,
+        job_id: str,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        on_update: flows.OnUpdate | None = None,
+        on_text: OnText | None = None,
+    ) -> Job:
         """See ``Client.wait``."""
         return await self._run(flows.wait(self.config, job_id, timeout, on_update, on_text=on_text))
 
@@ -84,33 +111,66 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         """See ``Client.outputs``."""
         return await self._run(flows.outputs(self.config, job, raw))
 
-    async def generate(self, model: str, input: dict[str, Any] | None = None, /, *,
-                       timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
-                       on_text: OnText | None = None, priority: str | None = None, deadline_s: float | None = None,
-                       **fields: Any) -> Job:
+    async def generate(
+        self,
+        model: str,
+        input: dict[str, Any] | None = None,
+        /,
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        on_update: flows.OnUpdate | None = None,
+        on_text: OnText | None = None,
+        priority: str | None = None,
+        deadline_s: float | None = None,
+        **fields: Any,
+    ) -> Job:
         """See ``Client.generate``."""
-        flow = flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
-                              on_update=on_update, on_text=on_text, priority=priority, deadline_s=deadline_s)
+        flow = flows.generate(
+            self.config,
+            model,
+            flows.merge_input(input, fields),
+            timeout=timeout,
+            on_update=on_update,
+            on_text=on_text,
+            priority=priority,
+            deadline_s=deadline_s,
+        )
         return await self._run(flow)
 
-    async def submit_many(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-                          batch_size: int = batch_flows.BATCH_SIZE,
-                    on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+    async def submit_many(
+        self,
+        jobs: list[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        batch_size: int = batch_flows.BATCH_SIZE,
+        on_submitted: batch_flows.OnSubmitted | None = None,
+    ) -> list[batch_flows.Result]:
         """See ``Client.submit_many``."""
-        return await self._run(batch_flows.submit_many(self.config, jobs, idempotency_key=idempotency_key,
-                                                   batch_size=batch_size, on_submitted=on_submitted))
+        return await self._run(
+            batch_flows.submit_many(
+                self.config, jobs, idempotency_key=idempotency_key, batch_size=batch_size, on_submitted=on_submitted
+            )
+        )
 
-    async def wait_many(self, jobs: list[Job], timeout: float | None = flows.DEFAULT_WAIT_S,
-                  on_update: flows.OnUpdate | None = None) -> list[Job]:
+    async def wait_many(
+        self, jobs: list[Job], timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None
+    ) -> list[Job]:
         """See ``Client.wait_many``."""
         return await self._run(batch_flows.wait_many(self.config, jobs, timeout, on_update))
 
-    async def generate_many(self, jobs: list[dict[str, Any]], *, timeout: float | None = flows.DEFAULT_WAIT_S,
-                      batch_size: int = batch_flows.BATCH_SIZE, on_update: flows.OnUpdate | None = None,
-                      on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+    async def generate_many(
+        self,
+        jobs: list[dict[str, Any]],
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        batch_size: int = batch_flows.BATCH_SIZE,
+        on_update: flows.OnUpdate | None = None,
+        on_submitted: batch_flows.OnSubmitted | None = None,
+    ) -> list[batch_flows.Result]:
         """See ``Client.generate_many``."""
-        flow = batch_flows.generate_many(self.config, jobs, timeout=timeout, batch_size=batch_size,
-                                           on_update=on_update, on_submitted=on_submitted)
+        flow = batch_flows.generate_many(
+            self.config, jobs, timeout=timeout, batch_size=batch_size, on_update=on_update, on_submitted=on_submitted
+        )
         return await self._run(flow)
 
     async def upload(self, image: Any) -> Upload:
@@ -142,8 +202,12 @@ class _AsyncStream:
     async def open(self, http: httpx.AsyncClient, request: Request, default_timeout: float) -> Outcome:
         await self.close()
         try:
-            response = await http.send(http.build_request(request.method, request.path, headers=request.headers,
-                                                          timeout=request.timeout or default_timeout), stream=True)
+            response = await http.send(
+                http.build_request(
+                    request.method, request.path, headers=request.headers, timeout=request.timeout or default_timeout
+                ),
+                stream=True,
+            )
         except httpx.TransportError as exc:
             return exc
         if response.status_code != 200:

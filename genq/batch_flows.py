@@ -39,9 +39,15 @@ def entry_result(entry: dict[str, Any]) -> Result:
     return error_from_entry(entry.get("error") or {})
 
 
-def submit_many(config: Config, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-                wait_s: float = 0.0, batch_size: int = BATCH_SIZE,
-                on_submitted: OnSubmitted | None = None) -> Flow[list[Result]]:
+def submit_many(
+    config: Config,
+    jobs: list[dict[str, Any]],
+    *,
+    idempotency_key: str | None = None,
+    wait_s: float = 0.0,
+    batch_size: int = BATCH_SIZE,
+    on_submitted: OnSubmitted | None = None,
+) -> Flow[list[Result]]:
     """Submit ``jobs`` (each a ``POST /v1/jobs`` body) in batches; one result per job, in order."""
     results: list[Result] = []
     base = idempotency_key or uuid.uuid4().hex
@@ -56,9 +62,14 @@ def submit_many(config: Config, jobs: list[dict[str, Any]], *, idempotency_key: 
         sent.append(job)
     jobs = sent
     for start in range(0, len(jobs), max(1, batch_size)):
-        part = jobs[start:start + batch_size]
-        request = Request("POST", "/v1/jobs/batch", json={"jobs": part}, timeout=timeout,
-                          headers={"Idempotency-Key": f"{base}-{start}", **headers})
+        part = jobs[start : start + batch_size]
+        request = Request(
+            "POST",
+            "/v1/jobs/batch",
+            json={"jobs": part},
+            timeout=timeout,
+            headers={"Idempotency-Key": f"{base}-{start}", **headers},
+        )
         response = yield from call(config, request)
         results += [entry_result(entry) for entry in response.json()["jobs"]]
         if on_submitted is not None:
@@ -66,8 +77,13 @@ def submit_many(config: Config, jobs: list[dict[str, Any]], *, idempotency_key: 
     return results
 
 
-def wait_many(config: Config, jobs: list[Job], timeout: float | None = DEFAULT_WAIT_S,
-              on_update: OnUpdate | None = None, clock: Clock = time.monotonic) -> Flow[list[Job]]:
+def wait_many(
+    config: Config,
+    jobs: list[Job],
+    timeout: float | None = DEFAULT_WAIT_S,
+    on_update: OnUpdate | None = None,
+    clock: Clock = time.monotonic,
+) -> Flow[list[Job]]:
     """``jobs`` once each is terminal (or as they stand after ``timeout``), long-polling many per request."""
     current = {job.id: job for job in jobs}
     deadline = None if timeout is None else clock() + timeout
@@ -79,12 +95,13 @@ def wait_many(config: Config, jobs: list[Job], timeout: float | None = DEFAULT_W
             return [current[job.id] for job in jobs]
         asked, changed = clock(), False
         for start in range(0, len(pending), IDS_PER_READ):
-            part = pending[start:start + IDS_PER_READ]
+            part = pending[start : start + IDS_PER_READ]
             chunk = max(0.0, min(LONG_POLL_S, remaining - (clock() - asked)))
             ids = quote(",".join(part), safe=",")
             prefer = {"Prefer": f"wait={chunk:.3g}"} if chunk > 0 else {}
-            response = yield from call(config, Request("GET", f"/v1/jobs?ids={ids}", headers=prefer,
-                                                       timeout=chunk + HTTP_SLACK_S))
+            response = yield from call(
+                config, Request("GET", f"/v1/jobs?ids={ids}", headers=prefer, timeout=chunk + HTTP_SLACK_S)
+            )
             for entry in response.json()["jobs"]:
                 if "id" in entry and "status" in entry:
                     job = Job.model_validate(entry)
@@ -97,10 +114,16 @@ def wait_many(config: Config, jobs: list[Job], timeout: float | None = DEFAULT_W
             backoff = min(backoff * 2, MAX_POLL_S)
 
 
-def generate_many(config: Config, jobs: list[dict[str, Any]], *, timeout: float | None = DEFAULT_WAIT_S,
-                  batch_size: int = BATCH_SIZE, on_update: OnUpdate | None = None,
-                  on_submitted: OnSubmitted | None = None,
-                  clock: Clock = time.monotonic) -> Flow[list[Result]]:
+def generate_many(
+    config: Config,
+    jobs: list[dict[str, Any]],
+    *,
+    timeout: float | None = DEFAULT_WAIT_S,
+    batch_size: int = BATCH_SIZE,
+    on_update: OnUpdate | None = None,
+    on_submitted: OnSubmitted | None = None,
+    clock: Clock = time.monotonic,
+) -> Flow[list[Result]]:
     """Submit, then wait for all: per job the finished job, JobFailed (failed, canceled, expired), WaitTimeout
     (not done within ``timeout``) or the error it was refused with."""
     start = clock()

@@ -25,18 +25,31 @@ main.add_command(cli_batch.batch)  # batch jobs.jsonl
 @click.option("--port", default=8000, show_default=True, help="API port")
 @click.option("--flower-port", default=5555, show_default=True)
 @click.option("--flower-address", default="127.0.0.1", show_default=True, help="Flower binds here only")
-@click.option("--gpus", default=os.environ.get("GENQ_GPUS", ""),
-              help="comma-separated GPU ids: one worker per GPU per model")
+@click.option(
+    "--gpus", default=os.environ.get("GENQ_GPUS", ""), help="comma-separated GPU ids: one worker per GPU per model"
+)
 @click.option("--models", "models_", default="", help="comma-separated model ids (default: all in the models file)")
-@click.option("--state-dir", default=".genq/run", show_default=True, type=click.Path(path_type=Path),
-              help="logs and embedded Redis data")
+@click.option(
+    "--state-dir",
+    default=".genq/run",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="logs and embedded Redis data",
+)
 def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str, state_dir: Path) -> None:
     """Run Redis (if none answers), the API, a worker per model and Flower, until Ctrl-C."""
     from genq.stack import up as run_stack
 
-    sys.exit(run_stack(api_port=port, flower_port=flower_port, flower_address=flower_address,
-                       gpus=[g for g in gpus.split(",") if g],
-                       models_filter=[m for m in models_.split(",") if m] or None, state_dir=state_dir))
+    sys.exit(
+        run_stack(
+            api_port=port,
+            flower_port=flower_port,
+            flower_address=flower_address,
+            gpus=[g for g in gpus.split(",") if g],
+            models_filter=[m for m in models_.split(",") if m] or None,
+            state_dir=state_dir,
+        )
+    )
 
 
 @main.command("demo-models")
@@ -65,8 +78,10 @@ def hash_key(owner: str) -> None:
     if server_secret:
         click.echo(f"webhook signing secret of this key (for {owner}'s receiver): {key_secret(server_secret, digest)}")
     else:
-        click.echo("set GENQ_WEBHOOK_SECRET to print this key's webhook signing secret too "
-                   "(or GET /v1/webhook-secret with the key)")
+        click.echo(
+            "set GENQ_WEBHOOK_SECRET to print this key's webhook signing secret too "
+            "(or GET /v1/webhook-secret with the key)"
+        )
 
 
 if __name__ == "__main__":

@@ -47,20 +47,35 @@ def result_line(result: Result) -> dict[str, Any]:
 
 @click.command(epilog=EXIT_CODES)
 @click.argument("jobs_file", metavar="JOBS", type=click.File("r"))
-@click.option("--out", "out_file", type=click.File("w"), default="-",
-              help="where the result lines go (default: stdout)")
+@click.option(
+    "--out", "out_file", type=click.File("w"), default="-", help="where the result lines go (default: stdout)"
+)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="wait for every job to finish")
 @click.option("--timeout", default=DEFAULT_WAIT_S, show_default=True, help="seconds to wait at most")
 @click.option("--batch-size", default=BATCH_SIZE, show_default=True, help="jobs per request")
 @connection
 @reports_errors
-def batch(jobs_file: IO[str], out_file: IO[str], wait: bool, timeout: float, batch_size: int, url: str,
-          api_key: str | None, retries: int) -> None:
+def batch(
+    jobs_file: IO[str],
+    out_file: IO[str],
+    wait: bool,
+    timeout: float,
+    batch_size: int,
+    url: str,
+    api_key: str | None,
+    retries: int,
+) -> None:
     """Submit every job of JOBS (JSON lines, each a POST /v1/jobs body; `-` reads stdin), write one result line
     per job in the same order (the job, or its error), and exit 1 if any job was refused or did not succeed."""
     jobs = read_jobs(jobs_file)
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=show.err, disable=not jobs)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=show.err,
+        disable=not jobs,
+    )
     submitted = bar.add_task("submitted", total=len(jobs))
     finished = bar.add_task("finished", total=len(jobs), visible=wait)
     done: set[str] = set()
@@ -77,8 +92,9 @@ def batch(jobs_file: IO[str], out_file: IO[str], wait: bool, timeout: float, bat
 
     with make_client(url, api_key, retries) as client, bar:
         if wait:
-            results = client.generate_many(jobs, timeout=timeout, batch_size=batch_size, on_update=on_update,
-                                           on_submitted=on_submitted)
+            results = client.generate_many(
+                jobs, timeout=timeout, batch_size=batch_size, on_update=on_update, on_submitted=on_submitted
+            )
         else:
             results = client.submit_many(jobs, batch_size=batch_size, on_submitted=on_submitted)
     for result in results:

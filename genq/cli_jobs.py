@@ -23,8 +23,9 @@ from genq.flows import DEFAULT_WAIT_S
 
 wait_option = click.option("--wait/--no-wait", default=False, help="wait for the job, with a progress bar")
 timeout_option = click.option("--timeout", default=DEFAULT_WAIT_S, show_default=True, help="seconds to wait at most")
-out_option = click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-                          help="save the outputs into this folder (implies --wait)")
+out_option = click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), help="save the outputs into this folder (implies --wait)"
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="print the job object as JSON")
 
 
@@ -45,9 +46,20 @@ def shows_job(command: F) -> F:
 @shows_job
 @connection
 @reports_errors
-def submit(model: str, extra: tuple[str, ...], priority: str | None, deadline: float | None, wait: bool,
-           timeout: float, out: Path | None, as_json: bool, url: str, api_key: str | None, retries: int,
-           **fields: Any) -> None:
+def submit(
+    model: str,
+    extra: tuple[str, ...],
+    priority: str | None,
+    deadline: float | None,
+    wait: bool,
+    timeout: float,
+    out: Path | None,
+    as_json: bool,
+    url: str,
+    api_key: str | None,
+    retries: int,
+    **fields: Any,
+) -> None:
     """Submit a job to MODEL: `genq submit sd-demo --prompt "a red fox" --wait --out images/`.
 
     Image-to-image: `--image in.png --strength 0.6`; inpainting: `--image in.png --mask mask.png`.
@@ -71,8 +83,16 @@ def submit(model: str, extra: tuple[str, ...], priority: str | None, deadline: f
 @shows_job
 @connection
 @reports_errors
-def get(job_id: str, wait: bool, timeout: float, out: Path | None, as_json: bool, url: str, api_key: str | None,
-        retries: int) -> None:
+def get(
+    job_id: str,
+    wait: bool,
+    timeout: float,
+    out: Path | None,
+    as_json: bool,
+    url: str,
+    api_key: str | None,
+    retries: int,
+) -> None:
     """Show job JOB_ID (exit code 1 if it failed, was canceled or expired)."""
     with make_client(url, api_key, retries) as client:
         finish(client, client.get(job_id), wait=wait or out is not None, timeout=timeout, out=out, as_json=as_json)

@@ -28,8 +28,14 @@ err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)  # pro
 @contextmanager
 def progress_bar(label: str) -> Iterator[OnUpdate]:
     """A rich progress bar on stderr fed by job updates: the status, then the job's own steps."""
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=err)
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
     task = bar.add_task(f"{label} queued", total=None)
     steps: list[int] = []  # the job's step count, once it has told us (a finished job no longer says)
 

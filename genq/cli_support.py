@@ -87,10 +87,12 @@ def reports_errors(command: F) -> F:
 def connection(command: F) -> F:
     """--url, --api-key and --retries, from the environment by default."""
     command = click.option("--retries", default=2, show_default=True, help="retries of 503/429 (after Retry-After)")(
-        command)
+        command
+    )
     command = click.option("--api-key", envvar="GENQ_API_KEY", help="sent as Bearer token [env GENQ_API_KEY]")(command)
-    return click.option("--url", envvar="GENQ_URL", default=DEFAULT_URL, show_default=True,
-                        help="the genq API [env GENQ_URL]")(command)
+    return click.option(
+        "--url", envvar="GENQ_URL", default=DEFAULT_URL, show_default=True, help="the genq API [env GENQ_URL]"
+    )(command)
 
 
 def make_client(url: str, api_key: str | None, retries: int) -> Client:
@@ -112,14 +114,25 @@ def _image(ctx: click.Context, param: click.Parameter, value: str | None) -> Pat
 
 def image_options(command: F) -> F:
     """``--image``, ``--mask`` (files, or upload ids) and ``--strength``: image-to-image and inpainting."""
-    command = click.option("--strength", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
-                           help="[text-to-image] with --image: how much of it is repainted (the model's default "
-                                "when absent)")(command)
-    command = click.option("--mask", callback=_image, metavar="PATH",
-                           help="[text-to-image] inpainting mask, the size of --image: white = repaint")(command)
-    return click.option("--image", callback=_image, metavar="PATH",
-                        help="[text-to-image] the source picture (PNG, JPEG, WebP): image-to-image, or inpainting "
-                             "with --mask; sent inline when small, else uploaded first")(command)
+    command = click.option(
+        "--strength",
+        type=click.FloatRange(0.0, 1.0, min_open=True),
+        default=None,
+        help="[text-to-image] with --image: how much of it is repainted (the model's default when absent)",
+    )(command)
+    command = click.option(
+        "--mask",
+        callback=_image,
+        metavar="PATH",
+        help="[text-to-image] inpainting mask, the size of --image: white = repaint",
+    )(command)
+    return click.option(
+        "--image",
+        callback=_image,
+        metavar="PATH",
+        help="[text-to-image] the source picture (PNG, JPEG, WebP): image-to-image, or inpainting "
+        "with --mask; sent inline when small, else uploaded first",
+    )(command)
 
 
 def input_options(command: F) -> F:

@@ -39,8 +39,14 @@ class Client(ClientBase[httpx.Client]):
     def _send(self, request: Request) -> Outcome:
         try:
             http = self._bare if request.external else self._http
-            return http.request(request.method, request.path, json=request.json, content=request.content,
-                                headers=request.headers, timeout=request.timeout or self.config.timeout)
+            return http.request(
+                request.method,
+                request.path,
+                json=request.json,
+                content=request.content,
+                headers=request.headers,
+                timeout=request.timeout or self.config.timeout,
+            )
         except httpx.TransportError as exc:
             return exc
 
@@ -64,19 +70,42 @@ class Client(ClientBase[httpx.Client]):
         finally:
             stream.close()
 
-    def submit(self, model: str, input: dict[str, Any] | None = None, /, *, priority: str | None = None,
-               deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
-               **fields: Any) -> Job:
+    def submit(
+        self,
+        model: str,
+        input: dict[str, Any] | None = None,
+        /,
+        *,
+        priority: str | None = None,
+        deadline_s: float | None = None,
+        webhook: str | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Job:
         """Queue a job: ``submit("sd-demo", prompt="a fox", width=64)``; returns it at once (status queued)."""
-        return self._run(flows.submit(self.config, model, flows.merge_input(input, fields), priority=priority,
-                                      deadline_s=deadline_s, webhook=webhook, idempotency_key=idempotency_key))
+        return self._run(
+            flows.submit(
+                self.config,
+                model,
+                flows.merge_input(input, fields),
+                priority=priority,
+                deadline_s=deadline_s,
+                webhook=webhook,
+                idempotency_key=idempotency_key,
+            )
+        )
 
     def get(self, job_id: str) -> Job:
         """The job as it is now."""
         return self._run(flows.get(self.config, job_id))
 
-    def wait(self, job_id: str, timeout: float | None = flows.DEFAULT_WAIT_S,
-             on_update: flows.OnUpdate | None = None, on_text: OnText | None = None) -> Job:
+    def wait(
+        self,
+        job_id: str,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        on_update: flows.OnUpdate | None = None,
+        on_text: OnText | None = None,
+    ) -> Job:
         """Block until the job is done; JobFailed if it did not succeed, WaitTimeout after ``timeout`` s.
 
         ``on_update`` gets the job as its status and progress change, ``on_text`` generated text as it comes
@@ -92,38 +121,72 @@ class Client(ClientBase[httpx.Client]):
         """The job's binary outputs: PIL images when Pillow is installed (else bytes); bytes if ``raw``."""
         return self._run(flows.outputs(self.config, job, raw))
 
-    def generate(self, model: str, input: dict[str, Any] | None = None, /, *,
-                 timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None,
-                 on_text: OnText | None = None, priority: str | None = None, deadline_s: float | None = None,
-                 **fields: Any) -> Job:
+    def generate(
+        self,
+        model: str,
+        input: dict[str, Any] | None = None,
+        /,
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        on_update: flows.OnUpdate | None = None,
+        on_text: OnText | None = None,
+        priority: str | None = None,
+        deadline_s: float | None = None,
+        **fields: Any,
+    ) -> Job:
         """Submit and wait: the finished job (text outputs inline in ``job.output``; images via ``outputs``).
 
         ``on_text=print``-like callbacks get a text-generation job's text as the model writes it.
         """
-        return self._run(flows.generate(self.config, model, flows.merge_input(input, fields), timeout=timeout,
-                                        on_update=on_update, on_text=on_text, priority=priority,
-                                        deadline_s=deadline_s))
+        return self._run(
+            flows.generate(
+                self.config,
+                model,
+                flows.merge_input(input, fields),
+                timeout=timeout,
+                on_update=on_update,
+                on_text=on_text,
+                priority=priority,
+                deadline_s=deadline_s,
+            )
+        )
 
-    def submit_many(self, jobs: list[dict[str, Any]], *, idempotency_key: str | None = None,
-                    batch_size: int = batch_flows.BATCH_SIZE,
-                    on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+    def submit_many(
+        self,
+        jobs: list[dict[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        batch_size: int = batch_flows.BATCH_SIZE,
+        on_submitted: batch_flows.OnSubmitted | None = None,
+    ) -> list[batch_flows.Result]:
         """Submit many jobs (each a ``POST /v1/jobs`` body, see ``genq.job_body``) in batches of ``batch_size``
         per request; one result per job, in order: the job (queued), or the error that job got (``GenqError``)."""
-        return self._run(batch_flows.submit_many(self.config, jobs, idempotency_key=idempotency_key,
-                                                   batch_size=batch_size, on_submitted=on_submitted))
+        return self._run(
+            batch_flows.submit_many(
+                self.config, jobs, idempotency_key=idempotency_key, batch_size=batch_size, on_submitted=on_submitted
+            )
+        )
 
-    def wait_many(self, jobs: list[Job], timeout: float | None = flows.DEFAULT_WAIT_S,
-                  on_update: flows.OnUpdate | None = None) -> list[Job]:
+    def wait_many(
+        self, jobs: list[Job], timeout: float | None = flows.DEFAULT_WAIT_S, on_update: flows.OnUpdate | None = None
+    ) -> list[Job]:
         """Wait for many jobs at once (many per request): the jobs, terminal or as they stand after ``timeout``."""
         return self._run(batch_flows.wait_many(self.config, jobs, timeout, on_update))
 
-    def generate_many(self, jobs: list[dict[str, Any]], *, timeout: float | None = flows.DEFAULT_WAIT_S,
-                      batch_size: int = batch_flows.BATCH_SIZE, on_update: flows.OnUpdate | None = None,
-                      on_submitted: batch_flows.OnSubmitted | None = None) -> list[batch_flows.Result]:
+    def generate_many(
+        self,
+        jobs: list[dict[str, Any]],
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        batch_size: int = batch_flows.BATCH_SIZE,
+        on_update: flows.OnUpdate | None = None,
+        on_submitted: batch_flows.OnSubmitted | None = None,
+    ) -> list[batch_flows.Result]:
         """Submit many jobs and wait for all: per job, in order, the succeeded job, ``JobFailed``, ``WaitTimeout``
         or the error it was refused with. ``on_update`` gets each job as it changes."""
-        flow = batch_flows.generate_many(self.config, jobs, timeout=timeout, batch_size=batch_size,
-                                           on_update=on_update, on_submitted=on_submitted)
+        flow = batch_flows.generate_many(
+            self.config, jobs, timeout=timeout, batch_size=batch_size, on_update=on_update, on_submitted=on_submitted
+        )
         return self._run(flow)
 
     def upload(self, image: Any) -> Upload:
@@ -156,8 +219,12 @@ class _Stream:
     def open(self, http: httpx.Client, request: Request, default_timeout: float) -> Outcome:
         self.close()
         try:
-            response = http.send(http.build_request(request.method, request.path, headers=request.headers,
-                                                    timeout=request.timeout or default_timeout), stream=True)
+            response = http.send(
+                http.build_request(
+                    request.method, request.path, headers=request.headers, timeout=request.timeout or default_timeout
+                ),
+                stream=True,
+            )
         except httpx.TransportError as exc:
             return exc
         if response.status_code != 200:

@@ -22,8 +22,16 @@ class GenqError(contract.GenqError):
 class APIError(GenqError):
     """The API answered with an error body (or could not be reached: ``status`` is None then)."""
 
-    def __init__(self, message: str, *, code: ErrorCode = ErrorCode.internal, status: int | None = None,
-                 request_id: str | None = None, field: str | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode = ErrorCode.internal,
+        status: int | None = None,
+        request_id: str | None = None,
+        field: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message, field=field)
         self.code = code
         self.status = status
@@ -157,8 +165,9 @@ def error_from_response(response: httpx.Response) -> APIError:
     except (ValueError, AttributeError):
         info = {}
     # Retry-After means something only on 429 and 503 (a rate limiter may stamp it on every answer).
-    return error_from_info(status, info, retry_after_s(response) if status in (429, 503) else None,
-                           response.reason_phrase)
+    return error_from_info(
+        status, info, retry_after_s(response) if status in (429, 503) else None, response.reason_phrase
+    )
 
 
 def error_from_entry(info: dict[str, Any]) -> APIError:
@@ -178,8 +187,14 @@ def error_from_info(status: int, info: dict[str, Any], retry_after: float | None
     if status == 503 and not issubclass(cls, Unavailable):
         cls = Unavailable
     message = str(info.get("message") or reason or f"HTTP {status}")
-    error = cls(message, code=code, status=status, request_id=info.get("request_id"),
-                field=info.get("field"), retry_after=retry_after)
+    error = cls(
+        message,
+        code=code,
+        status=status,
+        request_id=info.get("request_id"),
+        field=info.get("field"),
+        retry_after=retry_after,
+    )
     if isinstance(error, OutcomeUnknown) and isinstance(info.get("job_id"), str):
         error.job_id = info["job_id"]
     return error

@@ -47,9 +47,17 @@ def _job(response: Any) -> Job:
     return Job.model_validate(response.json())
 
 
-def submit(config: Config, model: str, input: dict[str, Any], *, priority: str | None = None,
-           deadline_s: float | None = None, webhook: str | None = None, idempotency_key: str | None = None,
-           wait_s: float = 0.0) -> Flow[Job]:
+def submit(
+    config: Config,
+    model: str,
+    input: dict[str, Any],
+    *,
+    priority: str | None = None,
+    deadline_s: float | None = None,
+    webhook: str | None = None,
+    idempotency_key: str | None = None,
+    wait_s: float = 0.0,
+) -> Flow[Job]:
     # Images (paths, bytes, PIL images) become data: URIs or upload ids, once: a retried POST sends the same.
     body: dict[str, Any] = {"model": model, "input": (yield from image_inputs.resolve(config, input))}
     for name, value in (("priority", priority), ("deadline_s", deadline_s), ("webhook", webhook)):
@@ -85,8 +93,14 @@ def check(job: Job) -> Job:
     return job
 
 
-def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on_update: OnUpdate | None = None,
-         clock: Clock = time.monotonic, on_text: OnText | None = None) -> Flow[Job]:
+def wait(
+    config: Config,
+    job_id: str,
+    timeout: float | None = DEFAULT_WAIT_S,
+    on_update: OnUpdate | None = None,
+    clock: Clock = time.monotonic,
+    on_text: OnText | None = None,
+) -> Flow[Job]:
     """Until the job is terminal: its event stream when there are callbacks to feed (polling where there is no
     stream), else long polls with ``Prefer: wait`` (one request per wait, nothing to feed)."""
     if on_update is None and on_text is None:
@@ -97,8 +111,9 @@ def wait(config: Config, job_id: str, timeout: float | None = DEFAULT_WAIT_S, on
     return (yield from _watch(config, job, timeout, on_update, on_text, clock))
 
 
-def _watch(config: Config, job: Job, timeout: float | None, on_update: OnUpdate | None, on_text: OnText | None,
-           clock: Clock) -> Flow[Job]:
+def _watch(
+    config: Config, job: Job, timeout: float | None, on_update: OnUpdate | None, on_text: OnText | None, clock: Clock
+) -> Flow[Job]:
     """Follow the job's events; poll instead when the server has no stream to give."""
     text = TextSoFar(on_text)
     if not job.status.terminal:
@@ -112,8 +127,7 @@ def _watch(config: Config, job: Job, timeout: float | None, on_update: OnUpdate 
     return check(job)
 
 
-def _poll(config: Config, job_id: str, timeout: float | None, on_update: OnUpdate | None,
-          clock: Clock) -> Flow[Job]:
+def _poll(config: Config, job_id: str, timeout: float | None, on_update: OnUpdate | None, clock: Clock) -> Flow[Job]:
     """Long-poll with ``Prefer: wait`` until the job is terminal; poll with backoff if the server won't hold."""
     deadline = None if timeout is None else clock() + timeout
     chunk_max = PROGRESS_POLL_S if on_update else LONG_POLL_S
@@ -135,9 +149,17 @@ def _poll(config: Config, job_id: str, timeout: float | None, on_update: OnUpdat
             backoff = min(backoff * 2, MAX_POLL_S)
 
 
-def generate(config: Config, model: str, input: dict[str, Any], *, timeout: float | None = DEFAULT_WAIT_S,
-             on_update: OnUpdate | None = None, on_text: OnText | None = None, clock: Clock = time.monotonic,
-             **options: Any) -> Flow[Job]:
+def generate(
+    config: Config,
+    model: str,
+    input: dict[str, Any],
+    *,
+    timeout: float | None = DEFAULT_WAIT_S,
+    on_update: OnUpdate | None = None,
+    on_text: OnText | None = None,
+    clock: Clock = time.monotonic,
+    **options: Any,
+) -> Flow[Job]:
     """Submit, then wait: short jobs finish within the submit itself (``Prefer: wait``), one round trip; with
     callbacks, the job's event stream feeds them from the start."""
     start = clock()

@@ -65,8 +65,11 @@ def image_bytes(value: Any, field: str = "image") -> tuple[bytes, str]:
     if isinstance(value, str | os.PathLike):
         path = Path(value)
         if not path.is_file():
-            raise _invalid(field, f"no such file {str(value)!r} (an image input is a path, bytes, a PIL image, an "
-                                  "upload id up_... or a data: URI)")
+            raise _invalid(
+                field,
+                f"no such file {str(value)!r} (an image input is a path, bytes, a PIL image, an "
+                "upload id up_... or a data: URI)",
+            )
         data = path.read_bytes()
     elif isinstance(value, bytes | bytearray | memoryview):
         data = bytes(value)

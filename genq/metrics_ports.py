@@ -32,8 +32,10 @@ def pick_ports(count: int, first: int, address: str) -> list[int]:
     port = first
     while len(ports) < count:
         if port - first - len(ports) > MAX_SKIPPED or port > 65535:
-            raise SystemExit(f"genq up: no free port for worker metrics from {first} on {address} "
-                             f"({len(ports)} of {count} found); set GENQ_METRICS_PORT to a free range")
+            raise SystemExit(
+                f"genq up: no free port for worker metrics from {first} on {address} "
+                f"({len(ports)} of {count} found); set GENQ_METRICS_PORT to a free range"
+            )
         if port_is_free(port, address):
             ports.append(port)
         port += 1

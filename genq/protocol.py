@@ -98,8 +98,10 @@ class Config:
 
 
 def unreachable(config: Config, exc: httpx.TransportError) -> Unavailable:
-    return Unavailable(f"cannot reach the genq API at {config.base_url}: {type(exc).__name__}: {exc}".rstrip(": "),
-                       code=ErrorCode.broker_unavailable)
+    return Unavailable(
+        f"cannot reach the genq API at {config.base_url}: {type(exc).__name__}: {exc}".rstrip(": "),
+        code=ErrorCode.broker_unavailable,
+    )
 
 
 def retry_delay(config: Config, error: APIError, attempt: int, refused: bool) -> float | None:
@@ -143,13 +145,26 @@ def call(config: Config, request: Request, *, redirects: bool = False) -> Flow[h
 class ClientBase(Generic[H]):
     """What ``Client`` and ``AsyncClient`` share: their options, their ``config``, their httpx client."""
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None, *,
-                 timeout: float = DEFAULT_TIMEOUT_S, max_retries: int = DEFAULT_RETRIES,
-                 max_retry_wait_s: float = MAX_RETRY_WAIT_S, on_retry: RetryHook | None = None,
-                 transport: Any = None) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_RETRIES,
+        max_retry_wait_s: float = MAX_RETRY_WAIT_S,
+        on_retry: RetryHook | None = None,
+        transport: Any = None,
+    ) -> None:
         """``transport``: an httpx transport of the client's kind (tests pass ``httpx.MockTransport``)."""
-        self.config = Config.resolve(base_url, api_key, timeout=timeout, max_retries=max_retries,
-                                     max_retry_wait_s=max_retry_wait_s, on_retry=on_retry)
+        self.config = Config.resolve(
+            base_url,
+            api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            max_retry_wait_s=max_retry_wait_s,
+            on_retry=on_retry,
+        )
         self._http: H = self._open(transport)
         self._bare: H = self._open_bare(transport)
 

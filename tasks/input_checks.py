@@ -19,7 +19,10 @@ def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput]
     lim = ModelLimits.model_validate_json(limits_json)
     base = INPUT_SCHEMAS[kind]
     return create_model(
-        name, __base__=base, __doc__=base.__doc__, __validators__=base.limited_validators(lim),
+        name,
+        __base__=base,
+        __doc__=base.__doc__,
+        __validators__=base.limited_validators(lim),
         **base.limited_fields(lim),
     )
 

@@ -101,27 +101,36 @@ class TextToImageInput(JobInput):
 
     prompt: str = Field(min_length=1)
     negative_prompt: str = ""
-    width: int | None = Field(default=None, ge=8, multiple_of=8,
-                              description="pixels, a multiple of 8; model default when absent")
-    height: int | None = Field(default=None, ge=8, multiple_of=8,
-                               description="pixels, a multiple of 8; model default when absent")
+    width: int | None = Field(
+        default=None, ge=8, multiple_of=8, description="pixels, a multiple of 8; model default when absent"
+    )
+    height: int | None = Field(
+        default=None, ge=8, multiple_of=8, description="pixels, a multiple of 8; model default when absent"
+    )
     num_inference_steps: int | None = Field(default=None, ge=1)
     guidance_scale: float = Field(default=7.5, ge=0.0, le=30.0)
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
     num_images: int = Field(default=1, ge=1)
     scheduler: Scheduler = "default"
     image: str | None = Field(
-        default=None, json_schema_extra=reference_schema,
+        default=None,
+        json_schema_extra=reference_schema,
         description=f"image-to-image or inpainting source: {REFERENCE_HELP}; PNG, JPEG or WebP within the model's "
-                    "pixel limits. The output takes its size (rounded down to the size multiple) unless width or "
-                    "height say otherwise")
+        "pixel limits. The output takes its size (rounded down to the size multiple) unless width or "
+        "height say otherwise",
+    )
     mask: str | None = Field(
-        default=None, json_schema_extra=reference_schema,
-        description=f"inpainting: white repaints, black keeps; the image's size; {REFERENCE_HELP}. Needs image")
+        default=None,
+        json_schema_extra=reference_schema,
+        description=f"inpainting: white repaints, black keeps; the image's size; {REFERENCE_HELP}. Needs image",
+    )
     strength: float | None = Field(
-        default=None, gt=0.0, le=1.0,
+        default=None,
+        gt=0.0,
+        le=1.0,
         description=f"how much of the image is repainted (needs image): default {IMAGE_TO_IMAGE_STRENGTH} for "
-                    f"image-to-image, {INPAINT_STRENGTH} for inpainting")
+        f"image-to-image, {INPAINT_STRENGTH} for inpainting",
+    )
 
     _references = field_validator("image", "mask")(check_reference)
 
@@ -155,10 +164,14 @@ class TextToImageInput(JobInput):
         return {
             "prompt": (str, Field(min_length=1, max_length=chars)),
             "negative_prompt": (str, Field(default="", max_length=chars)),
-            "width": (int | None, Field(default=None, ge=lim.min_width, le=lim.max_width, multiple_of=step,
-                                        description=about)),
-            "height": (int | None, Field(default=None, ge=lim.min_height, le=lim.max_height, multiple_of=step,
-                                         description=about)),
+            "width": (
+                int | None,
+                Field(default=None, ge=lim.min_width, le=lim.max_width, multiple_of=step, description=about),
+            ),
+            "height": (
+                int | None,
+                Field(default=None, ge=lim.min_height, le=lim.max_height, multiple_of=step, description=about),
+            ),
             "num_inference_steps": (int | None, Field(default=None, ge=1, le=lim.max_steps)),
             "num_images": (int, Field(default=1, ge=1, le=lim.max_images)),
         }
@@ -168,8 +181,9 @@ class TextToImageInput(JobInput):
         def pixel_budget(height: int | None, info: ValidationInfo) -> int | None:
             width = info.data.get("width", lim.default_width) or lim.default_width
             if "width" in info.data and width * (height or lim.default_height) > lim.max_pixels:
-                raise PydanticCustomError("pixels", "width x height at most {pixels} pixels",
-                                          {"pixels": lim.max_pixels})
+                raise PydanticCustomError(
+                    "pixels", "width x height at most {pixels} pixels", {"pixels": lim.max_pixels}
+                )
             return height
 
         def model_defaults(inp: TextToImageInput) -> TextToImageInput:
@@ -179,8 +193,10 @@ class TextToImageInput(JobInput):
             inp.num_inference_steps = inp.num_inference_steps or lim.default_steps
             return inp
 
-        return {"pixel_budget": field_validator("height")(pixel_budget),
-                "model_defaults": model_validator(mode="after")(model_defaults)}
+        return {
+            "pixel_budget": field_validator("height")(pixel_budget),
+            "model_defaults": model_validator(mode="after")(model_defaults),
+        }
 
 
 class TextGenerationInput(JobInput):
@@ -210,8 +226,15 @@ class FillMaskInput(JobInput):
         # "Exactly once" for clients and fuzzers; validate_input counts instead (pydantic's regex has no lookahead).
         pattern = rf"^(?![\s\S]*{mask}[\s\S]*{mask})[\s\S]*{mask}[\s\S]*$"
         return {
-            "text": (str, Field(min_length=1, max_length=lim.max_prompt_chars, json_schema_extra={"pattern": pattern},
-                                description=f"must contain {lim.mask_token} exactly once")),
+            "text": (
+                str,
+                Field(
+                    min_length=1,
+                    max_length=lim.max_prompt_chars,
+                    json_schema_extra={"pattern": pattern},
+                    description=f"must contain {lim.mask_token} exactly once",
+                ),
+            ),
             "top_k": (int, Field(default=min(5, lim.max_top_k), ge=1, le=lim.max_top_k)),
         }
 
@@ -230,8 +253,12 @@ class EmbeddingInput(JobInput):
 
     @classmethod
     def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
-        return {"texts": (list[Annotated[str, Field(min_length=1, max_length=lim.max_prompt_chars)]],
-                          Field(min_length=1, max_length=lim.max_texts))}
+        return {
+            "texts": (
+                list[Annotated[str, Field(min_length=1, max_length=lim.max_prompt_chars)]],
+                Field(min_length=1, max_length=lim.max_texts),
+            )
+        }
 
 
 INPUT_SCHEMAS: dict[JobKind, type[JobInput]] = {

@@ -63,8 +63,11 @@ class OutputEntry(_Output):
     size: int = Field(ge=0, description="bytes")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     seed: int | None = None
-    download_url: str | None = Field(default=None, exclude_if=lambda v: v is None,
-                                     description="a presigned URL that works without the API key, until it expires")
+    download_url: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="a presigned URL that works without the API key, until it expires",
+    )
     download_expires_at: datetime | None = Field(default=None, exclude_if=lambda v: v is None)
 
 

@@ -61,12 +61,19 @@ def public_job(record: JobRecord, sign: Signer | None = None) -> Job:
     A running job shows its progress; a succeeded one its output, typed by its kind (tasks/kinds.py).
     """
     return Job(
-        id=record.id, model=record.model, kind=record.kind, status=record.status, priority=record.priority,
+        id=record.id,
+        model=record.model,
+        kind=record.kind,
+        status=record.status,
+        priority=record.priority,
         created_at=timestamp(record.created_at),
-        started_at=timestamp(record.started_at), completed_at=timestamp(record.completed_at),
+        started_at=timestamp(record.started_at),
+        completed_at=timestamp(record.completed_at),
         deadline_at=timestamp(record.deadline_at),
         progress=record.progress if record.status == JobStatus.running else None,
-        output=_output(record, sign), error=record.error, metrics=record.metrics,
+        output=_output(record, sign),
+        error=record.error,
+        metrics=record.metrics,
     )
 
 
@@ -79,8 +86,12 @@ def _output(record: JobRecord, sign: Signer | None) -> JobOutput | None:
     try:
         return KINDS[record.kind].parse_output(record.output)
     except ValidationError as exc:  # a runtime broke its kind's contract: a bug to fix there, not the reader's
-        log.error("job %s: its output does not fit the %s output type, not shown: %s", record.id, record.kind,
-                  exc.errors()[0]["msg"])
+        log.error(
+            "job %s: its output does not fit the %s output type, not shown: %s",
+            record.id,
+            record.kind,
+            exc.errors()[0]["msg"],
+        )
         return None
 
 

@@ -52,22 +52,58 @@ class Kind:
         return adapter(self.output).validate_python(raw)  # type: ignore[no-any-return]
 
 
-KINDS: dict[JobKind, Kind] = {k.kind: k for k in (
-    Kind(JobKind.text_to_image, TextToImageInput, list[OutputEntry],
-         limits=("max_prompt_chars", "min_width", "min_height", "max_width", "max_height", "size_multiple",
-                 "max_pixels", "max_steps", "max_images", "default_width", "default_height", "default_steps"),
-         batch_key="the latent size (width x height); rows of any steps and guidance join a running step loop",
-         display="files", example=lambda lim: {"prompt": "a red fox in the snow, watercolor"}, binary=True),
-    Kind(JobKind.text_generation, TextGenerationInput, TextGenerationOutput,
-         limits=("max_prompt_chars", "max_new_tokens"),
-         batch_key="any text: every job joins the running decode loop", display="text",
-         example=lambda lim: {"prompt": "Once upon a time"}),
-    Kind(JobKind.fill_mask, FillMaskInput, list[FillMaskCandidate],
-         limits=("max_prompt_chars", "max_top_k", "mask_token"),
-         batch_key="top_k: one padded forward pass per batch", display="candidates",
-         example=lambda lim: {"text": f"Paris is the {lim.mask_token} of France."}),
-    Kind(JobKind.embedding, EmbeddingInput, EmbeddingOutput,
-         limits=("max_prompt_chars", "max_texts"),
-         batch_key="any texts: all texts of all jobs in one padded forward pass", display="vectors",
-         example=lambda lim: {"texts": ["A man is playing a guitar.", "Someone plays an instrument."]}),
-)}
+KINDS: dict[JobKind, Kind] = {
+    k.kind: k
+    for k in (
+        Kind(
+            JobKind.text_to_image,
+            TextToImageInput,
+            list[OutputEntry],
+            limits=(
+                "max_prompt_chars",
+                "min_width",
+                "min_height",
+                "max_width",
+                "max_height",
+                "size_multiple",
+                "max_pixels",
+                "max_steps",
+                "max_images",
+                "default_width",
+                "default_height",
+                "default_steps",
+            ),
+            batch_key="the latent size (width x height); rows of any steps and guidance join a running step loop",
+            display="files",
+            example=lambda lim: {"prompt": "a red fox in the snow, watercolor"},
+            binary=True,
+        ),
+        Kind(
+            JobKind.text_generation,
+            TextGenerationInput,
+            TextGenerationOutput,
+            limits=("max_prompt_chars", "max_new_tokens"),
+            batch_key="any text: every job joins the running decode loop",
+            display="text",
+            example=lambda lim: {"prompt": "Once upon a time"},
+        ),
+        Kind(
+            JobKind.fill_mask,
+            FillMaskInput,
+            list[FillMaskCandidate],
+            limits=("max_prompt_chars", "max_top_k", "mask_token"),
+            batch_key="top_k: one padded forward pass per batch",
+            display="candidates",
+            example=lambda lim: {"text": f"Paris is the {lim.mask_token} of France."},
+        ),
+        Kind(
+            JobKind.embedding,
+            EmbeddingInput,
+            EmbeddingOutput,
+            limits=("max_prompt_chars", "max_texts"),
+            batch_key="any texts: all texts of all jobs in one padded forward pass",
+            display="vectors",
+            example=lambda lim: {"texts": ["A man is playing a guitar.", "Someone plays an instrument."]},
+        ),
+    )
+}

@@ -52,11 +52,17 @@ class RunMessage(BaseModel):
     @classmethod
     def of(cls, record: JobRecord) -> RunMessage:
         """The message for a job record (written first: the record is what the sweeper re-sends from)."""
-        return cls.model_validate({
-            "job_id": record.id, "model": record.model, "input": record.input, "priority": record.priority,
-            "created_at": record.created_at, "deadline_at": record.deadline_at,
-            "webhook_events": list(record.webhook_events),
-        })
+        return cls.model_validate(
+            {
+                "job_id": record.id,
+                "model": record.model,
+                "input": record.input,
+                "priority": record.priority,
+                "created_at": record.created_at,
+                "deadline_at": record.deadline_at,
+                "webhook_events": list(record.webhook_events),
+            }
+        )
 
     @property
     def transport_priority(self) -> int:
@@ -71,9 +77,16 @@ def send_args(message: RunMessage) -> dict[str, Any]:
     per-publish declaration (copying Queue and Exchange, a MULTI of SADDs once per connection) bought nothing.
     The reprs are given so Celery does not ``saferepr`` the kwargs on every publish.
     """
-    return {"name": TASK_RUN, "task_id": message.job_id, "queue": queue_name(message.model),
-            "priority": message.transport_priority, "kwargs": message.model_dump(mode="json"),
-            "declare": [], "argsrepr": "()", "kwargsrepr": kwargs_repr(message)}
+    return {
+        "name": TASK_RUN,
+        "task_id": message.job_id,
+        "queue": queue_name(message.model),
+        "priority": message.transport_priority,
+        "kwargs": message.model_dump(mode="json"),
+        "declare": [],
+        "argsrepr": "()",
+        "kwargsrepr": kwargs_repr(message),
+    }
 
 
 def kwargs_repr(message: RunMessage) -> str:

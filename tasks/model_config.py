@@ -19,6 +19,7 @@ from tasks.tokenizer_limits import fill_mask_limits, max_positions
 
 log = logging.getLogger(__name__)
 
+
 def read_config(source: str, name: str, revision: str | None = None) -> dict[str, Any] | None:
     """A JSON file of the model (``name`` relative to its root), or None when it is not at hand."""
     local = Path(source) / name
@@ -59,8 +60,9 @@ def effective_limits(kind: JobKind, source: str, revision: str | None, configure
 def derived_limits(kind: JobKind, source: str, revision: str | None = None) -> dict[str, Any]:
     """The ModelLimits fields the model's own files define (empty when they define none or are not at hand)."""
     if kind == JobKind.text_to_image:
-        return image_limits(read_config(source, "vae/config.json", revision),
-                            read_config(source, "unet/config.json", revision))
+        return image_limits(
+            read_config(source, "vae/config.json", revision), read_config(source, "unet/config.json", revision)
+        )
     if kind in (JobKind.fill_mask, JobKind.text_generation):
         tokenizer_config = read_config(source, "tokenizer_config.json", revision)
         positions = max_positions(read_config(source, "config.json", revision), tokenizer_config)
@@ -123,8 +125,17 @@ def _resized(side: int, halvings: int, doublings: int) -> int:
 
 # --- merging -------------------------------------------------------------------------------------------
 
-_UPPER = ("max_prompt_chars", "max_width", "max_height", "max_pixels", "max_steps", "max_images",
-          "max_new_tokens", "max_texts", "max_top_k")
+_UPPER = (
+    "max_prompt_chars",
+    "max_width",
+    "max_height",
+    "max_pixels",
+    "max_steps",
+    "max_images",
+    "max_new_tokens",
+    "max_texts",
+    "max_top_k",
+)
 _LOWER = ("min_width", "min_height")
 _MODEL_DEFAULTS = ("default_width", "default_height", "mask_token")
 
@@ -158,12 +169,15 @@ def _fit_default(values: dict[str, Any], axis: str, *, explicit: bool) -> None:
     low = math.ceil(low / step) * step
     high = high // step * step
     if low > high:
-        raise ValueError(f"no {axis} fits: at least {values[f'min_{axis}']} (the model's minimum), "
-                         f"at most {values[f'max_{axis}']}, a multiple of {step}")
+        raise ValueError(
+            f"no {axis} fits: at least {values[f'min_{axis}']} (the model's minimum), "
+            f"at most {values[f'max_{axis}']}, a multiple of {step}"
+        )
     default = values[f"default_{axis}"]
     if low <= default <= high and default % step == 0:
         return
     if explicit:
-        raise ValueError(f"default_{axis} = {default} is outside what the model takes "
-                         f"({low} to {high}, a multiple of {step})")
+        raise ValueError(
+            f"default_{axis} = {default} is outside what the model takes ({low} to {high}, a multiple of {step})"
+        )
     values[f"default_{axis}"] = min(high, max(low, default // step * step))

@@ -41,8 +41,11 @@ class BatchingSettings(BaseModel):
     buffer_batches: int = Field(default=DEFAULT_BUFFER_BATCHES, ge=1, le=8)
     policy: BatchPolicy = DEFAULT_POLICY
     scheduling: Scheduling = "step"  # request-level wherever the runtime gives no step key (fill-mask, embeddings)
-    max_step_cost: int = Field(default=DEFAULT_MAX_STEP_COST, ge=1,
-                               description="budget of the rows' step_cost per step (images: latent pixels x images)")
+    max_step_cost: int = Field(
+        default=DEFAULT_MAX_STEP_COST,
+        ge=1,
+        description="budget of the rows' step_cost per step (images: latent pixels x images)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -69,14 +72,21 @@ class ModelSpec(BaseModel):
     kind: JobKind
     source: str = Field(description="a hub id, a local folder, or package:NAME/sub/folder")
     revision: str | None = None
-    runtime: str | None = Field(default=None,
-                                description="module:Class of a custom Runtime; the kind's default when absent")
+    runtime: str | None = Field(
+        default=None, description="module:Class of a custom Runtime; the kind's default when absent"
+    )
     limits: ModelLimits = Field(default_factory=ModelLimits)
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     max_queue_depth: int = Field(default=DEFAULT_MAX_QUEUE_DEPTH, ge=1)
-    min_workers: int = Field(default=1, ge=0, le=1, description=(
-        "1: with no worker online the API answers 503 no_workers; 0: it queues jobs anyway (scale to zero, an "
-        "autoscaler starts a worker on the backlog) and /readyz does not wait for one"))
+    min_workers: int = Field(
+        default=1,
+        ge=0,
+        le=1,
+        description=(
+            "1: with no worker online the API answers 503 no_workers; 0: it queues jobs anyway (scale to zero, an "
+            "autoscaler starts a worker on the backlog) and /readyz does not wait for one"
+        ),
+    )
     default_deadline_s: float | None = Field(default=None, gt=0)
     torch: dict[str, Any] = Field(default_factory=dict, description="overrides of the worker's torch settings")
 

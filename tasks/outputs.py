@@ -74,16 +74,25 @@ class OutputEntry(BaseModel):
     seed: int | None = None
 
     @classmethod
-    def describe(cls, job_id: str, run_id: str, index: int, data: bytes, media_type: str,
-                 seed: int | None = None) -> OutputEntry:
+    def describe(
+        cls, job_id: str, run_id: str, index: int, data: bytes, media_type: str, seed: int | None = None
+    ) -> OutputEntry:
         """The entry for ``data``, written into the record next to the bytes it describes."""
-        return cls(index=index, key=object_key(job_id, run_id, index), url=output_url(job_id, index),
-                   media_type=media_type, size=len(data), sha256=hashlib.sha256(data).hexdigest(), seed=seed)
+        return cls(
+            index=index,
+            key=object_key(job_id, run_id, index),
+            url=output_url(job_id, index),
+            media_type=media_type,
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            seed=seed,
+        )
 
     def public(self, download_url: str | None = None, expires_at: datetime | None = None) -> PublicEntry:
         """As the job object shows it (where the store keeps it is the server's business), with a presigned URL."""
-        return PublicEntry(**self.model_dump(exclude={"key"}), download_url=download_url,
-                           download_expires_at=expires_at)
+        return PublicEntry(
+            **self.model_dump(exclude={"key"}), download_url=download_url, download_expires_at=expires_at
+        )
 
     @property
     def etag(self) -> str:

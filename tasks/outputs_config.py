@@ -1,8 +1,8 @@
 """``GENQ_OUTPUT_STORE``: a backend's name (``redis``, ``filesystem``, ``s3``) or a URL that says where.
 
-    GENQ_OUTPUT_STORE=redis                              # the default: outputs beside the records
-    GENQ_OUTPUT_STORE=file:///var/lib/genq/outputs       # or filesystem + GENQ_OUTPUT_DIR
-    GENQ_OUTPUT_STORE=s3://genq-outputs/prod/            # or s3 + GENQ_S3_BUCKET, GENQ_S3_PREFIX
+GENQ_OUTPUT_STORE=redis                              # the default: outputs beside the records
+GENQ_OUTPUT_STORE=file:///var/lib/genq/outputs       # or filesystem + GENQ_OUTPUT_DIR
+GENQ_OUTPUT_STORE=s3://genq-outputs/prod/            # or s3 + GENQ_S3_BUCKET, GENQ_S3_PREFIX
 """
 
 from __future__ import annotations
@@ -56,5 +56,6 @@ class OutputStoreSpec:
             return cls("filesystem", directory=Path(unquote(url.path)))
         if url.scheme == "s3" and url.netloc:
             return cls("s3", bucket=url.netloc, prefix=normal_prefix(unquote(url.path)))
-        raise GenqError(f"GENQ_OUTPUT_STORE={raw!r}: use redis, filesystem, s3, file:///absolute/dir "
-                        "or s3://bucket/prefix")
+        raise GenqError(
+            f"GENQ_OUTPUT_STORE={raw!r}: use redis, filesystem, s3, file:///absolute/dir or s3://bucket/prefix"
+        )

@@ -43,8 +43,9 @@ class JobCreate(BaseModel):
     model: str = Field(min_length=1, max_length=128, description="a model id from GET /v1/models")
     input: dict[str, Any] = Field(description="kind-specific input; see the model's input_schema")
     priority: Priority = "normal"
-    deadline_s: float | None = Field(default=None, gt=0, le=7 * 86400,
-                                     description="seconds from now; a job not started by then expires")
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=7 * 86400, description="seconds from now; a job not started by then expires"
+    )
     webhook: str | None = Field(default=None, max_length=2048)
     webhook_events: list[WebhookEvent] = Field(default_factory=lambda: list[WebhookEvent](["completed"]))
 
@@ -67,10 +68,14 @@ def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[Jo
     limits = ModelLimits.model_validate_json(limits_json)
     constant = Literal[model_id]  # type: ignore[valid-type]
     model: type[JobCreate] = create_model(
-        f"JobCreate.{model_id}", __base__=JobCreate, __doc__=f"A {kind.value} job for model {model_id}.",
+        f"JobCreate.{model_id}",
+        __base__=JobCreate,
+        __doc__=f"A {kind.value} job for model {model_id}.",
         model=(constant, Field(description="a model id from GET /v1/models")),
-        input=(limited_input_model(kind, limits, f"Input.{model_id}"),
-               Field(description=f"a {kind.value} input within this model's limits")),
+        input=(
+            limited_input_model(kind, limits, f"Input.{model_id}"),
+            Field(description=f"a {kind.value} input within this model's limits"),
+        ),
     )
     return model
 
@@ -111,7 +116,8 @@ class JobMetrics(BaseModel):
     batch_size: int | None = None
     batch_id: str | None = Field(default=None, description="jobs that ran in one model call (or step session) share it")
     rows_per_step: float | None = Field(
-        default=None, description="step-level scheduling: mean rows per step while it ran (batch_size: the most)")
+        default=None, description="step-level scheduling: mean rows per step while it ran (batch_size: the most)"
+    )
 
 
 class Job(BaseModel):
@@ -149,8 +155,10 @@ class BatchingInfo(BaseModel):
     max_wait_ms: float
     buffer_size: int
     policy: str
-    scheduling: str = Field(default="request", description="step: jobs join and leave between steps, where the "
-                                                            "model's runtime iterates (denoising, decoding)")
+    scheduling: str = Field(
+        default="request",
+        description="step: jobs join and leave between steps, where the model's runtime iterates (denoising, decoding)",
+    )
     max_step_cost: int | None = None
 
 

@@ -85,7 +85,6 @@ DEFAULT_MAX_UPLOAD_BYTES = 20 << 20  # POST /v1/uploads: a 4096 x 4096 photo as 
 DEFAULT_UPLOAD_TTL_S = 3600
 
 
-
 class SettingError(GenqError, ValueError):
     """A ``GENQ_*`` variable that does not parse as its setting's type: the process refuses to start."""
 

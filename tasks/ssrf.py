@@ -18,15 +18,43 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # IANA's special-purpose registries, spelled out: Python's is_global misses some (192.0.0.192, Oracle's
 # metadata address, reads as global on 3.11) and differs between versions.
-_V4_FORBIDDEN = tuple(ipaddress.IPv4Network(n) for n in (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-    "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
-    "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-))
-_V6_FORBIDDEN = tuple(ipaddress.IPv6Network(n) for n in (
-    "::/128", "::1/128", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "3fff::/20", "5f00::/16",
-    "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8",
-))
+_V4_FORBIDDEN = tuple(
+    ipaddress.IPv4Network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.88.99.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+)
+_V6_FORBIDDEN = tuple(
+    ipaddress.IPv6Network(n)
+    for n in (
+        "::/128",
+        "::1/128",
+        "64:ff9b:1::/48",
+        "100::/64",
+        "2001::/23",
+        "2001:db8::/32",
+        "3fff::/20",
+        "5f00::/16",
+        "fc00::/7",
+        "fe80::/10",
+        "fec0::/10",
+        "ff00::/8",
+    )
+)
 # IPv6 ranges that carry an IPv4 address in their low 32 bits (NAT64's well-known prefix, the deprecated
 # IPv4-compatible form, SIIT's IPv4-translated ::ffff:0:a.b.c.d of RFC 2765); IPv4-mapped and 6to4 have
 # their own accessors. ISATAP interface ids (RFC 5214: ...:0:5efe:a.b.c.d, ...:200:5efe:a.b.c.d) carry one
@@ -39,8 +67,13 @@ _ISATAP_IDS = (0x00005EFE, 0x02005EFE)
 _IDNA_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 # Cloud metadata endpoints outside the ranges above (AWS's IPv6 one is ULA, Alibaba's is shared space):
 # listed so that no allow-list change can let them through.
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200"),
-                                ipaddress.ip_address("169.254.169.254")})
+METADATA_ADDRESSES = frozenset(
+    {
+        ipaddress.ip_address("fd00:ec2::254"),
+        ipaddress.ip_address("100.100.100.200"),
+        ipaddress.ip_address("169.254.169.254"),
+    }
+)
 # Names that only mean something inside a host or a private network.
 _LOCAL_NAMES = re.compile(r"(^|\.)(localhost|localdomain|local|internal|intranet|lan|home\.arpa|corp)$")
 _NUMBER = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
@@ -73,8 +106,9 @@ def forbidden_address(address: str | IPAddress) -> bool:
         if inner is not None:
             return forbidden_address(inner)
         return not ip.is_global
-    return any(ip in net for net in _V4_FORBIDDEN) or ip == ipaddress.IPv4Address("255.255.255.255") or (
-        not ip.is_global)
+    return (
+        any(ip in net for net in _V4_FORBIDDEN) or ip == ipaddress.IPv4Address("255.255.255.255") or (not ip.is_global)
+    )
 
 
 def parse_ipv4(host: str) -> ipaddress.IPv4Address | None:
@@ -150,8 +184,7 @@ def check_host(host: str, *, allow_private: bool, field: str = "webhook") -> IPA
         return literal
     if literal is not None:
         if forbidden_address(literal):
-            raise InvalidInput(f"{field}: {host!r} is a loopback, private, link-local or reserved address",
-                               field=field)
+            raise InvalidInput(f"{field}: {host!r} is a loopback, private, link-local or reserved address", field=field)
         return literal
     if "." not in host.rstrip(".") or _LOCAL_NAMES.search(host.rstrip(".")):
         raise InvalidInput(f"{field}: {host!r} names a local or internal host", field=field)

@@ -34,8 +34,9 @@ def max_positions(config: dict[str, Any] | None, tokenizer_config: dict[str, Any
     return min(usable) if usable else None
 
 
-def fill_mask_limits(positions: int | None, tokenizer: dict[str, Any] | None,
-                     tokenizer_config: dict[str, Any] | None) -> dict[str, Any]:
+def fill_mask_limits(
+    positions: int | None, tokenizer: dict[str, Any] | None, tokenizer_config: dict[str, Any] | None
+) -> dict[str, Any]:
     """The mask token, and the longest text in characters that cannot exceed ``positions`` tokens."""
     limits: dict[str, Any] = {}
     mask = (tokenizer_config or {}).get("mask_token")

@@ -76,8 +76,9 @@ def signing_headers(settings: SharedSettings, key_id: str, delivery_id: str, bod
 def check_webhook_url(url: str, settings: SharedSettings, *, field: str = "webhook") -> None:
     """At submit: refuse a URL that cannot be delivered (scheme, credentials, forbidden address); no DNS."""
     if not settings.webhook_secret and not settings.webhook_allow_unsigned:
-        raise InvalidInput(f"{field}: webhooks are disabled on this server (no GENQ_WEBHOOK_SECRET to sign them)",
-                           field=field)
+        raise InvalidInput(
+            f"{field}: webhooks are disabled on this server (no GENQ_WEBHOOK_SECRET to sign them)", field=field
+        )
     parts = split_webhook_url(url, allow_http=settings.webhook_allow_http, field=field)
     assert parts.hostname is not None
     check_host(parts.hostname, allow_private=settings.webhook_allow_private, field=field)

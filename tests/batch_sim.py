@@ -55,8 +55,9 @@ class Result:
 
 
 class Sim:
-    def __init__(self, policy: Policy, cost: Callable[[int], float], max_batch: int = 8,
-                 max_wait_s: float = 0.05) -> None:
+    def __init__(
+        self, policy: Policy, cost: Callable[[int], float], max_batch: int = 8, max_wait_s: float = 0.05
+    ) -> None:
         self.clock = Clock()
         self.batcher: Batcher[Job] = Batcher(max_batch, max_wait_s, policy, clock=self.clock)
         self.cost = cost
@@ -123,8 +124,9 @@ def linear_cost(a: float, b: float) -> Callable[[int], float]:
     return lambda n: a + b * n
 
 
-def closed_loop(sim: Sim, clients: int, return_s: float, jitter_s: float = 0.0, seed: int = 1,
-                stagger_s: float = 0.0) -> None:
+def closed_loop(
+    sim: Sim, clients: int, return_s: float, jitter_s: float = 0.0, seed: int = 1, stagger_s: float = 0.0
+) -> None:
     """``clients`` that each send their next job ``return_s`` (plus jitter) after the last one ends."""
     rng = random.Random(seed)
 

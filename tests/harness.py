@@ -23,20 +23,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "GENQ_REDIS_URL": settings.redis_url,
-        "GENQ_KEY_PREFIX": settings.key_prefix,
-        "GENQ_MODELS_FILE": str(settings.models_file),
-        "GENQ_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
-        "GENQ_LEASE_S": str(settings.lease_s),
-        "GENQ_MAX_ATTEMPTS": str(settings.max_attempts),
-        "GENQ_RESULT_TTL_S": str(settings.result_ttl_s),
-        "GENQ_ORPHAN_GRACE_S": str(settings.orphan_grace_s),
-        "GENQ_TOMBSTONE_TTL_S": str(settings.tombstone_ttl_s),
-        "GENQ_TORCH_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(ROOT),  # the fake runtime lives in tests/
-    })
+    env.update(
+        {
+            "GENQ_REDIS_URL": settings.redis_url,
+            "GENQ_KEY_PREFIX": settings.key_prefix,
+            "GENQ_MODELS_FILE": str(settings.models_file),
+            "GENQ_VISIBILITY_TIMEOUT_S": str(settings.visibility_timeout_s),
+            "GENQ_LEASE_S": str(settings.lease_s),
+            "GENQ_MAX_ATTEMPTS": str(settings.max_attempts),
+            "GENQ_RESULT_TTL_S": str(settings.result_ttl_s),
+            "GENQ_ORPHAN_GRACE_S": str(settings.orphan_grace_s),
+            "GENQ_TOMBSTONE_TTL_S": str(settings.tombstone_ttl_s),
+            "GENQ_TORCH_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),  # the fake runtime lives in tests/
+        }
+    )
     env.update(extra)
     return env
 
@@ -44,9 +46,19 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
 class WorkerProcess:
     """``celery -A worker worker --pool solo -c 1 -Q genq.<model> --model <model>`` as a child process."""
 
-    def __init__(self, settings: Settings, model: str, log_dir: Path, *, name: str | None = None,
-                 extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 metrics_port: int | None = None, checkout: Path = ROOT, host: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        model: str,
+        log_dir: Path,
+        *,
+        name: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        metrics_port: int | None = None,
+        checkout: Path = ROOT,
+        host: str | None = None,
+    ) -> None:
         # ``checkout`` and ``host``: a worker started from another copy of the code under another node name,
         # as on a second machine.
         self.checkout, self.host = checkout, host or os.uname().nodename
@@ -58,9 +70,29 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, wait: bool = True, timeout: float = 120) -> WorkerProcess:
-        cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
-               "-Q", queue_name(self.model), "--model", self.model, "-n", f"{self.name}@{self.host}",
-               "--loglevel", "INFO", "--without-mingle", "--without-gossip", *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker",
+            "worker",
+            "--pool",
+            "solo",
+            "--concurrency",
+            "1",
+            "-Q",
+            queue_name(self.model),
+            "--model",
+            self.model,
+            "-n",
+            f"{self.name}@{self.host}",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+            *self.extra_args,
+        ]
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
@@ -130,8 +162,9 @@ class RedisServer:
     def start(self) -> RedisServer:
         binary = redis_server_binary()
         assert binary, "no redis-server binary (install genq[embedded])"
-        self.proc = subprocess.Popen(server_command(binary, self.port, self.data_dir),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            server_command(binary, self.port, self.data_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         with redis.Redis.from_url(self.url, socket_connect_timeout=0.5) as client:
             for _ in range(100):
                 try:
@@ -168,8 +201,12 @@ class ApiServer:
 
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "api.serve"], cwd=ROOT,
-                env={**self.env, "GENQ_API_BIND": f"127.0.0.1:{self.port}"}, stdout=log, stderr=subprocess.STDOUT)
+                [sys.executable, "-m", "api.serve"],
+                cwd=ROOT,
+                env={**self.env, "GENQ_API_BIND": f"127.0.0.1:{self.port}"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         end = time.monotonic() + 30
         while time.monotonic() < end:
             try:

@@ -27,8 +27,13 @@ from genq.redis_server import free_port
 REGION = "us-east-1"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "genq-test", "AWS_SECRET_ACCESS_KEY": "genq-test-secret"}
 # boto3 in a test never reads the developer's AWS files nor asks an instance metadata service.
-AWS_ENV = {**CREDENTIALS, "AWS_DEFAULT_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true",
-           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+AWS_ENV = {
+    **CREDENTIALS,
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+}
 
 Start = Callable[[str, list[tuple[str, str]]], Any]
 App = Callable[[dict[str, Any], Start], Iterable[bytes]]
@@ -83,9 +88,13 @@ class S3Server:
         import os
 
         env = {**os.environ, **AWS_ENV}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.s3_server", "--port", str(self.port),
-                                      "--log", str(self.refused_log)], env=env, cwd=Path(__file__).parents[1],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.s3_server", "--port", str(self.port), "--log", str(self.refused_log)],
+            env=env,
+            cwd=Path(__file__).parents[1],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         end = time.monotonic() + 30
         while time.monotonic() < end:
             try:
@@ -109,9 +118,11 @@ class S3Server:
     def client(self) -> Any:
         import boto3
 
-        return boto3.session.Session(aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                                     aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                                     region_name=REGION).client("s3", endpoint_url=self.url)
+        return boto3.session.Session(
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=REGION,
+        ).client("s3", endpoint_url=self.url)
 
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)

@@ -46,14 +46,17 @@ class SentinelCluster:
             self.start_node(port, replica_of=self.node_ports[0])
         for port in self.sentinel_ports:
             conf = self.root / f"sentinel-{port}.conf"
-            conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {self.root}\n"
-                            f"sentinel monitor {MASTER} 127.0.0.1 {self.node_ports[0]} 2\n"
-                            f"sentinel down-after-milliseconds {MASTER} {self.down_after_ms}\n"
-                            f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
-                            f"sentinel parallel-syncs {MASTER} 1\n")
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.root}\n"
+                f"sentinel monitor {MASTER} 127.0.0.1 {self.node_ports[0]} 2\n"
+                f"sentinel down-after-milliseconds {MASTER} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {MASTER} {FAILOVER_TIMEOUT_MS}\n"
+                f"sentinel parallel-syncs {MASTER} 1\n"
+            )
             with open(self.root / f"sentinel-{port}.log", "ab") as log:  # the child keeps its own descriptor
-                self.sentinels.append(subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=log,
-                                                       stderr=subprocess.STDOUT))
+                self.sentinels.append(
+                    subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=log, stderr=subprocess.STDOUT)
+                )
         self.wait_replicated(timeout=20)
         end = time.monotonic() + 20
         while not all(self._sentinel_sees_replica(port) for port in self.sentinel_ports):
@@ -112,8 +115,11 @@ class SentinelCluster:
             try:
                 with redis.Redis(port=self.master_port(), socket_timeout=1) as client:
                     info = client.info("replication")
-                if info.get("role") == "master" and info.get("connected_slaves", 0) >= 1 and \
-                        str(info.get("slave0", {}).get("state", "")) == "online":
+                if (
+                    info.get("role") == "master"
+                    and info.get("connected_slaves", 0) >= 1
+                    and str(info.get("slave0", {}).get("state", "")) == "online"
+                ):
                     return
             except redis.RedisError:
                 pass

@@ -40,8 +40,9 @@ app = create_celery(settings)
 app.conf.task_ignore_result = True  # results live in the job store; one source of truth
 app.user_options["worker"].add(click.Option(["--model"], default=None, help="genq: the model id to serve"))
 app.user_options["worker"].add(click.Option(["--gpu"], default=None, help="genq: the GPU index this worker owns"))
-app.user_options["worker"].add(click.Option(["--metrics-port"], type=int, default=None,
-                                            help="genq: serve /metrics and /healthz on this port"))
+app.user_options["worker"].add(
+    click.Option(["--metrics-port"], type=int, default=None, help="genq: serve /metrics and /healthz on this port")
+)
 
 
 class WorkerState:
@@ -88,12 +89,16 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
 
 def timing_problem(settings: Settings) -> str | None:
     """Why the lease and visibility timeout cannot work with a heartbeat every HEARTBEAT_INTERVAL_S."""
-    for name, seconds in (("GENQ_LEASE_S", settings.lease_s),
-                          ("GENQ_VISIBILITY_TIMEOUT_S", settings.visibility_timeout_s)):
+    for name, seconds in (
+        ("GENQ_LEASE_S", settings.lease_s),
+        ("GENQ_VISIBILITY_TIMEOUT_S", settings.visibility_timeout_s),
+    ):
         least = MIN_BEATS * HEARTBEAT_INTERVAL_S
         if seconds <= least:
-            return (f"{name}={seconds:g} must exceed {MIN_BEATS} heartbeat(s) ({least:g} s): the heartbeat "
-                    "renews leases and held messages, and a live worker would lose them between beats")
+            return (
+                f"{name}={seconds:g} must exceed {MIN_BEATS} heartbeat(s) ({least:g} s): the heartbeat "
+                "renews leases and held messages, and a live worker would lose them between beats"
+            )
     return None
 
 
@@ -102,8 +107,10 @@ def queues_problem(model: str, queues: str | Iterable[str] | None) -> str | None
     given = [q for q in (queues.split(",") if isinstance(queues, str) else queues or []) if q]
     if not given or set(given) == {queue_name(model)}:
         return None
-    return (f"-Q {','.join(given)} does not match --model {model}: a worker consumes its model's queue "
-            f"{queue_name(model)} and no other (another model's jobs would fail as wrong_model)")
+    return (
+        f"-Q {','.join(given)} does not match --model {model}: a worker consumes its model's queue "
+        f"{queue_name(model)} and no other (another model's jobs would fail as wrong_model)"
+    )
 
 
 @signals.worker_process_init.connect
@@ -122,15 +129,24 @@ def _announce(sender: Any, **_: Any) -> None:
         sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
         # Every model's overdue queued jobs, not only this one's: a model with no worker has nobody else.
         overdue = OverdueSweep(state.loaded.store, load_models_file(state.settings.models_file).models)
-        state.heartbeat = Heartbeat(state.loaded.fleet, state.loaded.spec.id, sender.hostname,
-                                    lambda: state.batching.held() if state.batching else 0,
-                                    (holdings().renew, sweeper.maybe_sweep, overdue.maybe_sweep))
+        state.heartbeat = Heartbeat(
+            state.loaded.fleet,
+            state.loaded.spec.id,
+            sender.hostname,
+            lambda: state.batching.held() if state.batching else 0,
+            (holdings().renew, sweeper.maybe_sweep, overdue.maybe_sweep),
+        )
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
         state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)
         if state.settings.metrics_port:
-            serve_metrics(state.loaded.spec, state.loaded.load_seconds, state.settings.metrics_port, liveness.healthy,
-                          state.settings.metrics_address)
+            serve_metrics(
+                state.loaded.spec,
+                state.loaded.load_seconds,
+                state.settings.metrics_port,
+                liveness.healthy,
+                state.settings.metrics_address,
+            )
 
 
 @signals.worker_shutdown.connect

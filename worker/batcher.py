@@ -75,8 +75,14 @@ class BatcherStats:
 
 
 class Batcher(Generic[T]):
-    def __init__(self, max_batch_size: int, max_wait_s: float, policy: Policy = "adaptive",
-                 clock: Callable[[], float] | None = None, max_cost: int | None = None) -> None:
+    def __init__(
+        self,
+        max_batch_size: int,
+        max_wait_s: float,
+        policy: Policy = "adaptive",
+        clock: Callable[[], float] | None = None,
+        max_cost: int | None = None,
+    ) -> None:
         self.max_batch_size = max_batch_size
         self.max_cost = max_cost  # the per-step budget of a batch's summed cost; None: none
         self.max_wait_s = max_wait_s
@@ -100,16 +106,18 @@ class Batcher(Generic[T]):
 
     # --- what happens to the worker ------------------------------------------------------
 
-    def add(self, item: T, key: Hashable, weight: int = 1, priority: int = 5, deadline: float | None = None,
-            cost: int = 0) -> None:
+    def add(
+        self, item: T, key: Hashable, weight: int = 1, priority: int = 5, deadline: float | None = None, cost: int = 0
+    ) -> None:
         now = self.clock()
         self._seq += 1
         self._pending.append(Pending(item, key, max(1, weight), priority, now, self._seq, deadline, cost))
         self.echoes.on_arrival(now)
         self._weight_mean += 0.1 * (max(1, weight) - self._weight_mean)
 
-    def put_back(self, item: T, key: Hashable, weight: int, priority: int, deadline: float | None, cost: int,
-                 arrived: float) -> None:
+    def put_back(
+        self, item: T, key: Hashable, weight: int, priority: int, deadline: float | None, cost: int, arrived: float
+    ) -> None:
         """An item taken and never started (its claim failed): pending again, its age kept, nothing learned."""
         self._seq += 1
         self._pending.append(Pending(item, key, max(1, weight), priority, arrived, self._seq, deadline, cost))
@@ -118,8 +126,7 @@ class Batcher(Generic[T]):
         """Take over another batcher's pending requests and what it learned (a reconnect, not a new model)."""
         for p in other._pending:
             self._seq += 1
-            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq, p.deadline,
-                                         p.cost))
+            self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq, p.deadline, p.cost))
         other._pending = []
         self.cost, self.echoes, self._weight_mean = other.cost, other.echoes, other._weight_mean
         self._waited_s = other._waited_s
@@ -164,8 +171,14 @@ class Batcher(Generic[T]):
         return self._remove(chosen)
 
     def stats(self) -> BatcherStats:
-        return BatcherStats(self.cost.a, self.cost.b, self.echoes.share, self.echoes.delay_quantile(0.9),
-                            self.echoes.background_rate, self._waited_s)
+        return BatcherStats(
+            self.cost.a,
+            self.cost.b,
+            self.echoes.share,
+            self.echoes.delay_quantile(0.9),
+            self.echoes.background_rate,
+            self._waited_s,
+        )
 
     # --- deciding --------------------------------------------------------------------------
 

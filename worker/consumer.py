@@ -40,8 +40,9 @@ class BatchingConsumer:
         self.executor = loaded.executor
         self.runtime = loaded.runtime
         batching = loaded.spec.batching
-        self.batcher: Batcher[WorkItem] = Batcher(batching.max_batch_size, batching.max_wait_ms / 1000,
-                                                   batching.policy, max_cost=batching.max_step_cost)
+        self.batcher: Batcher[WorkItem] = Batcher(
+            batching.max_batch_size, batching.max_wait_ms / 1000, batching.policy, max_cost=batching.max_step_cost
+        )
         self.model = model  # one per process, shared across reconnects: one batch or session at a time, ever
         # Prefetch credit = the buffer (NOTES.md). Setting worker_prefetch_multiplier in celeryd_init is
         # too late: the CLI has already resolved --prefetch-multiplier to the conf's 4, which wins, and
@@ -296,4 +297,3 @@ class BatchingConsumer:
         self.flower.release_received()  # Flower hears of every job this worker received, run or not
         self.flower.flush()
         log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher) + len(self.ready))
-

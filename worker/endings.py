@@ -40,8 +40,11 @@ def settle_ending(item: WorkItem, ending: Ending, status: JobStatus) -> None:
     item.claimed = False  # the run is over: nothing for the heartbeat to renew
     if ending.stored:
         if not ending.replicated:
-            log.warning("job %s: its result did not reach GENQ_REDIS_WAIT_REPLICAS replicas in time (a failover "
-                        "now could roll it back and run the job again)", item.job_id)
+            log.warning(
+                "job %s: its result did not reach GENQ_REDIS_WAIT_REPLICAS replicas in time (a failover "
+                "now could roll it back and run the job again)",
+                item.job_id,
+            )
         item.settle(status)
     elif ending.before is not None and ending.before.terminal:
         item.settle(ending.before)  # canceled while running, or another run ended it: this result is dropped

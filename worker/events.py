@@ -84,8 +84,9 @@ class EventPublisher:
             now = time.monotonic()
             if now - self._logged_at > ERROR_LOG_INTERVAL_S:
                 self._logged_at = now
-                log.warning("cannot publish job events (%s: %s); %d dropped so far", type(exc).__name__, exc,
-                            self._dropped)
+                log.warning(
+                    "cannot publish job events (%s: %s); %d dropped so far", type(exc).__name__, exc, self._dropped
+                )
 
 
 class BatchEvents:

@@ -39,8 +39,10 @@ def _settled_status(claim: Claim) -> JobStatus | None:
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """torch.cuda.OutOfMemoryError and friends, recognised without importing torch."""
-    return isinstance(exc, OutOfMemory) or type(exc).__name__ == "OutOfMemoryError" or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    return (
+        isinstance(exc, OutOfMemory)
+        or type(exc).__name__ == "OutOfMemoryError"
+        or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
     )
 
 
@@ -55,9 +57,18 @@ def failure_of(exc: BaseException) -> tuple[str, str]:
 class Executor(ResultStore):
     """Admits, runs and stores a batch; where results go is ``ResultStore``'s."""
 
-    def __init__(self, runtime: Runtime, spec: ModelSpec, store: JobStore, max_attempts: int, *,
-                 outputs: OutputStore, fleet: FleetStore, events: EventPublisher | None = None,
-                 worker: str = "") -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        spec: ModelSpec,
+        store: JobStore,
+        max_attempts: int,
+        *,
+        outputs: OutputStore,
+        fleet: FleetStore,
+        events: EventPublisher | None = None,
+        worker: str = "",
+    ) -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
@@ -128,8 +139,10 @@ class Executor(ResultStore):
             return False
         item.claimed, item.claimed_at = True, claim.now
         if claim.attempts > self.max_attempts:
-            item.fail(ErrorCode.worker_lost.value,
-                      f"the worker died {claim.attempts - 1} times while running this job; giving up")
+            item.fail(
+                ErrorCode.worker_lost.value,
+                f"the worker died {claim.attempts - 1} times while running this job; giving up",
+            )
             return self._store_failure(item, None)
         return self.parse(item) or self._store_failure(item, None)
 
@@ -147,8 +160,11 @@ class Executor(ResultStore):
         # A runtime that streams text reports it, not its steps (one event per token is enough).
         streaming = {"text_sinks": events.text_sinks()} if self.runtime.streams_text and self.events else {}
         try:
-            predictions = self.runtime.predict([i.parsed for i in batch],  # type: ignore[misc]
-                                               events.progress(self._progress(batch), not streaming), **streaming)
+            predictions = self.runtime.predict(
+                [i.parsed for i in batch],  # type: ignore[misc]
+                events.progress(self._progress(batch), not streaming),
+                **streaming,
+            )
             events.flush()  # a job's events are all in Redis before its result (and its end) is
             if len(predictions) != len(batch):
                 raise RuntimeError(f"runtime returned {len(predictions)} results for {len(batch)} inputs")
@@ -168,8 +184,12 @@ class Executor(ResultStore):
                 self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000
-        self._store_successes([(item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
-                               for item, prediction in zip(batch, predictions, strict=True)])
+        self._store_successes(
+            [
+                (item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
+                for item, prediction in zip(batch, predictions, strict=True)
+            ]
+        )
 
     def run_alone(self, item: WorkItem) -> None:
         """``item`` on its own, request-level (a step that failed is run again this way): its own status."""

@@ -26,9 +26,18 @@ class FlowerEvents:
         dispatcher = self.consumer.event_dispatcher
         if dispatcher is None or not dispatcher.enabled:
             return
-        self._received.append({"uuid": item.job_id, "name": TASK_RUN, "args": "()",
-                               "kwargs": repr(item.raw_input)[:KWARGS_REPR_MAX], "root_id": item.job_id,
-                               "parent_id": None, "retries": 0, "timestamp": time.time()})
+        self._received.append(
+            {
+                "uuid": item.job_id,
+                "name": TASK_RUN,
+                "args": "()",
+                "kwargs": repr(item.raw_input)[:KWARGS_REPR_MAX],
+                "root_id": item.job_id,
+                "parent_id": None,
+                "retries": 0,
+                "timestamp": time.time(),
+            }
+        )
         if not self._received_timer:
             self._received_timer = True
             self.consumer.timer.call_after(RECEIVED_FLUSH_S, self._on_received_timer)
@@ -59,11 +68,17 @@ class FlowerEvents:
             runtime = metrics.inference_ms / 1000 if metrics and metrics.inference_ms else 0.0
             self.send("task-succeeded", uuid=item.job_id, result=repr({"status": "succeeded"}), runtime=runtime)
         elif item.status == JobStatus.failed:
-            self.send("task-failed", uuid=item.job_id, exception=f"{item.error_code}: {item.error_message}",
-                      traceback="")
+            self.send(
+                "task-failed", uuid=item.job_id, exception=f"{item.error_code}: {item.error_message}", traceback=""
+            )
         elif item.status in (JobStatus.canceled, JobStatus.expired):
-            self.send("task-revoked", uuid=item.job_id, terminated=False, signum=None,
-                      expired=item.status == JobStatus.expired)
+            self.send(
+                "task-revoked",
+                uuid=item.job_id,
+                terminated=False,
+                signum=None,
+                expired=item.status == JobStatus.expired,
+            )
 
     def send(self, event: str, **fields: Any) -> None:
         dispatcher = self.consumer.event_dispatcher

@@ -19,8 +19,14 @@ HEARTBEAT_INTERVAL_S = 2.0
 class Heartbeat:
     """A daemon thread: it keeps beating while the model thread is busy with a long batch."""
 
-    def __init__(self, fleet: FleetStore, model_id: str, worker: str, held: Callable[[], int],
-                 chores: tuple[Callable[[], object], ...] = ()) -> None:
+    def __init__(
+        self,
+        fleet: FleetStore,
+        model_id: str,
+        worker: str,
+        held: Callable[[], int],
+        chores: tuple[Callable[[], object], ...] = (),
+    ) -> None:
         self.fleet, self.model_id, self.worker, self.held = fleet, model_id, worker, held
         # Upkeep riding on the same beat: renewing leases and held messages, the orphan sweeper.
         self.chores = chores

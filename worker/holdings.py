@@ -44,11 +44,17 @@ class Holdings:
         """The items to renew: those unsettled past the bound are dropped, never renewed again."""
         cutoff = time.monotonic() - UNSETTLED_BOUND_S
         with self._lock:
-            stale = [key for key, item in self._items.items()
-                     if item.unsettled_since is not None and item.unsettled_since < cutoff]
+            stale = [
+                key
+                for key, item in self._items.items()
+                if item.unsettled_since is not None and item.unsettled_since < cutoff
+            ]
             for key in stale:
-                log.warning("job %s: unsettled for over %.0f s; no longer renewed", self._items.pop(key).job_id,
-                            UNSETTLED_BOUND_S)
+                log.warning(
+                    "job %s: unsettled for over %.0f s; no longer renewed",
+                    self._items.pop(key).job_id,
+                    UNSETTLED_BOUND_S,
+                )
             return list(self._items.values())
 
     def renew(self) -> None:
@@ -62,5 +68,8 @@ class Holdings:
         for item in items:
             if item.claimed and item.job_id in lost:
                 item.claimed = False  # reported once; its finish will find another token and drop the result
-                log.warning("job %s: lease lost (it lapsed and another worker took the job over); this run's "
-                            "result will be dropped", item.job_id)
+                log.warning(
+                    "job %s: lease lost (it lapsed and another worker took the job over); this run's "
+                    "result will be dropped",
+                    item.job_id,
+                )

@@ -24,8 +24,11 @@ def to_item(message: Any, spec: ModelSpec) -> WorkItem | None:
     if not isinstance(job_id, str) or not job_id:
         log.error("dropping a message without a task id: %r", headers)
         return None
-    arrival = {"arrived": time.monotonic(), "handle": message,
-               "redelivered": bool(message.delivery_info.get("redelivered"))}
+    arrival = {
+        "arrived": time.monotonic(),
+        "handle": message,
+        "redelivered": bool(message.delivery_info.get("redelivered")),
+    }
     try:
         try:
             body = message.decode()
@@ -39,8 +42,11 @@ def to_item(message: Any, spec: ModelSpec) -> WorkItem | None:
         return item
     item = WorkItem.of(run, **arrival)
     if run.model != spec.id:
-        item.fail(ErrorCode.wrong_model.value, f"job {job_id} is for model {run.model!r} but reached a worker "
-                                               f"of model {spec.id!r} (queue {spec.queue}); it was not run")
+        item.fail(
+            ErrorCode.wrong_model.value,
+            f"job {job_id} is for model {run.model!r} but reached a worker "
+            f"of model {spec.id!r} (queue {spec.queue}); it was not run",
+        )
         log.error("job %s: %s", job_id, item.error_message)
     return item
 
@@ -88,7 +94,8 @@ def give_back(holdings: Holdings, item: WorkItem, exc: Exception) -> None:
     requeued with a backoff. Its prefetch credit is free at once (held, each such message shrank the buffer by one
     until a reconnect), and the message, unacknowledged and no longer renewed, is restored by kombu after the
     visibility timeout: a record that stays unreadable is read once per timeout, never in a tight loop."""
-    log.error("job %s: cannot read its record (%s); its message comes back after the visibility timeout",
-              item.job_id, exc)
+    log.error(
+        "job %s: cannot read its record (%s); its message comes back after the visibility timeout", item.job_id, exc
+    )
     holdings.release([item])
     release_credit(item.handle)

@@ -45,9 +45,15 @@ class WorkItem:
     @classmethod
     def of(cls, message: RunMessage, **arrival: Any) -> WorkItem:
         """The item for a parsed message; ``arrival``: ``arrived``, ``handle``, ``redelivered``."""
-        return cls(job_id=message.job_id, raw_input=message.input, created_at=message.created_at,
-                   deadline_at=message.deadline_at, priority=message.transport_priority,
-                   webhook_events=list(message.webhook_events), **arrival)
+        return cls(
+            job_id=message.job_id,
+            raw_input=message.input,
+            created_at=message.created_at,
+            deadline_at=message.deadline_at,
+            priority=message.transport_priority,
+            webhook_events=list(message.webhook_events),
+            **arrival,
+        )
 
     def take_record(self, record: JobRecord) -> None:
         """The record is the truth: run its input, by its times, whatever the message carried."""

@@ -60,9 +60,23 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     wait_until_reachable(client, f"worker {worker_name}")
     store, fleet = JobStore(client, settings), FleetStore(client, settings)
     store.redis.hincrby(store.keys.load_count(spec.id), worker_name, 1)
-    log.info("loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)", spec.id, spec.kind, device, seconds,
-             os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+    log.info(
+        "loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)",
+        spec.id,
+        spec.kind,
+        device,
+        seconds,
+        os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
+    )
     runtime.inputs = outputs = output_store(client, settings)  # input pictures are objects of the same store
-    executor = Executor(runtime, spec, store, settings.max_attempts, outputs=outputs,
-                        fleet=fleet, events=EventPublisher(store.redis, store.keys), worker=worker_name)
+    executor = Executor(
+        runtime,
+        spec,
+        store,
+        settings.max_attempts,
+        outputs=outputs,
+        fleet=fleet,
+        events=EventPublisher(store.redis, store.keys),
+        worker=worker_name,
+    )
     return Loaded(spec, runtime, store, fleet, executor, WebhookSender(store), device, seconds)

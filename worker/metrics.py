@@ -31,14 +31,27 @@ log = logging.getLogger(__name__)
 METRICS_ADDRESS = DEFAULT_METRICS_ADDRESS
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
-BATCH_SIZE = Histogram("genq_worker_batch_size", "Jobs per batch run", ["model"],
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
-BATCH_FILL = Histogram("genq_worker_batch_fill_ratio", "Batch weight (images, texts) / max_batch_size", ["model"],
-                       buckets=(0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0))
-INFERENCE = Histogram("genq_worker_inference_seconds", "Seconds per batch: the model, then storing its results",
-                      ["model"], buckets=_SECONDS)
-QUEUE_WAIT = Histogram("genq_worker_queue_wait_seconds", "Seconds from submission to the start of the job's batch",
-                       ["model"], buckets=_SECONDS)
+BATCH_SIZE = Histogram(
+    "genq_worker_batch_size", "Jobs per batch run", ["model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256)
+)
+BATCH_FILL = Histogram(
+    "genq_worker_batch_fill_ratio",
+    "Batch weight (images, texts) / max_batch_size",
+    ["model"],
+    buckets=(0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0),
+)
+INFERENCE = Histogram(
+    "genq_worker_inference_seconds",
+    "Seconds per batch: the model, then storing its results",
+    ["model"],
+    buckets=_SECONDS,
+)
+QUEUE_WAIT = Histogram(
+    "genq_worker_queue_wait_seconds",
+    "Seconds from submission to the start of the job's batch",
+    ["model"],
+    buckets=_SECONDS,
+)
 JOBS = Counter("genq_worker_jobs", "Jobs this worker settled, by kind and final status", ["model", "kind", "status"])
 ITEMS = Counter("genq_worker_items", "Items (images, texts, sequences) of succeeded jobs", ["model"])
 ITEMS_PER_SECOND = Gauge("genq_worker_items_per_second", "Items per second of the last batch", ["model"])
@@ -46,29 +59,36 @@ MODEL_LOAD = Gauge("genq_worker_model_load_seconds", "Seconds the model took to 
 # What the batching policy has learned (worker/batch_learning.py): BATCHING.md, "Worth exposing".
 COST_FIXED = Gauge("genq_worker_batch_cost_fixed_seconds", "Fitted batch cost L(n) = a + b*n: a", ["model"])
 COST_PER_ITEM = Gauge("genq_worker_batch_cost_per_item_seconds", "Fitted batch cost L(n) = a + b*n: b", ["model"])
-RETURN_SHARE = Gauge("genq_worker_return_share", "Learned share of finished jobs whose client sends another soon",
-                     ["model"])
-ECHO_DELAY_P90 = Gauge("genq_worker_return_delay_p90_seconds", "90th percentile of the learned return delay",
-                       ["model"])
-BACKGROUND_RATE = Gauge("genq_worker_background_arrivals_per_second", "Arrivals that are not returns, per second",
-                        ["model"])
-POLICY_WAIT = Counter("genq_worker_batching_wait_seconds", "Seconds the model sat idle by choice with work buffered",
-                      ["model"])
+RETURN_SHARE = Gauge(
+    "genq_worker_return_share", "Learned share of finished jobs whose client sends another soon", ["model"]
+)
+ECHO_DELAY_P90 = Gauge("genq_worker_return_delay_p90_seconds", "90th percentile of the learned return delay", ["model"])
+BACKGROUND_RATE = Gauge(
+    "genq_worker_background_arrivals_per_second", "Arrivals that are not returns, per second", ["model"]
+)
+POLICY_WAIT = Counter(
+    "genq_worker_batching_wait_seconds", "Seconds the model sat idle by choice with work buffered", ["model"]
+)
 # Step-level scheduling (worker/step_loop.py): what every step of a session held and cost.
 _ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256)
 STEP_ROWS = Histogram("genq_worker_step_rows", "Rows (jobs) in one step of a step session", ["model"], buckets=_ROWS)
-STEP_ADMISSIONS = Histogram("genq_worker_step_admissions", "Rows that joined a step session just before a step",
-                            ["model"], buckets=(0, *_ROWS))
-STEP_SECONDS = Histogram("genq_worker_step_seconds", "Seconds per step, by the rows it held", ["model", "rows"],
-                         buckets=(0.001, 0.0025, *_SECONDS))
+STEP_ADMISSIONS = Histogram(
+    "genq_worker_step_admissions", "Rows that joined a step session just before a step", ["model"], buckets=(0, *_ROWS)
+)
+STEP_SECONDS = Histogram(
+    "genq_worker_step_seconds",
+    "Seconds per step, by the rows it held",
+    ["model", "rows"],
+    buckets=(0.001, 0.0025, *_SECONDS),
+)
 STEP_LEFT = Counter("genq_worker_step_rows_left", "Rows that left a step session, by why", ["model", "reason"])
 # The output store (tasks/outputs.py), by backend: redis, filesystem, s3.
 OUTPUT_BYTES = Counter("genq_worker_output_bytes", "Bytes of outputs written to the output store", ["backend"])
 OUTPUT_OBJECTS = Counter("genq_worker_output_objects", "Outputs written to the output store", ["backend"])
-OUTPUT_WRITE = Histogram("genq_worker_output_write_seconds", "Seconds per output written (one PUT, one file)",
-                         ["backend"], buckets=_SECONDS)
-OUTPUT_WRITE_ERRORS = Counter("genq_worker_output_write_errors", "Output writes that failed (each try)",
-                              ["backend"])
+OUTPUT_WRITE = Histogram(
+    "genq_worker_output_write_seconds", "Seconds per output written (one PUT, one file)", ["backend"], buckets=_SECONDS
+)
+OUTPUT_WRITE_ERRORS = Counter("genq_worker_output_write_errors", "Output writes that failed (each try)", ["backend"])
 GPU_MEMORY_ALLOCATED = "genq_worker_gpu_memory_allocated_bytes"
 GPU_MEMORY_RESERVED = "genq_worker_gpu_memory_reserved_bytes"
 
@@ -150,9 +170,11 @@ def register_gpu_gauges(model: str) -> bool:
     if torch is None or not torch.cuda.is_available():
         return False
     Gauge(GPU_MEMORY_ALLOCATED, "Bytes of GPU memory held by tensors", ["model"]).labels(model).set_function(
-        torch.cuda.memory_allocated)
+        torch.cuda.memory_allocated
+    )
     Gauge(GPU_MEMORY_RESERVED, "Bytes of GPU memory reserved by the caching allocator", ["model"]).labels(
-        model).set_function(torch.cuda.memory_reserved)
+        model
+    ).set_function(torch.cuda.memory_reserved)
     return True
 
 
@@ -195,8 +217,9 @@ def start_metrics_server(port: int, healthy: Callable[[], bool], address: str = 
     return server
 
 
-def serve_metrics(spec: ModelSpec, load_seconds: float, port: int, healthy: Callable[[], bool],
-                  address: str = METRICS_ADDRESS) -> MetricsServer | None:
+def serve_metrics(
+    spec: ModelSpec, load_seconds: float, port: int, healthy: Callable[[], bool], address: str = METRICS_ADDRESS
+) -> MetricsServer | None:
     """The worker's metrics, once its model is loaded; a busy port is logged, not fatal (jobs still run)."""
     MODEL_LOAD.labels(spec.id).set(load_seconds)
     register_gpu_gauges(spec.id)

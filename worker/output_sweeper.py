@@ -57,8 +57,9 @@ def unlisted(objects: JobObjects, status: str | None, listed: set[str], known: b
 
 
 class OutputSweeper:
-    def __init__(self, outputs: SweptStore, jobs: JobStore, *, grace_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, outputs: SweptStore, jobs: JobStore, *, grace_s: float, clock: Callable[[], float] = time.time
+    ) -> None:
         self.outputs, self.jobs, self.grace_s, self.clock = outputs, jobs, grace_s, clock
 
     def sweep(self) -> int:
@@ -66,8 +67,11 @@ class OutputSweeper:
         deleted = 0
         for chunk in _chunks(self.outputs.scan(), CHUNK):
             old = [o for o in chunk if self.clock() - o.modified >= self.grace_s]
-            doomed = [key for objects, (status, listed, known) in zip(old, self._records(old), strict=True)
-                      for key in _valid(unlisted(objects, status, listed, known))]
+            doomed = [
+                key
+                for objects, (status, listed, known) in zip(old, self._records(old), strict=True)
+                for key in _valid(unlisted(objects, status, listed, known))
+            ]
             if doomed:
                 self.outputs.delete_many(doomed)
                 deleted += len(doomed)

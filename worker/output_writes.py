@@ -40,8 +40,10 @@ class OutputWriter:
     def _put(self, entry: OutputEntry, data: bytes) -> None:
         if not self.circuit.allow():
             record_output_error(self.store.backend)
-            raise OutputStoreUnavailable(f"{self.store.backend}: cannot write output {entry.key}: the store failed "
-                                         f"moments ago; no write is tried for {self.circuit.open_for():.0f} s more")
+            raise OutputStoreUnavailable(
+                f"{self.store.backend}: cannot write output {entry.key}: the store failed "
+                f"moments ago; no write is tried for {self.circuit.open_for():.0f} s more"
+            )
         delays = () if self.circuit.probing else RETRY_DELAYS_S
         first = self.clock()
         for delay in (*delays, None):

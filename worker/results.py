@@ -45,12 +45,14 @@ class ResultStore:
             return None
         return round(max(0.0, (item.claimed_at - item.created_at) * 1000), 2)
 
-    def _metrics(self, item: WorkItem, batch_size: int, started: float, batch_id: str,
-                 inference_ms: float | None = None) -> JobMetrics:
+    def _metrics(
+        self, item: WorkItem, batch_size: int, started: float, batch_id: str, inference_ms: float | None = None
+    ) -> JobMetrics:
         if inference_ms is None:
             inference_ms = (time.perf_counter() - started) * 1000
-        return JobMetrics(queue_ms=self.queue_ms(item), inference_ms=round(inference_ms, 2), batch_size=batch_size,
-                          batch_id=batch_id)
+        return JobMetrics(
+            queue_ms=self.queue_ms(item), inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id
+        )
 
     def _store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
         """Every job's outputs, then all their endings (each bumps the completion count once) in one round trip.
@@ -62,8 +64,19 @@ class ResultStore:
             entries = self._write_outputs(item, prediction, metrics)
             if entries is not None:
                 item.extra["metrics"] = metrics
-                endings.append((item, Outcome(item.job_id, item.token, JobStatus.succeeded, output=prediction.output,
-                                              binary_outputs=entries, metrics=metrics)))
+                endings.append(
+                    (
+                        item,
+                        Outcome(
+                            item.job_id,
+                            item.token,
+                            JobStatus.succeeded,
+                            output=prediction.output,
+                            binary_outputs=entries,
+                            metrics=metrics,
+                        ),
+                    )
+                )
         self._finish(endings)
 
     def _finish(self, items: list[tuple[WorkItem, Outcome]]) -> None:
@@ -71,8 +84,11 @@ class ResultStore:
         if not items:
             return
         try:
-            endings = with_retries(self.store.finish_many, [outcome for _, outcome in items],
-                                   counter=self.fleet.completion_counter(self.spec.id))
+            endings = with_retries(
+                self.store.finish_many,
+                [outcome for _, outcome in items],
+                counter=self.fleet.completion_counter(self.spec.id),
+            )
         except Exception as exc:
             park(items, exc)
             return
@@ -81,8 +97,9 @@ class ResultStore:
     def store_parked(self, items: list[WorkItem]) -> None:
         """Store the endings kept on ``items`` (one round trip, no retries: raises while Redis is still away)."""
         kept = [(item, outcome) for item in items if (outcome := parked(item)) is not None]
-        endings = self.store.finish_many([outcome for _, outcome in kept],
-                                         counter=self.fleet.completion_counter(self.spec.id))
+        endings = self.store.finish_many(
+            [outcome for _, outcome in kept], counter=self.fleet.completion_counter(self.spec.id)
+        )
         self._settled([(item, outcome, ending) for (item, outcome), ending in zip(kept, endings, strict=True)])
 
     def _settled(self, endings: list[tuple[WorkItem, Outcome, Ending]]) -> None:
@@ -94,8 +111,10 @@ class ResultStore:
     def _write_outputs(self, item: WorkItem, prediction: Prediction, metrics: JobMetrics) -> list[OutputEntry] | None:
         """The job's binary outputs into the output store, before any record lists them; None if it failed there."""
         # The run's objects are named by its claim: a losing or late run never touches the winner's.
-        entries = [OutputEntry.describe(item.job_id, item.token, n, b.data, b.media_type, b.seed)
-                   for n, b in enumerate(prediction.blobs)]
+        entries = [
+            OutputEntry.describe(item.job_id, item.token, n, b.data, b.media_type, b.seed)
+            for n, b in enumerate(prediction.blobs)
+        ]
         try:
             self.writer.put_all(entries, prediction.blobs)
         except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running

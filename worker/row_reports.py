@@ -48,9 +48,13 @@ class RowReports:
 
     def _metrics(self, held: HeldRow) -> JobMetrics:
         mean = held.rows_sum / held.steps if held.steps else 1.0
-        return JobMetrics(queue_ms=self.executor.queue_ms(held.item),
-                          inference_ms=round((time.perf_counter() - held.joined) * 1000, 2),
-                          batch_size=max(1, held.peak), batch_id=self.session_id, rows_per_step=round(mean, 3))
+        return JobMetrics(
+            queue_ms=self.executor.queue_ms(held.item),
+            inference_ms=round((time.perf_counter() - held.joined) * 1000, 2),
+            batch_size=max(1, held.peak),
+            batch_id=self.session_id,
+            rows_per_step=round(mean, 3),
+        )
 
     def _report_progress(self, session: StepSession) -> None:
         progress = session.progress()
@@ -62,8 +66,11 @@ class RowReports:
         if now - self._progress_at < PROGRESS_INTERVAL_S:
             return
         self._progress_at = now
-        rows = [(job_id, self._held[job_id].item.token, step, total)
-                for job_id, (step, total) in progress.items() if job_id in self._held and step > 0]
+        rows = [
+            (job_id, self._held[job_id].item.token, step, total)
+            for job_id, (step, total) in progress.items()
+            if job_id in self._held and step > 0
+        ]
         try:
             set_row_progress(self.executor.store, rows)
         except Exception:  # progress is best effort; the result write is what matters

@@ -27,8 +27,9 @@ ENDING_RETRY_S = 2.0  # between tries of the endings kept through an outage (one
 class Settlement:
     """Settles items in the loop thread: one webhook write, one event publish and one ack round trip per call."""
 
-    def __init__(self, loaded: Loaded, consumer: Any, holdings: Holdings, flower: FlowerEvents,
-                 held: Callable[[], int]) -> None:
+    def __init__(
+        self, loaded: Loaded, consumer: Any, holdings: Holdings, flower: FlowerEvents, held: Callable[[], int]
+    ) -> None:
         self.loaded, self.consumer, self.holdings, self.flower, self.held = loaded, consumer, holdings, flower, held
         self.pending: list[WorkItem] = []  # endings kept through an outage, stored again on a timer
         self._retry_armed = False
@@ -84,8 +85,12 @@ class Settlement:
             expired = [item for item in items if (item.unsettled_since or 0) < cutoff]
             items = [item for item in items if (item.unsettled_since or 0) >= cutoff]
             if expired:
-                log.error("giving up storing the endings of %d jobs after %.0f s (%s); their messages come back",
-                          len(expired), UNSETTLED_BOUND_S, exc)
+                log.error(
+                    "giving up storing the endings of %d jobs after %.0f s (%s); their messages come back",
+                    len(expired),
+                    UNSETTLED_BOUND_S,
+                    exc,
+                )
                 self.holdings.release(expired)
                 for item in expired:
                     release_credit(item.handle)
@@ -99,8 +104,9 @@ class Settlement:
         by_message = {id(item.handle): item for item in items}
         for message, exc in ack_many([item.handle for item in items]):
             # The channel died under us: Redis gives the message back, and the claim dedupes it.
-            log.warning("job %s: ack failed (%s); it will be redelivered and skipped", by_message[id(message)].job_id,
-                        exc)
+            log.warning(
+                "job %s: ack failed (%s); it will be redelivered and skipped", by_message[id(message)].job_id, exc
+            )
 
     def _record_completed(self, items: list[WorkItem]) -> list[WorkItem]:
         """Record ``completed`` webhooks in the outbox before acking; items whose record failed stay unacked.
@@ -108,8 +114,9 @@ class Settlement:
         A redelivered message of a finished job records nothing new (the outbox keeps one per job and
         event), and one whose record failed comes back to be recorded then.
         """
-        hooks = [item for item in items
-                 if item.settled and item.status is not None and "completed" in item.webhook_events]
+        hooks = [
+            item for item in items if item.settled and item.status is not None and "completed" in item.webhook_events
+        ]
         try:
             self.loaded.webhooks.record([(item.job_id, "completed") for item in hooks])
         except Exception as exc:

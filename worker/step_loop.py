@@ -36,8 +36,15 @@ DEADLINE_CODE = "deadline_exceeded"  # the code a job gets when its deadline pas
 class StepRunner(RowReports):
     """One session of one step key: created by the loop thread, ``run`` on the model thread until it empties."""
 
-    def __init__(self, executor: Executor, key: Hashable, on_left: Callable[[list[WorkItem]], None], *,
-                 is_revoked: Callable[[str], bool] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        key: Hashable,
+        on_left: Callable[[list[WorkItem]], None],
+        *,
+        is_revoked: Callable[[str], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.executor, self.key, self.on_left = executor, key, on_left
         self.runtime, self.model = executor.runtime, executor.spec.id
         self.is_revoked = is_revoked or (lambda _: False)

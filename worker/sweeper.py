@@ -62,8 +62,12 @@ class Sweeper:
             record = self.store.get(candidate.id) if candidate.id not in present else None
             if record is None or record.status.terminal:
                 continue
-            log.warning("job %s (%s, %.0f s old) has no message anywhere and no live lease: sending it again",
-                        record.id, record.status.value, now - record.created_at)
+            log.warning(
+                "job %s (%s, %.0f s old) has no message anywhere and no live lease: sending it again",
+                record.id,
+                record.status.value,
+                now - record.created_at,
+            )
             self.send_task(**send_args(RunMessage.of(record)))
             sent += 1
         return sent

@@ -90,8 +90,9 @@ class SocketWatchdog:
         self._timer.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._timer.cancel()
 
 
@@ -104,20 +105,31 @@ def _shut(sock: socket.socket) -> None:
 
 def new_client() -> httpx.Client:
     """A client for attempts: no redirects, no proxies from the environment, no kept-alive connections."""
-    return httpx.Client(follow_redirects=False, trust_env=False,
-                        limits=httpx.Limits(max_keepalive_connections=0))
+    return httpx.Client(follow_redirects=False, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
 
 
-def post_within(client: httpx.Client, url: str, body: bytes, headers: Mapping[str, str],
-                extensions: Mapping[str, Any], deadline: Deadline) -> int:
+def post_within(
+    client: httpx.Client,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    extensions: Mapping[str, Any],
+    deadline: Deadline,
+) -> int:
     """POST ``body`` and return the answer's status, reading at most MAX_RESPONSE_BYTES of its body;
     AttemptExpired when the deadline passes first, httpx.HTTPError for anything else that went wrong."""
     left = deadline.left()
     timeout = httpx.Timeout(min(READ_S, left), connect=min(CONNECT_S, left), pool=left)
     with SocketWatchdog(left) as watchdog:
         try:
-            with client.stream("POST", url, content=body, headers=dict(headers), timeout=timeout,
-                               extensions={**extensions, "trace": watchdog.trace}) as response:
+            with client.stream(
+                "POST",
+                url,
+                content=body,
+                headers=dict(headers),
+                timeout=timeout,
+                extensions={**extensions, "trace": watchdog.trace},
+            ) as response:
                 read = 0
                 try:
                     for chunk in response.iter_raw():

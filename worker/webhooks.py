@@ -91,8 +91,9 @@ def attempt_seconds(lease_s: float, attempt_s: float) -> float:
 class WebhookSender:
     """Sender threads over the outbox; ``wake()`` after recording sends at once instead of at the next poll."""
 
-    def __init__(self, store: JobStore, resolver: Resolver = system_resolver, threads: int = SENDER_THREADS,
-                 start: bool = True) -> None:
+    def __init__(
+        self, store: JobStore, resolver: Resolver = system_resolver, threads: int = SENDER_THREADS, start: bool = True
+    ) -> None:
         self.store, self.settings, self.resolver = store, store.settings, resolver
         self.outbox = Outbox(store.redis, store.settings)
         self.deferral = OutboxDeferral(store.redis, store.keys)
@@ -146,8 +147,12 @@ class WebhookSender:
             elif outcome in ("refused", "rejected"):
                 self.outbox.failed(delivery)
             elif not self.outbox.retry(delivery):
-                log.error("webhook %s for job %s: giving up after %d attempts", delivery.event, delivery.job_id,
-                          delivery.attempt)
+                log.error(
+                    "webhook %s for job %s: giving up after %d attempts",
+                    delivery.event,
+                    delivery.job_id,
+                    delivery.attempt,
+                )
         except Exception as exc:  # the lease runs out and another worker tries again
             log.warning("cannot settle webhook %s for job %s: %s", delivery.event, delivery.job_id, exc)
         return outcome
@@ -175,13 +180,15 @@ class WebhookSender:
         finally:
             self.hosts.give(parts.hostname)
 
-    def _send(self, delivery: Delivery, record: JobRecord, parts: SplitResult, literal: IPAddress | None,
-              deadline: Deadline) -> str:
+    def _send(
+        self, delivery: Delivery, record: JobRecord, parts: SplitResult, literal: IPAddress | None, deadline: Deadline
+    ) -> str:
         assert parts.hostname is not None
         port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            addresses = ([str(literal)] if literal is not None
-                         else resolve_within(self.resolver, parts.hostname, port, deadline))
+            addresses = (
+                [str(literal)] if literal is not None else resolve_within(self.resolver, parts.hostname, port, deadline)
+            )
         except OSError as exc:
             log.info("webhook host %r does not resolve: %s", parts.hostname, exc)
             return "retry"
@@ -189,16 +196,18 @@ class WebhookSender:
             return "retry"
         if not self.settings.webhook_allow_private and any(forbidden_address(a) for a in addresses):
             raise Refused(f"{parts.hostname!r} resolves to a non-public address ({', '.join(addresses)})")
-        body = json.dumps({"id": delivery.delivery_id, "event": delivery.event,
-                           "job": record.public().model_dump(mode="json")}).encode()
+        body = json.dumps(
+            {"id": delivery.delivery_id, "event": delivery.event, "job": record.public().model_dump(mode="json")}
+        ).encode()
         try:
             headers = signing_headers(self.settings, record.key_id, delivery.delivery_id, body)
         except Unsigned as exc:
             raise Refused(str(exc)) from None
         url, host_header, extensions = pinned_request(parts, addresses[0])
         headers.update(host_header)
-        headers.update({"Content-Type": "application/json", EVENT_HEADER: delivery.event,
-                        "User-Agent": "genq-webhook/2"})
+        headers.update(
+            {"Content-Type": "application/json", EVENT_HEADER: delivery.event, "User-Agent": "genq-webhook/2"}
+        )
         try:
             status = post_within(self._client, url, body, headers, extensions, deadline)
         except httpx.HTTPError as exc:

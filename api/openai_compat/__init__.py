@@ -6,6 +6,7 @@ Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each c
 job is done. They follow OpenAI's published API, not genq's OpenAPI spec, so they are not among its paths;
 ``/openapi.json`` lists what each supports under ``x-openai-compatible`` (``described.py``).
 """
+
 from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, g, request

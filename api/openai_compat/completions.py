@@ -90,8 +90,13 @@ def create_completion() -> Response:
         return _stream(req, spec)
     record = run(spec, req.genq_input(), req.priority, PARAMS)
     out = record.output
-    return jsonify({**_head(record.id, spec.id, record.created_at),
-                    "choices": [_choice(out["text"], out.get("finish_reason"))], "usage": _usage(out)})
+    return jsonify(
+        {
+            **_head(record.id, spec.id, record.created_at),
+            "choices": [_choice(out["text"], out.get("finish_reason"))],
+            "usage": _usage(out),
+        }
+    )
 
 
 def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
@@ -163,4 +168,3 @@ def _choice(text: str, finish_reason: str | None) -> dict[str, Any]:
 def _usage(out: TextGenerationOutput | dict[str, Any]) -> dict[str, int]:
     prompt, completion = int(out.get("prompt_tokens", 0)), int(out.get("tokens", 0))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-

@@ -44,15 +44,21 @@ def create_embeddings() -> Response:
     req: EmbeddingRequest = parse(EmbeddingRequest, request.get_json(silent=True))
     spec = served_model(req.model, JobKind.embedding)
     if req.dimensions is not None:
-        raise InvalidInput(f"dimensions: model {spec.id!r} returns vectors of one fixed size and cannot shorten "
-                           "them; leave dimensions out", field="dimensions")
+        raise InvalidInput(
+            f"dimensions: model {spec.id!r} returns vectors of one fixed size and cannot shorten "
+            "them; leave dimensions out",
+            field="dimensions",
+        )
     record = run(spec, {"texts": req.input}, req.priority, PARAMS)
     output = record.output
-    data = [{"object": "embedding", "index": i, "embedding": _encoded(vector, req.encoding_format)}
-            for i, vector in enumerate(output["embeddings"])]
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encoded(vector, req.encoding_format)}
+        for i, vector in enumerate(output["embeddings"])
+    ]
     tokens = int(output.get("tokens", 0))
-    return jsonify({"object": "list", "data": data, "model": spec.id,
-                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+    return jsonify(
+        {"object": "list", "data": data, "model": spec.id, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    )
 
 
 def _encoded(vector: list[float], encoding: str) -> list[float] | str:

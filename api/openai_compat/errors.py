@@ -55,8 +55,8 @@ def to_openai_error(response: Response) -> Response:
     code = str(error["code"])
     _count_rejection(response.status_code, code)
     status, error_type, openai_code = OPENAI_ERRORS.get(
-        code, (response.status_code, "server_error" if response.status_code >= 500 else "invalid_request_error",
-               code))
+        code, (response.status_code, "server_error" if response.status_code >= 500 else "invalid_request_error", code)
+    )
     converted = error_body(str(error.get("message", "")), error_type, openai_code, error.get("field"))
     response.set_data(jsonify(converted).get_data())
     response.status_code = status

@@ -92,4 +92,3 @@ def edit_images() -> Response:
     if mask is not None:
         inp["mask"] = _data_uri("mask", mask)
     return images_response(run(spec, inp, req.priority, PARAMS), req.response_format)
-

@@ -50,13 +50,15 @@ def served_model(model_id: str | None, kind: JobKind) -> ModelSpec:
         return spec
     spec = svc.model(model_id)
     if spec.kind != kind:
-        raise InvalidInput(f"model: {spec.id!r} is a {spec.kind} model; this endpoint needs a {kind} model",
-                           field="model")
+        raise InvalidInput(
+            f"model: {spec.id!r} is a {spec.kind} model; this endpoint needs a {kind} model", field="model"
+        )
     return spec
 
 
-def accept(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str],
-           job_id: str | None = None) -> JobRecord:
+def accept(
+    spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str], job_id: str | None = None
+) -> JobRecord:
     """Submit the genq job behind a call; input errors name the OpenAI parameter (``params``: genq -> OpenAI)."""
     svc = services()
     with current_app.extensions["genq_submission_limit"]:
@@ -65,8 +67,9 @@ def accept(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Map
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
-            record = submit(svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()),
-                            current_owner())
+            record = submit(
+                svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()), current_owner()
+            )
         except InvalidInput as exc:
             raise _renamed(exc, params) from None
     JOBS_ACCEPTED.labels(spec.id).inc()
@@ -79,8 +82,10 @@ def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mappin
     not wait never leaves a job behind."""
     with services().waiters.slot() as free:
         if not free:
-            raise Unavailable("this API process holds as many waiting requests as it may; retry shortly",
-                              retry_after=WAITS_FULL_RETRY_AFTER_S)
+            raise Unavailable(
+                "this API process holds as many waiting requests as it may; retry shortly",
+                retry_after=WAITS_FULL_RETRY_AFTER_S,
+            )
         return succeeded(finished(accept(spec, inp, priority, params)))
 
 
@@ -91,8 +96,12 @@ def finished(record: JobRecord) -> JobRecord:
     while not record.status.terminal:
         left = end - time.monotonic()
         if left <= 0:
-            raise JobNotDone(504, f"job {record.id} is still {record.status.value} after "
-                             f"{svc.settings.openai_wait_s:.0f} s; follow it at GET /v1/jobs/{record.id}", "timeout")
+            raise JobNotDone(
+                504,
+                f"job {record.id} is still {record.status.value} after "
+                f"{svc.settings.openai_wait_s:.0f} s; follow it at GET /v1/jobs/{record.id}",
+                "timeout",
+            )
         waited = wait_for(svc, record, left)
         if not waited.status.terminal and svc.store.get(record.id) is None:
             raise JobNotDone(500, f"job {record.id} vanished while running", "gone")

@@ -53,8 +53,10 @@ def expire_if_overdue(store: JobStore, record: JobRecord) -> JobRecord:
 
 def expire_overdue(store: JobStore, model_id: str) -> int:
     """Expire every queued job of ``model_id`` whose deadline passed; returns how many this call expired."""
-    ids = [raw.decode() if isinstance(raw, bytes) else str(raw)
-           for raw in store.redis.zrange(store.keys.queued(model_id), 0, SCAN_LIMIT - 1)]
+    ids = [
+        raw.decode() if isinstance(raw, bytes) else str(raw)
+        for raw in store.redis.zrange(store.keys.queued(model_id), 0, SCAN_LIMIT - 1)
+    ]
     if not ids:
         return 0
     with store.redis.pipeline(transaction=False) as pipe:

@@ -27,10 +27,10 @@ def read(client: redis.Redis, keys: Keys, job_id: str, after: str | None, count:
     """Up to ``count`` events of a job's stream after the entry ``after`` (from the start when None)."""
     start = f"({after}" if after else "-"
     raw: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
-        keys.event_stream(job_id), min=start, max="+", count=count)
+        keys.event_stream(job_id), min=start, max="+", count=count
+    )
     return [_decode(entry_id, fields) for entry_id, fields in raw]
 
 
 def _decode(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
-    return JobEvent(id=entry_id.decode(), type=EventType(fields[b"type"].decode()),
-                    data=json.loads(fields[b"data"]))
+    return JobEvent(id=entry_id.decode(), type=EventType(fields[b"type"].decode()), data=json.loads(fields[b"data"]))

@@ -21,6 +21,7 @@ from tasks.store.lua_scripts import ScriptArgs, Scripts, key
 RATE_BUCKET_S = 10
 RATE_WINDOW_S = 60
 
+
 @dataclass(frozen=True, kw_only=True)
 class BeatArgs(ScriptArgs):
     """``fleet_beat.lua``: a worker's heartbeat on Redis' clock and its held count."""
@@ -83,9 +84,13 @@ class FleetStore:
             active, not_started, *rest = pipe.execute()
         *lengths, held, beats, now = rest
         online = self._online(beats, now)
-        return Backlog(backlog=int(active), queued=int(sum(lengths)),
-                       held=sum(int(n) for worker, n in held.items() if worker in online),
-                       running=max(0, int(active) - int(not_started)), workers=len(online))
+        return Backlog(
+            backlog=int(active),
+            queued=int(sum(lengths)),
+            held=sum(int(n) for worker, n in held.items() if worker in online),
+            running=max(0, int(active) - int(not_started)),
+            workers=len(online),
+        )
 
     def workers_online(self, model_id: str) -> int:
         with self.redis.pipeline(transaction=False) as pipe:
@@ -100,8 +105,11 @@ class FleetStore:
 
     def heartbeat(self, model_id: str, worker: str, held: int) -> None:
         """Called by a worker every few seconds: it is online and holds ``held`` messages."""
-        self.scripts.run(BeatArgs(workers=self.keys.workers(model_id), held_counts=self.keys.buffered(model_id),
-                                  worker=worker, held=held))
+        self.scripts.run(
+            BeatArgs(
+                workers=self.keys.workers(model_id), held_counts=self.keys.buffered(model_id), worker=worker, held=held
+            )
+        )
 
     def set_held(self, model_id: str, worker: str, held: int) -> None:
         """A worker's held count changed: admission sees it at once, not at the next heartbeat."""

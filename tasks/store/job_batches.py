@@ -38,16 +38,30 @@ class JobBatches:
             return []
         store = self.store
         first = jobs[0][1]  # worker TTL, job key prefix, stale after, prune batch, fence: the same for every job
-        call = AdmitManyArgs(tombstone_ttl=store.settings.tombstone_ttl_s, worker_ttl=first.worker_ttl,
-                             job_prefix=first.job_prefix, stale_after=first.stale_after,
-                             prune_batch=first.prune_batch, not_after=first.not_after, jobs=[
-            AdmitManyJob(job=store.keys.job(record.id), active=store.keys.active(record.model),
-                         tombstone=store.keys.gone(record.id), reserve=reserve, owner=record.owner or "-",
-                         deadline_offset="" if record.deadline_at is None
-                         else str(max(0.0, record.deadline_at - record.created_at)),
-                         fields_json=json.dumps(encode(record.model_dump(exclude_none=True,
-                                                                         exclude={"created_at", "deadline_at"}))))
-            for record, reserve in jobs])
+        call = AdmitManyArgs(
+            tombstone_ttl=store.settings.tombstone_ttl_s,
+            worker_ttl=first.worker_ttl,
+            job_prefix=first.job_prefix,
+            stale_after=first.stale_after,
+            prune_batch=first.prune_batch,
+            not_after=first.not_after,
+            jobs=[
+                AdmitManyJob(
+                    job=store.keys.job(record.id),
+                    active=store.keys.active(record.model),
+                    tombstone=store.keys.gone(record.id),
+                    reserve=reserve,
+                    owner=record.owner or "-",
+                    deadline_offset=""
+                    if record.deadline_at is None
+                    else str(max(0.0, record.deadline_at - record.created_at)),
+                    fields_json=json.dumps(
+                        encode(record.model_dump(exclude_none=True, exclude={"created_at", "deadline_at"}))
+                    ),
+                )
+                for record, reserve in jobs
+            ],
+        )
         if store.settings.redis_wait_replicas <= 0:
             replies, replicated = store.scripts.run(call), True
         else:

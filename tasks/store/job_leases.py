@@ -49,10 +49,15 @@ class JobLeases:
     def _frame(self, job_id: str) -> dict[str, Any]:
         """The ``JobFrame`` fields of ``job_id``: what every ending script needs."""
         ttl = self.settings.result_ttl_s
-        return dict(job=self.keys.job(job_id), done_channel=self.keys.done_channel(job_id),
-                    tombstone=self.keys.gone(job_id), active_prefix=self.keys.active(""),
-                    queued_prefix=self.keys.queued(""), record_ttl=ttl,
-                    tombstone_ttl=ttl + self.settings.tombstone_ttl_s)
+        return dict(
+            job=self.keys.job(job_id),
+            done_channel=self.keys.done_channel(job_id),
+            tombstone=self.keys.gone(job_id),
+            active_prefix=self.keys.active(""),
+            queued_prefix=self.keys.queued(""),
+            record_ttl=ttl,
+            tombstone_ttl=ttl + self.settings.tombstone_ttl_s,
+        )
 
     def _replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:
         """Run the script calls ``queue`` makes (and the commands ``also`` queues) in one round trip; the
@@ -77,11 +82,21 @@ class JobLeases:
         with self.redis.pipeline(transaction=False) as pipe:
             calls = ScriptCalls(pipe)
             for job_id, token in claims:
-                calls.run(self.scripts, ClaimArgs(**self._frame(job_id), token=token, lease_s=self.settings.lease_s,
-                                                  worker=worker, deadline_error=error))
+                calls.run(
+                    self.scripts,
+                    ClaimArgs(
+                        **self._frame(job_id),
+                        token=token,
+                        lease_s=self.settings.lease_s,
+                        worker=worker,
+                        deadline_error=error,
+                    ),
+                )
             replies = calls.execute()
-        return [Claim(status_of(before), int(attempts), Verdict(verdict.decode()), float(now))
-                for before, attempts, verdict, now in replies]
+        return [
+            Claim(status_of(before), int(attempts), Verdict(verdict.decode()), float(now))
+            for before, attempts, verdict, now in replies
+        ]
 
     def renew(self, leases: list[tuple[str, str]], delivery_tags: list[str]) -> list[str]:
         """Extend a live worker's leases and freshen its messages' unacked stamps; returns the leases lost.
@@ -95,8 +110,9 @@ class JobLeases:
         with self.redis.pipeline(transaction=False) as pipe:
             calls = ScriptCalls(pipe)
             for job_id, token in leases:
-                calls.run(self.scripts, HolderArgs(job=self.keys.job(job_id), token=token,
-                                                   extend_s=self.settings.lease_s))
+                calls.run(
+                    self.scripts, HolderArgs(job=self.keys.job(job_id), token=token, extend_s=self.settings.lease_s)
+                )
             if delivery_tags:
                 stamp = time.time()
                 pipe.zadd(self.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
@@ -130,8 +146,9 @@ class JobLeases:
         [ending] = self.finish_many([Outcome(job_id, token, status, output, binary_outputs, error, metrics)])
         return ending
 
-    def finish_many(self, outcomes: list[Outcome], also: Tail | None = None,
-                    counter: CompletionCounter | None = None) -> list[Ending]:
+    def finish_many(
+        self, outcomes: list[Outcome], also: Tail | None = None, counter: CompletionCounter | None = None
+    ) -> list[Ending]:
         """End each job as ``finish`` does, all in one round trip (one WAIT covers them); safe to retry.
 
         ``counter``: a count each ending that stores bumps once, in its script (a retry after a lost
@@ -150,12 +167,24 @@ class JobLeases:
 
     def _queue_finish(self, calls: ScriptCalls, outcome: Outcome, counter: CompletionCounter) -> None:
         entries = [e.model_dump(mode="json") for e in outcome.binary_outputs or ()] or None
-        fields = {"output": outcome.output, "binary_outputs": entries, "error": outcome.error,
-                  "metrics": outcome.metrics}
-        calls.run(self.scripts, FinishArgs(**self._frame(outcome.job_id), token=outcome.token,
-                                           status=outcome.status.value, counter_prefix=counter.prefix,
-                                           counter_bucket_s=counter.bucket_s, counter_ttl=counter.ttl_s,
-                                           fields=pairs(fields)))
+        fields = {
+            "output": outcome.output,
+            "binary_outputs": entries,
+            "error": outcome.error,
+            "metrics": outcome.metrics,
+        }
+        calls.run(
+            self.scripts,
+            FinishArgs(
+                **self._frame(outcome.job_id),
+                token=outcome.token,
+                status=outcome.status.value,
+                counter_prefix=counter.prefix,
+                counter_bucket_s=counter.bucket_s,
+                counter_ttl=counter.ttl_s,
+                fields=pairs(fields),
+            ),
+        )
 
     def fail(self, job_id: str, token: str, code: str, message: str, **kw: Any) -> Ending:
         """Fail a running job under ``token``'s lease (not stored if it was canceled or taken over meanwhile)."""

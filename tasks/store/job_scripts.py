@@ -146,7 +146,16 @@ class AdmitManyArgs(ScriptArgs):
         return [k for j in self.jobs for k in (j.job, j.active, j.tombstone, j.reserve.queued, j.reserve.workers)]
 
     def args(self) -> list[Any]:
-        shared = [self.tombstone_ttl, self.worker_ttl, self.job_prefix, self.stale_after, self.prune_batch,
-                  self.not_after]
-        return shared + [a for j in self.jobs for a in (j.reserve.id, j.owner, j.deadline_offset, j.reserve.limit,
-                                                          j.reserve.need_worker, j.fields_json)]
+        shared = [
+            self.tombstone_ttl,
+            self.worker_ttl,
+            self.job_prefix,
+            self.stale_after,
+            self.prune_batch,
+            self.not_after,
+        ]
+        return shared + [
+            a
+            for j in self.jobs
+            for a in (j.reserve.id, j.owner, j.deadline_offset, j.reserve.limit, j.reserve.need_worker, j.fields_json)
+        ]

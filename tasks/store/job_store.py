@@ -69,10 +69,15 @@ class JobStore(JobLeases):
     def _create_call(self, record: JobRecord) -> CreateArgs:
         offset = "" if record.deadline_at is None else str(max(0.0, record.deadline_at - record.created_at))
         return CreateArgs(
-            job=self.keys.job(record.id), active=self.keys.active(record.model), tombstone=self.keys.gone(record.id),
-            id=record.id, owner=record.owner or "-", tombstone_ttl=self.settings.tombstone_ttl_s,
+            job=self.keys.job(record.id),
+            active=self.keys.active(record.model),
+            tombstone=self.keys.gone(record.id),
+            id=record.id,
+            owner=record.owner or "-",
+            tombstone_ttl=self.settings.tombstone_ttl_s,
             deadline_offset=offset,
-            fields=pairs(record.model_dump(exclude_none=True, exclude={"created_at", "deadline_at"})))
+            fields=pairs(record.model_dump(exclude_none=True, exclude={"created_at", "deadline_at"})),
+        )
 
     def _write(self, call: ScriptArgs) -> tuple[Any, bool]:
         """Run a write script: alone when no replica is awaited (one EVALSHA, no pipeline to build), else with
@@ -84,8 +89,11 @@ class JobStore(JobLeases):
 
     def _check_replicated(self, record: JobRecord, replicated: bool) -> None:
         if not replicated:
-            raise Unavailable(f"job {record.id} did not reach {self.settings.redis_wait_replicas} replicas in time; "
-                              "it was not accepted", code=ErrorCode.broker_unavailable)
+            raise Unavailable(
+                f"job {record.id} did not reach {self.settings.redis_wait_replicas} replicas in time; "
+                "it was not accepted",
+                code=ErrorCode.broker_unavailable,
+            )
 
     @staticmethod
     def _stamped(record: JobRecord, now: Any) -> JobRecord:
@@ -119,8 +127,11 @@ class JobStore(JobLeases):
 
     def _end_job(self, job_id: str, allowed: tuple[JobStatus, ...], new: JobStatus, **fields: Any) -> JobStatus | None:
         allowed_list = "," + ",".join(allowed) + ","
-        return status_of(self.scripts.run(EndArgs(**self._frame(job_id), allowed=allowed_list, status=new.value,
-                                                fields=pairs(fields))))
+        return status_of(
+            self.scripts.run(
+                EndArgs(**self._frame(job_id), allowed=allowed_list, status=new.value, fields=pairs(fields))
+            )
+        )
 
     def cancel(self, job_id: str) -> JobStatus | None:
         """Cancel a queued or running job; returns the status it had (a running job's result will be dropped)."""
@@ -129,4 +140,3 @@ class JobStore(JobLeases):
     def expire(self, job_id: str) -> JobStatus | None:
         """Mark a queued job whose deadline passed; a running job started in time and is never expired."""
         return self._end_job(job_id, (JobStatus.queued,), JobStatus.expired, error=DEADLINE_PASSED)
-

@@ -64,4 +64,4 @@ class ScriptCalls:
         for i, reply in zip(missing, again, strict=False):
             replies[i] = reply
         if start is not None:
-            replies[start:] = again[len(missing):]
+            replies[start:] = again[len(missing) :]

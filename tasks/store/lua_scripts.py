@@ -67,12 +67,14 @@ def read_lua(name: str) -> str:
 
 def _with_preludes(name: str, seen: set[str]) -> str:
     """The file's text with its ``--#include`` lines replaced by the preludes (each once, depth first)."""
+
     def include(match: re.Match[str]) -> str:
         prelude = match.group(1)
         if prelude in seen:
             return ""
         seen.add(prelude)
         return _with_preludes(prelude, seen)
+
     return _INCLUDE.sub(include, read_lua(name))
 
 

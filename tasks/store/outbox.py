@@ -25,6 +25,7 @@ RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)  # ~2 min of retries, th
 MAX_ATTEMPTS = len(RETRY_DELAYS_S) + 1
 EXTRA_TTL_S = 3600  # a delivery's record outlives its job's, so a late redelivery still finds it
 
+
 @dataclass(frozen=True, kw_only=True)
 class RecordArgs(ScriptArgs):
     """``outbox_record.lua``: record one delivery unless it was. Returns 1 if new."""
@@ -89,16 +90,30 @@ class Outbox:
             calls = ScriptCalls(pipe)
             for job_id, event in events:
                 member = f"{job_id}:{event}"
-                calls.run(self.scripts, RecordArgs(delivery=self.keys.webhook(member), due=self.keys.webhooks_due(),
-                                                   delivery_id="msg_" + uuid.uuid4().hex, ttl=ttl,
-                                                   member=member))
+                calls.run(
+                    self.scripts,
+                    RecordArgs(
+                        delivery=self.keys.webhook(member),
+                        due=self.keys.webhooks_due(),
+                        delivery_id="msg_" + uuid.uuid4().hex,
+                        ttl=ttl,
+                        member=member,
+                    ),
+                )
             return sum(int(r) for r in calls.execute())
 
     def claim(self, limit: int = 1) -> list[Delivery]:
         """Take up to ``limit`` due deliveries under a lease of ``webhook_lease_s``."""
         lease = uuid.uuid4().hex
-        reply = self.scripts.run(ClaimArgs(due=self.keys.webhooks_due(), lease_s=self.settings.webhook_lease_s,
-                                           lease=lease, delivery_prefix=self.keys.webhook(""), limit=limit))
+        reply = self.scripts.run(
+            ClaimArgs(
+                due=self.keys.webhooks_due(),
+                lease_s=self.settings.webhook_lease_s,
+                lease=lease,
+                delivery_prefix=self.keys.webhook(""),
+                limit=limit,
+            )
+        )
         out = []
         for i in range(0, len(reply), 3):
             member, delivery_id, attempts = (reply[i].decode(), reply[i + 1].decode(), int(reply[i + 2]))
@@ -122,9 +137,18 @@ class Outbox:
         return self._finish(delivery, "retry", delay)
 
     def _finish(self, delivery: Delivery, outcome: str, after_s: float = 0.0) -> bool:
-        return bool(self.scripts.run(SettleArgs(delivery=self.keys.webhook(delivery.member),
-                                                due=self.keys.webhooks_due(), lease=delivery.lease,
-                                                member=delivery.member, outcome=outcome, after_s=after_s)))
+        return bool(
+            self.scripts.run(
+                SettleArgs(
+                    delivery=self.keys.webhook(delivery.member),
+                    due=self.keys.webhooks_due(),
+                    lease=delivery.lease,
+                    member=delivery.member,
+                    outcome=outcome,
+                    after_s=after_s,
+                )
+            )
+        )
 
     def state(self, job_id: str, event: str) -> dict[str, str]:
         raw = self.redis.hgetall(self.keys.webhook(f"{job_id}:{event}"))

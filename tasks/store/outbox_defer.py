@@ -37,6 +37,14 @@ class OutboxDeferral:
 
     def defer(self, delivery: Delivery, after_s: float) -> bool:
         """False when the lease was no longer this taker's (it ran out: someone else has it now)."""
-        return bool(self._scripts.run(DeferArgs(delivery=self.keys.webhook(delivery.member),
-                                                due=self.keys.webhooks_due(), lease=delivery.lease,
-                                                member=delivery.member, after_s=after_s)))
+        return bool(
+            self._scripts.run(
+                DeferArgs(
+                    delivery=self.keys.webhook(delivery.member),
+                    due=self.keys.webhooks_due(),
+                    lease=delivery.lease,
+                    member=delivery.member,
+                    after_s=after_s,
+                )
+            )
+        )

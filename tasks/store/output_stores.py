@@ -22,7 +22,12 @@ def output_store(client: redis.Redis, settings: SharedSettings, *, api: bool = F
     if spec.backend == "s3":
         from tasks.store.outputs_s3 import API_TIMEOUTS, WORKER_TIMEOUTS, S3OutputStore
 
-        return S3OutputStore(spec.bucket, spec.prefix, endpoint_url=settings.s3_endpoint_url,
-                             public_url=settings.s3_public_url, region=settings.s3_region,
-                             timeouts=API_TIMEOUTS if api else WORKER_TIMEOUTS)
+        return S3OutputStore(
+            spec.bucket,
+            spec.prefix,
+            endpoint_url=settings.s3_endpoint_url,
+            public_url=settings.s3_public_url,
+            region=settings.s3_region,
+            timeouts=API_TIMEOUTS if api else WORKER_TIMEOUTS,
+        )
     return RedisOutputStore(client, Keys(settings.key_prefix), settings.result_ttl_s)

@@ -97,8 +97,9 @@ class FilesystemOutputStore:
         for key in keys:
             path = self.path(key)
             path.unlink(missing_ok=True)
-            folders.update(p for p in path.parents if p.is_relative_to(self.root) and len(p.parts) > len(
-                self.root.parts) + 1)  # below the two-character shard folder, which stays
+            folders.update(
+                p for p in path.parents if p.is_relative_to(self.root) and len(p.parts) > len(self.root.parts) + 1
+            )  # below the two-character shard folder, which stays
         for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
             try:
                 folder.rmdir()

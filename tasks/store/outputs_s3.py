@@ -45,9 +45,16 @@ def _describe(exc: Exception) -> str:
 class S3OutputStore:
     backend = "s3"
 
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 public_url: str | None = None, region: str | None = None,
-                 timeouts: S3Timeouts = WORKER_TIMEOUTS) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        public_url: str | None = None,
+        region: str | None = None,
+        timeouts: S3Timeouts = WORKER_TIMEOUTS,
+    ) -> None:
         self.bucket, self.prefix = bucket, prefix
         self.client = self._client(endpoint_url, region, timeouts)
         # A second client only to sign URLs for the name clients use: the signature covers the host.
@@ -59,13 +66,16 @@ class S3OutputStore:
         from botocore.config import Config
 
         config = Config(
-            connect_timeout=timeouts.connect_s, read_timeout=timeouts.read_s, signature_version="s3v4",
+            connect_timeout=timeouts.connect_s,
+            read_timeout=timeouts.read_s,
+            signature_version="s3v4",
             # total_max_attempts counts the first try; botocore's max_attempts counts retries only.
             retries={"total_max_attempts": timeouts.attempts, "mode": "standard"},
             # Path-style URLs (host/bucket/key) for a service of one's own: no wildcard DNS needed.
             s3={"addressing_style": "path" if endpoint_url else "auto"},
             # CRC trailers only where S3 requires them: older MinIO, Ceph and R2 refuse unknown trailers.
-            request_checksum_calculation="when_required", response_checksum_validation="when_required",
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
         )
         # A session of its own: boto3's default session is not thread-safe to create clients from.
         return boto3.session.Session().client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
@@ -89,8 +99,9 @@ class S3OutputStore:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            self.client.copy_object(Bucket=self.bucket, Key=self.name(dst),
-                                    CopySource={"Bucket": self.bucket, "Key": self.name(src)})
+            self.client.copy_object(
+                Bucket=self.bucket, Key=self.name(dst), CopySource={"Bucket": self.bucket, "Key": self.name(src)}
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return False
@@ -102,8 +113,10 @@ class S3OutputStore:
     def presigned_put_url(self, key: str, media_type: str, size: int, expires_s: int) -> str:
         """A PUT URL for exactly ``size`` bytes of ``media_type`` (both signed: S3 refuses others)."""
         return self.signer.generate_presigned_url(  # type: ignore[no-any-return]
-            "put_object", ExpiresIn=expires_s,
-            Params={"Bucket": self.bucket, "Key": self.name(key), "ContentType": media_type, "ContentLength": size})
+            "put_object",
+            ExpiresIn=expires_s,
+            Params={"Bucket": self.bucket, "Key": self.name(key), "ContentType": media_type, "ContentLength": size},
+        )
 
     def get(self, key: str) -> bytes | None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -124,7 +137,7 @@ class S3OutputStore:
 
     def delete_many(self, keys: list[str]) -> None:
         for start in range(0, len(keys), DELETE_BATCH):
-            chunk = [{"Key": self.name(k)} for k in keys[start:start + DELETE_BATCH]]
+            chunk = [{"Key": self.name(k)} for k in keys[start : start + DELETE_BATCH]]
             answer = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
             for error in answer.get("Errors", []):
                 log.warning("s3://%s: could not delete %s: %s", self.bucket, error.get("Key"), error.get("Message"))
@@ -132,7 +145,8 @@ class S3OutputStore:
     def presigned_url(self, key: str, expires_s: int) -> str:
         """A GET URL for the object that works without credentials until it expires."""
         return self.signer.generate_presigned_url(  # type: ignore[no-any-return]
-            "get_object", Params={"Bucket": self.bucket, "Key": self.name(key)}, ExpiresIn=expires_s)
+            "get_object", Params={"Bucket": self.bucket, "Key": self.name(key)}, ExpiresIn=expires_s
+        )
 
     def scan(self) -> Iterator[JobObjects]:
         """Every job under the prefix with its objects; S3 lists keys in order, so a job's objects are adjacent."""
@@ -140,7 +154,7 @@ class S3OutputStore:
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix)
         for page in pages:
             for obj in page.get("Contents", []):
-                key = obj["Key"][len(self.prefix):]
+                key = obj["Key"][len(self.prefix) :]
                 job_id, modified = job_of_key(key), obj["LastModified"].timestamp()
                 if current is not None and current.job_id != job_id:
                     yield current

@@ -25,6 +25,7 @@ from tasks.store.lua_scripts import ScriptArgs, key
 STALE_AFTER_S = 60.0
 PRUNE_BATCH = 10
 
+
 @dataclass(frozen=True, kw_only=True)
 class ReserveArgs(ScriptArgs):
     """The reservation's KEYS and ARGV (``queue_reserve_fn.lua``): the job store's ADMIT script runs it ahead of
@@ -61,17 +62,24 @@ class QueueLimit:
         self.redis, self.settings = client, settings
         self.keys = Keys(settings.key_prefix)
 
-    def reservation(self, model_id: str, job_id: str, limit: int, *, need_worker: bool = True,
-                    not_after: float | None = None) -> ReserveArgs:
+    def reservation(
+        self, model_id: str, job_id: str, limit: int, *, need_worker: bool = True, not_after: float | None = None
+    ) -> ReserveArgs:
         """The Lua ``reserve``'s call, which the job store's ADMIT script runs ahead of the record's write.
 
         ``need_worker`` False (a model with ``min_workers = 0``): queue the job with no worker online.
         ``not_after`` (Redis' clock): ADMIT writes nothing when it runs later (``Outcome.late``).
         """
-        return ReserveArgs(queued=self.keys.queued(model_id), workers=self.keys.workers(model_id), id=job_id,
-                           limit=limit, worker_ttl=self.settings.worker_ttl_s, job_prefix=self.keys.job(""),
-                           need_worker="1" if need_worker else "0",
-                           not_after="" if not_after is None else f"{not_after:.6f}")
+        return ReserveArgs(
+            queued=self.keys.queued(model_id),
+            workers=self.keys.workers(model_id),
+            id=job_id,
+            limit=limit,
+            worker_ttl=self.settings.worker_ttl_s,
+            job_prefix=self.keys.job(""),
+            need_worker="1" if need_worker else "0",
+            not_after="" if not_after is None else f"{not_after:.6f}",
+        )
 
     def release(self, model_id: str, job_id: str) -> None:
         """Give the place back (the job's message was never sent)."""

@@ -95,9 +95,12 @@ class SentinelURL:
     def parse(cls, url: str) -> SentinelURL:
         parts = [urlparse(part) for part in url.split(";") if part]
         first = parts[0]
-        return cls(hosts=[(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in parts],
-                   db=int(first.path.strip("/") or 0), username=first.username or None,
-                   password=first.password or None)
+        return cls(
+            hosts=[(u.hostname or "127.0.0.1", u.port or DEFAULT_SENTINEL_PORT) for u in parts],
+            db=int(first.path.strip("/") or 0),
+            username=first.username or None,
+            password=first.password or None,
+        )
 
 
 class SentinelConnection(redis.sentinel.SentinelManagedConnection):
@@ -111,8 +114,9 @@ class SentinelConnection(redis.sentinel.SentinelManagedConnection):
     as it does on any plain connection. Demoted-primary READONLY errors are still turned into a reconnect.
     """
 
-    def read_response(self, disable_decoding: bool = False, *, disconnect_on_error: bool | None = True,
-                      **kwargs: Any) -> Any:
+    def read_response(
+        self, disable_decoding: bool = False, *, disconnect_on_error: bool | None = True, **kwargs: Any
+    ) -> Any:
         return super().read_response(disable_decoding, disconnect_on_error=disconnect_on_error, **kwargs)
 
 
@@ -151,6 +155,12 @@ def sentinel_master(settings: SharedSettings, options: dict[str, Any]) -> redis.
     timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
     sentinel = redis.sentinel.Sentinel(url.hosts, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
     master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        settings.redis_sentinel_master, connection_pool_class=CheckedSentinelPool, db=url.db, username=url.username,
-        password=url.password, connection_class=SentinelConnection, **options)
+        settings.redis_sentinel_master,
+        connection_pool_class=CheckedSentinelPool,
+        db=url.db,
+        username=url.username,
+        password=url.password,
+        connection_class=SentinelConnection,
+        **options,
+    )
     return master

@@ -132,12 +132,14 @@ class BulkFetch:
             return 0
         keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]  # type: ignore[attr-defined]
         with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
-            reply = client.execute_command("EVAL", BULK_POP, len(keys), *(self.global_keyprefix + k for k in keys),
-                                           want)
+            reply = client.execute_command(
+                "EVAL", BULK_POP, len(keys), *(self.global_keyprefix + k for k in keys), want
+            )
             if not reply:
                 return 0
-            found = [(keys[int(index) - 1], json.loads(item))
-                     for index, item in zip(reply[::2], reply[1::2], strict=True)]
+            found = [
+                (keys[int(index) - 1], json.loads(item)) for index, item in zip(reply[::2], reply[1::2], strict=True)
+            ]
             self._record_unacked([payload for _, payload in found], client)
         for key, payload in found:
             queue = key.rsplit(self.sep, 1)[0] if key not in queues else key  # type: ignore[attr-defined]
@@ -150,10 +152,19 @@ class BulkFetch:
         tags = [payload["properties"]["delivery_tag"] for payload in payloads]
         with client.pipeline() as pipe:
             pipe.zadd(self.qos.unacked_index_key, dict.fromkeys(tags, now))
-            pipe.hset(self.qos.unacked_key, mapping={
-                tag: json.dumps([payload, payload["properties"]["delivery_info"]["exchange"],
-                            payload["properties"]["delivery_info"]["routing_key"]])
-                for tag, payload in zip(tags, payloads, strict=True)})
+            pipe.hset(
+                self.qos.unacked_key,
+                mapping={
+                    tag: json.dumps(
+                        [
+                            payload,
+                            payload["properties"]["delivery_info"]["exchange"],
+                            payload["properties"]["delivery_info"]["routing_key"],
+                        ]
+                    )
+                    for tag, payload in zip(tags, payloads, strict=True)
+                },
+            )
             pipe.execute()
         self.qos.recorded.update(tags)
 
@@ -204,8 +215,13 @@ class SentinelChannel(ClosedAware, BulkFetch, kombu_redis.SentinelChannel):
         for connection in held:
             if (connection.host, int(connection.port)) == (host, int(port)):
                 continue
-            log.warning("the Redis primary moved from %s:%s to %s:%s: reconnecting", connection.host,
-                        connection.port, host, port)
+            log.warning(
+                "the Redis primary moved from %s:%s to %s:%s: reconnecting",
+                connection.host,
+                connection.port,
+                host,
+                port,
+            )
             raise redis.exceptions.ConnectionError(f"the Redis primary moved to {host}:{port}")
 
     def _subclient_or_none(self) -> Any:

@@ -48,7 +48,8 @@ def release_leases(store: JobStore, leases: list[tuple[str, str]]) -> list[str]:
     with store.redis.pipeline(transaction=False) as pipe:
         calls = ScriptCalls(pipe)
         for job_id, token in leases:
-            calls.run(store.scripts, ReleaseArgs(job=store.keys.job(job_id), queued_prefix=store.keys.queued(""),
-                                                 token=token))
+            calls.run(
+                store.scripts, ReleaseArgs(job=store.keys.job(job_id), queued_prefix=store.keys.queued(""), token=token)
+            )
         replies = calls.execute()
     return [job_id for (job_id, _), released in zip(leases, replies, strict=True) if released == 1]

@@ -49,8 +49,9 @@ class UploadStore:
         self._write(meta, ttl_s)
         return meta
 
-    def presign(self, owner: str, media_type: str, size: int, ttl_s: int,
-                url_ttl_s: int) -> tuple[UploadMeta, str] | None:
+    def presign(
+        self, owner: str, media_type: str, size: int, ttl_s: int, url_ttl_s: int
+    ) -> tuple[UploadMeta, str] | None:
         """A pending upload and the URL its bytes are PUT to; None when the store cannot sign one (not S3)."""
         if not isinstance(self.outputs, UploadSigningStore):
             return None
@@ -81,8 +82,17 @@ class UploadStore:
 
     def _meta(self, owner: str, media_type: str, size: int, ttl_s: int, **fields: object) -> UploadMeta:
         now = self.now()
-        return UploadMeta.model_validate(dict(id=new_upload_id(), owner=owner or "-", media_type=media_type,
-                                              bytes=size, created_at=now, expires_at=now + ttl_s, **fields))
+        return UploadMeta.model_validate(
+            dict(
+                id=new_upload_id(),
+                owner=owner or "-",
+                media_type=media_type,
+                bytes=size,
+                created_at=now,
+                expires_at=now + ttl_s,
+                **fields,
+            )
+        )
 
     def _write(self, meta: UploadMeta, ttl_s: int) -> None:
         with self.redis.pipeline() as pipe:  # MULTI: no metadata without its tombstone

@@ -87,24 +87,52 @@ def stack(settings, tmp_path_factory) -> Iterator[Stack]:
     busy = socket.socket()
     busy.bind(("127.0.0.1", metrics_port))
     busy.listen()
-    env = worker_env(settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2",
-                     GENQ_METRICS_PORT=str(metrics_port))
+    env = worker_env(
+        settings, GENQ_FLOWER_PASSWORD=FLOWER_AUTH[1], GENQ_API_WORKERS="2", GENQ_METRICS_PORT=str(metrics_port)
+    )
     # The stack lists only the models it serves, so /readyz can say ready.
     models_file = state / "models.toml"
-    models_file.write_text("\n".join(
-        block for block in settings.models_file.read_text().split("\n\n")
-        if "[models.bert-demo" in block or "[models.sd-demo" in block))
+    models_file.write_text(
+        "\n".join(
+            block
+            for block in settings.models_file.read_text().split("\n\n")
+            if "[models.bert-demo" in block or "[models.sd-demo" in block
+        )
+    )
     env["GENQ_MODELS_FILE"] = str(models_file)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "genq.cli", "up", "--port", str(api_port), "--flower-port", str(flower_port),
-         "--state-dir", str(state)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "genq.cli",
+            "up",
+            "--port",
+            str(api_port),
+            "--flower-port",
+            str(flower_port),
+            "--state-dir",
+            str(state),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     api = f"http://127.0.0.1:{api_port}"
     try:
         wait_ready(api)
         banner = read_banner(proc)
         workers = re.findall(r"Metrics +worker \S+: (http://[\d.]+:\d+)/metrics", banner)
-        yield Stack(api=api, flower=f"http://127.0.0.1:{flower_port}", proc=proc, workers=workers, state=state,
-                    banner=banner, busy_port=metrics_port)
+        yield Stack(
+            api=api,
+            flower=f"http://127.0.0.1:{flower_port}",
+            proc=proc,
+            workers=workers,
+            state=state,
+            banner=banner,
+            busy_port=metrics_port,
+        )
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -113,8 +141,12 @@ def stack(settings, tmp_path_factory) -> Iterator[Stack]:
 
 
 def test_seed_example_with_prefer_wait(stack):
-    response = httpx.post(f"{stack.api}/v1/jobs", headers={"Prefer": "wait=30"}, timeout=40,
-                          json={"model": "bert-demo", "input": {"text": "test [MASK]"}})
+    response = httpx.post(
+        f"{stack.api}/v1/jobs",
+        headers={"Prefer": "wait=30"},
+        timeout=40,
+        json={"model": "bert-demo", "input": {"text": "test [MASK]"}},
+    )
     assert response.status_code == 200
     job = response.json()
     assert job["status"] == "succeeded"
@@ -134,8 +166,12 @@ def test_seed_example_submit_then_poll(stack):
 
 
 def test_image_session_saves_a_png(stack):
-    job = httpx.post(f"{stack.api}/v1/jobs", headers={"Prefer": "wait=60"}, timeout=70,
-                     json={"model": "sd-demo", "input": {"prompt": "a red fox", "seed": 1}}).json()
+    job = httpx.post(
+        f"{stack.api}/v1/jobs",
+        headers={"Prefer": "wait=60"},
+        timeout=70,
+        json={"model": "sd-demo", "input": {"prompt": "a red fox", "seed": 1}},
+    ).json()
     assert job["status"] == "succeeded", job
     png = httpx.get(f"{stack.api}{job['output'][0]['url']}")
     assert png.headers["content-type"] == "image/png" and png.content.startswith(b"\x89PNG")
@@ -169,8 +205,11 @@ def test_metrics_of_the_api_every_worker_and_flower(stack):
         assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
         worker = samples(url)
         assert any(n == "genq_worker_model_load_seconds" for n, _, _ in worker)
-        succeeded += sum(v for n, lbl, v in worker if n == "genq_worker_jobs_total" and lbl["model"] == "bert-demo"
-                         and lbl["status"] == "succeeded")
+        succeeded += sum(
+            v
+            for n, lbl, v in worker
+            if n == "genq_worker_jobs_total" and lbl["model"] == "bert-demo" and lbl["status"] == "succeeded"
+        )
     assert succeeded >= 2
     flower = samples(stack.flower)  # no credentials: Prometheus scrapes it as is
     assert any(n.startswith("flower_") for n, _, _ in flower)
@@ -213,16 +252,17 @@ def test_secrets_are_on_no_command_line_and_worker_metrics_stay_local(stack):
 def readme_block(after: str) -> str:
     """The first ```sh block of README.md after the line that starts with ``after``."""
     text = (ROOT / "README.md").read_text()
-    rest = text[text.index(after):]
+    rest = text[text.index(after) :]
     start = rest.index("```sh\n") + len("```sh\n")
-    return rest[start:rest.index("```", start)]
+    return rest[start : rest.index("```", start)]
 
 
 @pytest.mark.parametrize("heading", ["An image, saved as a PNG", "Or wait for it in one call"])
 def test_readme_examples_work_pasted_as_one_block(stack, tmp_path, heading):
     script = readme_block(heading).replace("localhost:8000", stack.api.removeprefix("http://"))
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     if "lighthouse" in script:
         assert (tmp_path / "lighthouse.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -238,6 +278,7 @@ def test_ctrl_c_stops_everything(stack):
     assert "Flower" in stack.banner and "stopping" in output
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{stack.api}/healthz", timeout=2)
-    flower = subprocess.run(["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"],
-                            capture_output=True, text=True).stdout.split()
+    flower = subprocess.run(
+        ["pgrep", "-f", f"flower --port={stack.flower.rsplit(':', 1)[1]}"], capture_output=True, text=True
+    ).stdout.split()
     assert flower == []

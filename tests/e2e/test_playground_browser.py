@@ -22,14 +22,24 @@ from tests.harness import ROOT, worker_env
 
 FLOWER_AUTH = ("genq", "browser-test")
 # As the machine notes say: no sandbox as root, no GPU, and none of Chromium's own calls home (refused here).
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 DOCS_SCREENSHOT = ROOT / "docs" / "playground.png"
 
 if CHROMIUM is None:
-    pytest.skip("no Chromium on PATH: install Debian's chromium (`make test` does so when run as root) "
-                "to run the browser test", allow_module_level=True)
+    pytest.skip(
+        "no Chromium on PATH: install Debian's chromium (`make test` does so when run as root) to run the browser test",
+        allow_module_level=True,
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package (dev extra) is not installed")
 
 
@@ -38,9 +48,23 @@ def flower(settings, tmp_path_factory) -> Iterator[str]:
     """Flower with basic auth, watching this run's Redis prefix; stopped by pid."""
     port = free_port()
     log = open(tmp_path_factory.mktemp("flower") / "flower.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "worker", "flower", f"--port={port}",
-                             "--address=127.0.0.1", f"--basic-auth={':'.join(FLOWER_AUTH)}"],
-                            cwd=ROOT, env=worker_env(settings), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker",
+            "flower",
+            f"--port={port}",
+            "--address=127.0.0.1",
+            f"--basic-auth={':'.join(FLOWER_AUTH)}",
+        ],
+        cwd=ROOT,
+        env=worker_env(settings),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         end = time.monotonic() + 60
@@ -64,9 +88,14 @@ def browser(tmp_path: Path) -> Iterator[object]:
     """A headless Chromium context with a fresh profile, allowed into Flower with its credentials."""
     with sync_api.sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1360, "height": 820}, device_scale_factor=1,
-            http_credentials={"username": FLOWER_AUTH[0], "password": FLOWER_AUTH[1]})
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1360, "height": 820},
+            device_scale_factor=1,
+            http_credentials={"username": FLOWER_AUTH[0], "password": FLOWER_AUTH[1]},
+        )
         try:
             yield context
         finally:
@@ -80,8 +109,9 @@ def test_playground_makes_an_image_and_flower_lists_the_worker(live_api, worker_
     page.on("console", lambda msg: msg.type == "error" and problems.append(msg.text))
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     outside = []
-    page.on("request", lambda req: req.url.startswith(live_api) or req.url.startswith("blob:")
-            or outside.append(req.url))
+    page.on(
+        "request", lambda req: req.url.startswith(live_api) or req.url.startswith("blob:") or outside.append(req.url)
+    )
 
     page.goto(f"{live_api}/")
     page.wait_for_selector("#model option[value=sd-demo]", state="attached")
@@ -91,8 +121,9 @@ def test_playground_makes_an_image_and_flower_lists_the_worker(live_api, worker_
     page.fill("input[name=height]", "128")
     page.fill("input[name=seed]", "7")
     page.click("#submit")
-    page.wait_for_function("() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }", timeout=120_000
+    )
 
     size = page.eval_on_selector("#result img", "i => [i.naturalWidth, i.naturalHeight]")
     assert size == [128, 128]
@@ -176,8 +207,14 @@ def test_playground_inpaints_a_dropped_picture_with_a_painted_mask(live_api, wor
     page.on("console", lambda msg: msg.type == "error" and problems.append(msg.text))
     page.on("pageerror", lambda exc: problems.append(str(exc)))
     uploads: list[str] = []
-    page.on("request", lambda req: req.method == "POST" and req.url.endswith("/v1/uploads")
-            and uploads.append(req.headers.get("content-type", "")))
+    page.on(
+        "request",
+        lambda req: (
+            req.method == "POST"
+            and req.url.endswith("/v1/uploads")
+            and uploads.append(req.headers.get("content-type", ""))
+        ),
+    )
     page.goto(f"{live_api}/")
     page.wait_for_selector("#model option[value=sd-demo]", state="attached")
     page.select_option("#model", "sd-demo")
@@ -186,8 +223,9 @@ def test_playground_inpaints_a_dropped_picture_with_a_painted_mask(live_api, wor
     page.fill("input[name=strength]", "0.9")
 
     page.evaluate(DROP_FILE, [".image-input [data-role=drop]", base64.b64encode(source.getvalue()).decode(), "in.png"])
-    page.wait_for_function("() => { const i = document.querySelector('[data-role=source]');"
-                           " return i && i.naturalWidth === 96 }")
+    page.wait_for_function(
+        "() => { const i = document.querySelector('[data-role=source]'); return i && i.naturalWidth === 96 }"
+    )
     assert page.eval_on_selector("canvas[data-role=mask]", "c => [c.width, c.height]") == [96, 64]
     assert page.get_attribute("input[name=width]", "placeholder") == "96 (the image's)"  # blank: the picture's size
     page.locator("canvas[data-role=mask]").scroll_into_view_if_needed()  # below the fold: the mouse must reach it
@@ -197,14 +235,17 @@ def test_playground_inpaints_a_dropped_picture_with_a_painted_mask(live_api, wor
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.8, box["y"] + box["height"] * 0.8, steps=8)
     page.mouse.up()
-    painted = page.evaluate("() => { const c = document.querySelector('canvas[data-role=mask]');"
-                            " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-                            " let n = 0; for (let i = 3; i < d.length; i += 4) n += d[i] > 0; return n }")
+    painted = page.evaluate(
+        "() => { const c = document.querySelector('canvas[data-role=mask]');"
+        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let n = 0; for (let i = 3; i < d.length; i += 4) n += d[i] > 0; return n }"
+    )
     assert 0 < painted < 96 * 64  # some of it, not all
 
     page.click("#submit")
-    page.wait_for_function("() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }", timeout=120_000
+    )
     assert page.text_content("#status") == "succeeded"
     assert page.eval_on_selector("#result img", "i => [i.naturalWidth, i.naturalHeight]") == [96, 64]  # the picture's
     assert uploads == ["image/png", "image/png"]  # the picture and the mask, uploaded before the job

@@ -25,8 +25,17 @@ def stack(settings, log_dir, tmp_path, monkeypatch) -> Iterator[tuple[str, S3Ser
     s3 = S3Server(log_dir).start()
     s3.client().create_bucket(Bucket=BUCKET)
     presigned = dataclasses.replace(
-        backend_settings(settings, tmp_path, "browser", output_store=f"s3://{BUCKET}/", s3_endpoint_url=s3.url,
-                         s3_region="us-east-1", output_delivery="presigned"), api_keys_file=None)
+        backend_settings(
+            settings,
+            tmp_path,
+            "browser",
+            output_store=f"s3://{BUCKET}/",
+            s3_endpoint_url=s3.url,
+            s3_region="us-east-1",
+            output_delivery="presigned",
+        ),
+        api_keys_file=None,
+    )
     worker = start_worker(presigned, log_dir, **AWS_ENV)
     try:
         with LiveServer(create_app(presigned)) as server:
@@ -50,8 +59,10 @@ def test_the_playground_shows_an_image_fetched_from_its_presigned_url(stack):
             page.select_option("#model", MODEL)
             page.fill("textarea[name=prompt]", "a lighthouse")
             page.click("#submit")
-            page.wait_for_function("() => { const i = document.querySelector('#result img');"
-                                   " return i && i.naturalWidth > 0 }", timeout=60_000)
+            page.wait_for_function(
+                "() => { const i = document.querySelector('#result img'); return i && i.naturalWidth > 0 }",
+                timeout=60_000,
+            )
             src = page.eval_on_selector("#result img", "i => i.src")
             size = page.eval_on_selector("#result img", "i => [i.naturalWidth, i.naturalHeight]")
         finally:

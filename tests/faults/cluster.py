@@ -26,15 +26,16 @@ TERMINAL = {"succeeded", "failed", "canceled", "expired"}
 BATCHING = "max_batch_size = 8, max_wait_ms = 20"
 
 
-def models_file(folder: Path, long_ms: int = 0, batching: str = BATCHING,
-                runtime: str = "tests.fake_runtime:FakeRuntime") -> Path:
+def models_file(
+    folder: Path, long_ms: int = 0, batching: str = BATCHING, runtime: str = "tests.fake_runtime:FakeRuntime"
+) -> Path:
     """One model, ``work``: 100 ms per batch of up to 8 (``long_ms`` for a batch holding a "long" text); with
     ``runtime`` the fake stepping runtime, 50 ms per step."""
     path = folder / "models.toml"
     path.write_text(f"""
 [models.work]
 kind = "fill-mask"
-source = "fake://?sleep_ms=100&step_ms=50&long_ms={long_ms}&log={folder / 'exec.log'}&die_on=poison"
+source = "fake://?sleep_ms=100&step_ms=50&long_ms={long_ms}&log={folder / "exec.log"}&die_on=poison"
 runtime = "{runtime}"
 max_queue_depth = 100000
 batching = {{ {batching} }}
@@ -62,23 +63,39 @@ class Cluster:
     store: JobStore = field(init=False)
 
     @classmethod
-    def start(cls, folder: Path, long_ms: int = 0, batching: str = BATCHING,
-              runtime: str = "tests.fake_runtime:FakeRuntime", **overrides: Any) -> Cluster:
+    def start(
+        cls,
+        folder: Path,
+        long_ms: int = 0,
+        batching: str = BATCHING,
+        runtime: str = "tests.fake_runtime:FakeRuntime",
+        **overrides: Any,
+    ) -> Cluster:
         folder.mkdir(parents=True, exist_ok=True)
         redis = RedisServer(folder / "redis").start()
         # Short everything, so recoveries fit in a test; the lease still outlasts the 5 s Redis pause below.
-        options: dict[str, Any] = {"visibility_timeout_s": 5, "worker_ttl_s": 6, "rate_limit": "1000000/minute",
-                                   "orphan_grace_s": 8, "lease_s": 8}
-        settings = Settings(redis_url=redis.url, key_prefix="faults:",
-                            models_file=models_file(folder, long_ms, batching, runtime), **{**options, **overrides})
+        options: dict[str, Any] = {
+            "visibility_timeout_s": 5,
+            "worker_ttl_s": 6,
+            "rate_limit": "1000000/minute",
+            "orphan_grace_s": 8,
+            "lease_s": 8,
+        }
+        settings = Settings(
+            redis_url=redis.url,
+            key_prefix="faults:",
+            models_file=models_file(folder, long_ms, batching, runtime),
+            **{**options, **overrides},
+        )
         cluster = cls(folder, redis, settings)
         cluster.api = create_app(settings).test_client()
         cluster.store = JobStore(connect(settings), settings)
         return cluster
 
     def worker(self, **env: str) -> WorkerProcess:
-        proc = WorkerProcess(self.settings, "work", self.folder, name=f"w{len(self.workers)}-{uuid.uuid4().hex[:4]}",
-                             env=env).start()
+        proc = WorkerProcess(
+            self.settings, "work", self.folder, name=f"w{len(self.workers)}-{uuid.uuid4().hex[:4]}", env=env
+        ).start()
         self.workers.append(proc)
         return proc
 
@@ -91,6 +108,7 @@ class Cluster:
 
     def runs(self) -> list[Run]:
         """Every execution so far, with its start and (if it finished) end, by the runtime's log."""
+
         def lines(name: str, fields: int) -> list[list[str]]:
             path = self.folder / name
             return [line.split(" ", fields - 1) for line in path.read_text().splitlines()] if path.exists() else []

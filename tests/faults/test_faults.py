@@ -160,8 +160,16 @@ def test_a_job_whose_message_vanished_is_sent_again(cluster):
 
     cluster.worker()
     job_id = str(uuid.uuid4())
-    cluster.store.create(JobRecord(id=job_id, model="work", kind=JobKind.fill_mask, status=JobStatus.queued,
-                                   created_at=time.time(), input={"text": "orphan [MASK]"}))
+    cluster.store.create(
+        JobRecord(
+            id=job_id,
+            model="work",
+            kind=JobKind.fill_mask,
+            status=JobStatus.queued,
+            created_at=time.time(),
+            input={"text": "orphan [MASK]"},
+        )
+    )
     statuses = cluster.wait_terminal([job_id], timeout=cluster.settings.orphan_grace_s * 3)
     assert statuses[job_id] == "succeeded"
     assert cluster.executions()["orphan"] == 1

@@ -16,12 +16,20 @@ from tests.harness import ROOT, worker_env
 def test_two_live_workers_and_a_short_visibility_timeout_run_each_long_job_once(tmp_path):
     # kombu restores a message held longer than the visibility timeout, even by a live worker; the heartbeat
     # keeps the stamps of held messages fresh, and the lease turns away any copy that gets through anyway.
-    cluster = Cluster.start(tmp_path, long_ms=8000, visibility_timeout_s=3,
-                            batching="max_batch_size = 1, buffer_batches = 1, max_wait_ms = 0")
+    cluster = Cluster.start(
+        tmp_path,
+        long_ms=8000,
+        visibility_timeout_s=3,
+        batching="max_batch_size = 1, buffer_batches = 1, max_wait_ms = 0",
+    )
     try:
         first = cluster.worker()
-        ids = [cluster.api.post("/v1/jobs", json={"model": "work", "input": {"text": f"long-{n} [MASK]", "top_k": n}}
-                                ).json["id"] for n in (1, 2)]
+        ids = [
+            cluster.api.post(
+                "/v1/jobs", json={"model": "work", "input": {"text": f"long-{n} [MASK]", "top_k": n}}
+            ).json["id"]
+            for n in (1, 2)
+        ]
         unacked = cluster.store.keys.prefix + UNACKED_KEY
         while cluster.store.redis.hlen(unacked) < 2:  # the first worker holds both: one running, one buffered
             time.sleep(0.05)
@@ -82,7 +90,25 @@ def test_a_record_ttl_shorter_than_queue_and_run_time_still_ends_with_status_and
 
 def test_a_worker_refuses_a_lease_its_heartbeat_cannot_keep(tmp_path):
     settings = Settings(key_prefix="faults:", models_file=models_file(tmp_path), lease_s=1.5)
-    cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
-           "-Q", "genq.work", "--model", "work", "-n", "shortlease@%h", "--without-mingle", "--without-gossip"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker",
+        "worker",
+        "--pool",
+        "solo",
+        "--concurrency",
+        "1",
+        "-Q",
+        "genq.work",
+        "--model",
+        "work",
+        "-n",
+        "shortlease@%h",
+        "--without-mingle",
+        "--without-gossip",
+    ]
     result = subprocess.run(cmd, cwd=ROOT, env=worker_env(settings), capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "GENQ_LEASE_S=1.5 must exceed 1 heartbeat(s)" in result.stderr

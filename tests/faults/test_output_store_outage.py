@@ -34,11 +34,17 @@ def s3(log_dir) -> Iterator[S3Server]:
     server.stop()
 
 
-def test_s3_stopped_mid_run_fails_the_cut_off_jobs_clearly_and_leaves_none_running(settings, s3, aws_env, log_dir,
-                                                                                     tmp_path):
-    s3_settings = backend_settings(settings, tmp_path, f"outage{uuid.uuid4().hex[:6]}",
-                                   output_store=f"s3://{BUCKET}/{PREFIX}", s3_endpoint_url=s3.url,
-                                   s3_region="us-east-1")
+def test_s3_stopped_mid_run_fails_the_cut_off_jobs_clearly_and_leaves_none_running(
+    settings, s3, aws_env, log_dir, tmp_path
+):
+    s3_settings = backend_settings(
+        settings,
+        tmp_path,
+        f"outage{uuid.uuid4().hex[:6]}",
+        output_store=f"s3://{BUCKET}/{PREFIX}",
+        s3_endpoint_url=s3.url,
+        s3_region="us-east-1",
+    )
     worker = start_worker(s3_settings, log_dir, **AWS_ENV)
     try:
         api = create_app(s3_settings).test_client()

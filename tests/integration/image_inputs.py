@@ -46,8 +46,9 @@ limits = {{ default_width = 64, default_height = 64, max_width = 256, max_height
 """)
     keys = tmp / "keys"
     keys.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
-    return dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}{name}:", models_file=models,
-                               api_keys_file=keys, **changes)
+    return dataclasses.replace(
+        settings, key_prefix=f"{settings.key_prefix}{name}:", models_file=models, api_keys_file=keys, **changes
+    )
 
 
 def picture(width: int, height: int, fmt: str = "PNG", color: tuple[int, int, int] = (200, 30, 30)) -> bytes:

@@ -20,8 +20,18 @@ KEY_A, KEY_B = "out-a-" + uuid.uuid4().hex, "out-b-" + uuid.uuid4().hex
 MODEL = "img"
 
 # Settings a worker reads from the environment that the session's workers leave at their defaults.
-_ENV = ("output_store", "output_dir", "s3_bucket", "s3_prefix", "s3_endpoint_url", "s3_public_url", "s3_region",
-        "output_sweep_s", "output_sweep_grace_s", "result_ttl_s")
+_ENV = (
+    "output_store",
+    "output_dir",
+    "s3_bucket",
+    "s3_prefix",
+    "s3_endpoint_url",
+    "s3_public_url",
+    "s3_region",
+    "output_sweep_s",
+    "output_sweep_grace_s",
+    "result_ttl_s",
+)
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -41,14 +51,22 @@ limits = {{ default_width = 64, default_height = 64, max_images = 4 }}
 """)
     keys = tmp / "keys"
     keys.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
-    return dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}{name}:", models_file=models,
-                               api_keys_file=keys, output_sweep_s=1.0, output_sweep_grace_s=0.0, **changes)
+    return dataclasses.replace(
+        settings,
+        key_prefix=f"{settings.key_prefix}{name}:",
+        models_file=models,
+        api_keys_file=keys,
+        output_sweep_s=1.0,
+        output_sweep_grace_s=0.0,
+        **changes,
+    )
 
 
 def start_worker(settings: Settings, log_dir: Path, **env: str) -> WorkerProcess:
     """A worker of the fake image model, writing to ``settings``' output store."""
-    values = {f"GENQ_{name.upper()}": str(getattr(settings, name)) for name in _ENV
-              if getattr(settings, name) is not None}
+    values = {
+        f"GENQ_{name.upper()}": str(getattr(settings, name)) for name in _ENV if getattr(settings, name) is not None
+    }
     return WorkerProcess(settings, MODEL, log_dir, env={**values, **env}).start()
 
 
@@ -56,8 +74,10 @@ def submit_images(api: Any, count: int, key: str = KEY_A, **input: Any) -> list[
     """``count`` jobs of two images each, finished."""
     ids = []
     for n in range(count):
-        body = {"model": MODEL, "input": {"prompt": f"a fox {uuid.uuid4().hex[:6]}", "seed": 10 * n,
-                                          "num_images": 2, **input}}
+        body = {
+            "model": MODEL,
+            "input": {"prompt": f"a fox {uuid.uuid4().hex[:6]}", "seed": 10 * n, "num_images": 2, **input},
+        }
         response = api.post("/v1/jobs", json=body, headers=bearer(key))
         assert response.status_code == 202, response.json
         ids.append(response.json["id"])

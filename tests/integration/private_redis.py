@@ -37,8 +37,11 @@ class Private:
 
     def jobs_with(self, text: str) -> list[bytes]:
         """Records whose input holds ``text``."""
-        return [k for k in self.redis.scan_iter(f"{self.settings.key_prefix}job:*")
-                if self.redis.type(k) == b"hash" and text.encode() in (self.redis.hget(k, "input") or b"")]
+        return [
+            k
+            for k in self.redis.scan_iter(f"{self.settings.key_prefix}job:*")
+            if self.redis.type(k) == b"hash" and text.encode() in (self.redis.hget(k, "input") or b"")
+        ]
 
     def stall_during_admission(self, monkeypatch: pytest.MonkeyPatch, batch: bool = False) -> None:
         """The next ADMIT (ADMIT_MANY with ``batch``) is sent to a Redis frozen for STALL_S: it runs when Redis
@@ -57,13 +60,13 @@ class Private:
 
 
 @contextmanager
-def private_api(tmp_path: Path, settings: Settings, online: tuple[str, ...] = ("echo",),
-                **overrides: Any) -> Iterator[Private]:
+def private_api(
+    tmp_path: Path, settings: Settings, online: tuple[str, ...] = ("echo",), **overrides: Any
+) -> Iterator[Private]:
     """The API on a Redis server of this test's own, a ghost worker online for the ``online`` models (a test
     module's fixture enters it); ``overrides`` are settings."""
     server = RedisServer(tmp_path).start()
-    own = Settings(redis_url=server.url, key_prefix=settings.key_prefix, models_file=settings.models_file,
-                   **overrides)
+    own = Settings(redis_url=server.url, key_prefix=settings.key_prefix, models_file=settings.models_file, **overrides)
     client = connect(own)
     client.ping()
     assert server.proc is not None

@@ -21,15 +21,24 @@ class Received:
     at: float  # time.time() when it arrived
 
 
-def read_events(base_url: str, job_id: str, *, last_event_id: str | None = None, limit: int | None = None,
-                timeout: float = 120, headers: dict[str, str] | None = None) -> list[Received]:
+def read_events(
+    base_url: str,
+    job_id: str,
+    *,
+    last_event_id: str | None = None,
+    limit: int | None = None,
+    timeout: float = 120,
+    headers: dict[str, str] | None = None,
+) -> list[Received]:
     """Every event up to the terminal status (or the first ``limit`` events), each stamped with its arrival."""
     sent = dict(headers or {})
     if last_event_id:
         sent["Last-Event-ID"] = last_event_id
     received: list[Received] = []
-    with httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=timeout)) as http, \
-            connect_sse(http, "GET", f"/v1/jobs/{job_id}/events", headers=sent) as source:
+    with (
+        httpx.Client(base_url=base_url, timeout=httpx.Timeout(10, read=timeout)) as http,
+        connect_sse(http, "GET", f"/v1/jobs/{job_id}/events", headers=sent) as source,
+    ):
         assert source.response.status_code == 200, source.response.read()
         assert source.response.headers["content-type"].startswith("text/event-stream")
         for sse in source.iter_sse():

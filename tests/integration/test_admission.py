@@ -91,8 +91,12 @@ def every_route(client) -> list[tuple[str, object]]:  # type: ignore[no-untyped-
     job = str(uuid.uuid4())
     return [
         ("POST /v1/jobs", lambda: client.post("/v1/jobs", json={"model": "echo", "input": {"text": "a [MASK]"}})),
-        ("POST /v1/jobs idempotent", lambda: client.post("/v1/jobs", headers={"Idempotency-Key": job},
-                                                         json={"model": "echo", "input": {"text": "a [MASK]"}})),
+        (
+            "POST /v1/jobs idempotent",
+            lambda: client.post(
+                "/v1/jobs", headers={"Idempotency-Key": job}, json={"model": "echo", "input": {"text": "a [MASK]"}}
+            ),
+        ),
         ("GET /v1/jobs/id", lambda: client.get(f"/v1/jobs/{job}")),
         ("GET /v1/jobs/id wait", lambda: client.get(f"/v1/jobs/{job}", headers={"Prefer": "wait=5"})),
         ("GET outputs", lambda: client.get(f"/v1/jobs/{job}/outputs/0")),
@@ -156,6 +160,7 @@ def test_high_priority_overtakes_a_backlog_of_low(api, worker_for):
 def test_prefer_wait_is_capped(api, worker_for, settings):
     worker_for("fake")
     assert settings.wait_cap_s == 60
-    response = api.post("/v1/jobs", json={"model": "fake", "input": {"text": "x [MASK]"}},
-                        headers={"Prefer": "wait=100000"})
+    response = api.post(
+        "/v1/jobs", json={"model": "fake", "input": {"text": "x [MASK]"}}, headers={"Prefer": "wait=100000"}
+    )
     assert response.status_code == 200  # finished well within the cap; a huge N is not an error

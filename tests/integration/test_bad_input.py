@@ -16,22 +16,25 @@ def test_non_json_body_is_400(api):
     assert response.status_code == 400
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"model": 5, "input": {}}, "model"),
-    ({"input": {"text": "x [MASK]"}}, "model"),
-    ({"model": "bert-demo"}, "input"),
-    ({"model": "bert-demo", "input": "text"}, "input"),
-    ({"model": "bert-demo", "input": {"text": 3}}, "input.text"),
-    ({"model": "bert-demo", "input": {"text": "no mask"}}, "input.text"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]", "top_k": 0}}, "input.top_k"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]", "top_k": 10_000}}, "input.top_k"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]", "colour": "red"}}, "input.colour"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": 100_000}}, "input.max_new_tokens"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "temperature": -1}}, "input.temperature"),
-    ({"model": "minilm", "input": {"texts": []}}, "input.texts"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "priority": "urgent"}, "priority"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "deadline_s": -1}, "deadline_s"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"model": 5, "input": {}}, "model"),
+        ({"input": {"text": "x [MASK]"}}, "model"),
+        ({"model": "bert-demo"}, "input"),
+        ({"model": "bert-demo", "input": "text"}, "input"),
+        ({"model": "bert-demo", "input": {"text": 3}}, "input.text"),
+        ({"model": "bert-demo", "input": {"text": "no mask"}}, "input.text"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]", "top_k": 0}}, "input.top_k"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]", "top_k": 10_000}}, "input.top_k"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]", "colour": "red"}}, "input.colour"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": 100_000}}, "input.max_new_tokens"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "temperature": -1}}, "input.temperature"),
+        ({"model": "minilm", "input": {"texts": []}}, "input.texts"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "priority": "urgent"}, "priority"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "deadline_s": -1}, "deadline_s"),
+    ],
+)
 def test_invalid_fields_are_422_with_the_field(api, body, field):
     response = api.post("/v1/jobs", json=body)
     assert response.status_code == 422, response.json
@@ -41,26 +44,29 @@ def test_invalid_fields_are_422_with_the_field(api, body, field):
     assert field in error["message"]
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    # Strict JSON types: a string, a boolean or a fraction where an integer is documented is refused, not coerced.
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": "16"}}, "input.max_new_tokens"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": True}}, "input.max_new_tokens"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": 16.5}}, "input.max_new_tokens"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "do_sample": "yes"}}, "input.do_sample"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "do_sample": 1}}, "input.do_sample"),
-    ({"model": "gpt2-demo", "input": {"prompt": "hi", "temperature": "0.5"}}, "input.temperature"),
-    ({"model": "gpt2-demo", "input": {"prompt": 5}}, "input.prompt"),
-    ({"model": "sd-demo", "input": {"prompt": "x", "seed": False}}, "input.seed"),
-    ({"model": "sd-demo", "input": {"prompt": "x", "width": "64"}}, "input.width"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]", "top_k": "3"}}, "input.top_k"),
-    ({"model": "minilm", "input": {"texts": "one text"}}, "input.texts"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "priority": 1}, "priority"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "deadline_s": "60"}, "deadline_s"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "deadline_s": True}, "deadline_s"),
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "webhook_events": "completed"}, "webhook_events"),
-    # An empty webhook was taken for none and the job accepted (schemathesis, seed 2800501938).
-    ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "webhook": ""}, "webhook"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # Strict JSON types: a string, a boolean or a fraction where an integer is documented is refused, not coerced.
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": "16"}}, "input.max_new_tokens"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": True}}, "input.max_new_tokens"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "max_new_tokens": 16.5}}, "input.max_new_tokens"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "do_sample": "yes"}}, "input.do_sample"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "do_sample": 1}}, "input.do_sample"),
+        ({"model": "gpt2-demo", "input": {"prompt": "hi", "temperature": "0.5"}}, "input.temperature"),
+        ({"model": "gpt2-demo", "input": {"prompt": 5}}, "input.prompt"),
+        ({"model": "sd-demo", "input": {"prompt": "x", "seed": False}}, "input.seed"),
+        ({"model": "sd-demo", "input": {"prompt": "x", "width": "64"}}, "input.width"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]", "top_k": "3"}}, "input.top_k"),
+        ({"model": "minilm", "input": {"texts": "one text"}}, "input.texts"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "priority": 1}, "priority"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "deadline_s": "60"}, "deadline_s"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "deadline_s": True}, "deadline_s"),
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "webhook_events": "completed"}, "webhook_events"),
+        # An empty webhook was taken for none and the job accepted (schemathesis, seed 2800501938).
+        ({"model": "bert-demo", "input": {"text": "a [MASK]"}, "webhook": ""}, "webhook"),
+    ],
+)
 def test_types_are_strict(api, body, field):
     response = api.post("/v1/jobs", json=body)
     assert response.status_code == 422, response.json
@@ -70,8 +76,14 @@ def test_types_are_strict(api, body, field):
 def test_json_numbers_are_numbers(api, worker_for):
     """An integer where a number is documented, and 64.0 where an integer is, are what JSON means by them."""
     worker_for("gpt2-demo")
-    response = api.post("/v1/jobs", json={"model": "gpt2-demo", "deadline_s": 60,
-                                          "input": {"prompt": "hi", "temperature": 1, "max_new_tokens": 2.0}})
+    response = api.post(
+        "/v1/jobs",
+        json={
+            "model": "gpt2-demo",
+            "deadline_s": 60,
+            "input": {"prompt": "hi", "temperature": 1, "max_new_tokens": 2.0},
+        },
+    )
     assert response.status_code == 202, response.json
 
 
@@ -85,8 +97,13 @@ def test_a_body_that_is_a_json_string_is_not_decoded_twice(api):
 @pytest.mark.parametrize("guidance", [1.0, 7.5])
 def test_images_below_what_the_model_takes_are_422(api, size, guidance):
     """The demo UNet needs a 3 x 3 latent (24 pixels): smaller failed in the worker as a model_error."""
-    response = api.post("/v1/jobs", json={"model": "sd-demo", "input": {
-        "prompt": "tiny", "width": size, "height": size, "guidance_scale": guidance}})
+    response = api.post(
+        "/v1/jobs",
+        json={
+            "model": "sd-demo",
+            "input": {"prompt": "tiny", "width": size, "height": size, "guidance_scale": guidance},
+        },
+    )
     assert response.status_code == 422, response.json
     assert response.json["error"]["field"] == "input.width" and "24" in response.json["error"]["message"]
 

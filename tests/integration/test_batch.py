@@ -39,9 +39,15 @@ def post_batch(client, jobs: list[object], key: str = KEY_A, **headers: str):
 
 def test_mixed_valid_and_invalid_jobs_answer_per_job_in_order(keyed, worker_for):
     worker_for("echo")
-    jobs = [echo("one"), {"model": "no-such-model", "input": {"text": "x [MASK]"}}, echo("two"),
-            {"model": "echo", "input": {"text": "x [MASK]", "top_k": "five"}}, "not an object",
-            {"model": "echo", "input": {"text": "x [MASK]"}, "priority": "urgent"}, echo("three")]
+    jobs = [
+        echo("one"),
+        {"model": "no-such-model", "input": {"text": "x [MASK]"}},
+        echo("two"),
+        {"model": "echo", "input": {"text": "x [MASK]", "top_k": "five"}},
+        "not an object",
+        {"model": "echo", "input": {"text": "x [MASK]"}, "priority": "urgent"},
+        echo("three"),
+    ]
     response = post_batch(keyed, jobs)
     assert response.status_code == 202, response.json
     entries = response.json["jobs"]
@@ -163,8 +169,17 @@ def test_a_batched_job_is_recorded_as_a_single_submission_would_be(keyed, worker
     batched = post_batch(keyed, [body]).json["jobs"][0]
     a, b = store.get(single["id"]), store.get(batched["id"])
     assert a is not None and b is not None
-    skip = {"id", "created_at", "deadline_at", "status", "started_at", "attempts", "lease_token", "lease_until",
-            "leased_by"}
+    skip = {
+        "id",
+        "created_at",
+        "deadline_at",
+        "status",
+        "started_at",
+        "attempts",
+        "lease_token",
+        "lease_until",
+        "leased_by",
+    }
     assert a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
     assert b.deadline_at is not None and abs((b.deadline_at - b.created_at) - 600) < 1e-3
     assert store.redis.ttl(store.keys.gone(b.id)) > 0 and store.redis.zscore(store.keys.active("fake"), b.id)

@@ -43,8 +43,9 @@ def test_the_async_client_does_the_same(live_api, worker_for):
 
     async def run() -> list[object]:
         async with AsyncClient(live_api) as client:
-            return await client.generate_many([job_body("echo", {"text": f"a{i} [MASK]"}) for i in range(5)],
-                                              timeout=60)
+            return await client.generate_many(
+                [job_body("echo", {"text": f"a{i} [MASK]"}) for i in range(5)], timeout=60
+            )
 
     results = asyncio.run(run())
     assert all(isinstance(r, Job) and r.status == "succeeded" for r in results)
@@ -57,8 +58,12 @@ def test_genq_batch_writes_one_result_line_per_job(live_api, worker_for, tmp_pat
     lines.insert(2, json.dumps({"model": "echo", "input": {"text": "x [MASK]", "top_k": -1}}))
     source.write_text("# my jobs\n" + "\n".join(lines) + "\n\n")
     out = tmp_path / "results.jsonl"
-    result = CliRunner().invoke(main, ["batch", str(source), "--out", str(out), "--timeout", "60"],
-                                env={"GENQ_URL": live_api, "GENQ_API_KEY": None}, catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["batch", str(source), "--out", str(out), "--timeout", "60"],
+        env={"GENQ_URL": live_api, "GENQ_API_KEY": None},
+        catch_exceptions=False,
+    )
     assert result.exit_code == 1, result.output  # one job was refused
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 7
@@ -72,8 +77,12 @@ def test_genq_batch_without_wait_prints_the_queued_jobs(live_api, worker_for, tm
     worker_for("echo")
     source = tmp_path / "jobs.jsonl"
     source.write_text("\n".join(json.dumps(job_body("echo", {"text": f"q{i} [MASK]"})) for i in range(3)))
-    result = CliRunner().invoke(main, ["batch", str(source), "--no-wait"],
-                                env={"GENQ_URL": live_api, "GENQ_API_KEY": None}, catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["batch", str(source), "--no-wait"],
+        env={"GENQ_URL": live_api, "GENQ_API_KEY": None},
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 3 and all(row["status"] in ("queued", "running", "succeeded") for row in rows)

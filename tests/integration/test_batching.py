@@ -51,9 +51,21 @@ def test_32_concurrent_jobs_run_in_batches(api, worker_for):
 
 def test_batched_text_generation_equals_single_runs(api, worker_for):
     worker_for("gpt2-demo")
-    inputs = [{"prompt": p, "max_new_tokens": 10, "do_sample": True, "seed": 100 + i, "temperature": 0.9}
-              for i, p in enumerate(["Once upon a time", "The weather today", "In a galaxy", "Hello",
-                                     "My favourite food is", "A long time ago in a land far away", "Why", "The"])]
+    inputs = [
+        {"prompt": p, "max_new_tokens": 10, "do_sample": True, "seed": 100 + i, "temperature": 0.9}
+        for i, p in enumerate(
+            [
+                "Once upon a time",
+                "The weather today",
+                "In a galaxy",
+                "Hello",
+                "My favourite food is",
+                "A long time ago in a land far away",
+                "Why",
+                "The",
+            ]
+        )
+    ]
     batched = finish_all(api, submit_all(api, "gpt2-demo", inputs))
     assert max(j["metrics"]["batch_size"] for j in batched) > 1
     single = one_at_a_time(api, "gpt2-demo", inputs)
@@ -67,8 +79,10 @@ def pixels(api, job):
 
 def test_batched_images_equal_single_runs(api, worker_for):
     worker_for("sd-demo")
-    inputs = [{"prompt": f"a painting of a {thing}", "seed": 40 + i, "num_inference_steps": 4}
-              for i, thing in enumerate(["cat", "dog", "boat", "tree", "house", "river"])]
+    inputs = [
+        {"prompt": f"a painting of a {thing}", "seed": 40 + i, "num_inference_steps": 4}
+        for i, thing in enumerate(["cat", "dog", "boat", "tree", "house", "river"])
+    ]
     batched = finish_all(api, submit_all(api, "sd-demo", inputs))
     assert max(j["metrics"]["batch_size"] for j in batched) > 1
     single = one_at_a_time(api, "sd-demo", inputs)
@@ -78,8 +92,10 @@ def test_batched_images_equal_single_runs(api, worker_for):
 
 def test_mixed_sizes_are_never_batched_together(api, worker_for):
     worker_for("sd-demo")
-    inputs = [{"prompt": f"shape test {i}", "seed": i, "width": 64 if i % 2 else 128,
-               "height": 64 if i % 2 else 128} for i in range(12)]
+    inputs = [
+        {"prompt": f"shape test {i}", "seed": i, "width": 64 if i % 2 else 128, "height": 64 if i % 2 else 128}
+        for i in range(12)
+    ]
     jobs = finish_all(api, submit_all(api, "sd-demo", inputs))
     batch_sizes = defaultdict(set)
     for inp, job in zip(inputs, jobs, strict=True):

@@ -16,8 +16,7 @@ def genq(live_api: str):  # type: ignore[no-untyped-def]
     runner = CliRunner()
 
     def run(*args: str):  # type: ignore[no-untyped-def]
-        return runner.invoke(main, list(args), env={"GENQ_URL": live_api, "GENQ_API_KEY": None},
-                             catch_exceptions=False)
+        return runner.invoke(main, list(args), env={"GENQ_URL": live_api, "GENQ_API_KEY": None}, catch_exceptions=False)
 
     return run
 
@@ -26,10 +25,23 @@ def test_submit_wait_saves_a_png_and_exits_0(genq, worker_for, tmp_path):
     from PIL import Image
 
     worker_for("sd-demo")
-    result = genq("submit", "sd-demo", "--prompt", "a red fox", "--width", "64", "--height", "48", "--seed", "4",
-                  "--wait", "--out", str(tmp_path))
+    result = genq(
+        "submit",
+        "sd-demo",
+        "--prompt",
+        "a red fox",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--seed",
+        "4",
+        "--wait",
+        "--out",
+        str(tmp_path),
+    )
     assert result.exit_code == 0, result.output
-    png, = tmp_path.glob("*-0.png")
+    (png,) = tmp_path.glob("*-0.png")
     with Image.open(png) as image:  # closed: a file, unlike the BytesIO images elsewhere
         assert image.size == (64, 48)
     assert "succeeded (sd-demo, text-to-image)" in result.stdout and f"saved {png}" in result.stdout
@@ -97,8 +109,18 @@ def test_text_is_printed_as_it_is_generated(genq, worker_for, live_api):
     import httpx
 
     worker_for("gpt2-demo")
-    result = genq("submit", "gpt2-demo", "--prompt", "Once upon a time", "--max-new-tokens", "24", "--seed", "3",
-                  "--do-sample", "--wait")
+    result = genq(
+        "submit",
+        "gpt2-demo",
+        "--prompt",
+        "Once upon a time",
+        "--max-new-tokens",
+        "24",
+        "--seed",
+        "3",
+        "--do-sample",
+        "--wait",
+    )
     assert result.exit_code == 0, result.output
     job_id = re.search(r"^job (\S+) succeeded \(gpt2-demo, text-generation\)$", result.stdout, re.M).group(1)
     text = httpx.get(f"{live_api}/v1/jobs/{job_id}").json()["output"]["text"]

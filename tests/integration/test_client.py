@@ -45,8 +45,16 @@ def test_generate_image_and_fetch_it(client, worker_for):
 
     worker_for("sd-demo")
     updates = []
-    job = client.generate("sd-demo", prompt="a red fox", width=64, height=48, seed=5, num_images=2, timeout=120,
-                          on_update=lambda j: updates.append(j.status))
+    job = client.generate(
+        "sd-demo",
+        prompt="a red fox",
+        width=64,
+        height=48,
+        seed=5,
+        num_images=2,
+        timeout=120,
+        on_update=lambda j: updates.append(j.status),
+    )
     assert job.status == "succeeded" and [o["seed"] for o in job.output][0] == 5
     images = client.outputs(job.id)
     assert len(images) == 2 and all(isinstance(i, Image.Image) and i.size == (64, 48) for i in images)
@@ -103,8 +111,11 @@ def test_async_client_runs_jobs_concurrently(live_api, worker_for):
 
     async def main() -> list:
         async with AsyncClient(live_api) as c:
-            return list(await asyncio.gather(*(c.generate("bert-demo", text=f"{w} [MASK]", timeout=60)
-                                               for w in ("one", "two", "three"))))
+            return list(
+                await asyncio.gather(
+                    *(c.generate("bert-demo", text=f"{w} [MASK]", timeout=60) for w in ("one", "two", "three"))
+                )
+            )
 
     jobs = asyncio.run(main())
     assert [j.status for j in jobs] == ["succeeded"] * 3
@@ -114,11 +125,24 @@ def test_async_client_runs_jobs_concurrently(live_api, worker_for):
 def test_generate_streams_text_and_progress_from_the_event_stream(client, worker_for):
     worker_for("gpt2-demo")
     pieces: list[str] = []
-    job = client.generate("gpt2-demo", prompt="Once upon a time", max_new_tokens=32, seed=9, do_sample=True,
-                          timeout=60, on_text=pieces.append)
+    job = client.generate(
+        "gpt2-demo",
+        prompt="Once upon a time",
+        max_new_tokens=32,
+        seed=9,
+        do_sample=True,
+        timeout=60,
+        on_text=pieces.append,
+    )
     assert len(pieces) > 1 and "".join(pieces) == job.output["text"]
     worker_for("sd-demo")
     steps: list[int] = []
-    client.generate("sd-demo", prompt="a fox", num_inference_steps=6, seed=1, timeout=120,
-                    on_update=lambda j: steps.append(j.progress.step) if j.progress else None)
+    client.generate(
+        "sd-demo",
+        prompt="a fox",
+        num_inference_steps=6,
+        seed=1,
+        timeout=120,
+        on_update=lambda j: steps.append(j.progress.step) if j.progress else None,
+    )
     assert steps == sorted(steps) and steps[-1] == 6 and len(steps) >= 3  # each step, not a poll's sample

@@ -38,10 +38,12 @@ def test_image_to_image_from_a_path_keeps_its_size_and_seed(client, worker_for, 
     worker_for("sd-demo")
     path = tmp_path / "in.png"
     picture((96, 64)).save(path)
-    first = client.generate("sd-demo", prompt="a harbour", image=str(path), strength=0.6, seed=2,
-                            num_inference_steps=4, timeout=120)
-    again = client.generate("sd-demo", prompt="a harbour", image=path.read_bytes(), strength=0.6, seed=2,
-                            num_inference_steps=4, timeout=120)
+    first = client.generate(
+        "sd-demo", prompt="a harbour", image=str(path), strength=0.6, seed=2, num_inference_steps=4, timeout=120
+    )
+    again = client.generate(
+        "sd-demo", prompt="a harbour", image=path.read_bytes(), strength=0.6, seed=2, num_inference_steps=4, timeout=120
+    )
     a, b = client.outputs(first)[0], client.outputs(again)[0]
     assert a.size == (96, 64) and a.tobytes() == b.tobytes()  # a path and bytes: the same input, the same picture
 
@@ -61,14 +63,32 @@ def test_a_large_picture_is_uploaded_and_inpainted_with_a_pil_mask(client, worke
     monkeypatch.setattr(image_inputs, "upload", counted)
     mask = Image.new("L", (256, 256), 0)
     ImageDraw.Draw(mask).rectangle((128, 0, 256, 256), fill=255)
-    job = client.generate("sd-demo", prompt="a red door", image=large, mask=mask, seed=1, num_inference_steps=4,
-                          width=64, height=64, timeout=120)
+    job = client.generate(
+        "sd-demo",
+        prompt="a red door",
+        image=large,
+        mask=mask,
+        seed=1,
+        num_inference_steps=4,
+        width=64,
+        height=64,
+        timeout=120,
+    )
     assert client.outputs(job)[0].size == (64, 64)  # width and height asked: not the picture's size
     assert uploaded == [len(large)]  # the picture went through POST /v1/uploads, the small mask inline
     upload = client.upload(large)
     assert upload.id.startswith("up_") and upload.bytes == len(large) and (upload.width, upload.height) == (256, 256)
-    again = client.generate("sd-demo", prompt="a red door", image=upload, mask=mask, seed=1, num_inference_steps=4,
-                            width=64, height=64, timeout=120)
+    again = client.generate(
+        "sd-demo",
+        prompt="a red door",
+        image=upload,
+        mask=mask,
+        seed=1,
+        num_inference_steps=4,
+        width=64,
+        height=64,
+        timeout=120,
+    )
     assert client.outputs(again)[0].tobytes() == client.outputs(job)[0].tobytes()
 
 
@@ -84,11 +104,30 @@ def test_genq_submit_image_and_mask(live_api, worker_for, tmp_path):
     picture((80, 48)).save(source)
     Image.new("L", (80, 48), 255).save(mask)
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["submit", "sd-demo", "--prompt", "a boat", "--image", str(source), "--mask",
-                                       str(mask), "--strength", "0.7", "--seed", "3", "--wait", "--out", str(out)],
-                                env={"GENQ_URL": live_api, "GENQ_API_KEY": None}, catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        [
+            "submit",
+            "sd-demo",
+            "--prompt",
+            "a boat",
+            "--image",
+            str(source),
+            "--mask",
+            str(mask),
+            "--strength",
+            "0.7",
+            "--seed",
+            "3",
+            "--wait",
+            "--out",
+            str(out),
+        ],
+        env={"GENQ_URL": live_api, "GENQ_API_KEY": None},
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
-    saved, = out.glob("*-0.png")
+    (saved,) = out.glob("*-0.png")
     with Image.open(saved) as image:
         assert image.size == (80, 48)
 
@@ -99,7 +138,12 @@ def test_a_batch_uploads_its_pictures(client, worker_for, tmp_path):
     worker_for("sd-demo")
     path = tmp_path / "in.png"
     picture((72, 40)).save(path)
-    results = client.generate_many([job_body("sd-demo", {"prompt": "a kite", "image": path, "seed": n,
-                                                         "num_inference_steps": 4}) for n in range(2)], timeout=120)
+    results = client.generate_many(
+        [
+            job_body("sd-demo", {"prompt": "a kite", "image": path, "seed": n, "num_inference_steps": 4})
+            for n in range(2)
+        ],
+        timeout=120,
+    )
     assert all(getattr(r, "status", None) == "succeeded" for r in results), results
     assert [client.outputs(r)[0].size for r in results] == [(72, 40), (72, 40)]

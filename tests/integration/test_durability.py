@@ -24,5 +24,8 @@ def test_a_job_the_replicas_did_not_confirm_is_refused_and_removed(settings, sto
     after = sum(int(store.redis.llen(k)) for k in priority_lists(store.keys.prefix, queue_name("limited")))
     assert after == before  # nothing was sent
     assert store.redis.zcard(store.keys.queued("limited")) == places  # its place was given back
-    assert not [k for k in store.redis.scan_iter(store.keys.job("*")) if store.redis.hget(k, "input") and
-                b"durable?" in store.redis.hget(k, "input")]  # and its record is gone
+    assert not [
+        k
+        for k in store.redis.scan_iter(store.keys.job("*"))
+        if store.redis.hget(k, "input") and b"durable?" in store.redis.hget(k, "input")
+    ]  # and its record is gone

@@ -42,8 +42,9 @@ def test_diffusion_steps_arrive_in_order_and_end_with_succeeded(live_api, worker
 
 def test_text_pieces_arrive_before_the_job_ends_and_join_to_its_output(live_api, worker_for):
     worker_for("gpt2-demo")
-    job_id = submit(live_api, "gpt2-demo", {"prompt": "Once upon a time", "max_new_tokens": 160, "do_sample": True,
-                                            "seed": 11})
+    job_id = submit(
+        live_api, "gpt2-demo", {"prompt": "Once upon a time", "max_new_tokens": 160, "do_sample": True, "seed": 11}
+    )
     events = read_events(live_api, job_id)
     pieces = [e for e in events if e.event == "text"]
     assert len(pieces) > 1
@@ -76,8 +77,17 @@ def test_a_client_that_connects_late_gets_the_end_and_can_resume(live_api, worke
 
 def test_a_canceled_job_ends_its_stream(live_api, store):
     job_id = str(uuid.uuid4())  # a record with no message: nothing but this test moves it
-    store.create(JobRecord(id=job_id, model="bert-demo", kind="fill-mask", status=JobStatus.queued,
-                           owner="anonymous", created_at=time.time(), input={"text": "a [MASK]"}))
+    store.create(
+        JobRecord(
+            id=job_id,
+            model="bert-demo",
+            kind="fill-mask",
+            status=JobStatus.queued,
+            owner="anonymous",
+            created_at=time.time(),
+            input={"text": "a [MASK]"},
+        )
+    )
     results: list = []
     reader = threading.Thread(target=lambda: results.extend(read_events(live_api, job_id, timeout=30)))
     reader.start()
@@ -92,10 +102,21 @@ def test_unknown_job_is_404_and_streams_beyond_the_cap_are_503(settings, store):
     from tests.live_server import LiveServer
 
     job_id = str(uuid.uuid4())
-    store.create(JobRecord(id=job_id, model="bert-demo", kind="fill-mask", status=JobStatus.queued,
-                           owner="anonymous", created_at=time.time(), input={"text": "a [MASK]"}))
-    with LiveServer(create_app(dataclasses.replace(settings, max_waiters=1))) as server, \
-            httpx.Client(base_url=server.url, timeout=30) as http:
+    store.create(
+        JobRecord(
+            id=job_id,
+            model="bert-demo",
+            kind="fill-mask",
+            status=JobStatus.queued,
+            owner="anonymous",
+            created_at=time.time(),
+            input={"text": "a [MASK]"},
+        )
+    )
+    with (
+        LiveServer(create_app(dataclasses.replace(settings, max_waiters=1))) as server,
+        httpx.Client(base_url=server.url, timeout=30) as http,
+    ):
         assert http.get(f"/v1/jobs/{uuid.uuid4()}/events").status_code == 404
         with http.stream("GET", f"/v1/jobs/{job_id}/events") as held:
             assert held.status_code == 200
@@ -114,19 +135,24 @@ def test_unknown_job_is_404_and_streams_beyond_the_cap_are_503(settings, store):
 def two_apis(settings, tmp_path_factory):  # type: ignore[no-untyped-def]
     """Two API processes (gunicorn, as deployed) on the same Redis."""
     logs = tmp_path_factory.mktemp("two-apis")
-    with ApiServer(settings, logs / "a.log", GENQ_API_WORKERS="1", GENQ_API_KEYS_FILE="") as a, \
-            ApiServer(settings, logs / "b.log", GENQ_API_WORKERS="1", GENQ_API_KEYS_FILE="") as b:
+    with (
+        ApiServer(settings, logs / "a.log", GENQ_API_WORKERS="1", GENQ_API_KEYS_FILE="") as a,
+        ApiServer(settings, logs / "b.log", GENQ_API_WORKERS="1", GENQ_API_KEYS_FILE="") as b,
+    ):
         yield a.url, b.url
 
 
 def test_two_api_processes_serve_the_same_stream(two_apis, worker_for):
     first, second = two_apis
     worker_for("gpt2-demo")
-    job_id = submit(first, "gpt2-demo", {"prompt": "The weather today is", "max_new_tokens": 64, "seed": 5,
-                                         "do_sample": True})
+    job_id = submit(
+        first, "gpt2-demo", {"prompt": "The weather today is", "max_new_tokens": 64, "seed": 5, "do_sample": True}
+    )
     seen: dict[str, list] = {}
-    readers = [threading.Thread(target=lambda url=url: seen.__setitem__(url, read_events(url, job_id)))
-               for url in (first, second)]
+    readers = [
+        threading.Thread(target=lambda url=url: seen.__setitem__(url, read_events(url, job_id)))
+        for url in (first, second)
+    ]
     for reader in readers:
         reader.start()
     for reader in readers:

@@ -70,10 +70,12 @@ class Load:
 
 def test_a_killed_primary_costs_no_accepted_job_and_nobody_restarts(cluster, settings: Settings, log_dir: Path):
     wait = {"GENQ_REDIS_SENTINEL_MASTER": MASTER, "GENQ_REDIS_WAIT_REPLICAS": "1"}
-    failover_settings = dataclasses.replace(settings, redis_url=cluster.url, redis_sentinel_master=MASTER,
-                                            redis_wait_replicas=1)
-    worker = WorkerProcess(failover_settings, "echo", log_dir, name=f"failover-{uuid.uuid4().hex[:6]}",
-                           env=wait).start()
+    failover_settings = dataclasses.replace(
+        settings, redis_url=cluster.url, redis_sentinel_master=MASTER, redis_wait_replicas=1
+    )
+    worker = WorkerProcess(
+        failover_settings, "echo", log_dir, name=f"failover-{uuid.uuid4().hex[:6]}", env=wait
+    ).start()
     api = create_app(failover_settings).test_client()
     try:
         with Load(api, "echo") as load:
@@ -84,8 +86,9 @@ def test_a_killed_primary_costs_no_accepted_job_and_nobody_restarts(cluster, set
             switched_s = cluster.wait_failover(old)
             cluster.restart_as_replica(old)  # as its supervisor would: WAIT 1 needs a replica again
             end = time.monotonic() + 20
-            while (back := load.first_202_after(killed_at + switched_s)) is None or \
-                    time.monotonic() < killed_at + switched_s + back + 2:
+            while (
+                back := load.first_202_after(killed_at + switched_s)
+            ) is None or time.monotonic() < killed_at + switched_s + back + 2:
                 assert time.monotonic() < end, f"no 202 after the failover: {load.seen[-5:]}"
                 time.sleep(0.1)
         codes = {code for _, code, _ in load.seen}
@@ -104,13 +107,17 @@ def test_a_killed_primary_costs_no_accepted_job_and_nobody_restarts(cluster, set
         worker.stop()
 
 
-def test_a_primary_frozen_past_down_after_loses_no_message_when_it_wakes(cluster, settings: Settings,
-                                                                         log_dir: Path):
+def test_a_primary_frozen_past_down_after_loses_no_message_when_it_wakes(cluster, settings: Settings, log_dir: Path):
     """SIGSTOP: the old primary wakes up still a primary for ~10 s until the Sentinels demote it. Every client must
     have left it by then: a message published there is thrown away at the demotion (the job stays queued)."""
     failover_settings = dataclasses.replace(settings, redis_url=cluster.url, redis_sentinel_master=MASTER)
-    worker = WorkerProcess(failover_settings, "echo", log_dir, name=f"frozen-{uuid.uuid4().hex[:6]}",
-                           env={"GENQ_REDIS_SENTINEL_MASTER": MASTER}).start()
+    worker = WorkerProcess(
+        failover_settings,
+        "echo",
+        log_dir,
+        name=f"frozen-{uuid.uuid4().hex[:6]}",
+        env={"GENQ_REDIS_SENTINEL_MASTER": MASTER},
+    ).start()
     api = create_app(failover_settings).test_client()
     try:
         with Load(api, "echo") as load:

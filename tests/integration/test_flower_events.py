@@ -17,7 +17,8 @@ TYPES = ("task-received", "task-started", "task-succeeded")
 
 
 def test_every_job_is_received_started_and_succeeded_in_order_in_few_publishes(
-        api: Any, settings: Settings, log_dir: Path) -> None:
+    api: Any, settings: Settings, log_dir: Path
+) -> None:
     app = create_celery(settings)
     publishes: list[list[dict[str, Any]]] = []
     with app.connection_for_read() as conn:
@@ -41,8 +42,12 @@ def test_every_job_is_received_started_and_succeeded_in_order_in_few_publishes(
             receiver.should_stop = True
             worker.stop()
     for job_id in ids:
-        seen = [(e["type"], e["clock"]) for batch in publishes for e in batch
-                if e.get("uuid") == job_id and e["type"] in TYPES]
+        seen = [
+            (e["type"], e["clock"])
+            for batch in publishes
+            for e in batch
+            if e.get("uuid") == job_id and e["type"] in TYPES
+        ]
         assert [t for t, _ in seen] == list(TYPES), (job_id, seen)
         assert seen[0][1] < seen[1][1] < seen[2][1]
     carrying_received = [batch for batch in publishes if any(e["type"] == "task-received" for e in batch)]

@@ -16,7 +16,11 @@ from tests.harness import ROOT
 def test_the_gpu_step_benchmark_runs_on_tiny_models(tmp_path):
     result = subprocess.run(
         [sys.executable, "bench/gpu.py", "--steps", "--smoke", "--only", "mixed", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "| raw work/s | of raw |" in result.stdout and "| target " in result.stdout
     data = json.loads((tmp_path / "gpu-steps-smoke.json").read_text())

@@ -52,7 +52,7 @@ def error_of(response: httpx.Response) -> dict[str, object]:
 
 def chunks(data: bytes, size: int = 65536) -> Iterator[bytes]:
     for start in range(0, len(data), size):
-        yield data[start:start + size]
+        yield data[start : start + size]
 
 
 def test_deeply_nested_json_is_400_not_500(open_api: str) -> None:
@@ -72,8 +72,9 @@ def test_chunked_bodies_get_the_same_answers_as_sized_ones(open_api: str) -> Non
     for content in (invalid, chunks(invalid, 4)):
         response = httpx.post(f"{open_api}/v1/jobs", content=content, headers=headers)
         assert response.status_code == 400 and error_of(response)["code"] == "bad_request"
-    accepted = httpx.post(f"{open_api}/v1/jobs", content=chunks(b'{"model": "echo", "input": {"text": "a [MASK]"}}', 7),
-                          headers=headers)
+    accepted = httpx.post(
+        f"{open_api}/v1/jobs", content=chunks(b'{"model": "echo", "input": {"text": "a [MASK]"}}', 7), headers=headers
+    )
     assert accepted.status_code == 202, accepted.text
 
 
@@ -86,8 +87,9 @@ def test_oversized_request_lines_and_headers_are_json_errors(open_api: str) -> N
 
 
 def test_post_to_the_root_points_at_the_job_api(open_api: str) -> None:
-    response = httpx.post(f"{open_api}/", content=b"Hello, I'm a language model",
-                          headers={"Content-Type": "text/plain"})
+    response = httpx.post(
+        f"{open_api}/", content=b"Hello, I'm a language model", headers={"Content-Type": "text/plain"}
+    )
     assert response.status_code == 405 and response.headers["Allow"] == "GET"
     error = error_of(response)
     assert error["code"] == "method_not_allowed" and "POST /v1/jobs" in str(error["message"])
@@ -97,8 +99,11 @@ def test_without_a_key_nothing_says_whether_a_job_exists(keyed_api: str) -> None
     auth = {"Authorization": f"Bearer {KEY}"}
     job_id = httpx.post(f"{keyed_api}/v1/jobs", json=JOB, headers=auth).json()["id"]
     for some_id in (job_id, str(uuid.uuid4())):
-        for method, path in (("GET", f"/v1/jobs/{some_id}"), ("GET", f"/v1/jobs/{some_id}/outputs/0"),
-                             ("POST", f"/v1/jobs/{some_id}/cancel")):
+        for method, path in (
+            ("GET", f"/v1/jobs/{some_id}"),
+            ("GET", f"/v1/jobs/{some_id}/outputs/0"),
+            ("POST", f"/v1/jobs/{some_id}/cancel"),
+        ):
             for headers in ({}, {"Authorization": "Bearer wrong"}):
                 response = httpx.request(method, f"{keyed_api}{path}", headers=headers)
                 assert response.status_code == 401, (method, path, response.status_code)

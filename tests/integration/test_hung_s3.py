@@ -82,15 +82,29 @@ def test_writes_to_a_hung_s3_give_up_once_then_every_output_fails_at_once(hung, 
 
 
 def test_output_reads_from_a_hung_s3_answer_503_within_about_a_second(settings, hung, aws_env):
-    own = dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}hung-{uuid.uuid4().hex[:6]}:",
-                              output_store="s3://genq/outputs/", s3_endpoint_url=hung.url, s3_region="us-east-1")
+    own = dataclasses.replace(
+        settings,
+        key_prefix=f"{settings.key_prefix}hung-{uuid.uuid4().hex[:6]}:",
+        output_store="s3://genq/outputs/",
+        s3_endpoint_url=hung.url,
+        s3_region="us-east-1",
+    )
     app = create_app(own)
     api = app.test_client()
     store = app.extensions["genq"].store
     job_id = str(uuid.uuid4())
     entry = OutputEntry.describe(job_id, "r1", 0, b"png", "image/png")
-    store.create(JobRecord(id=job_id, model="img", kind=JobKind.text_to_image, status=JobStatus.succeeded,
-                           created_at=time.time(), owner="anonymous", binary_outputs=[entry]))
+    store.create(
+        JobRecord(
+            id=job_id,
+            model="img",
+            kind=JobKind.text_to_image,
+            status=JobStatus.succeeded,
+            created_at=time.time(),
+            owner="anonymous",
+            binary_outputs=[entry],
+        )
+    )
     assert api.get(f"/v1/jobs/{job_id}").status_code == 200  # open mode: every caller is "anonymous"
     timings = []
     for _ in range(3):

@@ -26,8 +26,9 @@ def test_eight_identical_posts_at_once_make_one_job_per_key(settings, worker_for
             client = clients[n]
             client.get("/healthz")  # connected before the barrier: the POSTs leave together
             barriers[key].wait()
-            response = client.post("/v1/jobs", headers={"Idempotency-Key": key},
-                                   json={"model": "echo", "input": {"text": f"{key} [MASK]"}})
+            response = client.post(
+                "/v1/jobs", headers={"Idempotency-Key": key}, json={"model": "echo", "input": {"text": f"{key} [MASK]"}}
+            )
             return key, response.status_code, response.json().get("id", "")
 
         results = []

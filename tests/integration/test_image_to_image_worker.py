@@ -27,8 +27,15 @@ from tests.integration.test_step_scheduling_models import pixels, wait_until_run
 from tests.unit.test_runtime_image_to_image import png, put_inputs, right_half_mask, source_picture
 
 
-def send(api: Any, store: JobStore, settings: Settings, inp: dict[str, Any], image: bytes | None = None,
-         mask: bytes | None = None, expire: bool = False) -> str:
+def send(
+    api: Any,
+    store: JobStore,
+    settings: Settings,
+    inp: dict[str, Any],
+    image: bytes | None = None,
+    mask: bytes | None = None,
+    expire: bool = False,
+) -> str:
     """An sd-demo job as the API leaves it: its pictures stored under its id, then its record, then its message;
     ``expire``: the picture is deleted before the job starts (an upload that expired meanwhile)."""
     job_id = str(uuid.uuid4())
@@ -39,8 +46,17 @@ def send(api: Any, store: JobStore, settings: Settings, inp: dict[str, Any], ima
         inp = {**inp, **put_inputs(objects, job_id, image, mask)}
         if expire:
             objects.delete(inp["image"])
-    store.create(JobRecord(id=job_id, model="sd-demo", kind=JobKind.text_to_image, status=JobStatus.queued,
-                           owner="anonymous", created_at=time.time(), input=inp))
+    store.create(
+        JobRecord(
+            id=job_id,
+            model="sd-demo",
+            kind=JobKind.text_to_image,
+            status=JobStatus.queued,
+            owner="anonymous",
+            created_at=time.time(),
+            input=inp,
+        )
+    )
     api.application.extensions["genq"].celery.send_task(**send_args(RunMessage.of(store.get(job_id))))
     return job_id
 
@@ -49,8 +65,10 @@ def test_pictures_joining_a_running_job_match_their_run_alone(api, worker_for, s
     worker_for("sd-demo")
     picture, mask = png(source_picture()), png(right_half_mask())
     edits = {
-        "image": ({"prompt": "a watercolour", "seed": 5, "num_inference_steps": 8, "strength": 0.6,
-                   "scheduler": "euler_a"}, None),
+        "image": (
+            {"prompt": "a watercolour", "seed": 5, "num_inference_steps": 8, "strength": 0.6, "scheduler": "euler_a"},
+            None,
+        ),
         "inpaint": ({"prompt": "a red door", "seed": 6, "num_inference_steps": 6, "guidance_scale": 5.0}, mask),
     }
     long = send(api, store, settings, {"prompt": "a long painting", "seed": 1, "num_inference_steps": 50})

@@ -24,8 +24,9 @@ def test_fill_mask_submit_then_poll(api, worker_for):
 
 def test_prefer_wait_returns_the_finished_job(api, worker_for):
     worker_for("bert-demo")
-    response = api.post("/v1/jobs", json={"model": "bert-demo", "input": {"text": "test [MASK]"}},
-                        headers={"Prefer": "wait=30"})
+    response = api.post(
+        "/v1/jobs", json={"model": "bert-demo", "input": {"text": "test [MASK]"}}, headers={"Prefer": "wait=30"}
+    )
     assert response.status_code == 200
     assert response.json["status"] == "succeeded"
     assert response.json["output"][0]["sequence"]
@@ -37,8 +38,10 @@ def test_text_generation_submit_then_poll(api, worker_for):
     done = poll(api, job["id"])
     assert done["status"] == "succeeded", done
     assert done["output"]["seed"] == 7 and 1 <= done["output"]["tokens"] <= 8
-    again = poll(api, submit(api, "gpt2-demo", {"prompt": "Hello there", "max_new_tokens": 8, "do_sample": True,
-                                               "seed": 7})["id"])
+    again = poll(
+        api,
+        submit(api, "gpt2-demo", {"prompt": "Hello there", "max_new_tokens": 8, "do_sample": True, "seed": 7})["id"],
+    )
     assert again["output"]["text"] == done["output"]["text"]
 
 
@@ -90,8 +93,9 @@ def test_model_is_loaded_once_for_20_jobs(api, worker_for, store):
 def test_prefer_wait_answers_202_when_time_runs_out(api, worker_for):
     worker_for("fake")
     started = time.monotonic()
-    response = api.post("/v1/jobs", json={"model": "fake", "input": {"text": "slow [MASK]"}},
-                        headers={"Prefer": "wait=0.1"})
+    response = api.post(
+        "/v1/jobs", json={"model": "fake", "input": {"text": "slow [MASK]"}}, headers={"Prefer": "wait=0.1"}
+    )
     assert response.status_code == 202
     assert time.monotonic() - started < 2
     assert poll(api, response.json["id"])["status"] == "succeeded"

@@ -17,8 +17,11 @@ JOBS = 12
 
 def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of a Prometheus text page, keyed by (sample name, sorted labels)."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels: str) -> float:
@@ -46,7 +49,8 @@ def test_worker_metrics_count_the_jobs_it_ran(api, worker_for):
     while True:
         after = worker_samples(worker)
         counted = value(after, "genq_worker_jobs_total", model="echo", status="succeeded") - value(
-            before, "genq_worker_jobs_total", model="echo", status="succeeded")
+            before, "genq_worker_jobs_total", model="echo", status="succeeded"
+        )
         if counted >= JOBS or time.monotonic() > end:
             break
         time.sleep(0.1)
@@ -73,16 +77,20 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
     ids = [submit(api, "echo", {"text": f"api metrics {i} [MASK]"})["id"] for i in range(3)]
     assert api.post("/v1/jobs", json={"model": "echo", "input": {"txet": "typo"}}).status_code == 422
     assert api.post("/v1/jobs", json={"model": "no-such-model", "input": {}}).status_code == 422
-    assert api.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}}).json["error"]["code"] \
+    assert (
+        api.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}}).json["error"]["code"]
         == "no_workers"
+    )
     for job_id in ids:
         assert api.get(f"/v1/jobs/{job_id}").status_code == 200
     fleet.heartbeat("nobody", "metrics-ghost@test", 10**6)  # a worker holding a huge backlog
     # ... and every place in its queue reserved: overloaded.
     store.redis.zadd(store.keys.queued("nobody"), {f"ghost-{i}": time.time() for i in range(DEFAULT_MAX_QUEUE_DEPTH)})
     try:
-        assert api.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}}).json["error"]["code"] \
+        assert (
+            api.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}}).json["error"]["code"]
             == "overloaded"
+        )
         response = api.get("/metrics")
     finally:
         fleet.worker_gone("nobody", "metrics-ghost@test")
@@ -112,8 +120,9 @@ def test_api_metrics_count_requests_acceptances_and_rejections(api, worker_for, 
 
 def test_api_worker_processes_add_up_in_one_metrics_page(settings, tmp_path):
     """Under the deployed server's worker processes, /metrics sums every one's samples (PROMETHEUS_MULTIPROC_DIR)."""
-    with ApiServer(settings, tmp_path / "api.log", PROMETHEUS_MULTIPROC_DIR=str(tmp_path),
-                   GENQ_API_WORKERS="3") as server:
+    with ApiServer(
+        settings, tmp_path / "api.log", PROMETHEUS_MULTIPROC_DIR=str(tmp_path), GENQ_API_WORKERS="3"
+    ) as server:
         url = server.url
         before = scrape(httpx.get(f"{url}/metrics").text)
         for _ in range(30):  # a new connection each: the kernel spreads them over the workers
@@ -121,6 +130,8 @@ def test_api_worker_processes_add_up_in_one_metrics_page(settings, tmp_path):
         after = scrape(httpx.get(f"{url}/metrics").text)
         assert len(list(tmp_path.glob("counter_*.db"))) >= 2  # more than one process counted
         healthz = {"route": "/healthz", "method": "GET", "status": "200"}
-        assert value(after, "genq_api_requests_total", **healthz) - value(
-            before, "genq_api_requests_total", **healthz) == 30
+        assert (
+            value(after, "genq_api_requests_total", **healthz) - value(before, "genq_api_requests_total", **healthz)
+            == 30
+        )
         assert "genq_queue_depth" in {name for name, _ in after}

@@ -53,16 +53,27 @@ def test_image_is_a_png_of_the_requested_size(client, worker_for):
     from PIL import Image
 
     worker_for("sd-demo")
-    result = client.images.generate(model="sd-demo", prompt="a lighthouse at dusk", size="64x48", n=2,
-                                    response_format="b64_json", extra_body={"seed": 3, "num_inference_steps": 4})
+    result = client.images.generate(
+        model="sd-demo",
+        prompt="a lighthouse at dusk",
+        size="64x48",
+        n=2,
+        response_format="b64_json",
+        extra_body={"seed": 3, "num_inference_steps": 4},
+    )
     assert len(result.data) == 2
     for item in result.data:
         data = base64.b64decode(item.b64_json)
         assert data.startswith(b"\x89PNG\r\n\x1a\n")
         image = Image.open(io.BytesIO(data))
         assert image.format == "PNG" and image.size == (64, 48)
-    linked = client.images.generate(model="sd-demo", prompt="a lighthouse at dusk", size="64x48",
-                                    response_format="url", extra_body={"seed": 3, "num_inference_steps": 4})
+    linked = client.images.generate(
+        model="sd-demo",
+        prompt="a lighthouse at dusk",
+        size="64x48",
+        response_format="url",
+        extra_body={"seed": 3, "num_inference_steps": 4},
+    )
     png = httpx.get(linked.data[0].url)  # genq's output URL (with a key, fetched with the same key)
     assert png.headers["content-type"] == "image/png" and Image.open(io.BytesIO(png.content)).size == (64, 48)
 
@@ -90,8 +101,9 @@ def test_greedy_completion_with_a_stop_string_streams_the_same_text(client, work
     stop = full[start : start + 3]
     cut = client.completions.create(model="gpt2-demo", prompt="Hello", max_tokens=24, temperature=0, stop=[stop])
     assert cut.choices[0].text == full[: full.find(stop)] and cut.choices[0].finish_reason == "stop"
-    chunks = client.completions.create(model="gpt2-demo", prompt="Hello", max_tokens=24, temperature=0, stop=stop,
-                                       stream=True)
+    chunks = client.completions.create(
+        model="gpt2-demo", prompt="Hello", max_tokens=24, temperature=0, stop=stop, stream=True
+    )
     assert "".join(c.choices[0].text for c in chunks) == cut.choices[0].text
 
 
@@ -144,8 +156,10 @@ def strict_api(settings, tmp_path_factory) -> Iterator[str]:
 
 
 def test_keys_limits_and_admission_in_openais_terms(strict_api):
-    with OpenAI(base_url=strict_api, api_key="not-a-key", max_retries=0) as stranger, \
-            pytest.raises(openai.AuthenticationError) as denied:
+    with (
+        OpenAI(base_url=strict_api, api_key="not-a-key", max_retries=0) as stranger,
+        pytest.raises(openai.AuthenticationError) as denied,
+    ):
         stranger.models.list()
     assert denied.value.status_code == 401 and denied.value.code == "invalid_api_key"
     with OpenAI(base_url=strict_api, api_key=KEY, max_retries=0) as client:

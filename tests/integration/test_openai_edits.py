@@ -55,29 +55,49 @@ def test_edit_without_a_mask_keeps_the_pictures_size_and_is_reproducible(client,
     worker_for("sd-demo")
     source = png()
     raw = client.images.with_raw_response.edit(
-        model="sd-demo", image=("in.png", source, "image/png"), prompt="a sunflower at night", n=2,
-        response_format="b64_json", extra_body={**EXTRA, "strength": 0.6})
+        model="sd-demo",
+        image=("in.png", source, "image/png"),
+        prompt="a sunflower at night",
+        n=2,
+        response_format="b64_json",
+        extra_body={**EXTRA, "strength": 0.6},
+    )
     result = raw.parse()
     assert len(result.data) == 2
     images = [decoded(item.b64_json) for item in result.data]
     assert all(image.size == (64, 48) for image in images)  # no size: the picture's own
     job = httpx.get(f"{live_api}/v1/jobs/{raw.headers['x-genq-job-id']}").json()  # a genq job underneath
     assert job["model"] == "sd-demo" and job["status"] == "succeeded"
-    again = client.images.edit(model="sd-demo", image=("in.png", source, "image/png"), prompt="a sunflower at night",
-                               extra_body={**EXTRA, "strength": 0.6})
+    again = client.images.edit(
+        model="sd-demo",
+        image=("in.png", source, "image/png"),
+        prompt="a sunflower at night",
+        extra_body={**EXTRA, "strength": 0.6},
+    )
     assert decoded(again.data[0].b64_json).tobytes() == images[0].tobytes()  # same seed, same picture
 
 
 def test_edit_with_a_mask_answers_a_url_and_honours_size(client, worker_for):
     worker_for("sd-demo")
-    result = client.images.edit(model="sd-demo", image=("in.png", png(), "image/png"),
-                                mask=("mask.png", half_mask(), "image/png"), prompt="a red moon",
-                                response_format="url", extra_body=EXTRA)
+    result = client.images.edit(
+        model="sd-demo",
+        image=("in.png", png(), "image/png"),
+        mask=("mask.png", half_mask(), "image/png"),
+        prompt="a red moon",
+        response_format="url",
+        extra_body=EXTRA,
+    )
     fetched = httpx.get(result.data[0].url)  # genq's output URL
     assert fetched.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(fetched.content)).size == (64, 48)
-    sized = client.images.edit(model="sd-demo", image=("in.png", png(), "image/png"), prompt="a red moon",
-                               mask=("mask.png", half_mask(), "image/png"), size="32x32", extra_body=EXTRA)
+    sized = client.images.edit(
+        model="sd-demo",
+        image=("in.png", png(), "image/png"),
+        prompt="a red moon",
+        mask=("mask.png", half_mask(), "image/png"),
+        size="32x32",
+        extra_body=EXTRA,
+    )
     assert decoded(sized.data[0].b64_json).size == (32, 32)
 
 
@@ -86,8 +106,12 @@ def test_bad_images_are_the_packages_bad_request_naming_the_part(client):
         client.images.edit(model="sd-demo", image=("in.png", b"not an image at all", "image/png"), prompt="x")
     assert caught.value.status_code == 400 and caught.value.body["param"] == "image"
     with pytest.raises(openai.BadRequestError) as caught:  # a mask of another size than the picture
-        client.images.edit(model="sd-demo", image=("in.png", png((64, 48)), "image/png"), prompt="x",
-                           mask=("mask.png", half_mask((32, 32)), "image/png"))
+        client.images.edit(
+            model="sd-demo",
+            image=("in.png", png((64, 48)), "image/png"),
+            prompt="x",
+            mask=("mask.png", half_mask((32, 32)), "image/png"),
+        )
     assert caught.value.body["param"] == "mask"
     with pytest.raises(openai.NotFoundError) as missing:
         client.images.edit(model="no-such-model", image=("in.png", png(), "image/png"), prompt="x")
@@ -109,8 +133,11 @@ def test_malformed_edit_requests_are_400_in_openais_shape(api):
         body = response.get_json()
         assert response.status_code == 400, (param, body)
         assert body["error"]["param"] == param and body["error"]["type"] == "invalid_request_error", body
-    response = api.post(EDIT, data={"prompt": "x", "image": (io.BytesIO(png()), "in.png"), "model": "bert-demo"},
-                        content_type="multipart/form-data")
+    response = api.post(
+        EDIT,
+        data={"prompt": "x", "image": (io.BytesIO(png()), "in.png"), "model": "bert-demo"},
+        content_type="multipart/form-data",
+    )
     assert response.status_code == 400 and response.get_json()["error"]["param"] == "model"
     metrics = api.get("/metrics").get_data(as_text=True)  # refusals counted under the model the form named
     assert 'genq_api_jobs_rejected_total{model="sd-demo",reason="validation"}' in metrics
@@ -133,9 +160,11 @@ def test_a_file_past_the_upload_limit_is_413_in_openais_shape(settings):
     noise = io.BytesIO()
     Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3)).save(noise, format="PNG")
     assert len(noise.getvalue()) > 4096
-    response = small.post(EDIT, data={"prompt": "x", "model": "sd-demo", "image": (io.BytesIO(noise.getvalue()),
-                                                                                   "in.png")},
-                          content_type="multipart/form-data")
+    response = small.post(
+        EDIT,
+        data={"prompt": "x", "model": "sd-demo", "image": (io.BytesIO(noise.getvalue()), "in.png")},
+        content_type="multipart/form-data",
+    )
     assert response.status_code == 413 and response.get_json()["error"]["type"] == "invalid_request_error"
 
 
@@ -150,6 +179,7 @@ def test_an_edit_without_a_key_is_401_whatever_its_size(settings, tmp_path):
     keys.write_text(hashlib.sha256(b"edit-key").hexdigest() + " alice\n")
     strict = create_app(dataclasses.replace(settings, api_keys_file=keys)).test_client()
     large = io.BytesIO(os.urandom(3 << 20))  # past the JSON body limit: nothing may read it before the view
-    response = strict.post(EDIT, data={"prompt": "x", "model": "sd-demo", "image": (large, "in.png")},
-                           content_type="multipart/form-data")
+    response = strict.post(
+        EDIT, data={"prompt": "x", "model": "sd-demo", "image": (large, "in.png")}, content_type="multipart/form-data"
+    )
     assert response.status_code == 401 and response.get_json()["error"]["code"] == "invalid_api_key"

@@ -84,8 +84,14 @@ def register_images() -> None:
     One size (fuzz-sd's largest), so an image and a mask always match and an output of the image's size fits."""
     from hypothesis import strategies as st
 
-    pictures = {media: picture(32, 32, fmt, color) for media, fmt, color in (
-        ("image/png", "PNG", (200, 30, 30)), ("image/jpeg", "JPEG", (30, 200, 30)), ("image/webp", "WEBP", (0, 0, 0)))}
+    pictures = {
+        media: picture(32, 32, fmt, color)
+        for media, fmt, color in (
+            ("image/png", "PNG", (200, 30, 30)),
+            ("image/jpeg", "JPEG", (30, 200, 30)),
+            ("image/webp", "WEBP", (0, 0, 0)),
+        )
+    }
     schemathesis.openapi.format("genq-image", st.sampled_from([data_uri(d, m) for m, d in pictures.items()]))
     for media, data in pictures.items():
         schemathesis.openapi.media_type(media, st.just(data))
@@ -109,10 +115,14 @@ def fuzz_settings(settings: Settings, demo_models: Path, tmp_path_factory: pytes
     """A deployment of its own (key prefix, models file, one API key) beside the session's."""
     tmp = tmp_path_factory.mktemp("fuzz")
     (tmp / "models.toml").write_text(MODELS_FILE.format(demo=demo_models))
-    return Settings(redis_url=settings.redis_url, key_prefix=f"{settings.key_prefix}fuzz:",
-                    models_file=tmp / "models.toml", api_keys_file=tmp / "keys",
-                    rate_limit="1000000/minute",  # the fuzzer submits thousands of jobs a minute on purpose
-                    visibility_timeout_s=30)
+    return Settings(
+        redis_url=settings.redis_url,
+        key_prefix=f"{settings.key_prefix}fuzz:",
+        models_file=tmp / "models.toml",
+        api_keys_file=tmp / "keys",
+        rate_limit="1000000/minute",  # the fuzzer submits thousands of jobs a minute on purpose
+        visibility_timeout_s=30,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +148,38 @@ def fuzzed(fuzz_settings: Settings, fuzz_workers: list[WorkerProcess]) -> Iterat
     fuzz_settings.api_keys_file.write_text(f"{hash_key(key)} fuzzer\n")
     seed = int(os.environ.get("GENQ_FUZZ_SEED", random.randrange(2**32)))
     register_images()
-    config = SchemathesisConfig.from_dict({
-        "seed": seed,
-        "headers": {"Authorization": f"Bearer {key}"},
-        "suppress-health-check": ["all"],  # a shared CI machine is slow; that says nothing about the API
-        # --checks all. A schema-violating query may be refused before routing: too long a request line is a 414.
-        "checks": {"enabled": True, "negative_data_rejection": {"expected-statuses": [
-            "400", "401", "403", "404", "405", "406", "409", "414", "415", "422", "428", "429", "431", "5xx"]}},
-        "phases": {name: {"enabled": True} for name in ("examples", "coverage", "fuzzing", "stateful")},
-        "generation": {"mode": "all", "max-examples": OTHER_EXAMPLES, "database": "none", "no-shrink": True},
-        "operations": [{"include-name": "POST /v1/jobs", "generation": {"max-examples": SUBMISSIONS}}],
-    })
+    config = SchemathesisConfig.from_dict(
+        {
+            "seed": seed,
+            "headers": {"Authorization": f"Bearer {key}"},
+            "suppress-health-check": ["all"],  # a shared CI machine is slow; that says nothing about the API
+            # --checks all. A schema-violating query may be refused before routing: too long a request line is a 414.
+            "checks": {
+                "enabled": True,
+                "negative_data_rejection": {
+                    "expected-statuses": [
+                        "400",
+                        "401",
+                        "403",
+                        "404",
+                        "405",
+                        "406",
+                        "409",
+                        "414",
+                        "415",
+                        "422",
+                        "428",
+                        "429",
+                        "431",
+                        "5xx",
+                    ]
+                },
+            },
+            "phases": {name: {"enabled": True} for name in ("examples", "coverage", "fuzzing", "stateful")},
+            "generation": {"mode": "all", "max-examples": OTHER_EXAMPLES, "database": "none", "no-shrink": True},
+            "operations": [{"include-name": "POST /v1/jobs", "generation": {"max-examples": SUBMISSIONS}}],
+        }
+    )
     werkzeug_log = logging.getLogger("werkzeug")
     level = werkzeug_log.level
     werkzeug_log.setLevel(logging.WARNING)  # one line per request is thousands of lines
@@ -182,8 +213,12 @@ def record(result: Fuzzed, recorder: ScenarioRecorder) -> None:
     result.per_operation[recorder.label] += len(recorder.interactions)
     for interaction in recorder.interactions.values():
         response = interaction.response
-        if (interaction.request.method == "POST" and interaction.request.uri.endswith("/v1/jobs")
-                and response is not None and response.status_code in (200, 202)):
+        if (
+            interaction.request.method == "POST"
+            and interaction.request.uri.endswith("/v1/jobs")
+            and response is not None
+            and response.status_code in (200, 202)
+        ):
             result.accepted.append(json.loads(response.content)["id"])
     for case_id, checks in recorder.checks.items():
         for check in checks:
@@ -214,15 +249,23 @@ def test_the_fuzzer_finds_nothing(fuzzed: Fuzzed) -> None:
 def test_it_ran_enough_cases_through_every_route(fuzzed: Fuzzed) -> None:
     assert fuzzed.cases >= MIN_CASES, fuzzed.per_operation
     routes = {label for label in fuzzed.per_operation if label.startswith(("GET", "POST"))}
-    assert {"POST /v1/jobs", "GET /v1/jobs/{job_id}", "GET /v1/jobs/{job_id}/outputs/{n}",
-            "POST /v1/jobs/{job_id}/cancel", "GET /v1/jobs/{job_id}/events", "GET /v1/models"} <= routes
+    assert {
+        "POST /v1/jobs",
+        "GET /v1/jobs/{job_id}",
+        "GET /v1/jobs/{job_id}/outputs/{n}",
+        "POST /v1/jobs/{job_id}/cancel",
+        "GET /v1/jobs/{job_id}/events",
+        "GET /v1/models",
+    } <= routes
     assert fuzzed.per_operation["Stateful tests"] > 0  # links from a new job to its reads were followed
 
 
 def test_accepted_jobs_run_to_completion(fuzzed: Fuzzed, fuzz_settings: Settings) -> None:
     """A good share of the cases are jobs the workers really run; none fails in the worker."""
-    assert len(fuzzed.accepted) >= MIN_ACCEPTED and len(fuzzed.accepted) >= fuzzed.cases // 5, (len(fuzzed.accepted),
-                                                                                          fuzzed.cases)
+    assert len(fuzzed.accepted) >= MIN_ACCEPTED and len(fuzzed.accepted) >= fuzzed.cases // 5, (
+        len(fuzzed.accepted),
+        fuzzed.cases,
+    )
     store = JobStore(connect(fuzz_settings), fuzz_settings)
     end = time.monotonic() + 120
     while True:
@@ -233,12 +276,19 @@ def test_accepted_jobs_run_to_completion(fuzzed: Fuzzed, fuzz_settings: Settings
     statuses = Counter(r.status.value if r else "missing" for r in records)
     # A deadline that passes while a job runs stops it at the next step (failed, deadline_exceeded): the fuzzer's
     # deadlines of milliseconds do that. Any other failure is the worker's fault.
-    failed = [(r.model, r.input, r.error) for r in records if r is not None and r.status.value == "failed"
-              and not (r.deadline_at is not None and r.error is not None and r.error.code == "deadline_exceeded")]
+    failed = [
+        (r.model, r.input, r.error)
+        for r in records
+        if r is not None
+        and r.status.value == "failed"
+        and not (r.deadline_at is not None and r.error is not None and r.error.code == "deadline_exceeded")
+    ]
     assert not failed, failed[:5]
     # Expired: the fuzzer asked for deadlines of microseconds; canceled: it followed the cancel link.
     assert set(statuses) <= {"succeeded", "expired", "canceled", "failed"}, statuses
     assert all(r.deadline_at is not None for r in records if r is not None and r.status.value == "expired")
     assert statuses["succeeded"] >= 0.6 * len(fuzzed.accepted), statuses
-    print(f"\nschemathesis: {fuzzed.cases} cases in {fuzzed.seconds:.0f} s, {len(fuzzed.accepted)} jobs accepted, "
-          f"{dict(statuses)}, {dict(fuzzed.per_operation)}")
+    print(
+        f"\nschemathesis: {fuzzed.cases} cases in {fuzzed.seconds:.0f} s, {len(fuzzed.accepted)} jobs accepted, "
+        f"{dict(statuses)}, {dict(fuzzed.per_operation)}"
+    )

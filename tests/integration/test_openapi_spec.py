@@ -85,8 +85,9 @@ def test_a_jobs_output_has_a_schema_per_kind(spec):
     from tasks.kinds import KINDS
 
     output = component(spec, f"{SCHEMAS}Job")["properties"]["output"]
-    shown = {f"{SCHEMAS}{name}" for name in ("OutputEntry", "TextGenerationOutput", "EmbeddingOutput",
-                                             "FillMaskCandidate")}
+    shown = {
+        f"{SCHEMAS}{name}" for name in ("OutputEntry", "TextGenerationOutput", "EmbeddingOutput", "FillMaskCandidate")
+    }
     refs = {ref for choice in output["anyOf"] for ref in (choice.get("$ref"), choice.get("items", {}).get("$ref"))}
     assert shown <= refs and len(output["anyOf"]) == len(KINDS) + 1  # one per kind, and null until it succeeds
     entry = component(spec, f"{SCHEMAS}OutputEntry")

@@ -25,12 +25,19 @@ def outputs(api) -> OutputStore:
 
 def finished(store: JobStore, outputs: OutputStore, *, blobs=BLOBS, output=None) -> JobRecord:
     """A succeeded job written the way a worker writes it: the bytes first, then the transition listing them."""
-    record = JobRecord(id=str(uuid.uuid4()), model="sd-demo", kind=JobKind.text_to_image, status=JobStatus.queued,
-                       owner=ANONYMOUS, created_at=time.time())
+    record = JobRecord(
+        id=str(uuid.uuid4()),
+        model="sd-demo",
+        kind=JobKind.text_to_image,
+        status=JobStatus.queued,
+        owner=ANONYMOUS,
+        created_at=time.time(),
+    )
     store.create(record)
     store.claim_many([(record.id, "run1")])
-    entries = [OutputEntry.describe(record.id, "run1", n, data, media, seed=40 + n)
-               for n, (data, media) in enumerate(blobs)]
+    entries = [
+        OutputEntry.describe(record.id, "run1", n, data, media, seed=40 + n) for n, (data, media) in enumerate(blobs)
+    ]
     for entry, (data, media) in zip(entries, blobs, strict=True):
         outputs.put(entry.key, data, media)
     assert store.finish(record.id, "run1", JobStatus.succeeded, output=output, binary_outputs=entries).stored
@@ -41,7 +48,9 @@ def test_each_entry_is_served_with_its_media_type_size_and_etag(api, store, outp
     record = finished(store, outputs)
     job = api.get(f"/v1/jobs/{record.id}").json
     assert [(o["url"], o["media_type"], o["seed"]) for o in job["output"]] == [
-        (f"/v1/jobs/{record.id}/outputs/0", "image/png", 40), (f"/v1/jobs/{record.id}/outputs/1", "image/webp", 41)]
+        (f"/v1/jobs/{record.id}/outputs/0", "image/png", 40),
+        (f"/v1/jobs/{record.id}/outputs/1", "image/webp", 41),
+    ]
     for entry, (data, media) in zip(job["output"], BLOBS, strict=True):
         assert entry["size"] == len(data) and entry["sha256"] == hashlib.sha256(data).hexdigest()
         response = api.get(entry["url"])

@@ -53,8 +53,14 @@ def aws_env() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def s3_settings(settings, s3, tmp_path_factory) -> Settings:
     """Outputs in s3://genq-test/tests/outputs/ on the test server; proxied by default."""
-    return backend_settings(settings, tmp_path_factory.mktemp("s3"), "s3", output_store=f"s3://{BUCKET}/{PREFIX}",
-                            s3_endpoint_url=s3.url, s3_region="us-east-1")
+    return backend_settings(
+        settings,
+        tmp_path_factory.mktemp("s3"),
+        "s3",
+        output_store=f"s3://{BUCKET}/{PREFIX}",
+        s3_endpoint_url=s3.url,
+        s3_region="us-east-1",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +118,12 @@ def test_presigned_urls_work_without_the_api_key_and_expire(presigned, s3, s3_se
     with LiveServer(presigned.application) as server, Client(server.url, KEY_A, max_retries=0) as client:
         assert client.outputs(job["id"], raw=True) == expected
         assert client.outputs(client.get(job["id"]), raw=True) == expected
-        saved = CliRunner().invoke(main, ["get", job["id"], "--out", str(tmp_path)], catch_exceptions=False,
-                                   env={"GENQ_URL": server.url, "GENQ_API_KEY": KEY_A})
+        saved = CliRunner().invoke(
+            main,
+            ["get", job["id"], "--out", str(tmp_path)],
+            catch_exceptions=False,
+            env={"GENQ_URL": server.url, "GENQ_API_KEY": KEY_A},
+        )
         assert saved.exit_code == 0, saved.output
         assert [p.read_bytes() for p in sorted(tmp_path.glob(f"{job['id']}-*.png"))] == expected
     assert s3.refused() == []  # neither the client nor the CLI sent the genq key to the object store

@@ -27,11 +27,17 @@ def test_pickled_message_never_runs(api, worker_for, store, tmp_path):
     job_id = str(uuid.uuid4())
     body = pickle.dumps(((), {"job_id": job_id, "input": Canary(str(canary))}, {}))
     message = {
-        "body": base64.b64encode(body).decode(), "content-encoding": "binary",
+        "body": base64.b64encode(body).decode(),
+        "content-encoding": "binary",
         "content-type": "application/x-python-serialize",
         "headers": {"lang": "py", "task": "genq.run", "id": job_id, "root_id": job_id, "retries": 0},
-        "properties": {"delivery_tag": str(uuid.uuid4()), "delivery_mode": 2, "body_encoding": "base64",
-                       "priority": 0, "delivery_info": {"exchange": "", "routing_key": queue_name("echo")}},
+        "properties": {
+            "delivery_tag": str(uuid.uuid4()),
+            "delivery_mode": 2,
+            "body_encoding": "base64",
+            "priority": 0,
+            "delivery_info": {"exchange": "", "routing_key": queue_name("echo")},
+        },
     }
     store.redis.lpush(store.keys.prefix + queue_name("echo"), json.dumps(message))
     time.sleep(2)

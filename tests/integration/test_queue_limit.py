@@ -52,8 +52,10 @@ def test_64_concurrent_submitters_never_exceed_the_limit(live_api, store, fleet)
         # A job leaving the queue (here: canceled) gives its place back, and only its place.
         with httpx.Client(base_url=live_api, timeout=30) as client:
             assert client.post(f"/v1/jobs/{accepted[0]}/cancel").json()["status"] == "canceled"
-            more = [client.post("/v1/jobs", json={"model": "limited", "input": {"text": f"more {i} [MASK]"}})
-                    for i in range(2)]
+            more = [
+                client.post("/v1/jobs", json={"model": "limited", "input": {"text": f"more {i} [MASK]"}})
+                for i in range(2)
+            ]
         accepted += [r.json()["id"] for r in more if r.status_code == 202]
         assert [r.status_code for r in more] == [202, 503]
     finally:

@@ -22,8 +22,15 @@ from tests.integration.jobs import poll, submit
 
 def queued_record(store: JobStore, model: str, text: str) -> JobRecord:
     """A job record as the API writes it before sending the message."""
-    record = JobRecord(id=str(uuid.uuid4()), model=model, kind=JobKind.fill_mask, status=JobStatus.queued,
-                       owner="anonymous", created_at=time.time(), input={"text": f"{text} [MASK]"})
+    record = JobRecord(
+        id=str(uuid.uuid4()),
+        model=model,
+        kind=JobKind.fill_mask,
+        status=JobStatus.queued,
+        owner="anonymous",
+        created_at=time.time(),
+        input={"text": f"{text} [MASK]"},
+    )
     store.create(record)
     return record
 
@@ -62,10 +69,17 @@ def publish_raw(store: JobStore, model: str, job_id: str, kwargs: object) -> Non
     """A JSON ``genq.run`` message written straight into a queue, as a foreign or older producer might."""
     body = base64.b64encode(json.dumps([[], kwargs, {}]).encode()).decode()
     message = {
-        "body": body, "content-encoding": "utf-8", "content-type": "application/json",
+        "body": body,
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
         "headers": {"lang": "py", "task": TASK_RUN, "id": job_id, "root_id": job_id, "retries": 0},
-        "properties": {"delivery_tag": str(uuid.uuid4()), "delivery_mode": 2, "body_encoding": "base64",
-                       "priority": 0, "delivery_info": {"exchange": "", "routing_key": queue_name(model)}},
+        "properties": {
+            "delivery_tag": str(uuid.uuid4()),
+            "delivery_mode": 2,
+            "body_encoding": "base64",
+            "priority": 0,
+            "delivery_info": {"exchange": "", "routing_key": queue_name(model)},
+        },
     }
     store.redis.lpush(store.keys.prefix + queue_name(model), json.dumps(message))
 
@@ -75,9 +89,18 @@ def test_a_malformed_message_fails_its_job_clearly_and_the_worker_carries_on(api
     marker = f"unnamed-{uuid.uuid4().hex}"
     record = queued_record(store, "echo", marker)
     # What today's API sent before the message named its model: no "model", so no way to check it.
-    publish_raw(store, "echo", record.id, {"job_id": record.id, "input": record.input,
-                                           "created_at": record.created_at, "deadline_at": None,
-                                           "webhook_events": []})
+    publish_raw(
+        store,
+        "echo",
+        record.id,
+        {
+            "job_id": record.id,
+            "input": record.input,
+            "created_at": record.created_at,
+            "deadline_at": None,
+            "webhook_events": [],
+        },
+    )
     job = poll(api, record.id)
     assert job["status"] == "failed", job
     assert job["error"]["code"] == "invalid_message" and "model" in job["error"]["message"]
@@ -88,9 +111,26 @@ def test_a_malformed_message_fails_its_job_clearly_and_the_worker_carries_on(api
 
 @pytest.mark.parametrize("queues", ["genq.fake", "genq.echo,genq.fake"])
 def test_a_worker_whose_queues_are_not_its_models_refuses_to_start(settings, queues):
-    cmd = [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
-           "-Q", queues, "--model", "echo", "-n", f"wrongq-{uuid.uuid4().hex[:6]}@%h", "--without-mingle",
-           "--without-gossip"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker",
+        "worker",
+        "--pool",
+        "solo",
+        "--concurrency",
+        "1",
+        "-Q",
+        queues,
+        "--model",
+        "echo",
+        "-n",
+        f"wrongq-{uuid.uuid4().hex[:6]}@%h",
+        "--without-mingle",
+        "--without-gossip",
+    ]
     result = subprocess.run(cmd, cwd=ROOT, env=worker_env(settings), capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert f"-Q {queues} does not match --model echo" in result.stderr

@@ -48,8 +48,7 @@ def body(text: str) -> dict[str, Any]:
     return {"model": "echo", "input": {"text": f"{text} [MASK]"}}
 
 
-def test_a_call_that_misses_its_budget_with_redis_healthy_is_overloaded_not_broker_unavailable(private,
-                                                                                               monkeypatch):
+def test_a_call_that_misses_its_budget_with_redis_healthy_is_overloaded_not_broker_unavailable(private, monkeypatch):
     job_id = private.client.post("/v1/jobs", json=body("first")).json["id"]
     monkeypatch.setattr(private.svc.store, "get", missing_its_budget(private.svc.store.get))
     started = time.monotonic()
@@ -86,8 +85,11 @@ def test_a_full_queue_says_when_to_retry_from_its_measured_drain_rate(private):
     fleet = FleetStore(private.redis, private.settings)
     completed(fleet, "tiny-queue", 12)  # ~0.2 jobs/s over the last minute
     for i in range(5):  # max_queue_depth 4, nothing consumes them; a caller each (3 a minute per caller)
-        response = private.client.post("/v1/jobs", json={"model": "tiny-queue", "input": {"text": f"{i} [MASK]"}},
-                                       environ_base={"REMOTE_ADDR": f"10.0.0.{i}"})
+        response = private.client.post(
+            "/v1/jobs",
+            json={"model": "tiny-queue", "input": {"text": f"{i} [MASK]"}},
+            environ_base={"REMOTE_ADDR": f"10.0.0.{i}"},
+        )
         assert response.status_code == (202 if i < 4 else 503), response.json
     refused = response
     assert refused.status_code == 503 and refused.json["error"]["code"] == "overloaded"

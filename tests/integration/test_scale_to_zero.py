@@ -27,7 +27,7 @@ def zero_settings(settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
     path.write_text(f"""
 [models.zero-{tag}]
 kind = "fill-mask"
-source = "fake://?sleep_ms=1200&log={tmp / 'zero-exec.log'}"
+source = "fake://?sleep_ms=1200&log={tmp / "zero-exec.log"}"
 runtime = "tests.fake_runtime:FakeRuntime"
 min_workers = 0
 batching = {{ max_batch_size = 2, buffer_batches = 1, policy = "greedy" }}
@@ -58,15 +58,15 @@ def backlog(api: Any, model: str) -> dict[str, Any]:
     return response.json  # type: ignore[no-any-return]
 
 
-def test_jobs_wait_for_a_worker_started_later_and_the_backlog_counts_held_and_running(zero_api, zero_settings,
-                                                                                     log_dir: Path, store):
+def test_jobs_wait_for_a_worker_started_later_and_the_backlog_counts_held_and_running(
+    zero_api, zero_settings, log_dir: Path, store
+):
     zero, idle = model_ids(zero_api)
     late = submit(zero_api, idle, {"text": "late [MASK]"}, deadline_s=0.3)["id"]  # idle never gets a worker
     assert zero_api.get("/readyz").status_code == 200  # no worker, and none is needed
     ids = [submit(zero_api, zero, {"text": f"z{i} [MASK]"})["id"] for i in range(6)]
     seen = backlog(zero_api, zero)
-    assert seen == {"model": zero, "backlog": 6, "queued": 6, "held": 0, "running": 0, "workers": 0,
-                    "min_workers": 0}
+    assert seen == {"model": zero, "backlog": 6, "queued": 6, "held": 0, "running": 0, "workers": 0, "min_workers": 0}
     assert value(scrape(zero_api.get("/metrics").text), "genq_backlog", model=zero) == 6
 
     worker = WorkerProcess(zero_settings, zero, log_dir).start()
@@ -95,8 +95,9 @@ def test_jobs_wait_for_a_worker_started_later_and_the_backlog_counts_held_and_ru
 def test_without_a_worker_deadlines_expire_jobs_and_the_queue_stays_bounded(zero_api):
     _, idle = model_ids(zero_api)
     waited = time.monotonic()
-    response = zero_api.post("/v1/jobs", json={"model": idle, "input": {"text": "w [MASK]"}, "deadline_s": 30},
-                             headers={"Prefer": "wait=1"})
+    response = zero_api.post(
+        "/v1/jobs", json={"model": idle, "input": {"text": "w [MASK]"}, "deadline_s": 30}, headers={"Prefer": "wait=1"}
+    )
     assert response.status_code == 202 and response.json["status"] == "queued"
     assert time.monotonic() - waited < 5  # Prefer: wait answers within its cap
     short = submit(zero_api, idle, {"text": "d [MASK]"}, deadline_s=0.5)["id"]

@@ -24,8 +24,9 @@ def keyed(settings, tmp_path_factory, worker_for):
     """The API with three keys: A, B, and a key limited to 3 submissions a minute."""
     worker_for("echo")
     keys_file = tmp_path_factory.mktemp("keys") / "keys"
-    keys_file.write_text(f"# owner keys\n{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n"
-                         f"{hash_key(KEY_SLOW)} slowpoke rate=3/minute\n")
+    keys_file.write_text(
+        f"# owner keys\n{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n{hash_key(KEY_SLOW)} slowpoke rate=3/minute\n"
+    )
     return create_app(dataclasses.replace(settings, api_keys_file=keys_file)).test_client()
 
 
@@ -45,8 +46,10 @@ def test_no_key_or_a_bad_key_is_401(keyed):
 def test_jobs_of_one_key_are_invisible_to_another(keyed):
     ids = [submit_as(keyed, KEY_A, f"mine {i} [MASK]").json["id"] for i in range(100)]
     for job_id in ids:
-        for response in (keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_B)),
-                         keyed.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(KEY_B))):
+        for response in (
+            keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_B)),
+            keyed.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(KEY_B)),
+        ):
             assert response.status_code == 404 and response.json["error"]["code"] == "not_found"
     assert keyed.get(f"/v1/jobs/{ids[0]}/outputs/0", headers=bearer(KEY_B)).status_code == 404
     assert keyed.get(f"/v1/jobs/{ids[-1]}", headers=bearer(KEY_A)).status_code == 200
@@ -85,8 +88,9 @@ def test_idempotent_replay_of_a_finished_job_answers_it(api, worker_for):
 
 def test_body_over_the_limit_is_413(api, settings):
     huge = "x" * (settings.max_content_length + 1)
-    response = api.post("/v1/jobs", data=f'{{"model": "echo", "input": {{"text": "{huge}"}}}}',
-                        content_type="application/json")
+    response = api.post(
+        "/v1/jobs", data=f'{{"model": "echo", "input": {{"text": "{huge}"}}}}', content_type="application/json"
+    )
     assert response.status_code == 413 and response.json["error"]["code"] == "payload_too_large"
 
 
@@ -95,8 +99,13 @@ def test_unexpected_errors_are_json_with_a_request_id_and_no_trace(settings, mon
     monkeypatch.setattr(app.extensions["genq"].store, "get", lambda job_id: 1 / 0)
     response = app.test_client().get(f"/v1/jobs/{uuid.uuid4()}", headers={"X-Request-ID": "trace-me"})
     assert response.status_code == 500
-    assert response.json == {"error": {"code": "internal", "request_id": "trace-me",
-                                       "message": "internal error; quote the request_id when reporting it"}}
+    assert response.json == {
+        "error": {
+            "code": "internal",
+            "request_id": "trace-me",
+            "message": "internal error; quote the request_id when reporting it",
+        }
+    }
     assert b"ZeroDivision" not in response.data and b"Traceback" not in response.data
 
 
@@ -125,15 +134,22 @@ def test_an_expired_job_is_410_for_its_owner_and_404_for_everyone_else(keyed, st
     store.redis.delete(store.keys.job(job_id))  # its record expired; the tombstone remains
     mine = keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_A))
     assert mine.status_code == 410 and mine.json["error"]["code"] == "gone"
-    for response in (keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_B)),
-                     keyed.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(KEY_B)),
-                     keyed.get(f"/v1/jobs/{job_id}/outputs/0", headers=bearer(KEY_B))):
+    for response in (
+        keyed.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_B)),
+        keyed.post(f"/v1/jobs/{job_id}/cancel", headers=bearer(KEY_B)),
+        keyed.get(f"/v1/jobs/{job_id}/outputs/0", headers=bearer(KEY_B)),
+    ):
         assert response.status_code == 404 and response.json["error"]["code"] == "not_found"
 
 
 def test_every_response_says_nosniff(api, worker_for):
     worker_for("echo")
     job = api.post("/v1/jobs", json={"model": "echo", "input": {"text": "sniff [MASK]"}}).json
-    for response in (api.get(f"/v1/jobs/{job['id']}"), api.get(f"/v1/jobs/{job['id']}/outputs/0"),
-                     api.get("/metrics"), api.get("/openapi.json"), api.get("/healthz")):
+    for response in (
+        api.get(f"/v1/jobs/{job['id']}"),
+        api.get(f"/v1/jobs/{job['id']}/outputs/0"),
+        api.get("/metrics"),
+        api.get("/openapi.json"),
+        api.get("/healthz"),
+    ):
         assert response.headers["X-Content-Type-Options"] == "nosniff"

@@ -32,16 +32,31 @@ def sentinel_settings(tmp_path: Path, settings: Settings) -> Iterator[Settings]:
         pytest.skip("no redis-server binary to run a Sentinel with")
     server = RedisServer(tmp_path / "redis")
     server.data_dir.mkdir()
-    server.proc = subprocess.Popen([binary, "--port", str(server.port), "--bind", "127.0.0.1", "--dir",
-                                    str(server.data_dir), "--save", "", "--requirepass", PASSWORD],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server.proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(server.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(server.data_dir),
+            "--save",
+            "",
+            "--requirepass",
+            PASSWORD,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     port = free_port()
     conf = tmp_path / "sentinel.conf"  # Sentinel rewrites its config file: it must be writable
-    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-                    f"sentinel monitor {MASTER} 127.0.0.1 {server.port} 1\n"
-                    f"sentinel auth-pass {MASTER} {PASSWORD}\n")
-    sentinel = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT)
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor {MASTER} 127.0.0.1 {server.port} 1\n"
+        f"sentinel auth-pass {MASTER} {PASSWORD}\n"
+    )
+    sentinel = subprocess.Popen([binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         probe = redis.Redis(port=port, socket_connect_timeout=0.5)
         end = time.monotonic() + 10
@@ -53,8 +68,9 @@ def sentinel_settings(tmp_path: Path, settings: Settings) -> Iterator[Settings]:
                 pass
             assert time.monotonic() < end, "sentinel did not start"
             time.sleep(0.1)
-        yield dataclasses.replace(settings, redis_url=f"sentinel://:{PASSWORD}@127.0.0.1:{port}/0",
-                                  redis_sentinel_master=MASTER)
+        yield dataclasses.replace(
+            settings, redis_url=f"sentinel://:{PASSWORD}@127.0.0.1:{port}/0", redis_sentinel_master=MASTER
+        )
     finally:
         sentinel.terminate()
         sentinel.wait(10)
@@ -69,8 +85,13 @@ def test_job_store_reaches_the_master_through_sentinel(sentinel_settings):
 
 
 def test_a_job_runs_end_to_end_through_sentinel(sentinel_settings, log_dir):
-    worker = WorkerProcess(sentinel_settings, "echo", log_dir, name=f"sentinel-{uuid.uuid4().hex[:6]}",
-                           env={"GENQ_REDIS_SENTINEL_MASTER": MASTER}).start()
+    worker = WorkerProcess(
+        sentinel_settings,
+        "echo",
+        log_dir,
+        name=f"sentinel-{uuid.uuid4().hex[:6]}",
+        env={"GENQ_REDIS_SENTINEL_MASTER": MASTER},
+    ).start()
     try:
         api = create_app(sentinel_settings).test_client()
         job = poll(api, submit(api, "echo", {"text": "through sentinel [MASK]"})["id"])

@@ -86,8 +86,9 @@ def test_a_canceled_row_stops_within_one_step_and_its_batch_mates_carry_on(api, 
     with_b = [texts for texts in after if any(t.startswith(f"b-{tag}") for t in texts)]
     assert len(with_b) <= 1, with_b  # at most the step that began before the cancel was read
     assert sum(any(t.startswith(f"a-{tag}") for t in texts) for texts in after) >= 10  # a and c went on
-    assert all(any(t.startswith(f"c-{tag}") for t in texts) for texts in after if any(
-        t.startswith(f"a-{tag}") for t in texts))
+    assert all(
+        any(t.startswith(f"c-{tag}") for t in texts) for texts in after if any(t.startswith(f"a-{tag}") for t in texts)
+    )
     assert metric(worker, "genq_worker_step_rows_left_total", model="stepper", reason="canceled") == canceled_before + 1
     assert metric(worker, "genq_worker_step_rows_count", model="stepper") >= 25  # the per-step histogram
 

@@ -44,8 +44,13 @@ def pixels(api: Any, job: dict[str, Any]) -> np.ndarray:
 def test_a_4_step_image_sent_while_a_50_step_one_runs_finishes_first(api, worker_for):
     worker_for("sd-demo")
     long_input = {"prompt": "a long painting of a castle", "seed": 5, "num_inference_steps": 50}
-    short_input = {"prompt": "a quick sketch of a cat", "seed": 9, "num_inference_steps": 4, "guidance_scale": 5.0,
-                   "scheduler": "euler_a"}
+    short_input = {
+        "prompt": "a quick sketch of a cat",
+        "seed": 9,
+        "num_inference_steps": 4,
+        "guidance_scale": 5.0,
+        "scheduler": "euler_a",
+    }
     long = submit(api, "sd-demo", long_input)
     wait_until_running(api, long["id"], min_step=2)
     short = submit(api, "sd-demo", short_input)
@@ -62,10 +67,21 @@ def test_a_4_step_image_sent_while_a_50_step_one_runs_finishes_first(api, worker
 
 def test_a_2_token_text_sent_mid_decode_finishes_first(api, worker_for):
     worker_for("gpt2-demo")
-    long_input = {"prompt": "Once upon a time there was", "max_new_tokens": 200, "seed": 3, "do_sample": True,
-                  "temperature": 0.8}
-    short_input = {"prompt": "The weather today", "max_new_tokens": 2, "seed": 4, "do_sample": True,
-                   "temperature": 1.3, "top_p": 0.9}
+    long_input = {
+        "prompt": "Once upon a time there was",
+        "max_new_tokens": 200,
+        "seed": 3,
+        "do_sample": True,
+        "temperature": 0.8,
+    }
+    short_input = {
+        "prompt": "The weather today",
+        "max_new_tokens": 2,
+        "seed": 4,
+        "do_sample": True,
+        "temperature": 1.3,
+        "top_p": 0.9,
+    }
     long = submit(api, "gpt2-demo", long_input)
     wait_until_running(api, long["id"])
     short = submit(api, "gpt2-demo", short_input)

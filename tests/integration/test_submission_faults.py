@@ -93,6 +93,7 @@ def test_an_admission_whose_answer_is_lost_says_so_and_the_job_can_be_found(priv
 
 def test_a_job_written_whose_message_could_not_be_sent_is_accepted_not_503(private, monkeypatch):
     """The record is the truth and the sweeper sends a queued job's missing message: a 503 here would later run."""
+
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise redis.exceptions.ConnectionError("Connection reset by peer")
 
@@ -111,8 +112,11 @@ def test_the_client_retrying_a_stalled_submission_gets_one_job(private, monkeypa
     tag = uuid.uuid4().hex
     private.stall_during_admission(monkeypatch)
     told: list[Any] = []
-    with Client("http://api.test", transport=httpx.WSGITransport(app=private.client.application),
-                on_retry=lambda error, delay: told.append(error)) as client:
+    with Client(
+        "http://api.test",
+        transport=httpx.WSGITransport(app=private.client.application),
+        on_retry=lambda error, delay: told.append(error),
+    ) as client:
         job = client.submit("echo", text=f"{tag} [MASK]")
     assert told and told[0].code == "outcome_unknown"
     assert job.status == "queued" and len(private.jobs_with(tag)) == 1

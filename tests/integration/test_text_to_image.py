@@ -20,8 +20,10 @@ def image(api, url: str) -> np.ndarray:
 
 def test_outputs_are_pngs_of_the_requested_size_with_etags(api, worker_for):
     worker_for("sd-demo")
-    job = poll(api, submit(api, "sd-demo", {"prompt": "a red barn", "width": 128, "height": 64, "num_images": 2,
-                                            "seed": 3})["id"])
+    job = poll(
+        api,
+        submit(api, "sd-demo", {"prompt": "a red barn", "width": 128, "height": 64, "num_images": 2, "seed": 3})["id"],
+    )
     assert job["status"] == "succeeded", job
     assert [o["seed"] for o in job["output"]] == [3, 4]
     for n, out in enumerate(job["output"]):
@@ -38,8 +40,11 @@ def test_outputs_are_pngs_of_the_requested_size_with_etags(api, worker_for):
 def test_progress_is_visible_while_a_long_job_runs(api, worker_for):
     worker_for("sd-demo")
     seen: list[dict] = []
-    job = poll(api, submit(api, "sd-demo", {"prompt": "slow", "num_inference_steps": 50, "width": 256,
-                                            "height": 256})["id"], seen=seen)
+    job = poll(
+        api,
+        submit(api, "sd-demo", {"prompt": "slow", "num_inference_steps": 50, "width": 256, "height": 256})["id"],
+        seen=seen,
+    )
     assert job["status"] == "succeeded" and job["progress"] is None
     progress = [s["progress"] for s in seen if s["status"] == "running" and s["progress"]]
     assert progress, "no progress seen while running"
@@ -67,10 +72,21 @@ def test_random_seed_is_reported_and_reproduces(api, worker_for):
     assert np.array_equal(image(api, first["output"][0]["url"]), image(api, again["output"][0]["url"]))
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("width", 0), ("width", 100_000), ("width", 63), ("num_inference_steps", 0), ("num_inference_steps", 51),
-    ("guidance_scale", -1), ("prompt", "x" * 2001), ("scheduler", "warp-drive"), ("num_images", 5), ("height", 264),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("width", 0),
+        ("width", 100_000),
+        ("width", 63),
+        ("num_inference_steps", 0),
+        ("num_inference_steps", 51),
+        ("guidance_scale", -1),
+        ("prompt", "x" * 2001),
+        ("scheduler", "warp-drive"),
+        ("num_images", 5),
+        ("height", 264),
+    ],
+)
 def test_bad_image_input_is_422_and_never_queued(api, fleet, field, value):
     depth = fleet.snapshot("sd-demo").queue_depth
     response = api.post("/v1/jobs", json={"model": "sd-demo", "input": {"prompt": "x", field: value}})
@@ -82,6 +98,12 @@ def test_bad_image_input_is_422_and_never_queued(api, fleet, field, value):
 def test_the_smallest_image_the_model_takes_runs_without_guidance(api, worker_for):
     """24 x 24 is the demo's minimum (tasks/model_config.py); with guidance off the batch is one image."""
     worker_for("sd-demo")
-    job = poll(api, submit(api, "sd-demo", {"prompt": "small", "width": 24, "height": 24, "guidance_scale": 1.0,
-                                            "num_inference_steps": 1})["id"])
+    job = poll(
+        api,
+        submit(
+            api,
+            "sd-demo",
+            {"prompt": "small", "width": 24, "height": 24, "guidance_scale": 1.0, "num_inference_steps": 1},
+        )["id"],
+    )
     assert job["status"] == "succeeded", job

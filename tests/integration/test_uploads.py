@@ -62,7 +62,12 @@ def test_an_upload_round_trips_and_is_its_owners_alone(api, img_settings):
     up = response.json
     assert up["id"].startswith("up_") and len(up["id"]) == 35
     assert (up["media_type"], up["bytes"], up["width"], up["height"], up["status"]) == (
-        "image/png", len(png), 100, 60, "ready")
+        "image/png",
+        len(png),
+        100,
+        60,
+        "ready",
+    )
     assert response.headers["Location"] == f"/v1/uploads/{up['id']}"
     assert api.get(f"/v1/uploads/{up['id']}", headers=bearer()).json == up
     ttl = svc(api).store.redis.ttl(svc(api).store.keys.upload(up["id"]))
@@ -95,8 +100,11 @@ def test_an_upload_over_the_limit_is_413_in_the_error_shape(img_settings):
     assert response.status_code == 413 and response.json["error"]["code"] == "payload_too_large"
     assert "2000 bytes" in response.json["error"]["message"]
     # Chunked (no Content-Length): the same answer.
-    chunked = small.post("/v1/uploads", input_stream=io.BytesIO(big),
-                         headers={**bearer(), "Content-Type": "image/png", "Transfer-Encoding": "chunked"})
+    chunked = small.post(
+        "/v1/uploads",
+        input_stream=io.BytesIO(big),
+        headers={**bearer(), "Content-Type": "image/png", "Transfer-Encoding": "chunked"},
+    )
     assert chunked.status_code == 413 and chunked.json["error"]["code"] == "payload_too_large"
     assert upload(small, picture(8, 8)).status_code == 201
 
@@ -160,10 +168,14 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api, img_settings):
         assert ttl > img_settings.result_ttl_s + 6 * 86400
     assert svc(api).outputs.get(input_key(by_upload.json["id"], "mask")) == mask
     # The size: the image's, rounded down to multiples of 8, unless asked.
-    assert (svc(api).store.get(by_uri.json["id"]).input["width"], svc(api).store.get(by_uri.json["id"]).input[
-        "height"]) == (96, 56)
-    assert (svc(api).store.get(by_upload.json["id"]).input["width"], svc(api).store.get(by_upload.json["id"]).input[
-        "height"]) == (128, 56)
+    assert (
+        svc(api).store.get(by_uri.json["id"]).input["width"],
+        svc(api).store.get(by_uri.json["id"]).input["height"],
+    ) == (96, 56)
+    assert (
+        svc(api).store.get(by_upload.json["id"]).input["width"],
+        svc(api).store.get(by_upload.json["id"]).input["height"],
+    ) == (128, 56)
     # No image bytes in a record or a message.
     encoded = base64.b64encode(png)[:64]
     for job_id in (by_uri.json["id"], by_upload.json["id"]):
@@ -207,10 +219,14 @@ def test_a_batch_takes_image_inputs_job_by_job(api):
     inputs = store.keys.output("*/input/*")
     before = set(store.redis.scan_iter(match=inputs, count=1000))
     png = picture(64, 64)
-    body = {"jobs": [{"model": MODEL, "input": {"prompt": "a", "image": data_uri(png)}},
-                     {"model": MODEL, "input": {"prompt": "b", "image": data_uri(png[:100])}},
-                     {"model": ONE, "input": {"prompt": "c", "image": data_uri(png)}},
-                     {"model": MODEL, "input": {"prompt": "d"}}]}
+    body = {
+        "jobs": [
+            {"model": MODEL, "input": {"prompt": "a", "image": data_uri(png)}},
+            {"model": MODEL, "input": {"prompt": "b", "image": data_uri(png[:100])}},
+            {"model": ONE, "input": {"prompt": "c", "image": data_uri(png)}},
+            {"model": MODEL, "input": {"prompt": "d"}},
+        ]
+    }
     response = api.post("/v1/jobs/batch", json=body, headers=bearer())
     assert response.status_code == 202, response.json
     good, bad, full, plain = response.json["jobs"]
@@ -228,8 +244,10 @@ def test_uploads_are_counted_and_the_spec_describes_them(api):
     png = picture(64, 64)
     assert upload(api, png).status_code == 201
     after = scrape(api.get("/metrics").text)
-    assert value(after, "genq_api_uploads_total", how="direct") == value(
-        before, "genq_api_uploads_total", how="direct") + 1
+    assert (
+        value(after, "genq_api_uploads_total", how="direct")
+        == value(before, "genq_api_uploads_total", how="direct") + 1
+    )
     assert value(after, "genq_api_upload_bytes_total") == value(before, "genq_api_upload_bytes_total") + len(png)
     spec = api.get("/openapi.json").json
     fields = spec["components"]["schemas"][f"Input.{MODEL}"]["properties"]
@@ -253,7 +271,9 @@ def test_a_worker_runs_a_job_from_its_stored_input(api, img_settings, log_dir):
         assert accepted.status_code == 202, accepted.json
         deadline = time.monotonic() + 60
         while (found := api.get(f"/v1/jobs/{accepted.json['id']}", headers=bearer()).json)["status"] in (
-                "queued", "running"):
+            "queued",
+            "running",
+        ):
             assert time.monotonic() < deadline, found
             time.sleep(0.1)
         assert found["status"] == "succeeded", found  # the worker took the stored form (stored_for)

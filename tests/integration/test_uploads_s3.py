@@ -42,9 +42,16 @@ def aws_env() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def api(settings: Settings, s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The real app with uploads and inputs in s3://genq-uploads/tests/uploads/."""
-    return create_app(image_settings(settings, tmp_path_factory.mktemp("s3up"), "s3up",
-                                     output_store=f"s3://{BUCKET}/{PREFIX}", s3_endpoint_url=s3.url,
-                                     s3_region="us-east-1")).test_client()
+    return create_app(
+        image_settings(
+            settings,
+            tmp_path_factory.mktemp("s3up"),
+            "s3up",
+            output_store=f"s3://{BUCKET}/{PREFIX}",
+            s3_endpoint_url=s3.url,
+            s3_region="us-east-1",
+        )
+    ).test_client()
 
 
 def in_bucket(s3: S3Server, key: str) -> bytes | None:

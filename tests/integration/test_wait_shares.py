@@ -31,16 +31,30 @@ def keyed(settings: Settings, tmp_path: Path) -> Settings:
     """Keys A (alice) and B (bob), 8 held requests per process, 4 of them per owner."""
     keys = tmp_path / "keys"
     keys.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
-    return dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}shares-{uuid.uuid4().hex[:6]}:",
-                               api_keys_file=keys, max_waiters=8, max_waiters_per_owner=4,
-                               stream_rate_limit="10000/minute")
+    return dataclasses.replace(
+        settings,
+        key_prefix=f"{settings.key_prefix}shares-{uuid.uuid4().hex[:6]}:",
+        api_keys_file=keys,
+        max_waiters=8,
+        max_waiters_per_owner=4,
+        stream_rate_limit="10000/minute",
+    )
 
 
 def queued(store: JobStore, owner: str) -> str:
     """A queued job of ``owner`` with no message behind it: it stays queued."""
     job_id = str(uuid.uuid4())
-    store.create(JobRecord(id=job_id, model="bert-demo", kind="fill-mask", status=JobStatus.queued, owner=owner,
-                           created_at=time.time(), input={"text": "a [MASK]"}))
+    store.create(
+        JobRecord(
+            id=job_id,
+            model="bert-demo",
+            kind="fill-mask",
+            status=JobStatus.queued,
+            owner=owner,
+            created_at=time.time(),
+            input={"text": "a [MASK]"},
+        )
+    )
     return job_id
 
 

@@ -25,8 +25,17 @@ from tests.integration.jobs import sent_commands
 def queued_job(store, model: str = "bert-demo") -> str:
     """A job record with no message behind it: only this test moves it along."""
     job_id = str(uuid.uuid4())
-    store.create(JobRecord(id=job_id, model=model, kind="fill-mask", status=JobStatus.queued,
-                           owner="anonymous", created_at=time.time(), input={"text": "a [MASK]"}))
+    store.create(
+        JobRecord(
+            id=job_id,
+            model=model,
+            kind="fill-mask",
+            status=JobStatus.queued,
+            owner="anonymous",
+            created_at=time.time(),
+            input={"text": "a [MASK]"},
+        )
+    )
     return job_id
 
 
@@ -94,8 +103,12 @@ def test_five_hundred_waits_do_not_starve_reads_and_submissions(settings, store,
     worker_for("echo")
     jobs = [queued_job(store) for _ in range(50)]
     with ApiServer(settings, tmp_path / "api.log", GENQ_API_KEYS_FILE="") as server:
-        flood = subprocess.Popen([sys.executable, "-m", "tests.wait_flood", server.url, "25", "500", *jobs],
-                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        flood = subprocess.Popen(
+            [sys.executable, "-m", "tests.wait_flood", server.url, "25", "500", *jobs],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             time.sleep(5)  # every client has sent its first wait; the cap's overflow is re-asking every second
             gets, posts = [], []
@@ -156,8 +169,9 @@ def finishing_after_publish(app, store, fleet, delay_s: float) -> Iterator[None]
 
 def post_and_wait(client, seconds: int = 10) -> tuple[float, dict]:  # type: ignore[no-untyped-def]
     started = time.monotonic()
-    response = client.post("/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}},
-                           headers={"Prefer": f"wait={seconds}"})
+    response = client.post(
+        "/v1/jobs", json={"model": "nobody", "input": {"text": "a [MASK]"}}, headers={"Prefer": f"wait={seconds}"}
+    )
     return time.monotonic() - started, response.json
 
 

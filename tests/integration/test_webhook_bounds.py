@@ -83,6 +83,7 @@ def oversized(sent: list[int]) -> Behaviour:
         for _ in range(BIG // len(CHUNK)):
             conn.sendall(CHUNK)
             sent[0] += len(CHUNK)
+
     return behaviour
 
 
@@ -90,6 +91,7 @@ def answer_after(seconds: float) -> Behaviour:
     def behaviour(conn: socket.socket) -> None:
         time.sleep(seconds)
         conn.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+
     return behaviour
 
 
@@ -102,9 +104,14 @@ def servers() -> Iterator[list[RawServer]]:
 
 
 def sender_for(settings: Settings, resolver: FakeResolver, **overrides: object) -> WebhookSender:
-    own = dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}bounds-{uuid.uuid4().hex[:6]}:",
-                              webhook_secret="bounds-secret", webhook_allow_http=True, webhook_allow_private=True,
-                              **overrides)  # type: ignore[arg-type]
+    own = dataclasses.replace(
+        settings,
+        key_prefix=f"{settings.key_prefix}bounds-{uuid.uuid4().hex[:6]}:",
+        webhook_secret="bounds-secret",
+        webhook_allow_http=True,
+        webhook_allow_private=True,
+        **overrides,
+    )  # type: ignore[arg-type]
     return WebhookSender(JobStore(connect(own), own), resolver=resolver, start=False)
 
 
@@ -192,7 +199,16 @@ def test_a_slow_host_does_not_delay_deliveries_to_another(settings, servers):
 
 def _record(sender: WebhookSender, url: str) -> str:
     job_id = str(uuid.uuid4())
-    sender.store.create(JobRecord(id=job_id, model="echo", kind=JobKind.fill_mask, status=JobStatus.succeeded,
-                                  created_at=time.time(), webhook=url, webhook_events=["completed"]))
+    sender.store.create(
+        JobRecord(
+            id=job_id,
+            model="echo",
+            kind=JobKind.fill_mask,
+            status=JobStatus.succeeded,
+            created_at=time.time(),
+            webhook=url,
+            webhook_events=["completed"],
+        )
+    )
     sender.record([(job_id, "completed")])
     return job_id

@@ -46,15 +46,29 @@ class FakeResolver:
 
 
 def sender_for(settings: Settings, resolver: FakeResolver, **overrides: object) -> WebhookSender:
-    own = dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}targets-{uuid.uuid4().hex[:6]}:",
-                              webhook_secret=SECRET, webhook_allow_http=True, **overrides)  # type: ignore[arg-type]
+    own = dataclasses.replace(
+        settings,
+        key_prefix=f"{settings.key_prefix}targets-{uuid.uuid4().hex[:6]}:",
+        webhook_secret=SECRET,
+        webhook_allow_http=True,
+        **overrides,
+    )  # type: ignore[arg-type]
     return WebhookSender(JobStore(connect(own), own), resolver=resolver, start=False)  # no threads: we drive it
 
 
 def one_delivery(sender: WebhookSender, url: str):  # type: ignore[no-untyped-def]
     job_id = str(uuid.uuid4())
-    sender.store.create(JobRecord(id=job_id, model="echo", kind=JobKind.fill_mask, status=JobStatus.succeeded,
-                                  created_at=time.time(), webhook=url, webhook_events=["completed"]))
+    sender.store.create(
+        JobRecord(
+            id=job_id,
+            model="echo",
+            kind=JobKind.fill_mask,
+            status=JobStatus.succeeded,
+            created_at=time.time(),
+            webhook=url,
+            webhook_events=["completed"],
+        )
+    )
     sender.record([(job_id, "completed")])
     [delivery] = sender.outbox.claim()
     return delivery

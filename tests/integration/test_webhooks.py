@@ -91,14 +91,26 @@ def hook_settings(settings: Settings, prefix: str, tmp_path_factory: pytest.Temp
     """Settings of a developer's machine (http and private targets allowed), a secret, keys A and B."""
     keys = tmp_path_factory.mktemp("hookkeys") / "keys"
     keys.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
-    return dataclasses.replace(settings, key_prefix=settings.key_prefix + prefix, webhook_allow_http=True,
-                               webhook_allow_private=True, webhook_secret=SECRET, webhook_lease_s=2.0,
-                               webhook_poll_s=0.2, api_keys_file=keys)
+    return dataclasses.replace(
+        settings,
+        key_prefix=settings.key_prefix + prefix,
+        webhook_allow_http=True,
+        webhook_allow_private=True,
+        webhook_secret=SECRET,
+        webhook_lease_s=2.0,
+        webhook_poll_s=0.2,
+        api_keys_file=keys,
+    )
 
 
 def hook_env(settings: Settings) -> dict[str, str]:
-    return {"GENQ_WEBHOOK_ALLOW_HTTP": "1", "GENQ_WEBHOOK_ALLOW_PRIVATE": "1", "GENQ_WEBHOOK_SECRET": SECRET,
-            "GENQ_WEBHOOK_LEASE_S": str(settings.webhook_lease_s), "GENQ_WEBHOOK_POLL_S": str(settings.webhook_poll_s)}
+    return {
+        "GENQ_WEBHOOK_ALLOW_HTTP": "1",
+        "GENQ_WEBHOOK_ALLOW_PRIVATE": "1",
+        "GENQ_WEBHOOK_SECRET": SECRET,
+        "GENQ_WEBHOOK_LEASE_S": str(settings.webhook_lease_s),
+        "GENQ_WEBHOOK_POLL_S": str(settings.webhook_poll_s),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +127,16 @@ def bearer(key: str) -> dict[str, str]:
 
 
 def submit(client, url: str, key: str = KEY_A, model: str = "hooks", events=("completed",)) -> dict[str, Any]:
-    response = client.post("/v1/jobs", headers=bearer(key), json={
-        "model": model, "input": {"text": f"hook {uuid.uuid4().hex[:6]} [MASK]"}, "webhook": url,
-        "webhook_events": list(events)})
+    response = client.post(
+        "/v1/jobs",
+        headers=bearer(key),
+        json={
+            "model": model,
+            "input": {"text": f"hook {uuid.uuid4().hex[:6]} [MASK]"},
+            "webhook": url,
+            "webhook_events": list(events),
+        },
+    )
     assert response.status_code == 202, response.json
     return response.json  # type: ignore[no-any-return]
 
@@ -186,29 +205,69 @@ def test_a_webhook_pending_in_a_killed_worker_is_delivered_by_another(settings, 
             second.stop()
 
 
-@pytest.mark.parametrize("url", [
-    # IPv4 loopback in every notation browsers and libc accept
-    "https://127.0.0.1/hook", "https://2130706433/", "https://0x7f000001/", "https://0177.0.0.1/",
-    "https://017700000001/", "https://127.1/", "https://0x7f.1/", "https://127.0.0.1./",
-    # IPv6 forms embedding 127.0.0.1: IPv4-mapped, IPv4-compatible, 6to4, NAT64 (both prefixes), Teredo
-    "https://[::ffff:127.0.0.1]/", "https://[::ffff:7f00:1]/", "https://[::127.0.0.1]/", "https://[2002:7f00:1::]/",
-    "https://[64:ff9b::7f00:1]/", "https://[64:ff9b:1::7f00:1]/", "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",
-    # loopback, unspecified, private, shared, link-local, reserved, multicast, broadcast, metadata
-    "https://[::1]/", "https://[::]/", "https://0.0.0.0/", "https://0/", "https://10.1.2.3/", "https://172.16.0.1/",
-    "https://192.168.0.1/", "https://[::ffff:192.168.0.1]/", "https://[fc00::1]/", "https://100.64.0.1/",
-    "https://169.254.169.254/latest/meta-data", "https://0xa9fea9fe/", "https://[fe80::1%25eth0]/",
-    "https://[fd00:ec2::254]/", "https://100.100.100.200/", "https://192.0.0.192/", "https://240.0.0.1/",
-    "https://224.0.0.1/", "https://[ff02::1]/", "https://255.255.255.255/", "https://198.18.0.1/",
-    # names that mean this host or a private network, and numbers that are no address
-    "https://localhost/hook", "https://api.localhost/", "https://metadata.google.internal/", "https://intranet/",
-    "https://1.2.3.4.5/", "https://0x1g.0.0.1/",
-    # IPv4-translated (RFC 2765) and ISATAP forms; full-width and other non-ASCII digits, IDNA full stops
-    "https://[::ffff:0:127.0.0.1]/", "https://[::ffff:0:a9fe:a9fe]/", "https://[fe80::5efe:10.0.0.1]/",
-    "https://\uff11\uff12\uff17.0.0.1/", "https://\u0661\u0662\u0667.0.0.1/", "https://127\u30020\u30020\u30021/",
-    "https://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/",
-    # not https, or credentials
-    "http://example.com/hook", "ftp://example.com/", "https://user:pass@example.com/",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        # IPv4 loopback in every notation browsers and libc accept
+        "https://127.0.0.1/hook",
+        "https://2130706433/",
+        "https://0x7f000001/",
+        "https://0177.0.0.1/",
+        "https://017700000001/",
+        "https://127.1/",
+        "https://0x7f.1/",
+        "https://127.0.0.1./",
+        # IPv6 forms embedding 127.0.0.1: IPv4-mapped, IPv4-compatible, 6to4, NAT64 (both prefixes), Teredo
+        "https://[::ffff:127.0.0.1]/",
+        "https://[::ffff:7f00:1]/",
+        "https://[::127.0.0.1]/",
+        "https://[2002:7f00:1::]/",
+        "https://[64:ff9b::7f00:1]/",
+        "https://[64:ff9b:1::7f00:1]/",
+        "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",
+        # loopback, unspecified, private, shared, link-local, reserved, multicast, broadcast, metadata
+        "https://[::1]/",
+        "https://[::]/",
+        "https://0.0.0.0/",
+        "https://0/",
+        "https://10.1.2.3/",
+        "https://172.16.0.1/",
+        "https://192.168.0.1/",
+        "https://[::ffff:192.168.0.1]/",
+        "https://[fc00::1]/",
+        "https://100.64.0.1/",
+        "https://169.254.169.254/latest/meta-data",
+        "https://0xa9fea9fe/",
+        "https://[fe80::1%25eth0]/",
+        "https://[fd00:ec2::254]/",
+        "https://100.100.100.200/",
+        "https://192.0.0.192/",
+        "https://240.0.0.1/",
+        "https://224.0.0.1/",
+        "https://[ff02::1]/",
+        "https://255.255.255.255/",
+        "https://198.18.0.1/",
+        # names that mean this host or a private network, and numbers that are no address
+        "https://localhost/hook",
+        "https://api.localhost/",
+        "https://metadata.google.internal/",
+        "https://intranet/",
+        "https://1.2.3.4.5/",
+        "https://0x1g.0.0.1/",
+        # IPv4-translated (RFC 2765) and ISATAP forms; full-width and other non-ASCII digits, IDNA full stops
+        "https://[::ffff:0:127.0.0.1]/",
+        "https://[::ffff:0:a9fe:a9fe]/",
+        "https://[fe80::5efe:10.0.0.1]/",
+        "https://\uff11\uff12\uff17.0.0.1/",
+        "https://\u0661\u0662\u0667.0.0.1/",
+        "https://127\u30020\u30020\u30021/",
+        "https://\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54/",
+        # not https, or credentials
+        "http://example.com/hook",
+        "ftp://example.com/",
+        "https://user:pass@example.com/",
+    ],
+)
 def test_forbidden_webhook_urls_are_refused_at_submit(settings, url):
     signed = dataclasses.replace(settings, webhook_secret=SECRET)  # webhooks on: only the URL can be wrong
     client = create_app(signed).test_client()
@@ -218,6 +277,7 @@ def test_forbidden_webhook_urls_are_refused_at_submit(settings, url):
 
 
 def test_webhooks_are_refused_when_nothing_could_sign_them(api):
-    response = api.post("/v1/jobs", json={"model": "echo", "input": {"text": "a [MASK]"},
-                                          "webhook": "https://hooks.example.com/x"})
+    response = api.post(
+        "/v1/jobs", json={"model": "echo", "input": {"text": "a [MASK]"}, "webhook": "https://hooks.example.com/x"}
+    )
     assert response.status_code == 422 and "GENQ_WEBHOOK_SECRET" in response.json["error"]["message"]

@@ -27,8 +27,9 @@ def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
     threads = torch.get_num_threads()
     apply_global(OPTIONS, "cpu")
     folder = str(demo_models / "gpt2-demo")
-    runtime = TextGenerationRuntime(ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=folder),
-                                    folder, OPTIONS)
+    runtime = TextGenerationRuntime(
+        ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=folder), folder, OPTIONS
+    )
     runtime.load("cpu")
     yield runtime
     torch.set_num_threads(threads)

@@ -74,23 +74,33 @@ class Calls:
         self.acks: list[list[str]] = []
 
 
-def with_fakes(monkeypatch: pytest.MonkeyPatch, executor: Any = None,
-               holdings: Holdings | None = None) -> tuple[BatchingConsumer, Model, Dispatcher, Calls, list[Any]]:
+def with_fakes(
+    monkeypatch: pytest.MonkeyPatch, executor: Any = None, holdings: Holdings | None = None
+) -> tuple[BatchingConsumer, Model, Dispatcher, Calls, list[Any]]:
     """A batching consumer around fakes; ``timers`` collects ``(delay, fun, args)`` of every timer armed."""
     calls, timers = Calls(), []
-    spec = ModelSpec(id="m", kind=JobKind.fill_mask, source="x",
-                     batching=BatchingSettings(max_batch_size=3, policy="greedy"))
+    spec = ModelSpec(
+        id="m", kind=JobKind.fill_mask, source="x", batching=BatchingSettings(max_batch_size=3, policy="greedy")
+    )
     runtime = SimpleNamespace(weight=lambda parsed: 1, batch_key=lambda parsed: "k", step_key=lambda parsed: None)
-    loaded = SimpleNamespace(spec=spec, runtime=runtime, executor=executor or Executor(),
-                             webhooks=SimpleNamespace(record=calls.hooks.append),
-                             fleet=SimpleNamespace(set_held=lambda model, worker, n: calls.held.append(n)))
+    loaded = SimpleNamespace(
+        spec=spec,
+        runtime=runtime,
+        executor=executor or Executor(),
+        webhooks=SimpleNamespace(record=calls.hooks.append),
+        fleet=SimpleNamespace(set_held=lambda model, worker, n: calls.held.append(n)),
+    )
     dispatcher = Dispatcher()
     celery_consumer = SimpleNamespace(
-        event_dispatcher=dispatcher, hostname="w", task_consumer=None,
+        event_dispatcher=dispatcher,
+        hostname="w",
+        task_consumer=None,
         timer=SimpleNamespace(call_after=lambda delay, fun, args=(): timers.append((delay, fun, args))),
-        controller=SimpleNamespace(state=SimpleNamespace(revoked=set())))
-    monkeypatch.setattr(settlement_module, "ack_many",
-                        lambda messages: calls.acks.append([m.job_id for m in messages]) or [])
+        controller=SimpleNamespace(state=SimpleNamespace(revoked=set())),
+    )
+    monkeypatch.setattr(
+        settlement_module, "ack_many", lambda messages: calls.acks.append([m.job_id for m in messages]) or []
+    )
     model = Model()
     batching = BatchingConsumer(loaded, celery_consumer, model, holdings or Holdings(None))  # type: ignore[arg-type]
     return batching, model, dispatcher, calls, timers

@@ -16,8 +16,10 @@ MODELS_FILE = Path(__file__).parents[2] / "models.toml"
 
 
 def test_rejection_reasons_follow_the_error_code():
-    assert {rejection_reason(c) for c in (ErrorCode.invalid_input, ErrorCode.unknown_model, ErrorCode.bad_request,
-                                          ErrorCode.payload_too_large)} == {"validation"}
+    assert {
+        rejection_reason(c)
+        for c in (ErrorCode.invalid_input, ErrorCode.unknown_model, ErrorCode.bad_request, ErrorCode.payload_too_large)
+    } == {"validation"}
     assert rejection_reason(ErrorCode.overloaded) == "overload"
     assert rejection_reason(ErrorCode.no_workers) == "no_workers"
     assert rejection_reason(ErrorCode.rate_limited) == "rate_limit"

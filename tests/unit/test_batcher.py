@@ -122,8 +122,12 @@ def test_adopt_keeps_arrival_times_and_what_was_learned():
     assert new.cost is old.cost
 
 
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.sampled_from([0, 5, 9]),
-                          st.floats(0, 0.3)), max_size=40), st.sampled_from(["greedy", "fixed", "adaptive"]))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.sampled_from([0, 5, 9]), st.floats(0, 0.3)), max_size=40
+    ),
+    st.sampled_from(["greedy", "fixed", "adaptive"]),
+)
 def test_any_sequence_drains_without_mixing_or_losing(requests, policy):
     b, clock = make(max_batch=4, wait_s=0.25, policy=policy)
     keys = {}

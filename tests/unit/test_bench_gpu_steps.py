@@ -67,19 +67,33 @@ def _point(model: str, label: str, work: float, raw: float, p50: dict[str, float
 
 def test_the_report_shows_the_raw_limit_beside_each_point_and_the_ratios_of_one_run(tmp_path: Path):
     plan = gpu_steps.GPU
-    raw = {"sd15-random-float16": [{"kind": "images", "work": 20, "batches": {
-        "1": {"items_per_s": 2.0, "median_ms": 500.0}, "8": {"items_per_s": 5.0, "median_ms": 1600.0}}}]}
+    raw = {
+        "sd15-random-float16": [
+            {
+                "kind": "images",
+                "work": 20,
+                "batches": {
+                    "1": {"items_per_s": 2.0, "median_ms": 500.0},
+                    "8": {"items_per_s": 5.0, "median_ms": 1600.0},
+                },
+            }
+        ]
+    }
     bound = odd_bound(plan, raw)
     assert math.isclose(bound, 2 * 1.6 + 2 * 1.6)  # max(0.5 s, 2 row times) + remaining steps + its own run
-    points = [_point("sd-request", "mixed steps x8", 100.0, 110.0, {"4 steps": 900.0}),
-              _point("sd-step", "mixed steps x8", 150.0, 110.0, {"4 steps": 200.0}),
-              _point("sd-step", plan.odd_label(), 20.0, 110.0, {"768px": 7000.0})]
+    points = [
+        _point("sd-request", "mixed steps x8", 100.0, 110.0, {"4 steps": 900.0}),
+        _point("sd-step", "mixed steps x8", 150.0, 110.0, {"4 steps": 200.0}),
+        _point("sd-step", plan.odd_label(), 20.0, 110.0, {"768px": 7000.0}),
+    ]
     text = report(points, raw, plan)
     assert "| raw work/s | of raw |" in text and "|      110.0 |   136% |" in text  # 150 work/s of raw 110
     rows = {name: (value, verdict) for name, value, verdict in targets(points, plan, bound)}
     assert rows["images x8: capacity, step / request >= 1.25"] == ("1.50", "met")
     assert rows[f"mixed keys: odd jobs' longest time to done (s) <= {bound:.2f} (README's fairness bound)"] == (
-        "7.00", "missed")
+        "7.00",
+        "missed",
+    )
     assert rows["text x16: tokens/s, step / request >= 2"] == ("-", "-")  # listed; this run did not measure it
     assert all(name in text for name in rows)
     plot(points, tmp_path / "steps.png", "title")

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "bench").glob("*.py")))
 def test_bench_module_imports(name: str) -> None:
-    result = subprocess.run([sys.executable, "-c", f"import bench.{name}"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", f"import bench.{name}"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]

@@ -46,17 +46,27 @@ class FakeRun:
 def test_poisson_only_measures_request_levels_reference_then_the_loads():
     run = FakeRun(poisson_only=True)
     images(run)  # type: ignore[arg-type]
-    assert run.calls == [("closed", "sd-request", 32), ("poisson", "sd-request", 6.0), ("poisson", "sd-request", 9.0),
-                         ("poisson", "sd-step", 6.0), ("poisson", "sd-step", 9.0)]
+    assert run.calls == [
+        ("closed", "sd-request", 32),
+        ("poisson", "sd-request", 6.0),
+        ("poisson", "sd-request", 9.0),
+        ("poisson", "sd-step", 6.0),
+        ("poisson", "sd-step", 9.0),
+    ]
     full = FakeRun(poisson_only=False)
     images(full)  # type: ignore[arg-type]
-    assert [c for c in full.calls if c[0] == "closed"] == [("closed", m, n) for m in ("sd-request", "sd-step")
-                                                           for n in (8, 32)]
+    assert [c for c in full.calls if c[0] == "closed"] == [
+        ("closed", m, n) for m in ("sd-request", "sd-step") for n in (8, 32)
+    ]
 
 
 def test_streamed_job_records_the_token_count_of_its_first_text():
-    events = [("status", {"status": "running"}), ("text", {"text": "Hello ", "offset": 0, "tokens": 3}),
-              ("text", {"text": "world", "offset": 6, "tokens": 4}), ("status", {"status": "succeeded"})]
+    events = [
+        ("status", {"status": "running"}),
+        ("text", {"text": "Hello ", "offset": 0, "tokens": 3}),
+        ("text", {"text": "world", "offset": 6, "tokens": 4}),
+        ("status", {"status": "succeeded"}),
+    ]
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":

@@ -18,8 +18,14 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 
 def job(status: str = "succeeded", **extra: Any) -> dict[str, Any]:
-    return {"id": "j1", "model": "m", "kind": "fill-mask", "status": status, "created_at": "2026-01-01T00:00:00Z",
-            **extra}
+    return {
+        "id": "j1",
+        "model": "m",
+        "kind": "fill-mask",
+        "status": status,
+        "created_at": "2026-01-01T00:00:00Z",
+        **extra,
+    }
 
 
 def error(status: int, code: str, retry_after: str | None = None, **extra: Any) -> httpx.Response:
@@ -46,19 +52,22 @@ def client(handler: Handler, **kw: Any) -> Client:
     return Client("http://api.test", transport=httpx.MockTransport(handler), **kw)
 
 
-@pytest.mark.parametrize(("answer", "cls", "attrs"), [
-    (error(404, "not_found"), errors.NotFound, {"status": 404}),
-    (error(422, "invalid_input", field="input.width"), errors.InvalidInput, {"field": "input.width"}),
-    (error(422, "unknown_model", field="model"), errors.UnknownModel, {"field": "model"}),
-    (error(401, "unauthorized"), errors.Unauthorized, {}),
-    (error(410, "gone"), errors.Gone, {}),
-    (error(503, "no_workers", "10"), errors.NoWorkers, {"retry_after": 10.0, "request_id": "r1"}),
-    (error(503, "overloaded", "3"), errors.Overloaded, {"retry_after": 3.0}),
-    (error(429, "rate_limited", "2"), errors.RateLimited, {"retry_after": 2.0}),
-    (httpx.Response(503, text="proxy says no"), errors.Unavailable, {"retry_after": None}),
-    (httpx.Response(502, text="bad gateway"), errors.ServerError, {"status": 502}),
-    (httpx.Response(405, text="nope"), errors.BadRequest, {}),
-])
+@pytest.mark.parametrize(
+    ("answer", "cls", "attrs"),
+    [
+        (error(404, "not_found"), errors.NotFound, {"status": 404}),
+        (error(422, "invalid_input", field="input.width"), errors.InvalidInput, {"field": "input.width"}),
+        (error(422, "unknown_model", field="model"), errors.UnknownModel, {"field": "model"}),
+        (error(401, "unauthorized"), errors.Unauthorized, {}),
+        (error(410, "gone"), errors.Gone, {}),
+        (error(503, "no_workers", "10"), errors.NoWorkers, {"retry_after": 10.0, "request_id": "r1"}),
+        (error(503, "overloaded", "3"), errors.Overloaded, {"retry_after": 3.0}),
+        (error(429, "rate_limited", "2"), errors.RateLimited, {"retry_after": 2.0}),
+        (httpx.Response(503, text="proxy says no"), errors.Unavailable, {"retry_after": None}),
+        (httpx.Response(502, text="bad gateway"), errors.ServerError, {"status": 502}),
+        (httpx.Response(405, text="nope"), errors.BadRequest, {}),
+    ],
+)
 def test_error_answers_become_typed_exceptions(answer, cls, attrs):
     _, handler = recording(answer)
     with pytest.raises(cls) as caught, client(handler, max_retries=0) as c:
@@ -70,8 +79,9 @@ def test_error_answers_become_typed_exceptions(answer, cls, attrs):
 
 
 def test_503_is_retried_after_retry_after_with_the_same_idempotency_key():
-    seen, handler = recording(error(503, "overloaded", "0"), error(429, "rate_limited", "0"),
-                              httpx.Response(202, json=job("queued")))
+    seen, handler = recording(
+        error(503, "overloaded", "0"), error(429, "rate_limited", "0"), httpx.Response(202, json=job("queued"))
+    )
     told: list[tuple[type, float]] = []
     with client(handler, on_retry=lambda e, d: told.append((type(e), d))) as c:
         assert c.submit("m", text="a [MASK]").status == "queued"
@@ -95,8 +105,11 @@ def test_a_refused_connection_is_unavailable_after_retries():
 
 
 def test_wait_long_polls_then_falls_back_to_polling_with_backoff():
-    seen, answer = recording(httpx.Response(200, json=job("running", progress={"step": 1, "total": 2})),
-                             httpx.Response(200, json=job("running")), httpx.Response(200, json=job()))
+    seen, answer = recording(
+        httpx.Response(200, json=job("running", progress={"step": 1, "total": 2})),
+        httpx.Response(200, json=job("running")),
+        httpx.Response(200, json=job()),
+    )
 
     def handler(request: httpx.Request) -> httpx.Response:  # a server without event streams
         return error(404, "not_found") if request.url.path.endswith("/events") else answer(request)
@@ -127,13 +140,15 @@ def test_url_and_key_from_environment_and_relative_output_urls(monkeypatch):
     monkeypatch.setenv("GENQ_URL", "http://proxy.test/genq/")
     monkeypatch.setenv("GENQ_API_KEY", "secret")
     seen, handler = recording(httpx.Response(200, content=png.getvalue(), headers={"Content-Type": "image/png"}))
-    finished = job(kind="text-to-image", output=[{"index": 0, "url": "/v1/jobs/j1/outputs/0", "media_type": "image/png",
-                                                     "size": 3, "sha256": "0" * 64}])
+    finished = job(
+        kind="text-to-image",
+        output=[{"index": 0, "url": "/v1/jobs/j1/outputs/0", "media_type": "image/png", "size": 3, "sha256": "0" * 64}],
+    )
     with Client(transport=httpx.MockTransport(handler)) as c:
         from tasks.schemas import Job
 
-        image, = c.outputs(Job.model_validate(finished))
-        raw, = c.outputs(Job.model_validate(finished), raw=True)
+        (image,) = c.outputs(Job.model_validate(finished))
+        (raw,) = c.outputs(Job.model_validate(finished), raw=True)
     assert image.size == (8, 16) and raw == png.getvalue()
     assert str(seen[0].url) == "http://proxy.test/genq/v1/jobs/j1/outputs/0"
     assert seen[0].headers["Authorization"] == "Bearer secret"

@@ -13,13 +13,20 @@ from genq import AsyncClient, Client, errors
 
 
 def job(status: str = "succeeded", **extra: Any) -> dict[str, Any]:
-    return {"id": "j1", "model": "gpt", "kind": "text-generation", "status": status,
-            "created_at": "2026-01-01T00:00:00Z", **extra}
+    return {
+        "id": "j1",
+        "model": "gpt",
+        "kind": "text-generation",
+        "status": status,
+        "created_at": "2026-01-01T00:00:00Z",
+        **extra,
+    }
 
 
 def sse(*events: tuple[str | None, str, dict[str, Any]]) -> httpx.Response:
-    body = "".join((f"id: {eid}\n" if eid else "") + f"event: {kind}\ndata: {json.dumps(data)}\n\n"
-                   for eid, kind, data in events)
+    body = "".join(
+        (f"id: {eid}\n" if eid else "") + f"event: {kind}\ndata: {json.dumps(data)}\n\n" for eid, kind, data in events
+    )
     return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
 
 
@@ -27,13 +34,18 @@ DONE = job(output={"text": "Hello world, again", "tokens": 4, "prompt_tokens": 2
 
 
 def first() -> httpx.Response:
-    return sse((None, "status", {"status": "queued"}), ("1-0", "status", {"status": "running"}),
-               ("2-0", "text", {"text": "Hello ", "offset": 0, "tokens": 1}))  # then the connection drops
+    return sse(
+        (None, "status", {"status": "queued"}),
+        ("1-0", "status", {"status": "running"}),
+        ("2-0", "text", {"text": "Hello ", "offset": 0, "tokens": 1}),
+    )  # then the connection drops
 
 
 def second() -> httpx.Response:
-    return sse(("3-0", "text", {"text": "world, ", "offset": 6, "tokens": 3}),
-               (None, "status", {"status": "succeeded", "job": DONE}))
+    return sse(
+        ("3-0", "text", {"text": "world, ", "offset": 6, "tokens": 3}),
+        (None, "status", {"status": "succeeded", "job": DONE}),
+    )
 
 
 def serve(streams: list[httpx.Response], seen: list[httpx.Request]):  # type: ignore[no-untyped-def]
@@ -66,8 +78,11 @@ def test_generate_streams_text_and_resumes_with_last_event_id():
 def test_without_a_stream_it_polls_and_still_hands_over_the_text():
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/events"):
-            return httpx.Response(503, json={"error": {"code": "overloaded", "message": "full", "request_id": "r"}},
-                                  headers={"Retry-After": "2"})
+            return httpx.Response(
+                503,
+                json={"error": {"code": "overloaded", "message": "full", "request_id": "r"}},
+                headers={"Retry-After": "2"},
+            )
         return httpx.Response(200, json=DONE)
 
     pieces: list[str] = []
@@ -89,8 +104,10 @@ def test_a_refused_key_is_raised_not_polled():
 def test_a_failed_job_from_the_stream_raises_job_failed():
     failed = job("failed", error={"code": "model_error", "message": "boom"})
     stream = sse((None, "status", {"status": "failed", "job": failed}))
-    with pytest.raises(errors.JobFailed, match="boom"), \
-            Client("http://api.test", transport=httpx.MockTransport(serve([stream], []))) as c:
+    with (
+        pytest.raises(errors.JobFailed, match="boom"),
+        Client("http://api.test", transport=httpx.MockTransport(serve([stream], []))) as c,
+    ):
         c.wait("j1", on_update=lambda j: None)
 
 
@@ -116,9 +133,21 @@ def test_text_after_a_gap_in_the_stream_comes_from_the_output_once():
     text.piece(TextPiece(text="one", offset=0, tokens=1))
     text.piece(TextPiece(text=" four", offset=13, tokens=4))  # " two three" was dropped from the stream's head
     text.piece(TextPiece(text=" five", offset=18, tokens=5))
-    job = Job.model_validate({"id": "j", "model": "m", "kind": "text-generation", "status": "succeeded",
-                              "created_at": "2026-01-01T00:00:00Z",
-                              "output": {"text": "one two three four five", "seed": 1, "tokens": 5,
-                                         "prompt_tokens": 2, "finish_reason": "length"}})
+    job = Job.model_validate(
+        {
+            "id": "j",
+            "model": "m",
+            "kind": "text-generation",
+            "status": "succeeded",
+            "created_at": "2026-01-01T00:00:00Z",
+            "output": {
+                "text": "one two three four five",
+                "seed": 1,
+                "tokens": 5,
+                "prompt_tokens": 2,
+                "finish_reason": "length",
+            },
+        }
+    )
     text.final(job)
     assert "".join(given) == "one two three four five"

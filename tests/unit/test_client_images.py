@@ -15,16 +15,25 @@ from PIL import Image
 from genq import AsyncClient, Client, errors, image_inputs
 from tests.unit.test_client import job, recording
 
-UPLOAD = {"id": "up_0123abcd", "media_type": "image/png", "bytes": 0, "width": 64, "height": 48,
-          "expires_at": "2026-01-02T00:00:00Z"}
+UPLOAD = {
+    "id": "up_0123abcd",
+    "media_type": "image/png",
+    "bytes": 0,
+    "width": 64,
+    "height": 48,
+    "expires_at": "2026-01-02T00:00:00Z",
+}
 
 
 def png(width: int = 64, height: int = 48, noise: bool = False) -> bytes:
     """A PNG; with ``noise`` one that does not compress (for the upload threshold)."""
     import os
 
-    image = Image.frombytes("RGB", (width, height), os.urandom(width * height * 3)) if noise else \
-        Image.new("RGB", (width, height), (200, 30, 30))
+    image = (
+        Image.frombytes("RGB", (width, height), os.urandom(width * height * 3))
+        if noise
+        else Image.new("RGB", (width, height), (200, 30, 30))
+    )
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
@@ -32,12 +41,15 @@ def png(width: int = 64, height: int = 48, noise: bool = False) -> bytes:
 
 def handler_for(seen: list[httpx.Request]) -> Any:
     """The API: 201 for an upload (echoing its size), the job for anything else."""
+
     def handle(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         if request.url.path == "/v1/uploads":
-            return httpx.Response(201, json={**UPLOAD, "bytes": len(request.content),
-                                             "media_type": request.headers["Content-Type"]})
+            return httpx.Response(
+                201, json={**UPLOAD, "bytes": len(request.content), "media_type": request.headers["Content-Type"]}
+            )
         return httpx.Response(200, json=job(kind="text-to-image"))
+
     return handle
 
 
@@ -90,11 +102,14 @@ def test_upload_returns_the_upload_and_its_id_is_passed_as_is(tmp_path):
     assert sent_input(seen[2])["image"] == "data:image/png;base64,AAAA"
 
 
-@pytest.mark.parametrize(("value", "says"), [
-    ("no/such/file.png", "no such file"),
-    (b"GIF89a not one of ours", "not a PNG, JPEG or WebP"),
-    (3.5, "cannot send a float"),
-])
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("no/such/file.png", "no such file"),
+        (b"GIF89a not one of ours", "not a PNG, JPEG or WebP"),
+        (3.5, "cannot send a float"),
+    ],
+)
 def test_what_is_not_an_image_is_refused_before_anything_is_sent(value, says):
     seen: list[httpx.Request] = []
     with pytest.raises(errors.InvalidInput) as caught, client(seen) as c:
@@ -109,10 +124,13 @@ def test_webp_is_recognised():
 
 
 def test_an_upload_refused_for_size_raises_the_apis_error():
-    seen, handler = recording(httpx.Response(413, json={"error": {"code": "payload_too_large", "message": "too big",
-                                                                  "request_id": "r1"}}))
-    with pytest.raises(errors.BadRequest) as caught, \
-            Client("http://api.test", transport=httpx.MockTransport(handler)) as c:
+    seen, handler = recording(
+        httpx.Response(413, json={"error": {"code": "payload_too_large", "message": "too big", "request_id": "r1"}})
+    )
+    with (
+        pytest.raises(errors.BadRequest) as caught,
+        Client("http://api.test", transport=httpx.MockTransport(handler)) as c,
+    ):
         c.upload(png())
     assert caught.value.status == 413 and len(seen) == 1
 
@@ -139,6 +157,7 @@ def test_the_async_client_does_the_same():
         async with AsyncClient("http://api.test", transport=httpx.MockTransport(handler_for(seen))) as c:
             up = await c.upload(png())
             await c.generate("sd-demo", prompt="x", image=png(400, 400, noise=True), mask=up)
+
     asyncio.run(go())
     assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/uploads", "/v1/jobs"]
     assert sent_input(seen[2]) == {"prompt": "x", "image": UPLOAD["id"], "mask": UPLOAD["id"]}
@@ -155,8 +174,11 @@ def test_the_cli_sends_image_mask_and_strength(tmp_path, monkeypatch):
     Image.new("L", (400, 400), 255).save(mask)
     seen: list[httpx.Request] = []
     monkeypatch.setattr(cli_jobs, "make_client", lambda *a: client(seen))
-    result = CliRunner().invoke(main, ["submit", "sd-demo", "--prompt", "x", "--image", str(source), "--mask",
-                                       str(mask), "--strength", "0.6"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["submit", "sd-demo", "--prompt", "x", "--image", str(source), "--mask", str(mask), "--strength", "0.6"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/jobs"]  # the large image uploaded, the mask inline
     inp = sent_input(seen[1])

@@ -11,18 +11,37 @@ def test_outcome_unknown_is_retried_with_the_same_idempotency_key_and_names_the_
     seen: list[httpx.Request] = []
     told: list[errors.APIError] = []
     answers = [
-        httpx.Response(503, headers={"Retry-After": "0"}, json={"error": {
-            "code": "outcome_unknown", "message": "may have been accepted", "request_id": "r1", "job_id": "j1"}}),
-        httpx.Response(202, json={"id": "j1", "model": "m", "kind": "fill-mask", "status": "queued",
-                                  "created_at": "2026-01-01T00:00:00Z"}),
+        httpx.Response(
+            503,
+            headers={"Retry-After": "0"},
+            json={
+                "error": {
+                    "code": "outcome_unknown",
+                    "message": "may have been accepted",
+                    "request_id": "r1",
+                    "job_id": "j1",
+                }
+            },
+        ),
+        httpx.Response(
+            202,
+            json={
+                "id": "j1",
+                "model": "m",
+                "kind": "fill-mask",
+                "status": "queued",
+                "created_at": "2026-01-01T00:00:00Z",
+            },
+        ),
     ]
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return answers.pop(0)
 
-    with Client("http://api.test", transport=httpx.MockTransport(handler),
-                on_retry=lambda error, delay: told.append(error)) as client:
+    with Client(
+        "http://api.test", transport=httpx.MockTransport(handler), on_retry=lambda error, delay: told.append(error)
+    ) as client:
         assert client.submit("m", text="a [MASK]").id == "j1"
     assert len(seen) == 2 and len({r.headers["Idempotency-Key"] for r in seen}) == 1
     assert isinstance(told[0], errors.OutcomeUnknown) and isinstance(told[0], errors.Unavailable)

@@ -17,13 +17,28 @@ PRESIGNED = "https://bucket.s3.test/out/j1/r1/0?X-Amz-Signature=abc"
 
 
 def job(*outputs: dict[str, Any]) -> Job:
-    return Job.model_validate({"id": "j1", "model": "m", "kind": "text-to-image", "status": "succeeded",
-                               "created_at": "2026-01-01T00:00:00Z", "output": list(outputs)})
+    return Job.model_validate(
+        {
+            "id": "j1",
+            "model": "m",
+            "kind": "text-to-image",
+            "status": "succeeded",
+            "created_at": "2026-01-01T00:00:00Z",
+            "output": list(outputs),
+        }
+    )
 
 
 def entry(n: int = 0, **extra: Any) -> dict[str, Any]:
-    return {"index": n, "url": f"/v1/jobs/j1/outputs/{n}", "media_type": "image/png", "size": 3, "sha256": "0" * 64,
-            "seed": n, **extra}
+    return {
+        "index": n,
+        "url": f"/v1/jobs/j1/outputs/{n}",
+        "media_type": "image/png",
+        "size": 3,
+        "sha256": "0" * 64,
+        "seed": n,
+        **extra,
+    }
 
 
 def expires_in(seconds: float) -> str:
@@ -64,8 +79,11 @@ def test_a_fresh_url_in_the_job_is_used_directly_and_a_stale_one_is_renewed_thro
     fresh = entry(0, download_url=PRESIGNED, download_expires_at=expires_in(600))
     stale = entry(1, download_url=PRESIGNED + "old", download_expires_at=expires_in(-1))
     assert hosts.client().outputs(job(fresh, stale), raw=True) == [b"PNG", b"PNG"]
-    assert hosts.seen == [("bucket.s3.test/out/j1/r1/0", None), ("api.test/v1/jobs/j1/outputs/1", f"Bearer {KEY}"),
-                          ("bucket.s3.test/out/j1/r1/0", None)]
+    assert hosts.seen == [
+        ("bucket.s3.test/out/j1/r1/0", None),
+        ("api.test/v1/jobs/j1/outputs/1", f"Bearer {KEY}"),
+        ("bucket.s3.test/out/j1/r1/0", None),
+    ]
 
 
 def test_a_url_refused_by_the_store_falls_back_to_the_api_and_then_raises():
@@ -77,11 +95,17 @@ def test_a_url_refused_by_the_store_falls_back_to_the_api_and_then_raises():
 
 
 def test_a_redirect_to_the_api_itself_keeps_the_key_and_a_path_prefix_is_kept():
-    hosts = Hosts({"/genq/v1/jobs/j1/outputs/0": httpx.Response(302, headers={"Location": "/genq/files/0"}),
-                   "/genq/files/0": httpx.Response(200, content=b"PNG")})
+    hosts = Hosts(
+        {
+            "/genq/v1/jobs/j1/outputs/0": httpx.Response(302, headers={"Location": "/genq/files/0"}),
+            "/genq/files/0": httpx.Response(200, content=b"PNG"),
+        }
+    )
     assert hosts.client("http://api.test/genq").outputs(job(entry()), raw=True) == [b"PNG"]
-    assert hosts.seen == [("api.test/genq/v1/jobs/j1/outputs/0", f"Bearer {KEY}"),
-                          ("api.test/genq/files/0", f"Bearer {KEY}")]
+    assert hosts.seen == [
+        ("api.test/genq/v1/jobs/j1/outputs/0", f"Bearer {KEY}"),
+        ("api.test/genq/files/0", f"Bearer {KEY}"),
+    ]
 
 
 def test_the_async_client_fetches_the_same_way():

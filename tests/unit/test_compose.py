@@ -38,8 +38,11 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in services.items() if svc.get("command", [])[:4] == [
-        "celery", "-A", "worker", "worker"]}
+    return {
+        name: svc
+        for name, svc in services.items()
+        if svc.get("command", [])[:4] == ["celery", "-A", "worker", "worker"]
+    }
 
 
 def gpu_devices(svc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,8 +77,13 @@ def test_depends_on_targets_exist_and_healthy_ones_have_healthchecks(services):
 
 def one_shot(services: dict[str, dict[str, Any]]) -> set[str]:
     """Services others wait on to finish (setup jobs): they exit, so a health check means nothing."""
-    return {target for svc in services.values() if isinstance(svc.get("depends_on"), dict)
-            for target, spec in svc["depends_on"].items() if spec.get("condition") == "service_completed_successfully"}
+    return {
+        target
+        for svc in services.values()
+        if isinstance(svc.get("depends_on"), dict)
+        for target, spec in svc["depends_on"].items()
+        if spec.get("condition") == "service_completed_successfully"
+    }
 
 
 def test_every_service_has_a_healthcheck(services):
@@ -143,8 +151,10 @@ def test_models_file_is_mounted_and_names_hub_models(services):
         assert svc["environment"]["GENQ_MODELS_FILE"] == MODELS_MOUNT
         assert f"./models.example.toml:{MODELS_MOUNT}:ro" in svc["volumes"], name
     models = load_models_file(COMPOSE / "models.example.toml")
-    assert {m.source for m in models.models.values()} >= {"stabilityai/sd-turbo",
-                                                          "sentence-transformers/all-MiniLM-L6-v2"}
+    assert {m.source for m in models.models.values()} >= {
+        "stabilityai/sd-turbo",
+        "sentence-transformers/all-MiniLM-L6-v2",
+    }
     for name, svc in workers(services).items():
         assert any(v.startswith("hf-cache:") for v in svc["volumes"]), name
         default = re.fullmatch(r"\$\{\w+:-([\w.-]+)\}", svc["environment"]["GENQ_MODEL"])
@@ -153,16 +163,22 @@ def test_models_file_is_mounted_and_names_hub_models(services):
 
 def test_env_example_defines_every_variable_the_compose_file_reads():
     used = set(re.findall(r"\$\{(\w+)", (COMPOSE / "docker-compose.yml").read_text()))
-    defined = {line.split("=", 1)[0] for line in (COMPOSE / ".env.example").read_text().splitlines()
-               if "=" in line and not line.startswith("#")}
+    defined = {
+        line.split("=", 1)[0]
+        for line in (COMPOSE / ".env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    }
     assert used - defined == set()
 
 
 def test_api_image_has_no_torch_and_worker_image_pins_it():
     api = [line for line in (COMPOSE / "Dockerfile.api").read_text().splitlines() if not line.startswith("#")]
     assert 'RUN pip install ".[s3]" \\' in api and not any("torch" in line or "[worker]" in line for line in api)
-    pinned = next(dep for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]["worker"] if dep.startswith("torch=="))
+    pinned = next(
+        dep
+        for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["worker"]
+        if dep.startswith("torch==")
+    )
     worker = (COMPOSE / "Dockerfile.worker").read_text()
     assert f"ARG TORCH_VERSION={pinned.split('==')[1]}" in worker
     assert 'pip install "torch==${TORCH_VERSION}"' in worker

@@ -129,8 +129,10 @@ def test_the_heartbeat_renews_nothing_unsettled_past_the_bound():
     renewed: list[Any] = []
     store = SimpleNamespace(renew=lambda leases, tags: renewed.append((leases, tags)) or [])
     holdings = Holdings(store)  # type: ignore[arg-type]
-    live, stuck = (WorkItem(job_id=name, raw_input={}, claimed=True, handle=SimpleNamespace(delivery_tag=f"tag-{name}"))
-                   for name in ("live", "stuck"))
+    live, stuck = (
+        WorkItem(job_id=name, raw_input={}, claimed=True, handle=SimpleNamespace(delivery_tag=f"tag-{name}"))
+        for name in ("live", "stuck")
+    )
     stuck.unsettled_since = time.monotonic() - UNSETTLED_BOUND_S - 1
     for item in (live, stuck):
         holdings.add(item)
@@ -154,8 +156,13 @@ def test_a_record_that_cannot_be_read_gives_its_prefetch_credit_back(settings: S
         queue = f"{settings.key_prefix}credit-test"
         channel.queue_declare(queue)
         body = json.dumps([[], {"job_id": "j1", "model": "m", "input": {"text": "x [MASK]"}, "created_at": 1.0}, {}])
-        channel.basic_publish(channel.prepare_message(body, content_type="application/json", content_encoding="utf-8",
-                                                      headers={"id": "j1"}), exchange="", routing_key=queue)
+        channel.basic_publish(
+            channel.prepare_message(
+                body, content_type="application/json", content_encoding="utf-8", headers={"id": "j1"}
+            ),
+            exchange="",
+            routing_key=queue,
+        )
         message = channel.basic_get(queue)
         assert not channel.qos.can_consume()  # the one credit is taken
         batching.on_message(message, None, None, None, None)

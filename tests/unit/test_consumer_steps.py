@@ -66,20 +66,33 @@ def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[BatchingConsumer, Model, Dis
     RUNNERS.clear()
     monkeypatch.setattr(consumer_module, "StepRunner", Runner)
     calls, executor = Calls(), Claims()
-    spec = ModelSpec(id="m", kind=JobKind.text_to_image, source="x",
-                     batching=BatchingSettings(max_batch_size=3, policy="greedy"))
-    runtime = SimpleNamespace(weight=lambda parsed: 1, batch_key=lambda parsed: "k", step_cost=lambda parsed: 1,
-                              step_key=lambda parsed: parsed.size)
-    loaded = SimpleNamespace(spec=spec, runtime=runtime, executor=executor,
-                             webhooks=SimpleNamespace(record=calls.hooks.append),
-                             fleet=SimpleNamespace(set_held=lambda model, worker, n: calls.held.append(n)))
+    spec = ModelSpec(
+        id="m", kind=JobKind.text_to_image, source="x", batching=BatchingSettings(max_batch_size=3, policy="greedy")
+    )
+    runtime = SimpleNamespace(
+        weight=lambda parsed: 1,
+        batch_key=lambda parsed: "k",
+        step_cost=lambda parsed: 1,
+        step_key=lambda parsed: parsed.size,
+    )
+    loaded = SimpleNamespace(
+        spec=spec,
+        runtime=runtime,
+        executor=executor,
+        webhooks=SimpleNamespace(record=calls.hooks.append),
+        fleet=SimpleNamespace(set_held=lambda model, worker, n: calls.held.append(n)),
+    )
     dispatcher = Dispatcher()
     celery_consumer = SimpleNamespace(
-        event_dispatcher=dispatcher, hostname="w", task_consumer=None,
+        event_dispatcher=dispatcher,
+        hostname="w",
+        task_consumer=None,
         timer=SimpleNamespace(call_after=lambda delay, fun, args=(): None),
-        controller=SimpleNamespace(state=SimpleNamespace(revoked=set()), hub=SimpleNamespace(call_soon=lambda f: f())))
-    monkeypatch.setattr(settlement_module, "ack_many",
-                        lambda messages: calls.acks.append([m.job_id for m in messages]) or [])
+        controller=SimpleNamespace(state=SimpleNamespace(revoked=set()), hub=SimpleNamespace(call_soon=lambda f: f())),
+    )
+    monkeypatch.setattr(
+        settlement_module, "ack_many", lambda messages: calls.acks.append([m.job_id for m in messages]) or []
+    )
     batching = BatchingConsumer(loaded, celery_consumer, Model(), Holdings(None))  # type: ignore[arg-type]
     batching.batcher.clock = Clock(0.0)
     return batching, batching.model, dispatcher, calls, executor  # type: ignore[return-value]

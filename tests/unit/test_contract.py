@@ -25,21 +25,39 @@ def test_a_status_maps_back_through_the_same_table():
     for status in set(HTTP_STATUS.values()):
         assert HTTP_STATUS[code_for_status(status)] == status
     assert [code_for_status(s) for s in (400, 409, 413, 422, 500, 503)] == [
-        ErrorCode.bad_request, ErrorCode.conflict, ErrorCode.payload_too_large, ErrorCode.invalid_input,
-        ErrorCode.internal, ErrorCode.broker_unavailable]
+        ErrorCode.bad_request,
+        ErrorCode.conflict,
+        ErrorCode.payload_too_large,
+        ErrorCode.invalid_input,
+        ErrorCode.internal,
+        ErrorCode.broker_unavailable,
+    ]
     assert code_for_status(405) == ErrorCode.method_not_allowed and code_for_status(418) == ErrorCode.bad_request
     assert code_for_status(502) == ErrorCode.internal
 
 
 def test_bad_input_codes_are_4xx():
-    for code in (ErrorCode.bad_request, ErrorCode.invalid_input, ErrorCode.unknown_model, ErrorCode.not_found,
-                 ErrorCode.payload_too_large, ErrorCode.conflict):
+    for code in (
+        ErrorCode.bad_request,
+        ErrorCode.invalid_input,
+        ErrorCode.unknown_model,
+        ErrorCode.not_found,
+        ErrorCode.payload_too_large,
+        ErrorCode.conflict,
+    ):
         assert 400 <= HTTP_STATUS[code] < 500
 
 
 def test_settings_from_env_parse_types_and_keep_defaults():
-    s = Settings.from_env({"GENQ_REDIS_TIMEOUT_S": "0.5", "GENQ_RESULT_TTL_S": "60", "GENQ_MODELS_FILE": "/m.toml",
-                           "GENQ_API_KEYS_FILE": "", "UNRELATED": "1"})
+    s = Settings.from_env(
+        {
+            "GENQ_REDIS_TIMEOUT_S": "0.5",
+            "GENQ_RESULT_TTL_S": "60",
+            "GENQ_MODELS_FILE": "/m.toml",
+            "GENQ_API_KEYS_FILE": "",
+            "UNRELATED": "1",
+        }
+    )
     assert s.redis_timeout_s == 0.5 and s.result_ttl_s == 60 and s.models_file == Path("/m.toml")
     assert s.redis_url == DEFAULT_REDIS_URL and s.api_keys_file is None
 
@@ -68,21 +86,29 @@ def test_the_repository_models_file_is_valid():
 
 @pytest.mark.parametrize("module", ["api", "tasks", "genq.cli", "worker"])
 def test_importing_loads_no_torch(module):
-    code = f"import sys, {module}; bad = [m for m in ('torch', 'transformers', 'diffusers') if m in sys.modules];" \
-           "print(bad); sys.exit(1 if bad else 0)"
+    code = (
+        f"import sys, {module}; bad = [m for m in ('torch', 'transformers', 'diffusers') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     if module == "api":
         code = "import api.app, api.wsgi as _w; " + code  # the app as gunicorn builds it
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={"GENQ_MODELS_FILE": str(Path(__file__).parents[2] / "models.toml"),
-                                 "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"GENQ_MODELS_FILE": str(Path(__file__).parents[2] / "models.toml"), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_api_never_imports_worker():
     code = "import sys, api.wsgi; sys.exit(1 if 'worker' in sys.modules else 0)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={"GENQ_MODELS_FILE": str(Path(__file__).parents[2] / "models.toml"),
-                                 "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"GENQ_MODELS_FILE": str(Path(__file__).parents[2] / "models.toml"), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -94,8 +120,14 @@ def test_a_bad_environment_value_names_the_variable():
 def test_torch_options_read_their_own_prefix():
     from worker.torch_settings import TorchOptions
 
-    options = TorchOptions.from_env({"GENQ_TORCH_NUM_THREADS": "1", "GENQ_TORCH_COMPILE": "yes",
-                                     "GENQ_TORCH_DTYPE": "bfloat16", "GENQ_NUM_THREADS": "7"})
+    options = TorchOptions.from_env(
+        {
+            "GENQ_TORCH_NUM_THREADS": "1",
+            "GENQ_TORCH_COMPILE": "yes",
+            "GENQ_TORCH_DTYPE": "bfloat16",
+            "GENQ_NUM_THREADS": "7",
+        }
+    )
     assert (options.num_threads, options.compile, options.dtype) == (1, True, "bfloat16")
     assert options.with_overrides({"attention_slicing": True}).attention_slicing
     with pytest.raises(ValueError, match="unknown torch settings: warp"):

@@ -62,9 +62,17 @@ def items(store: JobStore, texts: list[str], deadline_s: float | None = None) ->
     out = []
     for text in texts:
         now = time.time()
-        record = store.create(JobRecord(
-            id=str(uuid.uuid4()), model="fake", kind=JobKind.fill_mask, status=JobStatus.queued, created_at=now,
-            deadline_at=None if deadline_s is None else now + deadline_s, input={"text": f"{text} [MASK]"}))
+        record = store.create(
+            JobRecord(
+                id=str(uuid.uuid4()),
+                model="fake",
+                kind=JobKind.fill_mask,
+                status=JobStatus.queued,
+                created_at=now,
+                deadline_at=None if deadline_s is None else now + deadline_s,
+                input={"text": f"{text} [MASK]"},
+            )
+        )
         item = WorkItem(job_id=record.id, raw_input={})
         item.take_record(record)
         out.append(item)
@@ -73,8 +81,14 @@ def items(store: JobStore, texts: list[str], deadline_s: float | None = None) ->
 
 def executor_for(store: JobStore, runtime: Runtime) -> Executor:
     """An executor writing outputs and completion counts next to ``store``'s records."""
-    return Executor(runtime, runtime.spec, store, max_attempts=3, outputs=output_store(store.redis, store.settings),
-                    fleet=FleetStore(store.redis, store.settings))
+    return Executor(
+        runtime,
+        runtime.spec,
+        store,
+        max_attempts=3,
+        outputs=output_store(store.redis, store.settings),
+        fleet=FleetStore(store.redis, store.settings),
+    )
 
 
 def run(store: JobStore, runtime: Runtime, batch: list[WorkItem]) -> None:
@@ -108,12 +122,19 @@ def test_a_batch_ends_in_one_round_trip_and_each_job_on_its_own_verdict(key_pref
     writes = [trip for trip in trips if "EVALSHA" in trip]
     # One progress write, then the four endings, each counting itself if it stores, together.
     assert writes == [["EVALSHA"] * 4, ["EVALSHA"] * 4]
-    assert [i.status for i in batch] == [JobStatus.succeeded, JobStatus.canceled, JobStatus.succeeded,
-                                         JobStatus.succeeded]
+    assert [i.status for i in batch] == [
+        JobStatus.succeeded,
+        JobStatus.canceled,
+        JobStatus.succeeded,
+        JobStatus.succeeded,
+    ]
     assert [store.get(i.job_id).status for i in batch] == [i.status for i in batch]
     bucket = int(time.time()) // 10
-    assert int(client.get(store.keys.completed("fake", bucket)) or 0) + int(
-        client.get(store.keys.completed("fake", bucket - 1)) or 0) == 3  # the canceled one ended elsewhere
+    assert (
+        int(client.get(store.keys.completed("fake", bucket)) or 0)
+        + int(client.get(store.keys.completed("fake", bucket - 1)) or 0)
+        == 3
+    )  # the canceled one ended elsewhere
 
 
 def test_one_bad_item_fails_alone(store):
@@ -259,8 +280,9 @@ class ImageRuntime(ScriptedRuntime):
     """Two binary outputs per job (bytes derived from the text), no inline output."""
 
     def predict(self, inputs, progress=None):
-        return [Prediction(blobs=[Blob(f"{i.text}#{n}".encode(), "image/png", seed=n) for n in range(2)])
-                for i in inputs]
+        return [
+            Prediction(blobs=[Blob(f"{i.text}#{n}".encode(), "image/png", seed=n) for n in range(2)]) for i in inputs
+        ]
 
 
 def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, monkeypatch):
@@ -280,9 +302,15 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     assert record.status == JobStatus.succeeded and record.output is None
     for n, entry in enumerate(record.binary_outputs):
         data = f"img [MASK]#{n}".encode()
-        assert entry == OutputEntry(index=n, key=entry.key, url=f"/v1/jobs/{item.job_id}/outputs/{n}",
-                                    media_type="image/png", size=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                                    seed=n)
+        assert entry == OutputEntry(
+            index=n,
+            key=entry.key,
+            url=f"/v1/jobs/{item.job_id}/outputs/{n}",
+            media_type="image/png",
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            seed=n,
+        )
         assert entry.key.startswith(f"{item.job_id}/") and entry.key.endswith(f"/{n}")
     assert record.public().output == [e.public() for e in record.binary_outputs]
     assert "key" not in record.public().model_dump(mode="json")["output"][0]

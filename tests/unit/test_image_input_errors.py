@@ -106,8 +106,16 @@ def items(store: JobStore, inputs: list[tuple[str, dict[str, Any]]]) -> list[Wor
     loaded."""
     out = []
     for job_id, data in inputs:
-        record = store.create(JobRecord(id=job_id, model="sd-demo", kind=JobKind.text_to_image,
-                                        status=JobStatus.queued, created_at=time.time(), input=data))
+        record = store.create(
+            JobRecord(
+                id=job_id,
+                model="sd-demo",
+                kind=JobKind.text_to_image,
+                status=JobStatus.queued,
+                created_at=time.time(),
+                input=data,
+            )
+        )
         item = WorkItem(job_id=record.id, raw_input={})
         item.take_record(record)
         out.append(item)
@@ -115,10 +123,15 @@ def items(store: JobStore, inputs: list[tuple[str, dict[str, Any]]]) -> list[Wor
 
 
 @pytest.mark.parametrize("scheduling", ["request", "step"])
-def test_a_broken_picture_fails_its_job_alone(runtime: TextToImageRuntime, store: JobStore,
-                                              scheduling: str) -> None:
-    executor = Executor(runtime, runtime.spec, store, max_attempts=3, outputs=output_store(store.redis, store.settings),
-                        fleet=FleetStore(store.redis, store.settings))
+def test_a_broken_picture_fails_its_job_alone(runtime: TextToImageRuntime, store: JobStore, scheduling: str) -> None:
+    executor = Executor(
+        runtime,
+        runtime.spec,
+        store,
+        max_attempts=3,
+        outputs=output_store(store.redis, store.settings),
+        fleet=FleetStore(store.redis, store.settings),
+    )
     ids = {name: str(uuid.uuid4()) for name in ["fine", "foreign", *EXPECTED]}
     broken = broken_inputs(runtime.inputs, ids)
     del broken["no-step"]  # parsing raises its strength to run one step (tasks/input_checks.py): not broken here

@@ -9,13 +9,30 @@ from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
 from tasks.inputs import EmbeddingInput, FillMaskInput, JobKind, ModelLimits, TextGenerationInput, TextToImageInput
 
-LIMITS = ModelLimits(max_prompt_chars=50, max_width=256, max_height=192, max_pixels=128 * 192, max_steps=30,
-                     max_images=3, max_new_tokens=40, max_texts=5, max_top_k=7, default_width=64,
-                     default_height=64, default_steps=4)
+LIMITS = ModelLimits(
+    max_prompt_chars=50,
+    max_width=256,
+    max_height=192,
+    max_pixels=128 * 192,
+    max_steps=30,
+    max_images=3,
+    max_new_tokens=40,
+    max_texts=5,
+    max_top_k=7,
+    default_width=64,
+    default_height=64,
+    default_steps=4,
+)
 
-anything = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True),
-                     st.text(max_size=80), st.lists(st.text(max_size=60), max_size=8),
-                     st.dictionaries(st.text(), st.integers(), max_size=2))
+anything = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=80),
+    st.lists(st.text(max_size=60), max_size=8),
+    st.dictionaries(st.text(), st.integers(), max_size=2),
+)
 ints = st.one_of(st.integers(-10, 100_000), anything)
 text = st.one_of(st.text(max_size=80), st.text(max_size=20).map(lambda t: t + " [MASK]"), anything)
 
@@ -29,9 +46,21 @@ def accepted(kind: JobKind, data: dict[str, object]):  # type: ignore[no-untyped
 
 
 @settings(max_examples=400)
-@given(st.fixed_dictionaries({"prompt": text}, optional={
-    "negative_prompt": text, "width": ints, "height": ints, "num_inference_steps": ints, "guidance_scale": anything,
-    "seed": ints, "num_images": ints, "scheduler": st.one_of(st.sampled_from(["euler", "lms", "x"]), anything)}))
+@given(
+    st.fixed_dictionaries(
+        {"prompt": text},
+        optional={
+            "negative_prompt": text,
+            "width": ints,
+            "height": ints,
+            "num_inference_steps": ints,
+            "guidance_scale": anything,
+            "seed": ints,
+            "num_images": ints,
+            "scheduler": st.one_of(st.sampled_from(["euler", "lms", "x"]), anything),
+        },
+    )
+)
 def test_accepted_images_are_within_limits(data):
     inp = accepted(JobKind.text_to_image, data)
     if isinstance(inp, TextToImageInput):
@@ -45,9 +74,19 @@ def test_accepted_images_are_within_limits(data):
 
 
 @settings(max_examples=300)
-@given(st.fixed_dictionaries({"prompt": text}, optional={
-    "max_new_tokens": ints, "temperature": anything, "top_p": anything, "do_sample": anything, "seed": ints,
-    "stop": anything}))
+@given(
+    st.fixed_dictionaries(
+        {"prompt": text},
+        optional={
+            "max_new_tokens": ints,
+            "temperature": anything,
+            "top_p": anything,
+            "do_sample": anything,
+            "seed": ints,
+            "stop": anything,
+        },
+    )
+)
 def test_accepted_generations_are_within_limits(data):
     inp = accepted(JobKind.text_generation, data)
     if isinstance(inp, TextGenerationInput):

@@ -35,8 +35,9 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 def test_every_object_matches_the_schema(docs):
     validator = Draft7Validator(json.loads(SCHEMA.read_text()))
     for doc in docs:
-        errors = [f"{doc['kind']} {'/'.join(map(str, e.absolute_path))}: {e.message}"
-                  for e in validator.iter_errors(doc)]
+        errors = [
+            f"{doc['kind']} {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
+        ]
         assert not errors, "\n".join(errors)
 
 

@@ -28,8 +28,9 @@ def test_every_kind_has_a_default_runtime_of_that_kind(kind: JobKind) -> None:
 
 
 def test_a_custom_runtime_of_another_kind_is_refused_at_load() -> None:
-    spec = ModelSpec(id="painter", kind=JobKind.text_to_image, source="fake://",
-                     runtime="tests.fake_runtime:FakeRuntime")
+    spec = ModelSpec(
+        id="painter", kind=JobKind.text_to_image, source="fake://", runtime="tests.fake_runtime:FakeRuntime"
+    )
     with pytest.raises(TypeError, match="painter is a text-to-image model, but its runtime .* runs fill-mask jobs"):
         runtime_class(spec)
     assert runtime_class(spec.model_copy(update={"kind": JobKind.fill_mask})) is FakeRuntime
@@ -40,8 +41,9 @@ def test_a_stored_output_reads_as_its_kinds_type() -> None:
 
     vectors = KINDS[JobKind.embedding].parse_output({"embeddings": [[0.5]], "dim": 1, "tokens": 2})
     assert isinstance(vectors, EmbeddingOutput) and vectors["dim"] == 1 and vectors.get("nope", 3) == 3
-    candidates = KINDS[JobKind.fill_mask].parse_output([{"score": 1, "token": 2, "token_str": "a", "sequence": "a",
-                                                         "extra": True}])
+    candidates = KINDS[JobKind.fill_mask].parse_output(
+        [{"score": 1, "token": 2, "token_str": "a", "sequence": "a", "extra": True}]
+    )
     assert isinstance(candidates, list) and isinstance(candidates[0], FillMaskCandidate)
     assert candidates[0]["extra"] is True  # a runtime may report more than its kind promises
     assert KINDS[JobKind.text_to_image].binary and KINDS[JobKind.text_to_image].output == list[OutputEntry]

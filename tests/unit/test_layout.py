@@ -34,15 +34,20 @@ def contract_modules() -> list[Path]:
 @pytest.mark.parametrize("path", contract_modules(), ids=lambda p: p.name)
 def test_the_contract_storey_imports_no_storage(path):
     """``tasks/*.py`` is the contract: what crosses a process boundary, never how it is stored or moved."""
-    bad = {name for name in imports_of(path)
-           if name.split(".")[0] in STORAGE_LIBS | MODEL_LIBS or name.startswith("tasks.store")}
+    bad = {
+        name
+        for name in imports_of(path)
+        if name.split(".")[0] in STORAGE_LIBS | MODEL_LIBS or name.startswith("tasks.store")
+    }
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: that belongs in tasks/store/"
 
 
 def test_importing_the_whole_contract_loads_no_storage_library():
     modules = ", ".join(f"tasks.{p.stem}" for p in contract_modules() if p.stem != "__init__")
-    code = (f"import sys, {modules}; bad = sorted(m for m in {sorted(STORAGE_LIBS | MODEL_LIBS)!r} "
-            "if m in sys.modules); print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        f"import sys, {modules}; bad = sorted(m for m in {sorted(STORAGE_LIBS | MODEL_LIBS)!r} "
+        "if m in sys.modules); print(bad); sys.exit(1 if bad else 0)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -57,8 +62,11 @@ def module_graph(package: str) -> dict[str, set[str]]:
         graph[name] = set()
         for imported in imports_of(path):
             while imported and imported.split(".")[0] == package:
-                if imported in graph or (ROOT / Path(*imported.split("."))).with_suffix(".py").exists() or \
-                        (ROOT / Path(*imported.split(".")) / "__init__.py").exists():
+                if (
+                    imported in graph
+                    or (ROOT / Path(*imported.split("."))).with_suffix(".py").exists()
+                    or (ROOT / Path(*imported.split(".")) / "__init__.py").exists()
+                ):
                     break
                 imported = imported.rpartition(".")[0]
             if imported.split(".")[0] == package and imported != name and imported != package:
@@ -75,7 +83,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()
@@ -131,7 +139,10 @@ def test_each_room_imports_only_what_it_may(package):
 
 def test_no_module_is_over_the_limit():
     paths = [path for package in ("tasks", "api", "worker", "genq", "bench") for path in (ROOT / package).rglob("*.py")]
-    long = [f"{path.relative_to(ROOT)}: {n} lines" for path in sorted(paths)
-            if (n := len(path.read_text().splitlines())) > MAX_LINES
-            and str(path.relative_to(ROOT)) not in OVER_THE_LIMIT_FOR_NOW]
+    long = [
+        f"{path.relative_to(ROOT)}: {n} lines"
+        for path in sorted(paths)
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+        and str(path.relative_to(ROOT)) not in OVER_THE_LIMIT_FOR_NOW
+    ]
     assert not long, f"split by responsibility (at most {MAX_LINES} lines):\n" + "\n".join(long)

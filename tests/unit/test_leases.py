@@ -16,8 +16,7 @@ from tasks.store.redis_client import connect
 
 
 def store_with(key_prefix: str, **overrides: object) -> JobStore:
-    settings = Settings(key_prefix=key_prefix + "leases:", result_ttl_s=100, tombstone_ttl_s=1000,
-                        **overrides)  # type: ignore[arg-type]
+    settings = Settings(key_prefix=key_prefix + "leases:", result_ttl_s=100, tombstone_ttl_s=1000, **overrides)  # type: ignore[arg-type]
     return JobStore(connect(settings), settings)
 
 
@@ -29,10 +28,18 @@ def store(key_prefix) -> JobStore:
 
 def queued(store: JobStore, deadline_s: float | None = None, model: str = "m") -> str:
     now = time.time()
-    record = store.create(JobRecord(id=str(uuid.uuid4()), model=model, kind=JobKind.fill_mask, status=JobStatus.queued,
-                                    owner="alice", created_at=now,
-                                    deadline_at=None if deadline_s is None else now + deadline_s,
-                                    input={"text": "a [MASK]"}))
+    record = store.create(
+        JobRecord(
+            id=str(uuid.uuid4()),
+            model=model,
+            kind=JobKind.fill_mask,
+            status=JobStatus.queued,
+            owner="alice",
+            created_at=now,
+            deadline_at=None if deadline_s is None else now + deadline_s,
+            input={"text": "a [MASK]"},
+        )
+    )
     return record.id
 
 

@@ -23,8 +23,12 @@ STORE_DIR = Path(resources.files("tasks.store"))  # type: ignore[arg-type]
 
 def wrappers() -> list[type[ScriptArgs]]:
     """Every wrapper that names a script of its own (JobFrame and ReserveArgs are parts of others)."""
-    found = {obj for module in MODULES for obj in vars(module).values()
-             if isinstance(obj, type) and issubclass(obj, ScriptArgs) and "script" in vars(obj)}
+    found = {
+        obj
+        for module in MODULES
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, ScriptArgs) and "script" in vars(obj)
+    }
     return sorted(found, key=lambda cls: cls.script)
 
 
@@ -76,53 +80,100 @@ def client() -> redis.Redis:
 
 
 def job_frame(p: str) -> dict[str, Any]:
-    return dict(job=p + "job:j1", done_channel=p + "done:j1", tombstone=p + "gone:j1", active_prefix=p + "active:",
-                queued_prefix=p + "queued:", record_ttl=60, tombstone_ttl=120)
+    return dict(
+        job=p + "job:j1",
+        done_channel=p + "done:j1",
+        tombstone=p + "gone:j1",
+        active_prefix=p + "active:",
+        queued_prefix=p + "queued:",
+        record_ttl=60,
+        tombstone_ttl=120,
+    )
 
 
 def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
     """One run per script, through its wrapper, with what it must answer (keys under the prefix ``p``)."""
 
     def create(s: Scripts) -> None:
-        created = s.run(job_scripts.CreateArgs(job=p + "job:j1", active=p + "active:m", tombstone=p + "gone:j1",
-                                               id="j1", owner="alice", tombstone_ttl=60, deadline_offset="5",
-                                               fields=["status", "queued", "model", "m", "id", "j1"]))
+        created = s.run(
+            job_scripts.CreateArgs(
+                job=p + "job:j1",
+                active=p + "active:m",
+                tombstone=p + "gone:j1",
+                id="j1",
+                owner="alice",
+                tombstone_ttl=60,
+                deadline_offset="5",
+                fields=["status", "queued", "model", "m", "id", "j1"],
+            )
+        )
         record = client.hgetall(p + "job:j1")
         assert float(record[b"deadline_at"]) == pytest.approx(float(created) + 5)
 
     def admit(s: Scripts) -> None:
         client.zadd(p + "workers:m", {"w1": float(client.time()[0])})
-        reserve = queue_limit.ReserveArgs(queued=p + "queued:m", workers=p + "workers:m", id="j2", limit=1,
-                                          worker_ttl=30, job_prefix=p + "job:")
-        create_args = job_scripts.CreateArgs(job=p + "job:j2", active=p + "active:m", tombstone=p + "gone:j2",
-                                             id="j2", owner="alice", tombstone_ttl=60, deadline_offset="",
-                                             fields=["status", "queued", "model", "m", "id", "j2"])
+        reserve = queue_limit.ReserveArgs(
+            queued=p + "queued:m", workers=p + "workers:m", id="j2", limit=1, worker_ttl=30, job_prefix=p + "job:"
+        )
+        create_args = job_scripts.CreateArgs(
+            job=p + "job:j2",
+            active=p + "active:m",
+            tombstone=p + "gone:j2",
+            id="j2",
+            owner="alice",
+            tombstone_ttl=60,
+            deadline_offset="",
+            fields=["status", "queued", "model", "m", "id", "j2"],
+        )
         outcome, depth, created = s.run(job_scripts.AdmitArgs.of(create_args, reserve))
         assert (outcome, depth) == (1, 1) and float(created) > 0 and client.hget(p + "job:j2", "owner") is None
-        full = job_scripts.AdmitArgs.of(dataclasses.replace(create_args, id="j3", job=p + "job:j3"),
-                                        dataclasses.replace(reserve, id="j3"))
+        full = job_scripts.AdmitArgs.of(
+            dataclasses.replace(create_args, id="j3", job=p + "job:j3"), dataclasses.replace(reserve, id="j3")
+        )
         assert s.run(full)[:2] == [0, 1] and not client.exists(p + "job:j3")  # full: nothing written
 
     def admit_many(s: Scripts) -> None:
         client.zadd(p + "workers:b", {"w1": float(client.time()[0])})
 
         def job(n: int, need_worker: str = "1") -> job_scripts.AdmitManyJob:
-            reserve = queue_limit.ReserveArgs(queued=p + "queued:b", workers=p + "workers:b", id=f"b{n}", limit=2,
-                                              worker_ttl=30, job_prefix=p + "job:", need_worker=need_worker)
-            return job_scripts.AdmitManyJob(job=p + f"job:b{n}", active=p + "active:b", tombstone=p + f"gone:b{n}",
-                                            reserve=reserve, owner="bob", deadline_offset="2" if n == 1 else "",
-                                            fields_json=json.dumps({"status": "queued", "id": f"b{n}"}))
+            reserve = queue_limit.ReserveArgs(
+                queued=p + "queued:b",
+                workers=p + "workers:b",
+                id=f"b{n}",
+                limit=2,
+                worker_ttl=30,
+                job_prefix=p + "job:",
+                need_worker=need_worker,
+            )
+            return job_scripts.AdmitManyJob(
+                job=p + f"job:b{n}",
+                active=p + "active:b",
+                tombstone=p + f"gone:b{n}",
+                reserve=reserve,
+                owner="bob",
+                deadline_offset="2" if n == 1 else "",
+                fields_json=json.dumps({"status": "queued", "id": f"b{n}"}),
+            )
 
-        replies = s.run(job_scripts.AdmitManyArgs(tombstone_ttl=60, worker_ttl=30, job_prefix=p + "job:",
-                                                  stale_after=60, prune_batch=10, jobs=[job(1), job(2), job(3)]))
+        replies = s.run(
+            job_scripts.AdmitManyArgs(
+                tombstone_ttl=60,
+                worker_ttl=30,
+                job_prefix=p + "job:",
+                stale_after=60,
+                prune_batch=10,
+                jobs=[job(1), job(2), job(3)],
+            )
+        )
         assert [r[:2] for r in replies] == [[1, 1], [1, 2], [0, 2]]  # a queue of 2: the third is refused
         assert client.hget(p + "job:b2", "status") == b"queued" and not client.exists(p + "job:b3")
         assert float(client.hget(p + "job:b1", "deadline_at")) == pytest.approx(float(replies[0][2]) + 2)
         assert client.get(p + "gone:b1") == b"bob" and client.zscore(p + "active:b", "b2") is not None
 
     def claim(s: Scripts) -> None:
-        before, attempts, verdict, _ = s.run(job_scripts.ClaimArgs(**job_frame(p), token="t", lease_s=30,
-                                                                   worker="w1", deadline_error="{}"))
+        before, attempts, verdict, _ = s.run(
+            job_scripts.ClaimArgs(**job_frame(p), token="t", lease_s=30, worker="w1", deadline_error="{}")
+        )
         assert (before, attempts, verdict) == (b"queued", 1, b"claimed")
 
     def holder(s: Scripts) -> None:
@@ -138,9 +189,15 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         claim(s)  # the next claim counts the attempt the release took back
 
     def finish(s: Scripts) -> None:
-        args = job_scripts.FinishArgs(**job_frame(p), token="t", status="succeeded", counter_prefix=p + "done:",
-                                      counter_bucket_s=10**9, counter_ttl=60,
-                                      fields=["output", '"x"'])
+        args = job_scripts.FinishArgs(
+            **job_frame(p),
+            token="t",
+            status="succeeded",
+            counter_prefix=p + "done:",
+            counter_bucket_s=10**9,
+            counter_ttl=60,
+            fields=["output", '"x"'],
+        )
         assert (s.run(args), s.run(args)) == ([b"running", b"stored"], [b"succeeded", b"stored"])  # a retry: stored
         assert client.hget(p + "job:j1", "status") == b"succeeded" and client.get(p + "done:1") == b"1"  # counted once
 
@@ -150,8 +207,7 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.zcard(p + "queued:m") == 0  # its reservation went with it
 
     def record(s: Scripts) -> None:
-        args = outbox.RecordArgs(delivery=p + "wh:j1:end", due=p + "due", delivery_id="msg_1", ttl=60,
-                                 member="j1:end")
+        args = outbox.RecordArgs(delivery=p + "wh:j1:end", due=p + "due", delivery_id="msg_1", ttl=60, member="j1:end")
         assert (s.run(args), s.run(args)) == (1, 0)
 
     def outbox_claim(s: Scripts) -> None:
@@ -160,15 +216,17 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.zscore(p + "due", "j1:end") == pytest.approx(float(client.time()[0]) + 40, abs=2)
 
     def settle(s: Scripts) -> None:
-        args = outbox.SettleArgs(delivery=p + "wh:j1:end", due=p + "due", lease="L", member="j1:end",
-                                 outcome="delivered", after_s=0.0)
+        args = outbox.SettleArgs(
+            delivery=p + "wh:j1:end", due=p + "due", lease="L", member="j1:end", outcome="delivered", after_s=0.0
+        )
         assert s.run(dataclasses.replace(args, lease="other")) == 0 and s.run(args) == 1
         assert client.hget(p + "wh:j1:end", "state") == b"delivered"
 
     def defer(s: Scripts) -> None:
         client.hset(p + "wh:j9:end", mapping={"lease": "L9", "attempts": 1})
-        args = outbox_defer.DeferArgs(delivery=p + "wh:j9:end", due=p + "due9", lease="L9", member="j9:end",
-                                      after_s=5.0)
+        args = outbox_defer.DeferArgs(
+            delivery=p + "wh:j9:end", due=p + "due9", lease="L9", member="j9:end", after_s=5.0
+        )
         assert s.run(dataclasses.replace(args, lease="other")) == 0 and s.run(args) == 1
         assert client.hget(p + "wh:j9:end", "attempts") == b"0" and not client.hexists(p + "wh:j9:end", "lease")
         assert client.zscore(p + "due9", "j9:end") == pytest.approx(float(client.time()[0]) + 5, abs=2)
@@ -188,11 +246,23 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         s.run(fleet.BeatArgs(workers=p + "workers:m", held_counts=p + "held:m", worker="w1", held=3))
         assert client.hget(p + "held:m", "w1") == b"3" and client.zscore(p + "workers:m", "w1") is not None
 
-    return {"job_create": create, "job_admit": admit, "job_admit_many": admit_many, "job_claim": claim,
-            "job_holder": holder, "job_release": release,
-            "job_finish": finish, "job_end": end, "outbox_record": record, "outbox_claim": outbox_claim,
-            "outbox_settle": settle, "outbox_defer": defer, "idempotency_bind": bind, "idempotency_swap": swap,
-            "fleet_beat": beat}
+    return {
+        "job_create": create,
+        "job_admit": admit,
+        "job_admit_many": admit_many,
+        "job_claim": claim,
+        "job_holder": holder,
+        "job_release": release,
+        "job_finish": finish,
+        "job_end": end,
+        "outbox_record": record,
+        "outbox_claim": outbox_claim,
+        "outbox_settle": settle,
+        "outbox_defer": defer,
+        "idempotency_bind": bind,
+        "idempotency_swap": swap,
+        "fleet_beat": beat,
+    }
 
 
 def test_every_script_loads_and_runs_through_its_wrapper(client: redis.Redis, key_prefix: str):

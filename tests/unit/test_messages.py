@@ -17,9 +17,16 @@ from tasks.store.job_store import JobRecord
 
 def record(**overrides: object) -> JobRecord:
     fields: dict[str, object] = {
-        "id": "job-1", "model": "sd-demo", "kind": JobKind.text_to_image, "status": JobStatus.queued,
-        "priority": "high", "created_at": time.time(), "deadline_at": time.time() + 60,
-        "input": {"prompt": "a fox", "seed": 3}, "webhook": "https://example.com/h", "webhook_events": ["start"],
+        "id": "job-1",
+        "model": "sd-demo",
+        "kind": JobKind.text_to_image,
+        "status": JobStatus.queued,
+        "priority": "high",
+        "created_at": time.time(),
+        "deadline_at": time.time() + 60,
+        "input": {"prompt": "a fox", "seed": 3},
+        "webhook": "https://example.com/h",
+        "webhook_events": ["start"],
     }
     return JobRecord.model_validate({**fields, **overrides})
 
@@ -38,7 +45,12 @@ def test_a_record_round_trips_through_the_wire():
     parsed = parse_run(rec.id, wire(args["kwargs"]))
     assert parsed == message
     assert (parsed.model, parsed.input, parsed.created_at, parsed.deadline_at, parsed.webhook_events) == (
-        "sd-demo", rec.input, rec.created_at, rec.deadline_at, ["start"])
+        "sd-demo",
+        rec.input,
+        rec.created_at,
+        rec.deadline_at,
+        ["start"],
+    )
 
 
 def test_a_record_without_deadline_or_webhooks_round_trips():
@@ -47,15 +59,18 @@ def test_a_record_without_deadline_or_webhooks_round_trips():
     assert send_args(message)["priority"] == 9
 
 
-@pytest.mark.parametrize(("change", "names"), [
-    ({"model": None}, "model"),  # a message that does not say its model is refused, not guessed
-    ({"created_at": "yesterday"}, "created_at"),
-    ({"input": "a fox"}, "input"),
-    ({"priority": "urgent"}, "priority"),
-    ({"webhook_events": ["always"]}, "webhook_events"),
-    ({"job_id": 7}, "job_id"),
-    ({"extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"model": None}, "model"),  # a message that does not say its model is refused, not guessed
+        ({"created_at": "yesterday"}, "created_at"),
+        ({"input": "a fox"}, "input"),
+        ({"priority": "urgent"}, "priority"),
+        ({"webhook_events": ["always"]}, "webhook_events"),
+        ({"job_id": 7}, "job_id"),
+        ({"extra": 1}, "extra"),
+    ],
+)
 def test_a_malformed_message_is_refused_naming_the_field(change, names):
     kwargs = send_args(RunMessage.of(record()))["kwargs"]
     kwargs = {k: v for k, v in {**kwargs, **change}.items() if v is not None}

@@ -50,7 +50,9 @@ def test_no_free_port_refuses_before_anything_starts(monkeypatch: pytest.MonkeyP
     assert MAX_SKIPPED > 0
 
 
-@pytest.mark.parametrize(("address", "host"), [("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "127.0.0.1"),
-                                               ("::", "[::1]"), ("10.0.0.5", "10.0.0.5")])
+@pytest.mark.parametrize(
+    ("address", "host"),
+    [("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "127.0.0.1"), ("::", "[::1]"), ("10.0.0.5", "10.0.0.5")],
+)
 def test_url_host(address: str, host: str) -> None:
     assert url_host(address) == host

@@ -43,7 +43,9 @@ def test_normalizer_growth_matches_unicode():
 
 def test_demo_models_derive_their_limits(demo_models: Path):
     assert derived_limits(JobKind.fill_mask, str(demo_models / "bert-demo")) == {
-        "mask_token": "[MASK]", "max_prompt_chars": (512 - 2) // 3 - 1}
+        "mask_token": "[MASK]",
+        "max_prompt_chars": (512 - 2) // 3 - 1,
+    }
     assert derived_limits(JobKind.text_generation, str(demo_models / "gpt2-demo")) == {"max_new_tokens": 511}
     image = derived_limits(JobKind.text_to_image, str(demo_models / "sd-demo"))
     assert image == {"size_multiple": 8, "min_width": 24, "min_height": 24, "default_width": 64, "default_height": 64}
@@ -58,10 +60,13 @@ def test_a_model_without_config_files_keeps_the_models_file_limits(tmp_path: Pat
 
 
 def test_the_models_file_may_only_tighten():
-    configured = ModelLimits(max_prompt_chars=100, min_width=64, max_new_tokens=1000, default_width=128,
-                             size_multiple=16)
-    merged = merge_limits(configured, {"max_prompt_chars": 169, "min_width": 24, "max_new_tokens": 511,
-                                       "size_multiple": 8, "default_width": 64})
+    configured = ModelLimits(
+        max_prompt_chars=100, min_width=64, max_new_tokens=1000, default_width=128, size_multiple=16
+    )
+    merged = merge_limits(
+        configured,
+        {"max_prompt_chars": 169, "min_width": 24, "max_new_tokens": 511, "size_multiple": 8, "default_width": 64},
+    )
     assert (merged.max_prompt_chars, merged.min_width, merged.max_new_tokens) == (100, 64, 511)
     assert merged.size_multiple == 16 and merged.default_width == 128  # the file's default, inside the bounds
     assert merge_limits(ModelLimits(), {"default_width": 64}).default_width == 64  # unset: the model's
@@ -71,8 +76,9 @@ def test_the_models_file_may_only_tighten():
 
 
 def test_a_models_file_asking_for_what_the_model_cannot_take_is_refused(tmp_path: Path, demo_models: Path):
-    (tmp_path / "m.toml").write_text(f'[models.sd]\nkind = "text-to-image"\nsource = "{demo_models / "sd-demo"}"\n'
-                                     "limits = { max_width = 16 }\n")
+    (tmp_path / "m.toml").write_text(
+        f'[models.sd]\nkind = "text-to-image"\nsource = "{demo_models / "sd-demo"}"\nlimits = {{ max_width = 16 }}\n'
+    )
     with pytest.raises(GenqError, match="model sd: no width fits"):
         load_models_file(tmp_path / "m.toml")
 
@@ -135,9 +141,12 @@ def tokenizer_json(path: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def tokenizers(demo_models: Path) -> dict[str, Path]:
     """The tokenizer.json of each demo model and of all-MiniLM-L6-v2."""
-    return {"bert-demo": demo_models / "bert-demo/tokenizer.json",
-            "gpt2-demo": demo_models / "gpt2-demo/tokenizer.json",
-            "clip": demo_models / "sd-demo/tokenizer/tokenizer.json", "minilm": SITE / "tokenizer.json"}
+    return {
+        "bert-demo": demo_models / "bert-demo/tokenizer.json",
+        "gpt2-demo": demo_models / "gpt2-demo/tokenizer.json",
+        "clip": demo_models / "sd-demo/tokenizer/tokenizer.json",
+        "minilm": SITE / "tokenizer.json",
+    }
 
 
 def test_tokens_per_char_by_tokenizer_kind(tokenizers: dict[str, Path]):

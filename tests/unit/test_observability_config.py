@@ -21,8 +21,21 @@ COMPOSE = ROOT / "compose"
 PROMETHEUS = COMPOSE / "prometheus" / "prometheus.yml"
 DASHBOARDS = sorted((COMPOSE / "grafana" / "dashboards").glob("*.json"))
 SAMPLE_SUFFIXES = ("", "_total", "_bucket", "_sum", "_count", "_created")
-PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
-                "offset", "inf", "nan"}
+PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
 promtool = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool is not installed (apt-get install prometheus)")
 
@@ -78,9 +91,11 @@ def test_promtool_accepts_the_prometheus_config():
 def test_prometheus_scrapes_the_api_every_worker_and_flower(prometheus):
     compose = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())["services"]
     targets = {t for job in prometheus["scrape_configs"] for group in job["static_configs"] for t in group["targets"]}
-    expected = {"api:8000", "flower:5555"} | {f"{name}:{svc['environment']['GENQ_METRICS_PORT']}"
-                                              for name, svc in compose.items() if "GENQ_METRICS_PORT" in svc.get(
-                                                  "environment", {})}
+    expected = {"api:8000", "flower:5555"} | {
+        f"{name}:{svc['environment']['GENQ_METRICS_PORT']}"
+        for name, svc in compose.items()
+        if "GENQ_METRICS_PORT" in svc.get("environment", {})
+    }
     assert len(expected) >= 4 and targets == expected
 
 
@@ -108,19 +123,33 @@ def test_dashboard_queries_name_only_exported_metrics(path):
 
 
 def test_dashboards_show_what_the_issue_asks_for():
-    read = {path.stem: {n for e in dashboard_queries(json.loads(path.read_text())) for n in metric_names(e)}
-            for path in DASHBOARDS}
-    assert {"genq_api_requests_total", "genq_api_request_duration_seconds_bucket", "genq_api_jobs_rejected_total",
-            "genq_queue_depth"} <= read["genq-api"]
-    assert {"genq_worker_batch_size_bucket", "genq_worker_items_total", "genq_worker_queue_wait_seconds_bucket",
-            worker.metrics.GPU_MEMORY_ALLOCATED, worker.metrics.GPU_MEMORY_RESERVED} <= read["genq-workers"]
+    read = {
+        path.stem: {n for e in dashboard_queries(json.loads(path.read_text())) for n in metric_names(e)}
+        for path in DASHBOARDS
+    }
+    assert {
+        "genq_api_requests_total",
+        "genq_api_request_duration_seconds_bucket",
+        "genq_api_jobs_rejected_total",
+        "genq_queue_depth",
+    } <= read["genq-api"]
+    assert {
+        "genq_worker_batch_size_bucket",
+        "genq_worker_items_total",
+        "genq_worker_queue_wait_seconds_bucket",
+        worker.metrics.GPU_MEMORY_ALLOCATED,
+        worker.metrics.GPU_MEMORY_RESERVED,
+    } <= read["genq-workers"]
 
 
 def test_metric_name_extraction():
     expr = 'histogram_quantile(0.95, sum by (le, model) (rate(genq_x_bucket{model=~"$model"}[$__rate_interval])))'
     assert metric_names(expr) == {"genq_x_bucket"}
     assert metric_names('sum(rate(a_total[5m])) / sum(b_count) > bool 0 and on(job) up{job="x"}') == {
-        "a_total", "b_count", "up"}
+        "a_total",
+        "b_count",
+        "up",
+    }
 
 
 @needs_promtool

@@ -17,12 +17,19 @@ FINAL = "one two three four five six"
 
 
 def events(pieces: list[tuple[int, str]]) -> Iterator[JobEvent | None]:
-    offset_text = [JobEvent(id=f"{n}-0", type=EventType.text, data={"text": text, "offset": offset, "tokens": n})
-                   for n, (offset, text) in enumerate(pieces)]
+    offset_text = [
+        JobEvent(id=f"{n}-0", type=EventType.text, data={"text": text, "offset": offset, "tokens": n})
+        for n, (offset, text) in enumerate(pieces)
+    ]
     yield from offset_text
-    record = JobRecord(id="j1", model="gpt", kind=JobKind.text_generation, status=JobStatus.succeeded,
-                       created_at=time.time(),
-                       output={"text": FINAL, "finish_reason": "length", "tokens": 6, "prompt_tokens": 3, "seed": 1})
+    record = JobRecord(
+        id="j1",
+        model="gpt",
+        kind=JobKind.text_generation,
+        status=JobStatus.succeeded,
+        created_at=time.time(),
+        output={"text": FINAL, "finish_reason": "length", "tokens": 6, "prompt_tokens": 3, "seed": 1},
+    )
     yield JobEvent(type=EventType.status, data={"status": "succeeded", "job": record.public().model_dump(mode="json")})
 
 

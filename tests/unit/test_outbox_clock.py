@@ -21,8 +21,9 @@ AHEAD_S = 120.0  # far past the lease (30 s) and every retry delay
 @pytest.fixture
 def outbox(store: JobStore, settings: Settings) -> Outbox:
     """An outbox under a key prefix of its own (30 s leases)."""
-    own = dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}outbox-clock-{uuid.uuid4().hex[:6]}:",
-                              webhook_lease_s=30.0)
+    own = dataclasses.replace(
+        settings, key_prefix=f"{settings.key_prefix}outbox-clock-{uuid.uuid4().hex[:6]}:", webhook_lease_s=30.0
+    )
     return Outbox(store.redis, own)
 
 

@@ -17,33 +17,47 @@ from tasks.store.output_stores import output_store
 from tasks.store.outputs_fs import FilesystemOutputStore
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({}, OutputStoreSpec("redis")),
-    ({"GENQ_OUTPUT_STORE": "redis"}, OutputStoreSpec("redis")),
-    ({"GENQ_OUTPUT_STORE": "filesystem"}, OutputStoreSpec("filesystem", directory=Path("/var/lib/genq/outputs"))),
-    ({"GENQ_OUTPUT_STORE": "filesystem", "GENQ_OUTPUT_DIR": "/srv/out"},
-     OutputStoreSpec("filesystem", directory=Path("/srv/out"))),
-    ({"GENQ_OUTPUT_STORE": "file:///var/lib/genq/my%20outputs"},
-     OutputStoreSpec("filesystem", directory=Path("/var/lib/genq/my outputs"))),
-    ({"GENQ_OUTPUT_STORE": "s3"}, OutputStoreSpec("s3", bucket="genq")),
-    ({"GENQ_OUTPUT_STORE": "s3", "GENQ_S3_BUCKET": "b1", "GENQ_S3_PREFIX": "/prod/images"},
-     OutputStoreSpec("s3", bucket="b1", prefix="prod/images/")),
-    ({"GENQ_OUTPUT_STORE": "s3://outputs/genq/", "GENQ_OUTPUT_DELIVERY": "presigned"},
-     OutputStoreSpec("s3", bucket="outputs", prefix="genq/")),
-    ({"GENQ_OUTPUT_STORE": "s3://outputs"}, OutputStoreSpec("s3", bucket="outputs")),
-])
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, OutputStoreSpec("redis")),
+        ({"GENQ_OUTPUT_STORE": "redis"}, OutputStoreSpec("redis")),
+        ({"GENQ_OUTPUT_STORE": "filesystem"}, OutputStoreSpec("filesystem", directory=Path("/var/lib/genq/outputs"))),
+        (
+            {"GENQ_OUTPUT_STORE": "filesystem", "GENQ_OUTPUT_DIR": "/srv/out"},
+            OutputStoreSpec("filesystem", directory=Path("/srv/out")),
+        ),
+        (
+            {"GENQ_OUTPUT_STORE": "file:///var/lib/genq/my%20outputs"},
+            OutputStoreSpec("filesystem", directory=Path("/var/lib/genq/my outputs")),
+        ),
+        ({"GENQ_OUTPUT_STORE": "s3"}, OutputStoreSpec("s3", bucket="genq")),
+        (
+            {"GENQ_OUTPUT_STORE": "s3", "GENQ_S3_BUCKET": "b1", "GENQ_S3_PREFIX": "/prod/images"},
+            OutputStoreSpec("s3", bucket="b1", prefix="prod/images/"),
+        ),
+        (
+            {"GENQ_OUTPUT_STORE": "s3://outputs/genq/", "GENQ_OUTPUT_DELIVERY": "presigned"},
+            OutputStoreSpec("s3", bucket="outputs", prefix="genq/"),
+        ),
+        ({"GENQ_OUTPUT_STORE": "s3://outputs"}, OutputStoreSpec("s3", bucket="outputs")),
+    ],
+)
 def test_the_store_is_named_or_given_as_a_url(env, expected):
     assert OutputStoreSpec.of(Settings.from_env(env)) == expected
 
 
-@pytest.mark.parametrize(("env", "complaint"), [
-    ({"GENQ_OUTPUT_STORE": "gcs://bucket"}, "GENQ_OUTPUT_STORE='gcs://bucket'.*'redis', 'filesystem' or 's3'"),
-    ({"GENQ_OUTPUT_STORE": "file://host/dir"}, "file:///absolute/dir"),
-    ({"GENQ_OUTPUT_STORE": "file:relative"}, "file:///absolute/dir"),
-    ({"GENQ_OUTPUT_STORE": "s3://"}, "s3://bucket/prefix"),
-    ({"GENQ_OUTPUT_DELIVERY": "cdn"}, "GENQ_OUTPUT_DELIVERY='cdn'.*'proxy' or 'presigned'"),
-    ({"GENQ_OUTPUT_STORE": "filesystem", "GENQ_OUTPUT_DELIVERY": "presigned"}, "needs the s3 output store"),
-])
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        ({"GENQ_OUTPUT_STORE": "gcs://bucket"}, "GENQ_OUTPUT_STORE='gcs://bucket'.*'redis', 'filesystem' or 's3'"),
+        ({"GENQ_OUTPUT_STORE": "file://host/dir"}, "file:///absolute/dir"),
+        ({"GENQ_OUTPUT_STORE": "file:relative"}, "file:///absolute/dir"),
+        ({"GENQ_OUTPUT_STORE": "s3://"}, "s3://bucket/prefix"),
+        ({"GENQ_OUTPUT_DELIVERY": "cdn"}, "GENQ_OUTPUT_DELIVERY='cdn'.*'proxy' or 'presigned'"),
+        ({"GENQ_OUTPUT_STORE": "filesystem", "GENQ_OUTPUT_DELIVERY": "presigned"}, "needs the s3 output store"),
+    ],
+)
 def test_a_bad_store_setting_is_refused_at_startup_with_the_reason(env, complaint):
     with pytest.raises(GenqError, match=complaint):
         output_store(None, Settings.from_env(env))  # type: ignore[arg-type]

@@ -34,8 +34,9 @@ def fs(tmp_path: Path) -> FilesystemOutputStore:
 def job(jobs: JobStore, fs: FilesystemOutputStore, status: JobStatus, runs: int = 1) -> tuple[str, list[str]]:
     """A job with one output per run and an input; a succeeded one lists the first run's output."""
     job_id = str(uuid.uuid4())
-    jobs.create(JobRecord(id=job_id, model="m", kind=JobKind.text_to_image, status=JobStatus.queued,
-                          created_at=time.time()))
+    jobs.create(
+        JobRecord(id=job_id, model="m", kind=JobKind.text_to_image, status=JobStatus.queued, created_at=time.time())
+    )
     keys = [object_key(job_id, f"run{n}", 0) for n in range(runs)] + [input_key(job_id, "image")]
     for key in keys:
         fs.put(key, key.encode(), "image/png")

@@ -61,16 +61,24 @@ def store(key_prefix):
 
 
 def entries(*datas: bytes) -> tuple[list[OutputEntry], list[Blob]]:
-    return ([OutputEntry.describe("j1", "r1", n, d, "image/png") for n, d in enumerate(datas)],
-            [Blob(d, "image/png") for d in datas])
+    return (
+        [OutputEntry.describe("j1", "r1", n, d, "image/png") for n, d in enumerate(datas)],
+        [Blob(d, "image/png") for d in datas],
+    )
 
 
 def test_writes_are_counted_and_timed_per_backend():
-    before = (sample("genq_worker_output_bytes_total"), sample("genq_worker_output_objects_total"),
-              sample("genq_worker_output_write_seconds_count"))
+    before = (
+        sample("genq_worker_output_bytes_total"),
+        sample("genq_worker_output_objects_total"),
+        sample("genq_worker_output_write_seconds_count"),
+    )
     OutputWriter(FlakyStore()).put_all(*entries(b"abc", b"defg"))
-    after = (sample("genq_worker_output_bytes_total"), sample("genq_worker_output_objects_total"),
-             sample("genq_worker_output_write_seconds_count"))
+    after = (
+        sample("genq_worker_output_bytes_total"),
+        sample("genq_worker_output_objects_total"),
+        sample("genq_worker_output_write_seconds_count"),
+    )
     assert [a - b for a, b in zip(after, before, strict=True)] == [7, 2, 2]
 
 
@@ -144,8 +152,14 @@ class HalfStore(FlakyStore):
 
 def test_a_job_whose_outputs_cannot_be_written_fails_with_the_code_and_keeps_no_objects(store):
     outputs = HalfStore(room=3)  # one job of two images fits, the next one's second image does not
-    executor = Executor(ImageRuntime(), ImageRuntime().spec, store, max_attempts=3, outputs=outputs,
-                        fleet=FleetStore(store.redis, store.settings))
+    executor = Executor(
+        ImageRuntime(),
+        ImageRuntime().spec,
+        store,
+        max_attempts=3,
+        outputs=outputs,
+        fleet=FleetStore(store.redis, store.settings),
+    )
     ok, full = items(store, ["ok", "full"])
     executor.execute(executor.admit_all([ok]))
     assert store.get(ok.job_id).status == JobStatus.succeeded and len(outputs.objects) == 2
@@ -159,8 +173,14 @@ def test_a_job_whose_outputs_cannot_be_written_fails_with_the_code_and_keeps_no_
 
 def test_in_one_batch_only_the_job_whose_outputs_cannot_be_written_fails(store):
     outputs = HalfStore(room=3)  # the batch's first job fits, the second's second image does not
-    executor = Executor(ImageRuntime(), ImageRuntime().spec, store, max_attempts=3, outputs=outputs,
-                        fleet=FleetStore(store.redis, store.settings))
+    executor = Executor(
+        ImageRuntime(),
+        ImageRuntime().spec,
+        store,
+        max_attempts=3,
+        outputs=outputs,
+        fleet=FleetStore(store.redis, store.settings),
+    )
     ok, full = items(store, ["ok", "full"])
     executor.execute(executor.admit_all([ok, full]))
     assert store.get(ok.job_id).status == JobStatus.succeeded and ok.status == JobStatus.succeeded

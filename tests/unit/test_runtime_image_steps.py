@@ -72,24 +72,40 @@ def assert_same_images(a: Prediction, b: Prediction) -> None:
 def test_same_image_request_level_alone_or_joined(runtime: TextToImageRuntime) -> None:
     target = job(seed=42, num_inference_steps=6, scheduler="euler", guidance_scale=7.5)
     others = {
-        "long-ddim-unguided": job(prompt="a castle at night", seed=7, num_inference_steps=12, scheduler="ddim",
-                                  guidance_scale=1.0),
-        "ancestral-low-guidance": job(prompt="a dog", negative_prompt="blurry", seed=9, num_inference_steps=8,
-                                      scheduler="euler_a", guidance_scale=3.0),
+        "long-ddim-unguided": job(
+            prompt="a castle at night", seed=7, num_inference_steps=12, scheduler="ddim", guidance_scale=1.0
+        ),
+        "ancestral-low-guidance": job(
+            prompt="a dog",
+            negative_prompt="blurry",
+            seed=9,
+            num_inference_steps=8,
+            scheduler="euler_a",
+            guidance_scale=3.0,
+        ),
     }
     reference = request_level(runtime, target)
     alone, _ = run_session(runtime.open_session((64, 64)), {0: [Row("t", target)]})
-    joined, _ = run_session(runtime.open_session((64, 64)),
-                            {0: [Row(h, inp) for h, inp in others.items()], 3: [Row("t", target)]})
+    joined, _ = run_session(
+        runtime.open_session((64, 64)), {0: [Row(h, inp) for h, inp in others.items()], 3: [Row("t", target)]}
+    )
     assert_same_images(alone["t"], reference)
     assert_same_images(joined["t"], reference)
     for handle, inp in others.items():
         assert_same_images(joined[handle], request_level(runtime, inp))
     # The comparison can tell images apart: one more step or another seed is a different image.
-    assert max_diff(request_level(runtime, job(seed=42, num_inference_steps=7, scheduler="euler")).blobs[0],
-                    reference.blobs[0]) > TOLERANCE
-    assert max_diff(request_level(runtime, job(seed=43, num_inference_steps=6, scheduler="euler")).blobs[0],
-                    reference.blobs[0]) > TOLERANCE
+    assert (
+        max_diff(
+            request_level(runtime, job(seed=42, num_inference_steps=7, scheduler="euler")).blobs[0], reference.blobs[0]
+        )
+        > TOLERANCE
+    )
+    assert (
+        max_diff(
+            request_level(runtime, job(seed=43, num_inference_steps=6, scheduler="euler")).blobs[0], reference.blobs[0]
+        )
+        > TOLERANCE
+    )
 
 
 def test_short_job_joining_a_long_one_finishes_first(runtime: TextToImageRuntime) -> None:
@@ -159,12 +175,16 @@ def test_drop_frees_rows_and_later_steps_leave_them_out(runtime: TextToImageRunt
     assert_same_images(out["unguided"], request_level(runtime, unguided))
 
 
-@pytest.mark.parametrize(("scheduler", "expected"), [
-    ("euler", [(0, 4), (1, 4), (2, 4), (3, 4)]),  # 4 timesteps
-    ("pndm", [(0, 4), (0, 4), (1, 4), (2, 4), (3, 4)]),  # PNDM runs steps + 1 timesteps: scaled to 4
-])
-def test_progress_as_the_pipeline_reports_it(runtime: TextToImageRuntime, scheduler: str,
-                                             expected: list[tuple[int, int]]) -> None:
+@pytest.mark.parametrize(
+    ("scheduler", "expected"),
+    [
+        ("euler", [(0, 4), (1, 4), (2, 4), (3, 4)]),  # 4 timesteps
+        ("pndm", [(0, 4), (0, 4), (1, 4), (2, 4), (3, 4)]),  # PNDM runs steps + 1 timesteps: scaled to 4
+    ],
+)
+def test_progress_as_the_pipeline_reports_it(
+    runtime: TextToImageRuntime, scheduler: str, expected: list[tuple[int, int]]
+) -> None:
     inp = job(seed=0, num_inference_steps=4, scheduler=scheduler)
     callback: list[tuple[int, int]] = []
     runtime.predict([inp], lambda step, total: callback.append((step, total)))
@@ -189,8 +209,9 @@ def test_num_images_two_blobs_with_consecutive_seeds(runtime: TextToImageRuntime
     assert max_diff(out["two"].blobs[0], out["two"].blobs[1]) > TOLERANCE
 
 
-def test_bad_rows_end_at_admission_and_the_others_run(runtime: TextToImageRuntime,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_rows_end_at_admission_and_the_others_run(
+    runtime: TextToImageRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     encode = runtime.pipe.encode_prompt
 
     def failing_encode(prompt: list[str], *args: Any, **kwargs: Any) -> Any:

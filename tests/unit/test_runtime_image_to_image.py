@@ -36,8 +36,9 @@ def demo_runtime(demo_models: Path, inputs: OutputStore) -> Iterator[TextToImage
     threads = torch.get_num_threads()
     apply_global(options, "cpu")
     source = str(demo_models / "sd-demo")
-    rt = TextToImageRuntime(ModelSpec(id="sd-demo", kind="text-to-image", source=source, limits=LIMITS), source,
-                            options)
+    rt = TextToImageRuntime(
+        ModelSpec(id="sd-demo", kind="text-to-image", source=source, limits=LIMITS), source, options
+    )
     rt.load("cpu")
     rt.inputs = inputs
     yield rt
@@ -83,8 +84,10 @@ def put_inputs(store: OutputStore | None, job_id: str, image: bytes, mask: bytes
 @pytest.fixture(scope="module")
 def pictures(runtime: TextToImageRuntime) -> dict[str, dict[str, str]]:
     """The input fields of an image-to-image and an inpainting job, their objects in the store."""
-    return {"image": put_inputs(runtime.inputs, "img2img-job", png(source_picture())),
-            "inpaint": put_inputs(runtime.inputs, "inpaint-job", png(source_picture()), png(right_half_mask()))}
+    return {
+        "image": put_inputs(runtime.inputs, "img2img-job", png(source_picture())),
+        "inpaint": put_inputs(runtime.inputs, "inpaint-job", png(source_picture()), png(right_half_mask())),
+    }
 
 
 def final_latents(runtime: TextToImageRuntime, inp: Any) -> tuple[Any, Any]:
@@ -117,45 +120,63 @@ def source_latents(runtime: TextToImageRuntime, seed: int) -> Any:
 
 def test_one_copy_of_the_weights_serves_every_mode(runtime: TextToImageRuntime) -> None:
     names = {mode: type(pipe).__name__ for mode, pipe in runtime.pipes.items()}
-    assert names == {Mode.text: "StableDiffusionPipeline", Mode.image: "StableDiffusionImg2ImgPipeline",
-                     Mode.inpaint: "StableDiffusionInpaintPipeline"}
+    assert names == {
+        Mode.text: "StableDiffusionPipeline",
+        Mode.image: "StableDiffusionImg2ImgPipeline",
+        Mode.inpaint: "StableDiffusionInpaintPipeline",
+    }
     for pipe in runtime.pipes.values():
         for part in ("unet", "vae", "text_encoder", "tokenizer"):
             assert getattr(pipe, part) is getattr(runtime.pipe, part)
-    tensors = {id(p) for pipe in runtime.pipes.values() for part in (pipe.unet, pipe.vae, pipe.text_encoder)
-               for p in part.parameters()}
-    assert len(tensors) == sum(1 for part in (runtime.pipe.unet, runtime.pipe.vae, runtime.pipe.text_encoder)
-                               for _ in part.parameters())
+    tensors = {
+        id(p)
+        for pipe in runtime.pipes.values()
+        for part in (pipe.unet, pipe.vae, pipe.text_encoder)
+        for p in part.parameters()
+    }
+    assert len(tensors) == sum(
+        1 for part in (runtime.pipe.unet, runtime.pipe.vae, runtime.pipe.text_encoder) for _ in part.parameters()
+    )
 
 
 @pytest.mark.parametrize("scheduler", ["default", "euler_a"])  # euler_a draws from the row's generator each step
 @pytest.mark.parametrize(("mode", "strength"), [("image", 0.6), ("inpaint", 0.75), ("inpaint", None)])
-def test_same_picture_request_level_alone_or_joined(runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]],
-                                                    mode: str, strength: float | None, scheduler: str) -> None:
+def test_same_picture_request_level_alone_or_joined(
+    runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]], mode: str, strength: float | None, scheduler: str
+) -> None:
     target = job(seed=42, num_inference_steps=8, scheduler=scheduler, strength=strength, **pictures[mode])
     other_mode = "inpaint" if mode == "image" else "image"
     others = {
         "text": job(prompt="a castle", seed=7, num_inference_steps=10, scheduler="ddim", guidance_scale=1.0),
-        "other": job(prompt="a dog", seed=9, num_inference_steps=6, scheduler="euler", strength=0.5,
-                     **pictures[other_mode]),
+        "other": job(
+            prompt="a dog", seed=9, num_inference_steps=6, scheduler="euler", strength=0.5, **pictures[other_mode]
+        ),
     }
     reference = request_level(runtime, target)  # diffusers' own image-to-image or inpainting pipeline call
     alone, _ = run_session(runtime.open_session((64, 64)), {0: [Row("t", target)]})
-    joined, _ = run_session(runtime.open_session((64, 64)),
-                            {0: [Row(h, inp) for h, inp in others.items()], 2: [Row("t", target)]})
+    joined, _ = run_session(
+        runtime.open_session((64, 64)), {0: [Row(h, inp) for h, inp in others.items()], 2: [Row("t", target)]}
+    )
     assert_same_images(alone["t"], reference)
     assert_same_images(joined["t"], reference)
     for handle, inp in others.items():
         assert_same_images(joined[handle], request_level(runtime, inp))
     # The source counts: the same seed from text alone is another picture.
-    assert max_diff(request_level(runtime, job(seed=42, num_inference_steps=8, scheduler=scheduler)).blobs[0],
-                    reference.blobs[0]) > TOLERANCE
+    assert (
+        max_diff(
+            request_level(runtime, job(seed=42, num_inference_steps=8, scheduler=scheduler)).blobs[0],
+            reference.blobs[0],
+        )
+        > TOLERANCE
+    )
 
 
-def test_a_batch_of_jobs_gives_each_its_own_picture(runtime: TextToImageRuntime,
-                                                    pictures: dict[str, dict[str, str]]) -> None:
-    jobs = [job(seed=s, num_inference_steps=6, strength=0.7, num_images=n, **pictures["image"])
-            for s, n in ((1, 1), (2, 2))]
+def test_a_batch_of_jobs_gives_each_its_own_picture(
+    runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]]
+) -> None:
+    jobs = [
+        job(seed=s, num_inference_steps=6, strength=0.7, num_images=n, **pictures["image"]) for s, n in ((1, 1), (2, 2))
+    ]
     assert runtime.batch_key(jobs[0]) == runtime.batch_key(jobs[1])
     batched = runtime.predict(jobs)
     for inp, prediction in zip(jobs, batched, strict=True):
@@ -165,8 +186,9 @@ def test_a_batch_of_jobs_gives_each_its_own_picture(runtime: TextToImageRuntime,
     assert_same_images(out["b"], batched[1])
 
 
-def test_keys_keep_modes_and_strengths_apart_in_calls_not_in_steps(runtime: TextToImageRuntime,
-                                                                    pictures: dict[str, dict[str, str]]) -> None:
+def test_keys_keep_modes_and_strengths_apart_in_calls_not_in_steps(
+    runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]]
+) -> None:
     text, image = job(seed=1), job(seed=1, **pictures["image"])
     inpaint = job(seed=1, **pictures["inpaint"])
     keys = {runtime.batch_key(inp) for inp in (text, image, inpaint, job(seed=1, strength=0.3, **pictures["image"]))}
@@ -175,8 +197,9 @@ def test_keys_keep_modes_and_strengths_apart_in_calls_not_in_steps(runtime: Text
     assert {runtime.step_key(inp) for inp in (text, image, inpaint)} == {(64, 64)}
 
 
-def test_strength_sets_how_far_from_the_source(runtime: TextToImageRuntime,
-                                               pictures: dict[str, dict[str, str]]) -> None:
+def test_strength_sets_how_far_from_the_source(
+    runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]]
+) -> None:
     latents, distances, outputs = source_latents(runtime, 5), {}, {}
     for strength in (0.1, 0.5, 1.0):
         inp = job(seed=5, num_inference_steps=20, scheduler="euler", strength=strength, **pictures["image"])
@@ -190,8 +213,7 @@ def test_strength_sets_how_far_from_the_source(runtime: TextToImageRuntime,
     assert max_diff(outputs[0.1].blobs[0], outputs[0.5].blobs[0]) > TOLERANCE
     # Progress counts the steps a job asked for, whatever part of them its strength runs.
     session = runtime.open_session((64, 64))
-    session.admit([Row("p", job(seed=5, num_inference_steps=20, strength=0.5, scheduler="euler",
-                                **pictures["image"]))])
+    session.admit([Row("p", job(seed=5, num_inference_steps=20, strength=0.5, scheduler="euler", **pictures["image"]))])
     seen = []
     while session.handles:
         seen.append(session.progress()["p"])
@@ -199,8 +221,9 @@ def test_strength_sets_how_far_from_the_source(runtime: TextToImageRuntime,
     assert len(seen) == 10 and seen[0] == (0, 20) and seen[-1] == (18, 20)
 
 
-def test_inpainting_keeps_the_source_outside_the_mask(runtime: TextToImageRuntime,
-                                                      pictures: dict[str, dict[str, str]]) -> None:
+def test_inpainting_keeps_the_source_outside_the_mask(
+    runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]]
+) -> None:
     import torch
 
     final, prediction = final_latents(runtime, job(seed=3, num_inference_steps=8, **pictures["inpaint"]))
@@ -228,15 +251,22 @@ def test_output_has_the_jobs_size_whatever_the_source(runtime: TextToImageRuntim
     assert_same_images(out["s"], prediction)
 
 
-def test_sdxl_edits_pictures_request_level(runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]],
-                                           tmp_path: Path) -> None:
+def test_sdxl_edits_pictures_request_level(
+    runtime: TextToImageRuntime, pictures: dict[str, dict[str, str]], tmp_path: Path
+) -> None:
     build_tiny_sdxl(Path(runtime.source), tmp_path)
-    sdxl = TextToImageRuntime(ModelSpec(id="sdxl-demo", kind="text-to-image", source=str(tmp_path), limits=LIMITS),
-                              str(tmp_path), TorchOptions(num_threads=1))
+    sdxl = TextToImageRuntime(
+        ModelSpec(id="sdxl-demo", kind="text-to-image", source=str(tmp_path), limits=LIMITS),
+        str(tmp_path),
+        TorchOptions(num_threads=1),
+    )
     sdxl.load("cpu")
     sdxl.inputs = runtime.inputs
     assert {type(pipe).__name__ for pipe in sdxl.pipes.values()} == {
-        "StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline", "StableDiffusionXLInpaintPipeline"}
+        "StableDiffusionXLPipeline",
+        "StableDiffusionXLImg2ImgPipeline",
+        "StableDiffusionXLInpaintPipeline",
+    }
     assert all(pipe.unet is sdxl.pipe.unet for pipe in sdxl.pipes.values())
     for mode in ("image", "inpaint"):
         inp = job(seed=1, num_inference_steps=4, **pictures[mode])

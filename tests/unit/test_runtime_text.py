@@ -166,8 +166,13 @@ def test_eos_stops_a_row(textgen: TextGenerationRuntime, monkeypatch: pytest.Mon
     first = textgen.tokenizer(generate(textgen, prompt="Hello", max_new_tokens=1)["text"])["input_ids"][0]
     monkeypatch.setattr(textgen, "eos_ids", {first})  # make the greedy next token count as end-of-sequence
     out = generate(textgen, prompt="Hello", max_new_tokens=8)
-    assert out == {"text": "", "seed": out["seed"], "tokens": 1, "prompt_tokens": out["prompt_tokens"],
-                   "finish_reason": "stop"}
+    assert out == {
+        "text": "",
+        "seed": out["seed"],
+        "tokens": 1,
+        "prompt_tokens": out["prompt_tokens"],
+        "finish_reason": "stop",
+    }
 
 
 def test_missing_seed_is_drawn_and_reported(textgen: TextGenerationRuntime) -> None:

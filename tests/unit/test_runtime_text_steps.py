@@ -45,8 +45,10 @@ def steps(session: StepSession, n: int) -> dict[str, dict[str, Any]]:
 
 
 def test_keys_and_costs_are_the_same_for_every_setting(textgen: TextGenerationRuntime) -> None:
-    inputs = [TextGenerationInput(prompt="a"), TextGenerationInput(prompt="b", do_sample=True, temperature=0.3,
-                                                                     top_p=0.5, max_new_tokens=60)]
+    inputs = [
+        TextGenerationInput(prompt="a"),
+        TextGenerationInput(prompt="b", do_sample=True, temperature=0.3, top_p=0.5, max_new_tokens=60),
+    ]
     assert [textgen.step_key(inp) for inp in inputs] == [(), ()]
     assert [textgen.step_cost(inp) for inp in inputs] == [1, 1]
     assert isinstance(textgen.open_session(()), TextStepSession)
@@ -54,16 +56,18 @@ def test_keys_and_costs_are_the_same_for_every_setting(textgen: TextGenerationRu
 
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
 def test_a_job_gets_the_same_tokens_alone_batched_or_joined(textgen: TextGenerationRuntime, do_sample: bool) -> None:
-    job = TextGenerationInput(prompt=LONG_PROMPT, max_new_tokens=20, do_sample=do_sample, temperature=0.7,
-                              top_p=0.85, seed=41)
+    job = TextGenerationInput(
+        prompt=LONG_PROMPT, max_new_tokens=20, do_sample=do_sample, temperature=0.7, top_p=0.85, seed=41
+    )
     others = {
         "greedy": TextGenerationInput(prompt="Hello", max_new_tokens=40, seed=1),  # a seed: else one is drawn
-        "hot": TextGenerationInput(prompt="The weather today is", max_new_tokens=30, do_sample=True,
-                                   temperature=1.4, top_p=1.0, seed=7),
-        "short": TextGenerationInput(prompt="A", max_new_tokens=6, do_sample=True, temperature=0.9, top_p=0.5,
-                                     seed=3),
-        "late": TextGenerationInput(prompt="def main():", max_new_tokens=12, do_sample=True, temperature=0.5,
-                                    top_p=0.95, seed=11),
+        "hot": TextGenerationInput(
+            prompt="The weather today is", max_new_tokens=30, do_sample=True, temperature=1.4, top_p=1.0, seed=7
+        ),
+        "short": TextGenerationInput(prompt="A", max_new_tokens=6, do_sample=True, temperature=0.9, top_p=0.5, seed=3),
+        "late": TextGenerationInput(
+            prompt="def main():", max_new_tokens=12, do_sample=True, temperature=0.5, top_p=0.95, seed=11
+        ),
     }
     expected = alone(textgen, job)
     batched = textgen.predict([others["greedy"], job, others["hot"]])  # request-level, mixed settings
@@ -111,14 +115,22 @@ def test_a_joined_row_streams_from_its_start_and_stops_at_its_stop_string(textge
     base = dict(prompt="The weather", do_sample=True, seed=3, max_new_tokens=24, temperature=0.8)
     full = alone(textgen, TextGenerationInput(**base))["text"]  # type: ignore[arg-type]
     # An ASCII window past the middle (byte-level pieces never match it by accident), so pieces stream before it.
-    start = next(i for i in range(len(full) // 2, len(full) - 3)
-                 if full[i : i + 3].isascii() and full[i : i + 3].strip())
+    start = next(
+        i for i in range(len(full) // 2, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].strip()
+    )
     stop = full[start : start + 3]
     joined = TextGenerationInput(**base, stop=["zzzzqq", stop])  # type: ignore[arg-type]
     session = textgen.open_session(())
     running_sink, sink = Collected(), Collected()
-    session.admit([Row("running", TextGenerationInput(prompt=LONG_PROMPT, max_new_tokens=40, do_sample=True,
-                                                      seed=8), running_sink)])
+    session.admit(
+        [
+            Row(
+                "running",
+                TextGenerationInput(prompt=LONG_PROMPT, max_new_tokens=40, do_sample=True, seed=8),
+                running_sink,
+            )
+        ]
+    )
     steps(session, 6)
     session.admit([Row("joined", joined, sink)])
     done = run_out(session, {})
@@ -141,8 +153,9 @@ def cache_columns(session: TextStepSession, textgen: TextGenerationRuntime, prom
 
 def test_drop_frees_the_row_and_shrinks_the_cache(textgen: TextGenerationRuntime) -> None:
     prompts = {"a": "Hello", "b": LONG_PROMPT, "c": "The weather today is"}
-    inputs = {h: TextGenerationInput(prompt=p, max_new_tokens=30, do_sample=h != "a", seed=ord(h))
-              for h, p in prompts.items()}
+    inputs = {
+        h: TextGenerationInput(prompt=p, max_new_tokens=30, do_sample=h != "a", seed=ord(h)) for h, p in prompts.items()
+    }
     session = textgen.open_session(())
     assert isinstance(session, TextStepSession)
     session.admit([Row("a", inputs["a"]), Row("c", inputs["c"])])
@@ -184,19 +197,21 @@ def test_a_row_whose_input_fails_leaves_alone(textgen: TextGenerationRuntime, mo
     monkeypatch.setattr(textgen, "decode_row", decode_row)
     session = textgen.open_session(())
     ok = TextGenerationInput(prompt="Hello", max_new_tokens=3, seed=1)
-    ended = session.admit([Row("ok", ok),
-                           Row("bad", TextGenerationInput(prompt="bad"))])
+    ended = session.admit([Row("ok", ok), Row("bad", TextGenerationInput(prompt="bad"))])
     assert [(r.handle, type(r.error)) for r in ended] == [("bad", ValueError)]
     assert session.handles == ["ok"]
     assert run_out(session, {})["ok"] == alone(textgen, ok)
 
 
-def test_a_cache_that_cannot_splice_still_runs_request_level(textgen: TextGenerationRuntime,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cache_that_cannot_splice_still_runs_request_level(
+    textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from worker.runtimes import kv_rows
 
-    inputs = [TextGenerationInput(prompt=p, max_new_tokens=3 + 5 * i, do_sample=i % 2 == 1, seed=i)
-              for i, p in enumerate(["Hello", LONG_PROMPT, "The weather today is", "A"])]
+    inputs = [
+        TextGenerationInput(prompt=p, max_new_tokens=3 + 5 * i, do_sample=i % 2 == 1, seed=i)
+        for i, p in enumerate(["Hello", LONG_PROMPT, "The weather today is", "A"])
+    ]
     expected = [p.output for p in textgen.predict(inputs)]
     monkeypatch.setattr(kv_rows, "splices", lambda cache: False)  # as for sliding-window caches
     assert [p.output for p in textgen.predict(inputs)] == expected  # rows still leave as they finish

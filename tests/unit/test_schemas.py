@@ -8,8 +8,17 @@ from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
 from tasks.inputs import JobKind, ModelLimits, TextToImageInput
 
-LIMITS = ModelLimits(default_width=64, default_height=64, default_steps=4, max_width=256, max_height=256,
-                     max_pixels=256 * 256, max_steps=50, max_images=4, max_prompt_chars=100)
+LIMITS = ModelLimits(
+    default_width=64,
+    default_height=64,
+    default_steps=4,
+    max_width=256,
+    max_height=256,
+    max_pixels=256 * 256,
+    max_steps=50,
+    max_images=4,
+    max_prompt_chars=100,
+)
 
 
 def test_text_to_image_defaults_come_from_the_model():
@@ -18,11 +27,23 @@ def test_text_to_image_defaults_come_from_the_model():
     assert (inp.width, inp.height, inp.num_inference_steps, inp.num_images) == (64, 64, 4, 1)
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("width", 0), ("width", 100_000), ("width", 63), ("height", 12), ("num_inference_steps", 0),
-    ("num_inference_steps", 51), ("guidance_scale", -1), ("prompt", "x" * 101), ("scheduler", "magic"),
-    ("num_images", 5), ("seed", -1), ("seed", 2**40),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("width", 0),
+        ("width", 100_000),
+        ("width", 63),
+        ("height", 12),
+        ("num_inference_steps", 0),
+        ("num_inference_steps", 51),
+        ("guidance_scale", -1),
+        ("prompt", "x" * 101),
+        ("scheduler", "magic"),
+        ("num_images", 5),
+        ("seed", -1),
+        ("seed", 2**40),
+    ],
+)
 def test_text_to_image_rejects_with_the_field(field, value):
     data = {"prompt": "a cat", field: value}
     with pytest.raises(InvalidInput) as err:
@@ -33,8 +54,11 @@ def test_text_to_image_rejects_with_the_field(field, value):
 
 def test_pixel_budget_is_enforced():
     with pytest.raises(InvalidInput, match="pixels"):
-        validate_input(JobKind.text_to_image, {"prompt": "x", "width": 256, "height": 256},
-                       LIMITS.model_copy(update={"max_pixels": 128 * 128}))
+        validate_input(
+            JobKind.text_to_image,
+            {"prompt": "x", "width": 256, "height": 256},
+            LIMITS.model_copy(update={"max_pixels": 128 * 128}),
+        )
 
 
 def test_every_bad_field_is_named_at_once():

@@ -22,8 +22,17 @@ from tests.round_trips import counting_client
 
 
 def queued(store: JobStore) -> str:
-    record = store.create(JobRecord(id=str(uuid.uuid4()), model="m", kind=JobKind.fill_mask, status=JobStatus.queued,
-                                    owner="alice", created_at=time.time(), input={"text": "a [MASK]"}))
+    record = store.create(
+        JobRecord(
+            id=str(uuid.uuid4()),
+            model="m",
+            kind=JobKind.fill_mask,
+            status=JobStatus.queued,
+            owner="alice",
+            created_at=time.time(),
+            input={"text": "a [MASK]"},
+        )
+    )
     return record.id
 
 
@@ -66,10 +75,18 @@ def test_finish_many_settles_each_job_on_its_own_verdict(key_prefix):
     ran, canceled, taken = queued(store), queued(store), queued(store)
     store.claim_many([(ran, "a"), (canceled, "b"), (taken, "c")])
     store.cancel(canceled)
-    endings = store.finish_many([Outcome(ran, "a", JobStatus.succeeded), Outcome(canceled, "b", JobStatus.succeeded),
-                                 Outcome(taken, "wrong", JobStatus.succeeded)])
-    assert [(e.stored, e.before) for e in endings] == [(True, JobStatus.running), (False, JobStatus.canceled),
-                                                       (False, JobStatus.running)]
+    endings = store.finish_many(
+        [
+            Outcome(ran, "a", JobStatus.succeeded),
+            Outcome(canceled, "b", JobStatus.succeeded),
+            Outcome(taken, "wrong", JobStatus.succeeded),
+        ]
+    )
+    assert [(e.stored, e.before) for e in endings] == [
+        (True, JobStatus.running),
+        (False, JobStatus.canceled),
+        (False, JobStatus.running),
+    ]
     again = store.finish_many([Outcome(ran, "a", JobStatus.succeeded)])  # a retry after a lost reply
     assert again[0].stored
 
@@ -108,8 +125,10 @@ def test_endings_run_again_are_covered_by_a_wait_of_their_own(throwaway: RedisSe
     store.claim_many([(job_id, "t") for job_id in jobs])
     store.redis.script_flush()
     trips.clear()
-    endings = store.finish_many([Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs],
-                                also=lambda pipe: pipe.incr(key_prefix + "count"))
+    endings = store.finish_many(
+        [Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs],
+        also=lambda pipe: pipe.incr(key_prefix + "count"),
+    )
     assert [(e.stored, e.replicated) for e in endings] == [(True, False), (True, False)]  # no replica here
     assert trips[0] == ["EVALSHA", "EVALSHA", "INCRBY", "WAIT"] and trips[-1] == ["EVALSHA", "EVALSHA", "WAIT"]
     assert store.redis.get(key_prefix + "count") == b"1"  # the other commands ran once

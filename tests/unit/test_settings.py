@@ -27,19 +27,37 @@ def test_each_process_reads_its_own_and_the_whole_has_all() -> None:
 
 
 def test_values_parse_by_their_field_types() -> None:
-    s = Settings.from_env({"GENQ_WEBHOOK_ALLOW_HTTP": "yes", "GENQ_MAX_WAITERS": "3", "GENQ_API_KEYS_FILE": "/k",
-                           "GENQ_OUTPUT_DELIVERY": "presigned", "GENQ_OUTPUT_STORE": "s3://bucket/prefix",
-                           "GENQ_LEASE_S": "2.5", "GENQ_REDIS_SENTINEL_MASTER": "main"})
-    assert (s.webhook_allow_http, s.max_waiters, s.api_keys_file, s.output_delivery, s.output_store, s.lease_s,
-            s.redis_sentinel_master) == (True, 3, Path("/k"), "presigned", "s3://bucket/prefix", 2.5, "main")
+    s = Settings.from_env(
+        {
+            "GENQ_WEBHOOK_ALLOW_HTTP": "yes",
+            "GENQ_MAX_WAITERS": "3",
+            "GENQ_API_KEYS_FILE": "/k",
+            "GENQ_OUTPUT_DELIVERY": "presigned",
+            "GENQ_OUTPUT_STORE": "s3://bucket/prefix",
+            "GENQ_LEASE_S": "2.5",
+            "GENQ_REDIS_SENTINEL_MASTER": "main",
+        }
+    )
+    assert (
+        s.webhook_allow_http,
+        s.max_waiters,
+        s.api_keys_file,
+        s.output_delivery,
+        s.output_store,
+        s.lease_s,
+        s.redis_sentinel_master,
+    ) == (True, 3, Path("/k"), "presigned", "s3://bucket/prefix", 2.5, "main")
     assert Settings.from_env({"GENQ_WEBHOOK_ALLOW_HTTP": "off"}).webhook_allow_http is False
 
 
-@pytest.mark.parametrize(("env", "complaint"), [
-    ({"GENQ_OUTPUT_DELIVERY": "email"}, "GENQ_OUTPUT_DELIVERY='email'.*'proxy' or 'presigned'"),
-    ({"GENQ_WEBHOOK_ALLOW_HTTP": "maybe"}, "GENQ_WEBHOOK_ALLOW_HTTP='maybe'.*bool"),
-    ({"GENQ_MAX_WAITERS": "many"}, "GENQ_MAX_WAITERS='many'"),
-])
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        ({"GENQ_OUTPUT_DELIVERY": "email"}, "GENQ_OUTPUT_DELIVERY='email'.*'proxy' or 'presigned'"),
+        ({"GENQ_WEBHOOK_ALLOW_HTTP": "maybe"}, "GENQ_WEBHOOK_ALLOW_HTTP='maybe'.*bool"),
+        ({"GENQ_MAX_WAITERS": "many"}, "GENQ_MAX_WAITERS='many'"),
+    ],
+)
 def test_a_value_outside_its_type_is_refused_naming_the_variable(env: dict[str, str], complaint: str) -> None:
     with pytest.raises(GenqError, match=complaint):
         Settings.from_env(env)

@@ -18,10 +18,15 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 # Ignores SIGTERM and starts a grandchild in its own process group, which ignores it too: a server past its wait.
-STUBBORN = [sys.executable, "-c", (
-    "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-    "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)']); print(p.pid, flush=True); time.sleep(120)")]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)']); print(p.pid, flush=True); time.sleep(120)"
+    ),
+]
 
 # A stand-in for `genq up`: the real Stack starting cheap children, printing their pids, then waiting.
 PARENT = """
@@ -56,8 +61,7 @@ def all_gone(pids: list[int], within: float) -> bool:
 
 def test_children_die_when_genq_up_is_killed(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                              env=env)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
     assert parent.stdout is not None
     pids = [int(pid) for pid in parent.stdout.readline().split()]
     assert len(pids) == 3 and not any(gone(pid) for pid in pids)

@@ -44,13 +44,19 @@ class Loop:
         self.hooks: dict[int, Callable[[], None]] = {}
         self.runtime.sleep = self._sleep
         self.store = store
-        self.executor = Executor(self.runtime, spec, store, max_attempts=3,
-                                 outputs=output_store(store.redis, store.settings),
-                                 fleet=FleetStore(store.redis, store.settings))
+        self.executor = Executor(
+            self.runtime,
+            spec,
+            store,
+            max_attempts=3,
+            outputs=output_store(store.redis, store.settings),
+            fleet=FleetStore(store.redis, store.settings),
+        )
         self.left: list[list[str]] = []  # texts of the rows handed back, per hand-back, in order
         self.revoked: set[str] = set()
-        self.runner = StepRunner(self.executor, ("top_k", None), self._on_left, is_revoked=self.revoked.__contains__,
-                                 clock=self.clock)
+        self.runner = StepRunner(
+            self.executor, ("top_k", None), self._on_left, is_revoked=self.revoked.__contains__, clock=self.clock
+        )
 
     def _sleep(self, seconds: float) -> None:
         step = len(self.runtime.steps)  # the step now running (1-based)
@@ -66,10 +72,17 @@ class Loop:
         out = []
         for text in texts:
             now = time.time()
-            record = self.store.create(JobRecord(
-                id=str(uuid.uuid4()), model="fake-steps", kind=JobKind.fill_mask, status=JobStatus.queued,
-                created_at=now, deadline_at=None if deadline_s is None else now + deadline_s,
-                input={"text": f"{text} [MASK]"}))
+            record = self.store.create(
+                JobRecord(
+                    id=str(uuid.uuid4()),
+                    model="fake-steps",
+                    kind=JobKind.fill_mask,
+                    status=JobStatus.queued,
+                    created_at=now,
+                    deadline_at=None if deadline_s is None else now + deadline_s,
+                    input={"text": f"{text} [MASK]"},
+                )
+            )
             item = WorkItem(job_id=record.id, raw_input={})
             item.take_record(record)
             if deadline_s is not None:
@@ -225,9 +238,13 @@ def test_progress_reports_only_increases_from_one(store):
     [a] = loop.jobs("a-steps=4")
     session_progress = FakeSession.progress
     scaled = {0: 0, 1: 0, 2: 1, 3: 1}  # done -> the step a scaled report gives (the fourth step ends the row)
-    loop.runtime.open_session = lambda key: type("Scaled", (FakeSession,), {  # type: ignore[method-assign]
-        "progress": lambda self: {h: (scaled[d], t) for h, (d, t) in session_progress(self).items()}})(
-        loop.runtime, key)
+    loop.runtime.open_session = lambda key: type(
+        "Scaled",
+        (FakeSession,),
+        {  # type: ignore[method-assign]
+            "progress": lambda self: {h: (scaled[d], t) for h, (d, t) in session_progress(self).items()}
+        },
+    )(loop.runtime, key)
     loop.run([a], [a])
     steps = [d.step for job_id, kind, d in publisher.events if kind == "progress"]
     assert steps == [1, 4]

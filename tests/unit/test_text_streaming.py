@@ -20,8 +20,9 @@ def stream(runtime: TextGenerationRuntime, inputs: list[TextGenerationInput]) ->
 
 
 def test_pieces_join_to_each_rows_output_in_a_batch(textgen: TextGenerationRuntime) -> None:
-    inputs = [TextGenerationInput(prompt=p, max_new_tokens=12 + 3 * i, do_sample=True, seed=i)
-              for i, p in enumerate(PROMPTS)]
+    inputs = [
+        TextGenerationInput(prompt=p, max_new_tokens=12 + 3 * i, do_sample=True, seed=i) for i, p in enumerate(PROMPTS)
+    ]
     outputs, sinks = stream(textgen, inputs)
     assert outputs == [p.output for p in textgen.predict(inputs)]  # streaming changes nothing in the results
     for output, sink in zip(outputs, sinks, strict=True):
@@ -33,12 +34,15 @@ def test_pieces_join_to_each_rows_output_in_a_batch(textgen: TextGenerationRunti
 
 
 def test_a_stop_string_is_never_streamed(textgen: TextGenerationRuntime) -> None:
-    full = textgen.predict([TextGenerationInput(prompt="The weather", do_sample=True, seed=3,
-                                                max_new_tokens=24)])[0].output["text"]
+    full = textgen.predict([TextGenerationInput(prompt="The weather", do_sample=True, seed=3, max_new_tokens=24)])[
+        0
+    ].output["text"]
     start = next(i for i in range(3, len(full) - 3) if full[i : i + 3].isascii() and full[i : i + 3].strip())
     stop = full[start : start + 3]
-    inputs = [TextGenerationInput(prompt="The weather", do_sample=True, seed=3, max_new_tokens=24, stop=[stop]),
-              TextGenerationInput(prompt="Hello", do_sample=True, seed=4, max_new_tokens=24)]
+    inputs = [
+        TextGenerationInput(prompt="The weather", do_sample=True, seed=3, max_new_tokens=24, stop=[stop]),
+        TextGenerationInput(prompt="Hello", do_sample=True, seed=4, max_new_tokens=24),
+    ]
     outputs, sinks = stream(textgen, inputs)
     assert outputs[0]["text"] == full[: full.find(stop)] and outputs[0]["finish_reason"] == "stop"
     assert sinks[0].text == outputs[0]["text"] and sinks[1].text == outputs[1]["text"]

@@ -36,8 +36,14 @@ def sample(name: str, **labels: str) -> float:
 
 def test_a_batch_records_size_fill_items_waits_and_time(store):
     runtime = ScriptedRuntime()  # model "fake", max_batch_size 8
-    names = ("genq_worker_batch_size_count", "genq_worker_batch_size_sum", "genq_worker_batch_fill_ratio_sum",
-             "genq_worker_queue_wait_seconds_count", "genq_worker_inference_seconds_count", "genq_worker_items_total")
+    names = (
+        "genq_worker_batch_size_count",
+        "genq_worker_batch_size_sum",
+        "genq_worker_batch_fill_ratio_sum",
+        "genq_worker_queue_wait_seconds_count",
+        "genq_worker_inference_seconds_count",
+        "genq_worker_items_total",
+    )
     before = {name: sample(name, model="fake") for name in names}
     batch = items(store, ["a", "bad", "c", "d"])  # one item fails: it is run, but yields no item
     run(store, runtime, batch)

@@ -66,8 +66,13 @@ def build(path: Path) -> None:
     merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#")]
     # transformers 5: GPT2Tokenizer is the tokenizers-backed ("fast") class; GPT2TokenizerFast is an alias.
     # The tokenizers backend takes pairs; transformers' annotation says str (a file) or list[str].
-    tokenizer = GPT2Tokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS,  # type: ignore[arg-type]
-                              unk_token=EOS)
+    tokenizer = GPT2Tokenizer(
+        vocab=vocab,
+        merges=merges,  # type: ignore[arg-type]
+        eos_token=EOS,
+        bos_token=EOS,
+        unk_token=EOS,
+    )
     tokenizer.model_max_length = 512
 
     torch.manual_seed(0)  # the same weights on every build

@@ -29,8 +29,10 @@ def runtime_class(spec: ModelSpec) -> type[Runtime]:
         raise TypeError(f"{spec.runtime} is not a worker.runtimes.base.Runtime")
     kind = getattr(cls, "kind", None)
     if kind != spec.kind:
-        raise TypeError(f"model {spec.id} is a {spec.kind.value} model, but its runtime {module_name}:{class_name} "
-                        f"runs {kind.value if isinstance(kind, JobKind) else 'no kind'} jobs (set its class's kind)")
+        raise TypeError(
+            f"model {spec.id} is a {spec.kind.value} model, but its runtime {module_name}:{class_name} "
+            f"runs {kind.value if isinstance(kind, JobKind) else 'no kind'} jobs (set its class's kind)"
+        )
     return cls
 
 

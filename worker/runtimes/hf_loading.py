@@ -12,8 +12,9 @@ def load_pretrained(runtime: Runtime, model_class: Any, device: str, **tokenizer
     from transformers import AutoTokenizer
 
     revision = runtime.spec.revision
-    tokenizer = AutoTokenizer.from_pretrained(runtime.source, revision=revision, trust_remote_code=False,
-                                              **tokenizer_options)
+    tokenizer = AutoTokenizer.from_pretrained(
+        runtime.source, revision=revision, trust_remote_code=False, **tokenizer_options
+    )
     model = model_class.from_pretrained(
         runtime.source,
         revision=revision,

@@ -103,9 +103,17 @@ def encode_prompts(pipe: Any, jobs: list[tuple[Any, int]], with_negative: bool, 
     return out
 
 
-def start_job(pipe: Any, handle: str, inp: Any, seeds: list[int], new_scheduler: SchedulerFactory,
-              device: str, embeddings: Embeddings | None = None, source: Source | None = None,
-              masks: Any = None) -> ImageJob:
+def start_job(
+    pipe: Any,
+    handle: str,
+    inp: Any,
+    seeds: list[int],
+    new_scheduler: SchedulerFactory,
+    device: str,
+    embeddings: Embeddings | None = None,
+    source: Source | None = None,
+    masks: Any = None,
+) -> ImageJob:
     """Set up one row per image as the pipeline would; encodes the prompt unless ``embeddings`` are given
     (``encode_prompts`` for several newcomers in one text encoder call). With a ``source``, every row starts from
     it (``masks``: the inpainting pipeline's mask processor)."""
@@ -123,17 +131,19 @@ def start_job(pipe: Any, handle: str, inp: Any, seeds: list[int], new_scheduler:
         scheduler.set_timesteps(steps, device=device)
         generator = torch.Generator(device).manual_seed(seed)
         start = start_row(pipe, masks, scheduler, generator, shape, cond.dtype, device, steps, source)
-        rows.append(ImageRow(
-            scheduler=scheduler,
-            timesteps=start.timesteps,
-            unet_timesteps=start.timesteps.to(torch.float32),
-            latents=start.latents,
-            cond=cond[j : j + 1],
-            uncond=None if uncond is None else uncond[j : j + 1],
-            guidance=float(inp.guidance_scale),
-            step_kwargs=step_kwargs(scheduler, generator),
-            blend=start.blend,
-        ))
+        rows.append(
+            ImageRow(
+                scheduler=scheduler,
+                timesteps=start.timesteps,
+                unet_timesteps=start.timesteps.to(torch.float32),
+                latents=start.latents,
+                cond=cond[j : j + 1],
+                uncond=None if uncond is None else uncond[j : j + 1],
+                guidance=float(inp.guidance_scale),
+                step_kwargs=step_kwargs(scheduler, generator),
+                blend=start.blend,
+            )
+        )
     return ImageJob(handle=handle, steps=steps, seeds=seeds, rows=rows)
 
 

@@ -72,8 +72,11 @@ def read_source(store: OutputStore | None, inp: Any) -> Source | None:
         return None
     strength = strength_of(inp)
     if denoising_steps(int(inp.num_inference_steps), strength) < 1:
-        raise InvalidInput(f"input.strength: {strength} of {inp.num_inference_steps} steps leaves no step to run; "
-                           "raise strength or num_inference_steps", field="input.strength")
+        raise InvalidInput(
+            f"input.strength: {strength} of {inp.num_inference_steps} steps leaves no step to run; "
+            "raise strength or num_inference_steps",
+            field="input.strength",
+        )
     if store is None:
         raise InvalidInput("input.image: this worker has no store to read input images from", field="input.image")
     size = (int(inp.width), int(inp.height))
@@ -87,8 +90,9 @@ def _picture(store: OutputStore, key: str, field: str, pil_mode: str, size: tupl
 
     data = store.get(key)  # OutputStoreUnavailable (store down) is the store's error, not the input's
     if data is None:
-        raise InvalidInput(f"{field}: the uploaded picture is gone (it expired or was deleted); send it again",
-                           field=field)
+        raise InvalidInput(
+            f"{field}: the uploaded picture is gone (it expired or was deleted); send it again", field=field
+        )
     try:
         with Image.open(io.BytesIO(data)) as opened:
             picture = opened.convert(pil_mode)  # decodes all of it: a truncated file fails here

@@ -52,8 +52,17 @@ def start_timesteps(scheduler: Any, steps: int, strength: float) -> Any:
     return scheduler.timesteps[begin:]
 
 
-def start_row(pipe: Any, masks: Any, scheduler: Any, generator: Any, shape: tuple[int, ...], dtype: Any,
-              device: str, steps: int, source: Source | None) -> Start:
+def start_row(
+    pipe: Any,
+    masks: Any,
+    scheduler: Any,
+    generator: Any,
+    shape: tuple[int, ...],
+    dtype: Any,
+    device: str,
+    steps: int,
+    source: Source | None,
+) -> Start:
     """A row's start on ``scheduler`` (timesteps already set for ``steps``); ``masks`` is the inpainting
     pipeline's mask processor (binarised, grayscale)."""
     import torch

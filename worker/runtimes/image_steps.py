@@ -65,8 +65,16 @@ class _BatchParts:
 class ImageStepSession(StepSession):
     """The images of jobs of one size, stepped together; see the module docstring."""
 
-    def __init__(self, pipe: Any, device: str, options: TorchOptions, size: tuple[int, int],
-                 new_scheduler: SchedulerFactory, read_source: SourceReader | None = None, masks: Any = None) -> None:
+    def __init__(
+        self,
+        pipe: Any,
+        device: str,
+        options: TorchOptions,
+        size: tuple[int, int],
+        new_scheduler: SchedulerFactory,
+        read_source: SourceReader | None = None,
+        masks: Any = None,
+    ) -> None:
         self.pipe = pipe
         self.device = device
         self.options = options
@@ -99,8 +107,17 @@ class ImageStepSession(StepSession):
             embeddings = self._encode([inp for _, inp, _ in valid])
             for (row, inp, source), embeds in zip(valid, embeddings, strict=True):
                 try:
-                    self._jobs[row.handle] = start_job(self.pipe, row.handle, inp, image_seeds(inp), self.new_scheduler,
-                                                       self.device, embeds, source, self.masks)
+                    self._jobs[row.handle] = start_job(
+                        self.pipe,
+                        row.handle,
+                        inp,
+                        image_seeds(inp),
+                        self.new_scheduler,
+                        self.device,
+                        embeds,
+                        source,
+                        self.masks,
+                    )
                 except Exception as exc:  # its own prefill (an unknown scheduler, say)
                     ended.append(RowResult(row.handle, error=exc))
                 else:
@@ -117,8 +134,12 @@ class ImageStepSession(StepSession):
         with inference_context(self.options):
             rows = self._rows()
             self._denoise(rows)
-            finished = [(job, i) for job in self._jobs.values() for i, row in enumerate(job.rows) if row.finished
-                        and i not in job.images]
+            finished = [
+                (job, i)
+                for job in self._jobs.values()
+                for i, row in enumerate(job.rows)
+                if row.finished and i not in job.images
+            ]
             if finished:
                 self._decode(finished)
                 self._batch = None
@@ -154,8 +175,9 @@ class ImageStepSession(StepSession):
         if not isinstance(inp, TextToImageInput):
             raise TypeError(f"a text-to-image session takes text-to-image inputs, not {type(inp).__name__}")
         if (inp.width, inp.height) != self.size:
-            raise ValueError(f"size {inp.width}x{inp.height} does not match this session's "
-                             f"{self.size[0]}x{self.size[1]}")
+            raise ValueError(
+                f"size {inp.width}x{inp.height} does not match this session's {self.size[0]}x{self.size[1]}"
+            )
         return inp
 
     def _encode(self, inputs: list[TextToImageInput]) -> list[Embeddings | None]:
@@ -167,8 +189,9 @@ class ImageStepSession(StepSession):
             if not group:
                 continue
             try:
-                embeds = encode_prompts(self.pipe, [(inputs[i], inputs[i].num_images) for i in group],
-                                        with_negative, self.device)
+                embeds = encode_prompts(
+                    self.pipe, [(inputs[i], inputs[i].num_images) for i in group], with_negative, self.device
+                )
             except Exception:
                 continue
             for i, embed in zip(group, embeds, strict=True):
@@ -201,7 +224,7 @@ class ImageStepSession(StepSession):
         sample = torch.cat([scaled[i] for i in guided] + scaled)
         t = torch.stack([timesteps[i] for i in guided] + timesteps)
         noise = self.pipe.unet(sample, t, encoder_hidden_states=parts.embeds, return_dict=False)[0]
-        uncond, noise = noise[: len(guided)], noise[len(guided):]
+        uncond, noise = noise[: len(guided)], noise[len(guided) :]
         if guided:  # u + g * (c - u) per guided row, as the pipeline's guidance with the row's own g
             noise = noise.clone()
             noise[parts.index] = uncond + parts.scale * (noise[parts.index] - uncond)

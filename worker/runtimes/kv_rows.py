@@ -85,8 +85,11 @@ def splices(cache: Any) -> bool:
     """True when every layer of ``cache`` is a plain ``DynamicLayer`` (full attention, no sliding window) or a slab,
     the layouts whose rows can be padded, joined and trimmed here."""
     layers: list[Any] = getattr(cache, "layers", None) or []
-    return isinstance(cache, DynamicCache) and bool(layers) and all(type(layer) in (DynamicLayer, SlabLayer)
-                                                                    for layer in layers)
+    return (
+        isinstance(cache, DynamicCache)
+        and bool(layers)
+        and all(type(layer) in (DynamicLayer, SlabLayer) for layer in layers)
+    )
 
 
 def _pad_left(tensor: Any, columns: int, dim: int) -> Any:
@@ -102,8 +105,9 @@ def _pad_left(tensor: Any, columns: int, dim: int) -> Any:
 
 def hold(cache: Any) -> Any:
     """``cache`` with its layers as slabs, ready to be stepped, joined and shrunk in place."""
-    cache.layers = [layer if isinstance(layer, SlabLayer) else SlabLayer(layer.keys, layer.values)
-                    for layer in cache.layers]
+    cache.layers = [
+        layer if isinstance(layer, SlabLayer) else SlabLayer(layer.keys, layer.values) for layer in cache.layers
+    ]
     return cache
 
 

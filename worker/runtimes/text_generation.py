@@ -48,8 +48,11 @@ class TextGenerationRuntime(Runtime):
         eos = self.tokenizer.eos_token_id if eos is None else eos
         self.eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         with self.grad_off():
-            probe = self.model(input_ids=self.tokenizer("Hello", return_tensors="pt")["input_ids"].to(device),
-                               use_cache=True, logits_to_keep=1)
+            probe = self.model(
+                input_ids=self.tokenizer("Hello", return_tensors="pt")["input_ids"].to(device),
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self.joins_rows = splices(probe.past_key_values)
         self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
 
@@ -78,8 +81,9 @@ class TextGenerationRuntime(Runtime):
 
         return torch.inference_mode() if self.options.inference_mode else torch.no_grad()
 
-    def predict(self, inputs: list[Any], progress: ProgressFn | None = None,
-                text_sinks: Sequence[TextSink] | None = None) -> list[Prediction]:
+    def predict(
+        self, inputs: list[Any], progress: ProgressFn | None = None, text_sinks: Sequence[TextSink] | None = None
+    ) -> list[Prediction]:
         """Decode all inputs together as one step session (admit all, step until empty): one left-padded prefill,
         then one forward pass per step; rows leave the batch as they finish.
 
@@ -116,8 +120,16 @@ class TextGenerationRuntime(Runtime):
         max_new = min(inp.max_new_tokens, self.max_length - 1)
         ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
-        return DecodeRow(ids, max_new, seed, torch.Generator().manual_seed(seed), list(inp.stop),
-                         inp.do_sample, inp.temperature, inp.top_p)
+        return DecodeRow(
+            ids,
+            max_new,
+            seed,
+            torch.Generator().manual_seed(seed),
+            list(inp.stop),
+            inp.do_sample,
+            inp.temperature,
+            inp.top_p,
+        )
 
     def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
         """Next token per batch position: argmax, or Gumbel-max sampling (argmax of log-probabilities plus Gumbel
@@ -137,9 +149,9 @@ class TextGenerationRuntime(Runtime):
             cut = ((ordered.cumsum(-1) < top_p).sum(-1, keepdim=True)).clamp(max=probs.shape[-1] - 1)
             # top_p = 1 keeps everything exactly: a cumsum ending at 1 - 1e-7 must not trim the tail.
             floor = torch.where(top_p >= 1.0, torch.zeros_like(top_p), ordered.gather(-1, cut))
-            uniform = torch.stack(
-                [torch.rand(probs.shape[-1], generator=rows[p].generator) for p in sample_at]
-            ).to(logits.device)
+            uniform = torch.stack([torch.rand(probs.shape[-1], generator=rows[p].generator) for p in sample_at]).to(
+                logits.device
+            )
             score = log_probs - torch.log(-torch.log(uniform))
             score = torch.where(probs >= floor, score, torch.full_like(score, -torch.inf))
             chosen[index] = score.argmax(dim=-1)
@@ -169,8 +181,13 @@ class TextGenerationRuntime(Runtime):
 
     def prediction(self, row: DecodeRow) -> Prediction:
         """A finished row's output: ``{text, seed, tokens, prompt_tokens, finish_reason}``."""
-        output = {"text": self._text(row), "seed": row.seed, "tokens": len(row.generated),
-                  "prompt_tokens": len(row.prompt_ids), "finish_reason": row.finish_reason}
+        output = {
+            "text": self._text(row),
+            "seed": row.seed,
+            "tokens": len(row.generated),
+            "prompt_tokens": len(row.prompt_ids),
+            "finish_reason": row.finish_reason,
+        }
         return Prediction(output=output)
 
     def _decode(self, tokens: list[int]) -> str:

@@ -84,8 +84,14 @@ class TextStepSession(StepSession):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=-1)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
-            out = runtime.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                past_key_values=self._cache, use_cache=True, logits_to_keep=1)
+            out = runtime.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=self._cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             self._cache, self._mask = out.past_key_values, mask
             return self._advance(self._rows, out.logits[:, -1, :])
 
@@ -115,8 +121,9 @@ class TextStepSession(StepSession):
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = runtime.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                            logits_to_keep=1)
+        out = runtime.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
         cache = out.past_key_values
         if self._cache is not None and not (kv_rows.splices(cache) and kv_rows.splices(self._cache)):
             raise TypeError(f"{type(cache).__name__} rows cannot join a running batch (request-level only)")

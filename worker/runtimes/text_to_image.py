@@ -96,8 +96,9 @@ class TextToImageRuntime(Runtime):
 
             blank = Image.new("RGB", (limits.default_width, limits.default_height))
             with inference_context(self.options):
-                self.pipes[Mode.image](prompt="warm up", image=blank, strength=1.0, num_inference_steps=WARM_UP_STEPS,
-                                       output_type="latent")
+                self.pipes[Mode.image](
+                    prompt="warm up", image=blank, strength=1.0, num_inference_steps=WARM_UP_STEPS, output_type="latent"
+                )
 
     def batch_key(self, inp: Any) -> Hashable:
         """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler, and the
@@ -143,8 +144,15 @@ class TextToImageRuntime(Runtime):
             return super().open_session(key)
         width, height = cast(tuple[int, int], key)
         inpainting = self.pipes.get(Mode.inpaint)
-        return ImageStepSession(self.pipe, self.device, self.options, (int(width), int(height)), self.new_scheduler,
-                                self._source, getattr(inpainting, "mask_processor", None))
+        return ImageStepSession(
+            self.pipe,
+            self.device,
+            self.options,
+            (int(width), int(height)),
+            self.new_scheduler,
+            self._source,
+            getattr(inpainting, "mask_processor", None),
+        )
 
     def _source(self, inp: Any) -> Source | None:
         """The job's source picture and mask from the store; ModelError if this pipeline has no such mode."""
