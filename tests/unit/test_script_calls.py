@@ -165,12 +165,13 @@ def test_finish_many_retried_after_a_lost_reply_counts_each_completion_once(key_
     store, _ = counting_store(REDIS_URL, key_prefix)
     jobs = [queued(store) for _ in range(3)]
     store.claim_many([(job_id, "t") for job_id in jobs])
-    counter = CompletionCounter(key_prefix + "completed:", 3600, 60)  # one bucket an hour: one key in this test
+    prefix = f"{key_prefix}completed-{uuid.uuid4().hex}:"  # its own: the session's workers count under completed:
+    counter = CompletionCounter(prefix, 3600, 60)  # one bucket an hour: one key in this test
     outcomes = [Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs]
     first = store.finish_many(outcomes, counter=counter)
     again = store.finish_many(outcomes, counter=counter)  # what with_retries sends when the first reply was lost
     assert all(e.stored for e in first + again)
-    [bucket] = store.redis.keys(key_prefix + "completed:*")
-    assert bucket == f"{key_prefix}completed:{int(store.now()) // 3600}".encode()  # Redis' clock names the bucket
+    [bucket] = store.redis.keys(prefix + "*")
+    assert bucket == f"{prefix}{int(store.now()) // 3600}".encode()  # Redis' clock names the bucket
     assert store.redis.get(bucket) == b"3"  # not 6
     assert 0 < store.redis.ttl(bucket) <= 60
