@@ -12,6 +12,7 @@ from flask import Response, g, jsonify, request
 
 from api.metrics import JOBS_REJECTED, rejection_reason
 from api.services import services
+from tasks.errors import ErrorCode
 
 #: genq code -> (HTTP status, OpenAI error type, OpenAI error code); the code is genq's own where OpenAI has none.
 OPENAI_ERRORS: dict[str, tuple[int, str, str]] = {
@@ -60,6 +61,9 @@ def to_openai_error(response: Response) -> Response:
     converted = error_body(str(error.get("message", "")), error_type, openai_code, error.get("field"))
     response.set_data(jsonify(converted).get_data())
     response.status_code = status
+    if code == ErrorCode.outcome_unknown:
+        # The job may exist (its id is in the message): a retry of the openai package's own could run it twice.
+        response.headers["x-should-retry"] = "false"
     return response
 
 
