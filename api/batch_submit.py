@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from celery import Celery
 
 from api.admission import admission_fence, refusal
 from api.job_images import discard, stage_images
 from api.job_submit import new_record
+from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError
 from tasks.messages import RunMessage, send_args
@@ -63,6 +65,12 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
                 continue
             todo.append((i, spec, new_record(spec, body, inp, job_id, owner)))
         return _admit_and_publish(svc, entries, todo, staged)
+    except (redis.RedisError, OSError) as exc:
+        if never_sent(exc):  # nothing reached Redis: none of it was accepted
+            discard(svc, [key for keys in staged.values() for key in keys])
+        # Otherwise the admission may have run and its reply was lost: the jobs may exist, so their pictures stay
+        # (the output sweeper deletes those of jobs that never do, under the tombstones written first).
+        raise
     except BaseException:
         discard(svc, [key for keys in staged.values() for key in keys])  # none of it was accepted
         raise

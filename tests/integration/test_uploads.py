@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 
 from api import create_app
 from tasks.input_checks import validate_input
@@ -237,6 +238,36 @@ def test_a_batch_takes_image_inputs_job_by_job(api):
     assert svc(api).outputs.get(input_key(good["id"], "image")) == png
     added = set(store.redis.scan_iter(match=inputs, count=1000)) - before
     assert added == {store.keys.output(input_key(good["id"], "image")).encode()}
+
+
+def test_a_batch_whose_admission_reply_is_lost_keeps_the_pictures_of_jobs_that_may_exist(api, monkeypatch):
+    """ADMIT_MANY ran (the jobs exist) and its reply was lost: the answer is a 503, but the pictures stay, or the
+    jobs would run without them; one that never reached Redis leaves none behind."""
+    batches = svc(api).batches
+    admit_many = batches.admit_many
+    written: list[str] = []
+
+    def lost_reply(places: Any) -> Any:
+        written.extend(record.id for _, record in admit_many(places) if record is not None)
+        raise redis.TimeoutError("Timeout reading from socket")
+
+    tag = f"lost-{time.time_ns()}"
+    body = {"jobs": [{"model": MODEL, "input": {"prompt": tag, "image": data_uri(picture(64, 64))}}]}
+    monkeypatch.setattr(batches, "admit_many", lost_reply)
+    response = api.post("/v1/jobs/batch", json=body, headers=bearer())
+    assert response.status_code == 503, response.json
+    [job_id] = written
+    assert svc(api).store.get(job_id) is not None  # it exists, and will run
+    assert svc(api).outputs.get(input_key(job_id, "image")) == picture(64, 64)  # with its picture
+    refused_before = set(svc(api).store.redis.scan_iter(match=svc(api).store.keys.output("*/input/*"), count=1000))
+
+    def never_sent(places: Any) -> Any:
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
+
+    monkeypatch.setattr(batches, "admit_many", never_sent)
+    assert api.post("/v1/jobs/batch", json=body, headers=bearer()).status_code == 503
+    after = set(svc(api).store.redis.scan_iter(match=svc(api).store.keys.output("*/input/*"), count=1000))
+    assert after == refused_before  # nothing accepted: its picture was deleted
 
 
 def test_uploads_are_counted_and_the_spec_describes_them(api):
