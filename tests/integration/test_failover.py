@@ -70,8 +70,10 @@ class Load:
 
 def test_a_killed_primary_costs_no_accepted_job_and_nobody_restarts(cluster, settings: Settings, log_dir: Path):
     wait = {"GENQ_REDIS_SENTINEL_MASTER": MASTER, "GENQ_REDIS_WAIT_REPLICAS": "1"}
+    # A job written but whose message the dying primary lost is accepted and re-sent by the sweeper after the
+    # orphan grace: short here, so it runs within the poll below.
     failover_settings = dataclasses.replace(
-        settings, redis_url=cluster.url, redis_sentinel_master=MASTER, redis_wait_replicas=1
+        settings, redis_url=cluster.url, redis_sentinel_master=MASTER, redis_wait_replicas=1, orphan_grace_s=5
     )
     worker = WorkerProcess(
         failover_settings, "echo", log_dir, name=f"failover-{uuid.uuid4().hex[:6]}", env=wait
@@ -110,7 +112,9 @@ def test_a_killed_primary_costs_no_accepted_job_and_nobody_restarts(cluster, set
 def test_a_primary_frozen_past_down_after_loses_no_message_when_it_wakes(cluster, settings: Settings, log_dir: Path):
     """SIGSTOP: the old primary wakes up still a primary for ~10 s until the Sentinels demote it. Every client must
     have left it by then: a message published there is thrown away at the demotion (the job stays queued)."""
-    failover_settings = dataclasses.replace(settings, redis_url=cluster.url, redis_sentinel_master=MASTER)
+    failover_settings = dataclasses.replace(
+        settings, redis_url=cluster.url, redis_sentinel_master=MASTER, orphan_grace_s=5
+    )  # a message lost in the switch is re-sent by the sweeper within the poll below
     worker = WorkerProcess(
         failover_settings,
         "echo",
