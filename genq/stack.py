@@ -72,6 +72,13 @@ class Stack:
                 pass
 
 
+def worker_command(python: str, model: str, node: str, queues: str | None = None) -> list[str]:
+    """``celery worker`` for one model as genq runs it (solo pool, concurrency 1, its queue, node name ``node``);
+    callers add their own flags."""
+    return [python, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+            "-Q", queues or queue_name(model), "--model", model, "-n", node]  # fmt: skip
+
+
 def wait_http(url: str, timeout: float, auth: tuple[str, str] | None = None) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -166,28 +173,7 @@ def up(
     worker_metrics: dict[str, int] = {}
     for (model, gpu), metrics_port in zip(workers, metrics_ports, strict=True):
         name = f"{model}-gpu{gpu}" if gpu is not None else model
-        cmd = [
-            py,
-            "-m",
-            "celery",
-            "-A",
-            "worker",
-            "worker",
-            "--pool",
-            "solo",
-            "--concurrency",
-            "1",
-            "-Q",
-            queue_name(model),
-            "--model",
-            model,
-            "-n",
-            f"{name}@%h",
-            "--loglevel",
-            "INFO",
-            "--metrics-port",
-            str(metrics_port),
-        ]
+        cmd = [*worker_command(py, model, f"{name}@%h"), "--loglevel", "INFO", "--metrics-port", str(metrics_port)]
         if gpu is not None:
             cmd += ["--gpu", gpu]
         worker_metrics[name] = metrics_port

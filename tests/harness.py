@@ -13,7 +13,7 @@ from pathlib import Path
 import redis
 
 from genq.redis_server import free_port, redis_server_binary, server_command
-from tasks.constants import queue_name
+from genq.stack import worker_command
 from tasks.settings import Settings
 from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
@@ -71,26 +71,8 @@ class WorkerProcess:
 
     def start(self, wait: bool = True, timeout: float = 120) -> WorkerProcess:
         cmd = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "worker",
-            "worker",
-            "--pool",
-            "solo",
-            "--concurrency",
-            "1",
-            "-Q",
-            queue_name(self.model),
-            "--model",
-            self.model,
-            "-n",
-            f"{self.name}@{self.host}",
-            "--loglevel",
-            "INFO",
-            "--without-mingle",
-            "--without-gossip",
+            *worker_command(sys.executable, self.model, f"{self.name}@{self.host}"),
+            *("--loglevel", "INFO", "--without-mingle", "--without-gossip"),
             *self.extra_args,
         ]
         if self.metrics_port is not None:

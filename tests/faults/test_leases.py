@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from genq.stack import worker_command
 from tasks.messages import UNACKED_KEY
 from tasks.settings import Settings
 from tests.faults.cluster import Cluster, models_file
@@ -90,25 +91,6 @@ def test_a_record_ttl_shorter_than_queue_and_run_time_still_ends_with_status_and
 
 def test_a_worker_refuses_a_lease_its_heartbeat_cannot_keep(tmp_path):
     settings = Settings(key_prefix="faults:", models_file=models_file(tmp_path), lease_s=1.5)
-    cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "worker",
-        "worker",
-        "--pool",
-        "solo",
-        "--concurrency",
-        "1",
-        "-Q",
-        "genq.work",
-        "--model",
-        "work",
-        "-n",
-        "shortlease@%h",
-        "--without-mingle",
-        "--without-gossip",
-    ]
+    cmd = [*worker_command(sys.executable, "work", "shortlease@%h"), "--without-mingle", "--without-gossip"]
     result = subprocess.run(cmd, cwd=ROOT, env=worker_env(settings), capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "GENQ_LEASE_S=1.5 must exceed 1 heartbeat(s)" in result.stderr

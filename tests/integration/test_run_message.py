@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from genq.stack import worker_command
 from tasks.constants import TASK_RUN, queue_name
 from tasks.inputs import JobKind
 from tasks.messages import RunMessage, send_args
@@ -111,26 +112,8 @@ def test_a_malformed_message_fails_its_job_clearly_and_the_worker_carries_on(api
 
 @pytest.mark.parametrize("queues", ["genq.fake", "genq.echo,genq.fake"])
 def test_a_worker_whose_queues_are_not_its_models_refuses_to_start(settings, queues):
-    cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "worker",
-        "worker",
-        "--pool",
-        "solo",
-        "--concurrency",
-        "1",
-        "-Q",
-        queues,
-        "--model",
-        "echo",
-        "-n",
-        f"wrongq-{uuid.uuid4().hex[:6]}@%h",
-        "--without-mingle",
-        "--without-gossip",
-    ]
+    node = f"wrongq-{uuid.uuid4().hex[:6]}@%h"
+    cmd = [*worker_command(sys.executable, "echo", node, queues), "--without-mingle", "--without-gossip"]
     result = subprocess.run(cmd, cwd=ROOT, env=worker_env(settings), capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert f"-Q {queues} does not match --model echo" in result.stderr
