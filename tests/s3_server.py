@@ -15,7 +15,8 @@ import calendar
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -131,3 +132,14 @@ class S3Server:
 
 if __name__ == "__main__":
     main()
+
+
+@contextmanager
+def serving_bucket(log_dir: Path, bucket: str) -> Iterator[S3Server]:
+    """An S3 API server of the caller's own on loopback, with ``bucket`` made; stopped after the block."""
+    server = S3Server(log_dir).start()
+    try:
+        server.client().create_bucket(Bucket=bucket)
+        yield server
+    finally:
+        server.stop()

@@ -12,7 +12,7 @@ import pytest
 from api import create_app
 from tests.integration.output_backends import KEY_A, MODEL, backend_settings, bearer, start_worker, wait_until
 from tests.integration.test_outputs_s3 import BUCKET, PREFIX
-from tests.s3_server import AWS_ENV, S3Server
+from tests.s3_server import AWS_ENV, S3Server, serving_bucket
 from worker.output_writes import OPEN_S
 
 TERMINAL = {"succeeded", "failed", "canceled", "expired"}
@@ -28,10 +28,8 @@ def aws_env(monkeypatch) -> None:
 @pytest.fixture
 def s3(log_dir) -> Iterator[S3Server]:
     """An S3 API server this test may kill."""
-    server = S3Server(log_dir).start()
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    server.stop()
+    with serving_bucket(log_dir, BUCKET) as server:
+        yield server
 
 
 def test_s3_stopped_mid_run_fails_the_cut_off_jobs_clearly_and_leaves_none_running(

@@ -17,7 +17,7 @@ from tasks.store.job_store import JobStore
 from tasks.store.outputs_fs import FilesystemOutputStore
 from tasks.store.outputs_s3 import S3OutputStore
 from tasks.store.redis_client import connect
-from tests.s3_server import AWS_ENV, S3Server
+from tests.s3_server import AWS_ENV, S3Server, serving_bucket
 from tests.unit.test_output_sweeper import job
 from worker.output_sweeper import OutputSweeper
 
@@ -26,10 +26,8 @@ BUCKET = "genq-shared"
 
 @pytest.fixture(scope="module")
 def s3(log_dir: Path) -> Iterator[S3Server]:
-    server = S3Server(log_dir).start()
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    server.stop()
+    with serving_bucket(log_dir, BUCKET) as server:
+        yield server
 
 
 @pytest.fixture(params=["filesystem", "s3"])

@@ -27,7 +27,7 @@ from tests.integration.output_backends import (
     submit_images,
 )
 from tests.live_server import LiveServer
-from tests.s3_server import AWS_ENV, S3Server
+from tests.s3_server import AWS_ENV, S3Server, serving_bucket
 
 BUCKET, PREFIX = "genq-test", "tests/outputs/"
 
@@ -35,10 +35,8 @@ BUCKET, PREFIX = "genq-test", "tests/outputs/"
 @pytest.fixture(scope="module")
 def s3(log_dir) -> Iterator[S3Server]:
     """An S3 API server of this module's own, with the bucket made."""
-    server = S3Server(log_dir).start()
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    server.stop()
+    with serving_bucket(log_dir, BUCKET) as server:
+        yield server
 
 
 @pytest.fixture(scope="module", autouse=True)

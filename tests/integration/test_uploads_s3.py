@@ -15,7 +15,7 @@ from tasks.outputs import input_key
 from tasks.settings import Settings
 from tasks.uploads import upload_key
 from tests.integration.image_inputs import bearer, image_settings, job, picture, upload
-from tests.s3_server import AWS_ENV, S3Server
+from tests.s3_server import AWS_ENV, S3Server, serving_bucket
 from worker.output_sweeper import OutputSweeper
 
 BUCKET, PREFIX = "genq-uploads", "tests/uploads/"
@@ -24,10 +24,8 @@ BUCKET, PREFIX = "genq-uploads", "tests/uploads/"
 @pytest.fixture(scope="module")
 def s3(log_dir) -> Iterator[S3Server]:
     """An S3 API server of this module's own, with the bucket made."""
-    server = S3Server(log_dir).start()
-    server.client().create_bucket(Bucket=BUCKET)
-    yield server
-    server.stop()
+    with serving_bucket(log_dir, BUCKET) as server:
+        yield server
 
 
 @pytest.fixture(scope="module", autouse=True)
