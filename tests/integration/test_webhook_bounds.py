@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tasks.inputs import JobKind
-from tasks.schemas import JobStatus
 from tasks.settings import Settings
-from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
-from tests.integration.test_webhook_targets import FakeResolver, one_delivery
+from tests.integration.test_webhook_targets import FakeResolver, one_delivery, recorded
 from worker.webhooks import WebhookSender
 
 Behaviour = Callable[[socket.socket], None]
@@ -175,8 +173,8 @@ def test_a_slow_host_does_not_delay_deliveries_to_another(settings, servers):
     servers += [slow, fast]
     resolver = FakeResolver("127.0.0.1")
     sender = sender_for(settings, resolver, webhook_attempt_s=5.0)
-    slow_ids = [_record(sender, f"http://slow.example.com:{slow.port}/hook") for _ in range(3)]
-    fast_id = _record(sender, f"http://fast.example.com:{fast.port}/hook")
+    slow_ids = [recorded(sender, f"http://slow.example.com:{slow.port}/hook") for _ in range(3)]
+    fast_id = recorded(sender, f"http://fast.example.com:{fast.port}/hook")
     stop = threading.Event()
     threads = [threading.Thread(target=drive, args=(sender, stop), daemon=True) for _ in range(2)]
     started = time.monotonic()
@@ -195,20 +193,3 @@ def test_a_slow_host_does_not_delay_deliveries_to_another(settings, servers):
         stop.set()
         for thread in threads:
             thread.join(6)
-
-
-def _record(sender: WebhookSender, url: str) -> str:
-    job_id = str(uuid.uuid4())
-    sender.store.create(
-        JobRecord(
-            id=job_id,
-            model="echo",
-            kind=JobKind.fill_mask,
-            status=JobStatus.succeeded,
-            created_at=time.time(),
-            webhook=url,
-            webhook_events=["completed"],
-        )
-    )
-    sender.record([(job_id, "completed")])
-    return job_id

@@ -56,7 +56,8 @@ def sender_for(settings: Settings, resolver: FakeResolver, **overrides: object) 
     return WebhookSender(JobStore(connect(own), own), resolver=resolver, start=False)  # no threads: we drive it
 
 
-def one_delivery(sender: WebhookSender, url: str):  # type: ignore[no-untyped-def]
+def recorded(sender: WebhookSender, url: str) -> str:
+    """A finished job whose completed webhook to ``url`` is in the outbox; its id."""
     job_id = str(uuid.uuid4())
     sender.store.create(
         JobRecord(
@@ -70,6 +71,11 @@ def one_delivery(sender: WebhookSender, url: str):  # type: ignore[no-untyped-de
         )
     )
     sender.record([(job_id, "completed")])
+    return job_id
+
+
+def one_delivery(sender: WebhookSender, url: str):  # type: ignore[no-untyped-def]
+    recorded(sender, url)
     [delivery] = sender.outbox.claim()
     return delivery
 
