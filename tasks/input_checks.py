@@ -4,14 +4,13 @@ InvalidInput naming the fields (the API's 422, the worker's ``invalid_input``)."
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 from pydantic import ValidationError, create_model
 
 from tasks.errors import InvalidInput
 from tasks.image_refs import stored_context
-from tasks.inputs import INPUT_SCHEMAS, AnyInput, JobInput, JobKind, ModelLimits, TextToImageInput
+from tasks.inputs import INPUT_SCHEMAS, AnyInput, JobInput, JobKind, ModelLimits
 
 
 @functools.lru_cache(maxsize=256)
@@ -63,21 +62,4 @@ def validate_input(kind: JobKind, data: Any, limits: ModelLimits, *, stored_for:
         parsed = limited_input_model(kind, limits).model_validate(data, context=context)
     except ValidationError as exc:
         raise invalid_from_validation(exc, prefix="input") from None
-    if isinstance(parsed, TextToImageInput):
-        fit_strength(parsed)
     return parsed  # type: ignore[return-value]
-
-
-def fit_strength(inp: TextToImageInput) -> None:
-    """At least one step runs: an image job runs ``int(steps x strength)`` steps (diffusers' ``get_timesteps``,
-    which fails at none), so a strength too small for its step count is raised to the smallest that runs one.
-
-    Done where the input is parsed, so the record (and the job the client reads back) holds the strength used.
-    """
-    steps = inp.num_inference_steps
-    if inp.image is None or inp.strength is None or steps is None or int(steps * inp.strength) >= 1:
-        return
-    strength = 1.0 / steps
-    while int(steps * strength) < 1:  # 1/steps x steps can round to just under 1
-        strength = math.nextafter(strength, 2.0)
-    inp.strength = min(1.0, strength)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -191,6 +192,7 @@ class TextToImageInput(JobInput):
                 inp.width = inp.width or lim.default_width
                 inp.height = inp.height or lim.default_height
             inp.num_inference_steps = inp.num_inference_steps or lim.default_steps
+            fit_strength(inp)  # after the parent's validator filled the strength, now that the steps are known
             return inp
 
         return {
@@ -270,3 +272,18 @@ INPUT_SCHEMAS: dict[JobKind, type[JobInput]] = {
 
 
 AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
+
+
+def fit_strength(inp: TextToImageInput) -> None:
+    """At least one step runs: an image job runs ``int(steps x strength)`` steps (diffusers' ``get_timesteps``,
+    which fails at none), so a strength too small for its step count is raised to the smallest that runs one.
+
+    Done where the input is parsed, so the record (and the job the client reads back) holds the strength used.
+    """
+    steps = inp.num_inference_steps
+    if inp.image is None or inp.strength is None or steps is None or int(steps * inp.strength) >= 1:
+        return
+    strength = 1.0 / steps
+    while int(steps * strength) < 1:  # 1/steps x steps can round to just under 1
+        strength = math.nextafter(strength, 2.0)
+    inp.strength = min(1.0, strength)

@@ -10,8 +10,8 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tasks.errors import InvalidInput, UnknownModel
-from tasks.input_checks import fit_strength, invalid_from_validation, limited_input_model
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput
+from tasks.input_checks import invalid_from_validation, limited_input_model
+from tasks.inputs import JobKind, ModelLimits
 from tasks.job_outputs import JobOutput
 from tasks.kinds import Display
 from tasks.models_file import ModelsFile, ModelSpec
@@ -95,8 +95,6 @@ def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpe
     if spec is None:
         known = ", ".join(sorted(models.models)) or "none"
         raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
-    if isinstance(body.input, TextToImageInput):
-        fit_strength(body.input)
     return body, spec, cast(BaseModel, body.input)  # the model's input class, where JobCreate says dict
 
 
