@@ -7,7 +7,6 @@ import logging
 import time
 from contextlib import ExitStack
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import redis
 
@@ -18,24 +17,20 @@ from api.services import Services
 from api.waiters import EVERYTHING, POLL_S, Watch
 from tasks.batch import parse_ids
 from tasks.errors import ErrorCode
-from tasks.store.deadlines import OverdueSweep, expire_if_overdue
-from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.deadlines import expire_if_overdue
+from tasks.store.job_store import JobRecord
 
 log = logging.getLogger(__name__)
 
 # GET /v1/jobs?ids=: 100 uuids (36 characters and a comma each) fit a request line (gunicorn's limit: 4094 bytes).
 MAX_IDS_LENGTH = 100 * 37
-_SWEEPS: WeakKeyDictionary[JobStore, OverdueSweep] = WeakKeyDictionary()  # one per app (its store), per process
 
 
 def sweep_overdue(svc: Services) -> None:
     """Expire overdue queued jobs of models with no worker online, at most once per interval (on job reads: the
     API is what runs when a model has no worker; ``tasks/store/deadlines.py``). Never fails the read."""
-    sweep = _SWEEPS.get(svc.store)
-    if sweep is None:
-        sweep = _SWEEPS.setdefault(svc.store, OverdueSweep(svc.store, svc.models.models))
     try:
-        sweep.maybe_sweep()
+        svc.overdue.maybe_sweep()
     except redis.RedisError as exc:  # the read reports an outage itself, if it meets one
         log.warning("deadline sweep failed: %s", exc)
 

@@ -17,6 +17,7 @@ from tasks.models_file import ModelsFile, ModelSpec, load_models_file
 from tasks.outputs import OutputStore
 from tasks.settings import Settings
 from tasks.store.celery_app import create_celery
+from tasks.store.deadlines import OverdueSweep
 from tasks.store.fleet import FleetStore
 from tasks.store.idempotency import IdempotencyBindings
 from tasks.store.job_batches import JobBatches
@@ -48,6 +49,7 @@ class Services:
     batches: JobBatches
     clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     uploads: UploadStore
+    overdue: OverdueSweep  # the read paths' sweep of overdue jobs of models with no worker (api/job_reads.py)
     # Output reads after the store just failed answer 503 at once for a moment (api/outputs.py).
     outputs_circuit: Circuit = field(default_factory=lambda: Circuit(OUTPUT_READS_OPEN_S))
 
@@ -56,9 +58,10 @@ class Services:
         client = connect(settings, fail_fast=True)
         store = JobStore(client, settings)
         outputs = output_store(client, settings, api=True)
+        models = load_models_file(settings.models_file)
         return cls(
             settings=settings,
-            models=load_models_file(settings.models_file),
+            models=models,
             store=store,
             fleet=FleetStore(client, settings),
             outputs=outputs,
@@ -72,6 +75,7 @@ class Services:
             batches=JobBatches(store),
             clock=RedisClock(client),
             uploads=UploadStore(client, store.keys, outputs, settings.tombstone_ttl_s),
+            overdue=OverdueSweep(store, models.models),
         )
 
     def model(self, model_id: str) -> ModelSpec:
