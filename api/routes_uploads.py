@@ -21,10 +21,10 @@ from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.input_checks import invalid_from_validation
-from tasks.inputs import INPUT_SCHEMAS, ModelLimits
-from tasks.media import UPLOAD_ID, Media, media_fields
+from tasks.inputs import ModelLimits
+from tasks.media import UPLOAD_ID, Media
 from tasks.schemas import ErrorBody, timestamp
-from tasks.uploads import PresignRequest, Upload, UploadMeta, upload_media
+from tasks.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
 
 uploads = APIBlueprint(
     "uploads",
@@ -59,11 +59,7 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
 
 def takers(svc: Services, media: Media) -> list[ModelLimits]:
     """The limits of the served models whose kind takes ``media``: an upload none of them takes is never used."""
-    return [
-        s.limits
-        for s in svc.models.models.values()
-        if any(spec.media == media for spec in media_fields(INPUT_SCHEMAS[s.kind]).values())
-    ]
+    return [s.limits for s in svc.models.models.values() if takes(s.kind, media)]
 
 
 def read_body(limit: int) -> bytes:

@@ -158,8 +158,8 @@ class MediaField:
         return {"type": "string", "format": self.spec.schema_format}
 
     def _validate(self, value: Any, info: ValidationInfo) -> MediaRef:
-        if isinstance(value, MediaRef) and value.media == self.spec.media:
-            return value  # already typed (an input copied, not parsed)
+        if isinstance(value, MediaRef):
+            value = value.value  # parsed again: its form must be one this context takes
         if not isinstance(value, str):
             raise PydanticKnownError("string_type")
         job_id = (info.context or {}).get(STORED_FOR)
