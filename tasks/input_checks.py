@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import ValidationError, create_model
 
 from tasks.errors import InvalidInput
-from tasks.image_refs import stored_context
 from tasks.inputs import INPUT_SCHEMAS, AnyInput, JobInput, JobKind, ModelLimits
+from tasks.media import stored_context
 
 
 @functools.lru_cache(maxsize=256)

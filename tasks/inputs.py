@@ -17,15 +17,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tasks.image_refs import (
-    IMAGE_TO_IMAGE_STRENGTH,
-    INPAINT_STRENGTH,
-    NEEDS_IMAGE,
-    REFERENCE_HELP,
-    STORED_FOR,
-    check_reference,
-    reference_schema,
-)
+from tasks.image_media import IMAGE, ImageRef
+from tasks.image_modes import DEFAULT_STRENGTH, NEEDS_IMAGE, Mode, strength_of
+from tasks.media import STORED_FOR
 
 SEED_MAX = 2**32 - 1  # fits every client's integers (JavaScript included) and torch's generators
 
@@ -113,27 +107,23 @@ class TextToImageInput(JobInput):
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX, description="random when absent; reported back")
     num_images: int = Field(default=1, ge=1)
     scheduler: Scheduler = "default"
-    image: str | None = Field(
+    image: ImageRef | None = Field(
         default=None,
-        json_schema_extra=reference_schema,
-        description=f"image-to-image or inpainting source: {REFERENCE_HELP}; PNG, JPEG or WebP within the model's "
+        description=f"image-to-image or inpainting source: {IMAGE.forms_help}; PNG, JPEG or WebP within the model's "
         "pixel limits. The output takes its size (rounded down to the size multiple) unless width or "
         "height say otherwise",
     )
-    mask: str | None = Field(
+    mask: ImageRef | None = Field(
         default=None,
-        json_schema_extra=reference_schema,
-        description=f"inpainting: white repaints, black keeps; the image's size; {REFERENCE_HELP}. Needs image",
+        description=f"inpainting: white repaints, black keeps; the image's size; {IMAGE.forms_help}. Needs image",
     )
     strength: float | None = Field(
         default=None,
         gt=0.0,
         le=1.0,
-        description=f"how much of the image is repainted (needs image): default {IMAGE_TO_IMAGE_STRENGTH} for "
-        f"image-to-image, {INPAINT_STRENGTH} for inpainting",
+        description=f"how much of the image is repainted (needs image): default {DEFAULT_STRENGTH[Mode.image]} for "
+        f"image-to-image, {DEFAULT_STRENGTH[Mode.inpaint]} for inpainting",
     )
-
-    _references = field_validator("image", "mask")(check_reference)
 
     @field_validator("mask", "strength")
     @classmethod
@@ -149,8 +139,7 @@ class TextToImageInput(JobInput):
     def _image_settings(self, info: ValidationInfo) -> TextToImageInput:
         if self.image is None:
             return self
-        if self.strength is None:
-            self.strength = INPAINT_STRENGTH if self.mask is not None else IMAGE_TO_IMAGE_STRENGTH
+        self.strength = strength_of(self)
         if STORED_FOR in (info.context or {}) and (self.width is None or self.height is None):
             # The API fills them from the image before it writes the record.
             raise PydanticCustomError("stored_size", "a stored input with an image has width and height")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tasks.errors import InvalidInput, UnknownModel
 from tasks.input_checks import invalid_from_validation, limited_input_model
-from tasks.inputs import JobKind, ModelLimits
+from tasks.inputs import JobInput, JobKind, ModelLimits
 from tasks.job_outputs import JobOutput
 from tasks.kinds import Display
 from tasks.models_file import ModelsFile, ModelSpec
@@ -80,7 +80,7 @@ def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[Jo
     return model
 
 
-def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, BaseModel]:
+def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, JobInput]:
     """The body of ``POST /v1/jobs`` checked against its model, with its parsed input (defaults filled in).
 
     Raises InvalidInput or UnknownModel naming the field.
@@ -95,7 +95,7 @@ def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpe
     if spec is None:
         known = ", ".join(sorted(models.models)) or "none"
         raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
-    return body, spec, cast(BaseModel, body.input)  # the model's input class, where JobCreate says dict
+    return body, spec, cast(JobInput, body.input)  # the model's input class, where JobCreate says dict
 
 
 class Progress(BaseModel):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tasks.errors import GenqError
-from tasks.image_refs import is_upload_id
+from tasks.media import is_upload_id
 from tasks.outputs import JobObjects, OutputStore, SweptStore, check_key, is_input_key
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobStore

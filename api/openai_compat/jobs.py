@@ -67,9 +67,7 @@ def accept(
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
-            record = submit(
-                svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()), current_owner()
-            )
+            record = submit(svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner())
         except InvalidInput as exc:
             raise _renamed(exc, params) from None
     JOBS_ACCEPTED.labels(spec.id).inc()

@@ -14,11 +14,12 @@ from collections.abc import Hashable
 from typing import Any, cast
 
 from tasks.errors import ModelError
+from tasks.image_modes import Mode, mode_of, strength_of
 from tasks.inputs import JobKind, TextToImageInput
 from tasks.models_file import ModelSpec
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
-from worker.runtimes.image_sources import Mode, Source, mode_of, read_source, strength_of
+from worker.runtimes.image_sources import Source, read_source
 from worker.runtimes.image_steps import ImageStepSession, can_step
 from worker.torch_settings import apply_to_pipeline, inference_context
 
