@@ -14,14 +14,11 @@ from collections.abc import Callable
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
 from tasks.input_checks import validate_input
 from tasks.models_file import ModelSpec
-from tasks.outputs import OutputStore
-from tasks.schemas import JobStatus
-from tasks.store.fleet import FleetStore
+from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.job_store import Claim, JobStore, Verdict
 from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
-from worker.output_writes import OutputWriter
 from worker.results import ResultStore
 from worker.runtimes.base import Runtime
 from worker.store_retry import with_retries
@@ -54,8 +51,18 @@ def failure_of(exc: BaseException) -> tuple[str, str]:
     return code.value, f"{type(exc).__name__}: {exc}"[:500]
 
 
-class Executor(ResultStore):
-    """Admits, runs and stores a batch; where results go is ``ResultStore``'s."""
+def batch_metrics(
+    item: WorkItem, batch_size: int, started: float, batch_id: str, inference_ms: float | None = None
+) -> JobMetrics:
+    if inference_ms is None:
+        inference_ms = (time.perf_counter() - started) * 1000
+    return JobMetrics(
+        queue_ms=item.queue_ms, inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id
+    )
+
+
+class Executor:
+    """Admits and runs a batch with failure isolation; ``results`` stores what each job leaves with."""
 
     def __init__(
         self,
@@ -64,17 +71,14 @@ class Executor(ResultStore):
         store: JobStore,
         max_attempts: int,
         *,
-        outputs: OutputStore,
-        fleet: FleetStore,
+        results: ResultStore,
         events: EventPublisher | None = None,
         worker: str = "",
     ) -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
-        self.outputs = outputs
-        self.writer = OutputWriter(outputs)
-        self.fleet = fleet
+        self.results = results  # outputs, then endings
         self.max_attempts = max_attempts
         self.events = events  # live job events (worker/events.py); None publishes none
         self.worker = worker  # written into the leases it takes
@@ -111,7 +115,7 @@ class Executor(ResultStore):
         """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""
         [claim] = with_retries(self.store.claim_many, [(item.job_id, item.token)], self.worker)
         if claim.runs:
-            self._store_failure(item, None)
+            self.results.store_failure(item, None)
         else:
             item.settle(_settled_status(claim))
 
@@ -143,8 +147,8 @@ class Executor(ResultStore):
                 ErrorCode.worker_lost.value,
                 f"the worker died {claim.attempts - 1} times while running this job; giving up",
             )
-            return self._store_failure(item, None)
-        return self.parse(item) or self._store_failure(item, None)
+            return self.results.store_failure(item, None)
+        return self.parse(item) or self.results.store_failure(item, None)
 
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""
@@ -181,12 +185,12 @@ class Executor(ResultStore):
             else:
                 log.exception("job %s failed", batch[0].job_id)
                 batch[0].fail(*failure_of(exc))
-                self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
+                self.results.store_failure(batch[0], batch_metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000
-        self._store_successes(
+        self.results.store_successes(
             [
-                (item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
+                (item, prediction, batch_metrics(item, len(batch), started, batch_id, inference_ms))
                 for item, prediction in zip(batch, predictions, strict=True)
             ]
         )

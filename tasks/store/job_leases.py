@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from tasks.constants import Keys
+from tasks.errors import ErrorCode
 from tasks.job_record import encode
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
@@ -26,7 +27,9 @@ from tasks.store.lua import ScriptCalls, Tail
 from tasks.store.lua_scripts import Scripts
 
 NO_COUNTER = CompletionCounter("", 1, 0)
-DEADLINE_PASSED = JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started")
+DEADLINE_PASSED = JobErrorInfo(
+    code=ErrorCode.deadline_exceeded.value, message="the job's deadline passed before it started"
+)
 
 
 def pairs(fields: dict[str, Any]) -> list[str]:

@@ -34,6 +34,7 @@ class StallingExecutor(Executor):
     def __init__(self) -> None:
         self.down, self.claims = False, 0
         self.store = SimpleNamespace(cancel=lambda job_id: None)
+        self.results = self  # its kept endings are stored here too
 
     def admit_all(self, batch: list[WorkItem]) -> list[WorkItem]:
         self.claims += 1

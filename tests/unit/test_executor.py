@@ -23,6 +23,7 @@ from tests.round_trips import counting_client
 from worker.endings import parked
 from worker.executor import Executor
 from worker.job import WorkItem, new_token
+from worker.results import ResultStore
 from worker.runtimes.base import Blob, Prediction, Runtime
 
 
@@ -86,8 +87,9 @@ def executor_for(store: JobStore, runtime: Runtime) -> Executor:
         runtime.spec,
         store,
         max_attempts=3,
-        outputs=output_store(store.redis, store.settings),
-        fleet=FleetStore(store.redis, store.settings),
+        results=ResultStore(
+            runtime.spec.id, store, output_store(store.redis, store.settings), FleetStore(store.redis, store.settings)
+        ),
     )
 
 
@@ -267,10 +269,10 @@ def test_repeated_finish_failures_keep_the_ending_and_cost_no_attempt(store, mon
     assert store.get(item.job_id).status == JobStatus.running
     for _ in range(executor.max_attempts):  # outage after outage
         with pytest.raises(redis.exceptions.ConnectionError):
-            executor.store_parked([item])
+            executor.results.store_parked([item])
         assert not item.settled and parked(item) is not None
     monkeypatch.setattr(store, "finish_many", real_finish)
-    executor.store_parked([item])
+    executor.results.store_parked([item])
     record = store.get(item.job_id)
     assert item.settled and item.status == JobStatus.succeeded and parked(item) is None
     assert record.status == JobStatus.succeeded and record.output == "DOWN [MASK]" and record.attempts == 1
@@ -292,7 +294,7 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     real_finish, seen_at_finish = store.finish_many, []
 
     def finish_many(outcomes, also=None, counter=None):
-        seen_at_finish.extend([executor.outputs.get(e.key) for e in o.binary_outputs] for o in outcomes)
+        seen_at_finish.extend([executor.results.outputs.get(e.key) for e in o.binary_outputs] for o in outcomes)
         return real_finish(outcomes, also, counter)
 
     monkeypatch.setattr(store, "finish_many", finish_many)
