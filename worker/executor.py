@@ -113,7 +113,7 @@ class Executor:
 
     def reject_invalid(self, item: WorkItem) -> None:
         """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""
-        [claim] = with_retries(self.store.claim_many, [(item.job_id, item.token)], self.worker)
+        [claim] = with_retries(self.store.leases.claim_many, [(item.job_id, item.token)], self.worker)
         if claim.runs:
             self.results.store_failure(item, None)
         else:
@@ -131,7 +131,9 @@ class Executor:
             else:
                 live.append(item)
             seen.add(item.job_id)
-        claims = with_retries(self.store.claim_many, [(i.job_id, i.token) for i in live], self.worker) if live else []
+        claims = (
+            with_retries(self.store.leases.claim_many, [(i.job_id, i.token) for i in live], self.worker) if live else []
+        )
         return [item for item, claim in zip(live, claims, strict=True) if self._admit_claimed(item, claim)]
 
     def _admit_claimed(self, item: WorkItem, claim: Claim) -> bool:
@@ -208,7 +210,7 @@ class Executor:
                 return
             last[0] = now
             try:
-                self.store.set_progress([(item.job_id, item.token) for item in batch], step, total)
+                self.store.leases.set_progress([(item.job_id, item.token) for item in batch], step, total)
             except Exception:  # progress is best effort; the result write is what matters
                 log.debug("progress write failed", exc_info=True)
 

@@ -58,7 +58,7 @@ class ResultStore:
             return
         try:
             endings = with_retries(
-                self.store.finish_many,
+                self.store.leases.finish_many,
                 [outcome for _, outcome in items],
                 counter=self.fleet.completion_counter(self.model_id),
             )
@@ -70,7 +70,7 @@ class ResultStore:
     def store_parked(self, items: list[WorkItem]) -> None:
         """Store the endings kept on ``items`` (one round trip, no retries: raises while Redis is still away)."""
         kept = [(item, outcome) for item in items if (outcome := parked(item)) is not None]
-        endings = self.store.finish_many(
+        endings = self.store.leases.finish_many(
             [outcome for _, outcome in kept], counter=self.fleet.completion_counter(self.model_id)
         )
         self._settled([(item, outcome, ending) for (item, outcome), ending in zip(kept, endings, strict=True)])

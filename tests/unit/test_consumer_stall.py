@@ -128,7 +128,7 @@ def test_endings_kept_past_the_bound_are_let_go(stalling, monkeypatch):  # type:
 
 def test_the_heartbeat_renews_nothing_unsettled_past_the_bound():
     renewed: list[Any] = []
-    store = SimpleNamespace(renew=lambda leases, tags: renewed.append((leases, tags)) or [])
+    store = SimpleNamespace(leases=SimpleNamespace(renew=lambda leases, tags: renewed.append((leases, tags)) or []))
     holdings = Holdings(store)  # type: ignore[arg-type]
     live, stuck = (
         WorkItem(job_id=name, raw_input={}, claimed=True, handle=SimpleNamespace(delivery_tag=f"tag-{name}"))
