@@ -43,12 +43,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def failure_of(exc: BaseException) -> tuple[str, str]:
+def failure_of(exc: BaseException) -> tuple[ErrorCode, str]:
     """The code and message of a job that raised ``exc``: a GenqError keeps its own (an input picture gone, say)."""
     if isinstance(exc, GenqError):
-        return exc.code.value, exc.message[:500]
+        return exc.code, exc.message[:500]
     code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
-    return code.value, f"{type(exc).__name__}: {exc}"[:500]
+    return code, f"{type(exc).__name__}: {exc}"[:500]
 
 
 def batch_metrics(
@@ -108,7 +108,7 @@ class Executor:
             item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits, stored_for=item.job_id)
             return True
         except GenqError as exc:
-            item.fail(exc.code.value, exc.message)
+            item.fail(exc.code, exc.message)
             return False
 
     def reject_invalid(self, item: WorkItem) -> None:
@@ -146,7 +146,7 @@ class Executor:
         item.claimed, item.claimed_at = True, claim.now
         if claim.attempts > self.max_attempts:
             item.fail(
-                ErrorCode.worker_lost.value,
+                ErrorCode.worker_lost,
                 f"the worker died {claim.attempts - 1} times while running this job; giving up",
             )
             return self.results.store_failure(item, None)

@@ -39,12 +39,12 @@ def to_item(message: Any, spec: ModelSpec) -> WorkItem | None:
     except InvalidMessage as exc:
         log.error("job %s: %s", job_id, exc.message)
         item = WorkItem(job_id=job_id, raw_input={}, **arrival)
-        item.fail(exc.code.value, exc.message)
+        item.fail(exc.code, exc.message)
         return item
     item = WorkItem.of(run, **arrival)
     if run.model != spec.id:
         item.fail(
-            ErrorCode.wrong_model.value,
+            ErrorCode.wrong_model,
             f"job {job_id} is for model {run.model!r} but reached a worker "
             f"of model {spec.id!r} (queue {spec.queue}); it was not run",
         )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.constants import PRIORITY_VALUES
+from tasks.errors import ErrorCode
 from tasks.inputs import AnyInput
 from tasks.messages import RunMessage
 from tasks.schemas import JobMetrics, JobStatus
@@ -33,7 +34,7 @@ class WorkItem:
     redelivered: bool = False  # Redis gave this message back (a worker died or shut down holding it)
     parsed: AnyInput | None = None
     status: JobStatus | None = None  # terminal status once decided
-    error_code: str | None = None
+    error_code: ErrorCode | None = None
     error_message: str | None = None
     settled: bool = False  # its outcome is recorded (or there is none to record): safe to ack
     token: str = field(default_factory=new_token)  # this delivery's claim, if it makes one
@@ -88,7 +89,7 @@ class WorkItem:
             return None
         return round(max(0.0, (self.claimed_at - self.created_at) * 1000), 2)
 
-    def fail(self, code: str, message: str) -> None:
+    def fail(self, code: ErrorCode, message: str) -> None:
         self.status, self.error_code, self.error_message = JobStatus.failed, code, message
 
     def settle(self, status: JobStatus | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from tasks.errors import OutputStoreUnavailable
+from tasks.errors import ErrorCode, OutputStoreUnavailable
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus
 from tasks.store.fleet import FleetStore
@@ -93,13 +93,13 @@ class ResultStore:
         except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running
             log.error("job %s: %s", item.job_id, exc.message)
             drop_outputs(self.outputs, item.job_id, entries)  # the ones written before the failure
-            item.fail(exc.code.value, exc.message[:500])
+            item.fail(exc.code, exc.message[:500])
             self.store_failure(item, metrics)
             return None
         return entries
 
     def store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
         """A job that failed on its own (the failure ``item`` carries); False, for the admission it ends."""
-        error = JobErrorInfo(code=item.error_code or "internal", message=item.error_message or "")
+        error = JobErrorInfo(code=(item.error_code or ErrorCode.internal).value, message=item.error_message or "")
         self._finish([(item, Outcome(item.job_id, item.token, JobStatus.failed, error=error, metrics=metrics))])
         return False

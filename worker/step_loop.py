@@ -231,7 +231,7 @@ class StepRunner:
         item = held.item
         if reason == LeaveReason.deadline:
             message = f"the job's deadline passed while it ran (after {held.steps} steps): stopped"
-            item.fail(ErrorCode.deadline_exceeded.value, message)
+            item.fail(ErrorCode.deadline_exceeded, message)
             self.executor.results.store_failure(item, self.reports.metrics(held))
             return
         item.claimed = False  # its run is over: nothing for the heartbeat to renew
