@@ -138,7 +138,7 @@ def _announce(sender: Any, **_: Any) -> None:
         )
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
-        state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)
+        state.output_sweeper = start_output_sweeper(state.loaded.executor.results.outputs, state.loaded.store)
         if state.settings.metrics_port:
             serve_metrics(
                 state.loaded.spec,

@@ -16,6 +16,7 @@ from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect, wait_until_reachable
 from worker.events import EventPublisher
 from worker.executor import Executor
+from worker.results import ResultStore
 from worker.runtimes import Runtime, create_runtime
 from worker.torch_settings import TorchOptions, apply_global
 from worker.webhooks import WebhookSender
@@ -74,8 +75,7 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
         spec,
         store,
         settings.max_attempts,
-        outputs=outputs,
-        fleet=fleet,
+        results=ResultStore(spec.id, store, outputs, fleet),
         events=EventPublisher(store.redis, store.keys),
         worker=worker_name,
     )

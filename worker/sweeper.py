@@ -53,7 +53,7 @@ class Sweeper:
 
     def sweep(self) -> int:
         now = self.store.now()
-        orphans = [c for c in self.store.active_since(self.spec.id, now - self.grace_s) if _unowned(c, now)]
+        orphans = [c for c in self.store.leases.active_since(self.spec.id, now - self.grace_s) if _unowned(c, now)]
         if not orphans:
             return 0
         present = self._messages_in_redis()

@@ -41,12 +41,12 @@ def job(jobs: JobStore, fs: FilesystemOutputStore, status: JobStatus, runs: int 
     for key in keys:
         fs.put(key, key.encode(), "image/png")
     if status != JobStatus.queued:
-        jobs.claim_many([(job_id, "run0")])
+        jobs.leases.claim_many([(job_id, "run0")])
     if status == JobStatus.succeeded:
         entry = OutputEntry.describe(job_id, "run0", 0, keys[0].encode(), "image/png")
-        jobs.finish(job_id, "run0", status, binary_outputs=[entry])
+        jobs.leases.finish(job_id, "run0", status, binary_outputs=[entry])
     elif status.terminal:
-        jobs.finish(job_id, "run0", status)
+        jobs.leases.finish(job_id, "run0", status)
     return job_id, keys
 
 
