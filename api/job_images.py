@@ -112,10 +112,8 @@ def stage_images(
         )
     width, height = output_size(inp, image, lim)
     ttl_s = svc.settings.result_ttl_s + int(deadline_s or UNBOUNDED_WAIT_S)
-    svc.store.redis.set(
-        svc.store.keys.gone(job_id),
-        owner or "-",
-        ex=svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0),
+    svc.store.keep_tombstone(
+        job_id, owner, svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0)
     )
     written: list[str] = []
     try:

@@ -19,7 +19,7 @@ from tasks.job_record import encode
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
-from tasks.settings import Settings
+from tasks.settings import SharedSettings
 from tasks.store.job_outcomes import Candidate, Claim, CompletionCounter, Ending, Outcome, Verdict
 from tasks.store.job_scripts import ClaimArgs, FinishArgs, HolderArgs
 from tasks.store.lua import ScriptCalls, Tail
@@ -42,7 +42,7 @@ class JobLeases:
     """Claims, renewals, progress and endings of the jobs a worker runs (``JobStore`` sets these attributes)."""
 
     redis: redis.Redis
-    settings: Settings
+    settings: SharedSettings
     keys: Keys
     scripts: Scripts
 
