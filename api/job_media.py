@@ -90,10 +90,8 @@ def stage_media(
         found = {name: sources[name].facts for name, ref in refs.items() if ref.media == media}
         filled |= checker_of(media).complete(inp, found, lim)
     ttl_s = svc.settings.result_ttl_s + int(deadline_s or UNBOUNDED_WAIT_S)
-    svc.store.redis.set(
-        svc.store.keys.gone(job_id),
-        owner or "-",
-        ex=svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0),
+    svc.store.keep_tombstone(
+        job_id, owner, svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0)
     )
     written: list[str] = []
     try:

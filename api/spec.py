@@ -14,7 +14,7 @@ from api.openai_compat.described import OPENAI_COMPATIBLE
 from tasks.models_file import ModelsFile, ModelSpec
 from tasks.outputs_config import OutputStoreSpec
 from tasks.schemas import job_create_model, model_input
-from tasks.settings import Settings
+from tasks.settings import ApiSettings
 from tasks.uploads import PresignRequest, upload_media
 
 SCHEMAS = "#/components/schemas/"
@@ -41,7 +41,7 @@ ANY_ITEM = {"description": "anything else: answered in its own entry with the er
 LOCATION = {"description": "the job's URL", "required": True, "schema": {"type": "string"}}
 
 
-def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) -> dict[str, Any]:
+def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: ApiSettings) -> dict[str, Any]:
     """``api_doc`` (flask-openapi3's document) completed for this deployment; the argument is not changed."""
     doc = copy.deepcopy(api_doc)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})

@@ -14,7 +14,7 @@ from tasks.errors import GenqError
 from tasks.inputs import JobKind, ModelLimits
 from tasks.model_config import effective_limits
 
-#: adaptive: wait only when the arrivals it expects pay for the wait (BATCHING.md); greedy: run whatever is
+#: adaptive: wait only when the arrivals it expects pay for the wait (docs/scheduling.md); greedy: run whatever is
 #: buffered once Redis holds nothing more; fixed: wait max_wait_ms from the oldest arrival (a lone request pays it).
 BatchPolicy = Literal["adaptive", "greedy", "fixed"]
 DEFAULT_MAX_BATCH_SIZE = 8  # bench/README.md: the batch gain flattens past 8 for the demo models
@@ -25,7 +25,8 @@ DEFAULT_POLICY: BatchPolicy = "adaptive"  # bench/README.md: full batches under 
 # Enough to pick the next batch while one runs; short enough to stay far below the visibility timeout.
 DEFAULT_BUFFER_BATCHES = 2
 DEFAULT_MAX_QUEUE_DEPTH = 256  # past this a new job would wait minutes: answer 503 instead
-#: step: jobs join and leave a running batch between two steps where the runtime gives step keys (STEPS.md);
+#: step: jobs join and leave a running batch between two steps where the runtime gives step keys
+#: (docs/scheduling.md);
 #: request: a batch is fixed for its whole run (the behaviour before 0.x, kept measurable).
 Scheduling = Literal["step", "request"]
 # The per-step memory budget of a step session: the sum of its rows' step_cost (images: latent pixels x images, so

@@ -1,4 +1,5 @@
-"""The step loop: one step session on the model thread, rows joining and leaving between two steps (STEPS.md).
+"""The step loop: one step session on the model thread, rows joining and leaving between two steps
+(docs/scheduling.md).
 
 The loop thread claims newcomers and ``offer``s them (a locked inbox); between two steps the model thread admits
 them, drops rows canceled, revoked, past their deadline or without their lease, reports progress, and stores each

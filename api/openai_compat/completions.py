@@ -112,7 +112,7 @@ def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
     except Exception:
         watch.close()
         raise
-    events = JobEventStream(svc.store, watch, job_id, after=None)
+    events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     head = _head(job_id, spec.id, record.created_at)
     return sse_response(_chunks(events, head, include_usage), on_close=events.close)

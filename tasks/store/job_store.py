@@ -18,7 +18,7 @@ from tasks.errors import ErrorCode, Unavailable
 from tasks.job_record import JobRecord as JobRecord  # re-exported: the store's callers name the record here
 from tasks.job_record import decode
 from tasks.schemas import JobStatus
-from tasks.settings import Settings
+from tasks.settings import SharedSettings
 from tasks.store.job_leases import DEADLINE_PASSED, JobLeases
 from tasks.store.job_outcomes import Candidate, Claim, Ending, Outcome, Verdict
 from tasks.store.job_scripts import AdmitArgs, CreateArgs, EndArgs
@@ -36,8 +36,8 @@ class JobStore:
     """Job records and their transitions in Redis (outputs: tasks/outputs.py; workers: tasks/store/fleet.py);
     the worker's side, under a lease, is ``leases``."""
 
-    # The whole Settings, not SharedSettings: the worker's sweepers and webhook sender read theirs from store.settings.
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+    # Only what the API and the workers share: each process hands its other parts their own settings.
+    def __init__(self, client: redis.Redis, settings: SharedSettings) -> None:
         self.writes = JobWrites(client, settings)
         self.redis, self.settings, self.keys, self.scripts = client, settings, self.writes.keys, self.writes.scripts
         self.leases = JobLeases(self.writes)
@@ -100,6 +100,11 @@ class JobStore:
         offset = None if record.deadline_at is None else max(0.0, record.deadline_at - record.created_at)
         deadline = None if offset is None else float(now) + offset
         return record.model_copy(update={"created_at": float(now), "deadline_at": deadline})
+
+    def keep_tombstone(self, job_id: str, owner: str, ttl_s: int) -> None:
+        """Write ``job_id``'s tombstone ahead of its record (its inputs are staged first): the output sweeper
+        then knows the job's objects for this deployment's, whether or not the record is ever written."""
+        self.redis.set(self.keys.gone(job_id), owner or "-", ex=ttl_s)
 
     def delete(self, record: JobRecord) -> None:
         """Remove a record whose message could not be sent (the client got an error, not a job)."""

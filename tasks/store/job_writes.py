@@ -13,7 +13,7 @@ import redis
 from tasks.constants import Keys
 from tasks.job_record import encode
 from tasks.schemas import JobStatus
-from tasks.settings import Settings
+from tasks.settings import SharedSettings
 from tasks.store.lua import ScriptCalls, Tail
 from tasks.store.lua_scripts import Scripts
 
@@ -30,7 +30,7 @@ def status_of(raw: Any) -> JobStatus | None:
 class JobWrites:
     """The client, settings, keys and scripts of the job store, and the two ways its writes are sent."""
 
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+    def __init__(self, client: redis.Redis, settings: SharedSettings) -> None:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.key_prefix)

@@ -53,7 +53,7 @@ class RowResult:
 
 
 class StepSession(ABC):
-    """The rows of one step key in flight on the model, advanced one step at a time (STEPS.md).
+    """The rows of one step key in flight on the model, advanced one step at a time (docs/scheduling.md).
 
     The model thread owns it: between two calls to ``step`` it ``admit``s newcomers and ``drop``s rows that
     were canceled, passed their deadline or lost their lease. Every row keeps its own settings, seed and
