@@ -16,9 +16,9 @@ import llguidance
 from pydantic import TypeAdapter, ValidationError
 
 from tasks.errors import InvalidInput
-from tasks.response_format import JSON_OPTIONS, MAX_SCHEMA_BYTES, ResponseFormat, grammar_schema
+from tasks.response_format import JSON_OPTIONS, MAX_SCHEMA_BYTES, AnyFormat, ResponseFormat, grammar_schema
 
-_FORMAT: TypeAdapter[Any] = TypeAdapter(ResponseFormat)
+_FORMAT: TypeAdapter[AnyFormat] = TypeAdapter(ResponseFormat)
 _TAGS = ("text", "json_object", "json_schema")  # pydantic puts the union's tag first in each error's location
 
 if TYPE_CHECKING:
@@ -39,13 +39,13 @@ def schema_error(schema: str) -> str:
     return str(llguidance.LLMatcher.validate_grammar(grammar))
 
 
-def format_error(fmt: Any) -> str:
+def format_error(fmt: AnyFormat) -> str:
     """Why a parsed response format cannot be enforced, or "" when it can (plain text always can)."""
     schema = grammar_schema(fmt)
     return schema_error(schema) if schema is not None else ""
 
 
-def check_response_format(value: Any, field: str = "response_format") -> Any:
+def check_response_format(value: Any, field: str = "response_format") -> AnyFormat:
     """``value`` (the request's JSON) parsed as a response format whose grammar compiles, else ``InvalidInput``
     (422) naming ``field`` with the library's reason, e.g. ``Unimplemented keys: ["not"]``."""
     try:

@@ -57,7 +57,9 @@ class JsonSchemaFormat(BaseModel):
     json_schema: JsonSchemaSpec
 
 
-ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
+AnyFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
+#: The field's type on a request model: ``response_format: ResponseFormat | None = None``.
+ResponseFormat = Annotated[AnyFormat, Field(discriminator="type")]
 
 
 def compact(value: Any) -> str:
@@ -71,7 +73,7 @@ def for_schema(schema: dict[str, Any], name: str = "schema") -> JsonSchemaFormat
     return JsonSchemaFormat(type="json_schema", json_schema=spec)
 
 
-def grammar_schema(fmt: TextFormat | JsonObjectFormat | JsonSchemaFormat) -> str | None:
+def grammar_schema(fmt: AnyFormat) -> str | None:
     """The JSON schema text a format is compiled from (the compile cache's key), or None for plain text."""
     if isinstance(fmt, TextFormat):
         return None

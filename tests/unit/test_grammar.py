@@ -29,8 +29,7 @@ from tasks.response_format import (
     close_objects,
     for_schema,
 )
-from worker.grammar import GrammarCompiler, GrammarProcessor
-from worker.grammar.compiler import GrammarError
+from worker.grammar import GrammarCompiler, GrammarError, GrammarProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
 

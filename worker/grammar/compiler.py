@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import llguidance
 import llguidance.hf
 
-from tasks.response_format import JSON_OPTIONS, JsonObjectFormat, JsonSchemaFormat, TextFormat, grammar_schema
+from tasks.response_format import JSON_OPTIONS, AnyFormat, grammar_schema
 from worker.grammar.processor import GrammarProcessor
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self.stats = GrammarStats()
 
-    def prepare(self, fmt: TextFormat | JsonObjectFormat | JsonSchemaFormat) -> Future[CompiledGrammar | None]:
+    def prepare(self, fmt: AnyFormat) -> Future[CompiledGrammar | None]:
         """The format's compiled grammar (None for plain text), compiling it in the pool unless cached."""
         schema = grammar_schema(fmt)
         if schema is None:
