@@ -19,7 +19,7 @@ from api.metrics import INPUT_IMAGES
 from api.services import Services
 from tasks.errors import InvalidInput
 from tasks.image_refs import IMAGE_FIELDS, decode_data_uri, is_upload_id
-from tasks.inputs import ModelLimits
+from tasks.kinds import TextToImageLimits
 from tasks.models_file import ModelSpec
 from tasks.outputs import input_key
 from tasks.store.uploads import put_for
@@ -42,7 +42,7 @@ class Source:
     upload: UploadMeta | None = None
 
 
-def resolve(svc: Services, ref: str, field: str, owner: str, lim: ModelLimits) -> Source:
+def resolve(svc: Services, ref: str, field: str, owner: str, lim: TextToImageLimits) -> Source:
     """The image ``ref`` names, checked; InvalidInput naming ``field``."""
     if not is_upload_id(ref):
         media_type, data = decode_data_uri(ref, field)
@@ -72,7 +72,7 @@ def resolve(svc: Services, ref: str, field: str, owner: str, lim: ModelLimits) -
     return Source(meta.media_type, meta.width, meta.height, upload=meta)
 
 
-def output_size(inp: dict[str, Any], image: Source, lim: ModelLimits) -> tuple[int, int]:
+def output_size(inp: dict[str, Any], image: Source, lim: TextToImageLimits) -> tuple[int, int]:
     """``width`` and ``height`` as asked, else the image's rounded down to the size multiple, within the limits."""
     step = lim.size_multiple
     width = inp.get("width") or image.width // step * step
@@ -101,7 +101,7 @@ def stage_images(
     the keys written (to delete if the job is not accepted after all). An input without images is unchanged."""
     if not inp.get("image"):
         return inp, []
-    lim = spec.limits
+    lim = spec.limits_as(TextToImageLimits)
     sources = {name: resolve(svc, inp[name], f"input.{name}", owner, lim) for name in IMAGE_FIELDS if inp.get(name)}
     image, mask = sources["image"], sources.get("mask")
     if mask is not None and (mask.width, mask.height) != (image.width, image.height):

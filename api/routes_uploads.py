@@ -20,7 +20,7 @@ from api.services import Services, services
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.image_refs import MEDIA_TYPES, UPLOAD_ID
 from tasks.input_checks import invalid_from_validation
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind, TextToImageLimits
 from tasks.schemas import ErrorBody, timestamp
 from tasks.uploads import PresignRequest, Upload, UploadMeta
 
@@ -58,7 +58,8 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
 
 def max_pixels(svc: Services) -> int:
     """The most pixels any served text-to-image model takes: a larger upload could never be used."""
-    bounds = [s.limits.max_pixels for s in svc.models.models.values() if s.kind == JobKind.text_to_image]
+    images = [s for s in svc.models.models.values() if s.kind == JobKind.text_to_image]
+    bounds = [s.limits_as(TextToImageLimits).max_pixels for s in images]
     return max(bounds, default=DEFAULT_MAX_PIXELS)
 
 

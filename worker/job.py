@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.constants import PRIORITY_VALUES
-from tasks.inputs import AnyInput
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tasks.inputs import AnyInput, JobKind
+from tasks.kinds import AnyInput, JobKind
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputStore
 
