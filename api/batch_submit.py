@@ -19,7 +19,7 @@ from api.job_submit import new_record
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError
-from tasks.inputs import JobInput
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, parse_job_create
@@ -30,7 +30,7 @@ from tasks.webhooks import check_webhook_url
 log = logging.getLogger(__name__)
 
 #: One job of a batch as checked: its model, body and parsed input, or the error that job gets.
-Checked = tuple[ModelSpec, JobCreate, JobInput] | GenqError
+Checked = tuple[ModelSpec, JobCreate, AnyInput] | GenqError
 #: One job's outcome: its record as written, or its error.
 Entry = JobRecord | GenqError
 

@@ -15,7 +15,7 @@ from PIL import Image, UnidentifiedImageError
 
 from tasks.errors import InvalidInput
 from tasks.image_media import FORMATS
-from tasks.inputs import JobInput, ModelLimits
+from tasks.kinds import AnyInput, AnyLimits, TextToImageLimits
 from tasks.media_checker import MediaFacts
 
 MEDIA_TYPE_OF = {fmt: media for media, fmt in FORMATS.items()}
@@ -59,32 +59,39 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
     return Picture(media_type, width, height)
 
 
+def pixel_limits(limits: AnyLimits) -> TextToImageLimits:
+    """The limits of a kind that takes pictures (only such kinds name this checker)."""
+    if not isinstance(limits, TextToImageLimits):
+        raise TypeError(f"pictures are checked against an image model's limits, not {type(limits).__name__}")
+    return limits
+
+
 class ImageChecker:
     """Pictures: Pillow, the model's pixels, the mask's size (``input.image``, ``input.mask``)."""
 
-    def inspect(self, data: bytes, field: str, declared: str | None, limits: ModelLimits) -> MediaFacts:
-        picture = inspect_image(data, field, limits.max_pixels, declared)
+    def inspect(self, data: bytes, field: str, declared: str | None, limits: AnyLimits) -> MediaFacts:
+        picture = inspect_image(data, field, pixel_limits(limits).max_pixels, declared)
         return MediaFacts(picture.media_type, picture.width, picture.height)
 
-    def inspect_upload(self, data: bytes, declared: str, limits: Sequence[ModelLimits]) -> MediaFacts:
+    def inspect_upload(self, data: bytes, declared: str, limits: Sequence[AnyLimits]) -> MediaFacts:
         """A larger upload than the largest model takes could never be used."""
-        bound = max((lim.max_pixels for lim in limits), default=DEFAULT_MAX_PIXELS)
+        bound = max((pixel_limits(lim).max_pixels for lim in limits), default=DEFAULT_MAX_PIXELS)
         picture = inspect_image(data, "body", bound, declared)
         return MediaFacts(picture.media_type, picture.width, picture.height)
 
     def known(self, facts: MediaFacts) -> bool:
         return facts.width is not None and facts.height is not None
 
-    def fits(self, facts: MediaFacts, field: str, what: str, limits: ModelLimits) -> None:
-        width, height = facts.width or 0, facts.height or 0
-        if width * height > limits.max_pixels:
+    def fits(self, facts: MediaFacts, field: str, what: str, limits: AnyLimits) -> None:
+        width, height, most = facts.width or 0, facts.height or 0, pixel_limits(limits).max_pixels
+        if width * height > most:
             raise InvalidInput(
                 f"{field}: {what} is {width}x{height} ({width * height} pixels); this model takes at most "
-                f"{limits.max_pixels}: resize it",
+                f"{most}: resize it",
                 field=field,
             )
 
-    def complete(self, inp: JobInput, found: dict[str, MediaFacts], limits: ModelLimits) -> dict[str, Any]:
+    def complete(self, inp: AnyInput, found: dict[str, MediaFacts], limits: AnyLimits) -> dict[str, Any]:
         image, mask = found["image"], found.get("mask")
         if mask is not None and (mask.width, mask.height) != (image.width, image.height):
             raise InvalidInput(
@@ -92,11 +99,13 @@ class ImageChecker:
                 f"{image.height}: they must be the same size",
                 field="input.mask",
             )
-        width, height = output_size(getattr(inp, "width", None), getattr(inp, "height", None), image, limits)
+        width, height = output_size(
+            getattr(inp, "width", None), getattr(inp, "height", None), image, pixel_limits(limits)
+        )
         return {"width": width, "height": height}
 
 
-def output_size(width: int | None, height: int | None, image: MediaFacts, lim: ModelLimits) -> tuple[int, int]:
+def output_size(width: int | None, height: int | None, image: MediaFacts, lim: TextToImageLimits) -> tuple[int, int]:
     """``width`` and ``height`` as asked, else the image's rounded down to the size multiple, within the limits."""
     if width and height:
         return width, height  # the schema checked them

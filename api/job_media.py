@@ -19,7 +19,7 @@ from api.media_checkers import checker_of
 from api.metrics import INPUT_IMAGES
 from api.services import Services
 from tasks.errors import InvalidInput
-from tasks.inputs import JobInput, ModelLimits
+from tasks.kinds import AnyInput, AnyLimits
 from tasks.media import MediaRef, RefForm, media_refs
 from tasks.media_checker import MediaChecker, MediaFacts
 from tasks.models_file import ModelSpec
@@ -42,7 +42,7 @@ class Source:
     upload: UploadMeta | None = None
 
 
-def resolve(svc: Services, ref: MediaRef, field: str, owner: str, lim: ModelLimits) -> Source:
+def resolve(svc: Services, ref: MediaRef, field: str, owner: str, lim: AnyLimits) -> Source:
     """The object ``ref`` names, checked by its media's checker; InvalidInput naming ``field``."""
     checker = checker_of(ref.media)
     if ref.form == RefForm.data:
@@ -63,7 +63,7 @@ def resolve(svc: Services, ref: MediaRef, field: str, owner: str, lim: ModelLimi
     return Source(recorded, upload=meta)
 
 
-def _read_upload(svc: Services, checker: MediaChecker, meta: UploadMeta, field: str, lim: ModelLimits) -> Source:
+def _read_upload(svc: Services, checker: MediaChecker, meta: UploadMeta, field: str, lim: AnyLimits) -> Source:
     stored = svc.uploads.read(meta)
     if stored is None:
         raise InvalidInput(f"{field}: upload {meta.id} has no bytes yet: PUT them to its upload_url first", field=field)
@@ -75,8 +75,8 @@ def _read_upload(svc: Services, checker: MediaChecker, meta: UploadMeta, field: 
 
 
 def stage_media(
-    svc: Services, spec: ModelSpec, inp: JobInput, job_id: str, owner: str, deadline_s: float | None
-) -> tuple[JobInput, list[str]]:
+    svc: Services, spec: ModelSpec, inp: AnyInput, job_id: str, owner: str, deadline_s: float | None
+) -> tuple[AnyInput, list[str]]:
     """``inp`` naming its media by this job's input keys (their bytes written there) with what their checkers fill
     in (a picture's size), and the keys written (to delete if the job is not accepted after all). An input without
     media is unchanged."""

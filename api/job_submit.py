@@ -16,7 +16,7 @@ from api.job_media import discard, stage_media
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import OutcomeUnknown, Unavailable
-from tasks.inputs import JobInput
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus
@@ -29,7 +29,7 @@ def submit(
     svc: Services,
     spec: ModelSpec,
     body: JobCreate,
-    inp: JobInput,
+    inp: AnyInput,
     job_id: str,
     owner: str,
     not_after: float | None = None,
@@ -98,7 +98,7 @@ def unknown(job_id: str) -> OutcomeUnknown:
     )
 
 
-def new_record(spec: ModelSpec, body: JobCreate, inp: JobInput, job_id: str, owner: str) -> JobRecord:
+def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str) -> JobRecord:
     """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()

@@ -21,7 +21,7 @@ from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.input_checks import invalid_from_validation
-from tasks.inputs import ModelLimits
+from tasks.kinds import TextToImageLimits
 from tasks.media import UPLOAD_ID, Media
 from tasks.schemas import ErrorBody, timestamp
 from tasks.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
@@ -57,9 +57,9 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
     )  # width, height: null if unknown
 
 
-def takers(svc: Services, media: Media) -> list[ModelLimits]:
+def takers(svc: Services, media: Media) -> list[TextToImageLimits]:
     """The limits of the served models whose kind takes ``media``: an upload none of them takes is never used."""
-    return [s.limits for s in svc.models.models.values() if takes(s.kind, media)]
+    return [s.limits_as(TextToImageLimits) for s in svc.models.models.values() if takes(s.kind, media)]
 
 
 def read_body(limit: int) -> bytes:

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore

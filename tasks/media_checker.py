@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tasks.inputs import JobInput, ModelLimits
+from tasks.kinds import AnyInput, AnyLimits
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,16 @@ class MediaFacts:
 
 
 class MediaChecker(Protocol):
-    def inspect(self, data: bytes, field: str, declared: str | None, limits: ModelLimits) -> MediaFacts:
+    def inspect(self, data: bytes, field: str, declared: str | None, limits: AnyLimits) -> MediaFacts:
         """``data`` checked within a model's limits (what it claims to be, decodable); InvalidInput naming
         ``field``."""
         ...
 
-    def inspect_upload(self, data: bytes, declared: str, limits: Sequence[ModelLimits]) -> MediaFacts:
+    def inspect_upload(self, data: bytes, declared: str, limits: Sequence[AnyLimits]) -> MediaFacts:
         """An upload's bytes, checked within the loosest limits of the models that take this media."""
         ...
 
-    def fits(self, facts: MediaFacts, field: str, what: str, limits: ModelLimits) -> None:
+    def fits(self, facts: MediaFacts, field: str, what: str, limits: AnyLimits) -> None:
         """An upload checked before (its ``facts`` recorded) within this model's limits; InvalidInput naming
         ``field`` and ``what`` it is."""
         ...
@@ -42,7 +42,7 @@ class MediaChecker(Protocol):
         """Whether recorded facts are complete (a presigned upload's are not until its bytes are read)."""
         ...
 
-    def complete(self, inp: JobInput, found: dict[str, MediaFacts], limits: ModelLimits) -> dict[str, Any]:
+    def complete(self, inp: AnyInput, found: dict[str, MediaFacts], limits: AnyLimits) -> dict[str, Any]:
         """The input's media of this kind checked together (e.g. a mask the image's size), and the fields to fill
         from them (e.g. the output's size)."""
         ...

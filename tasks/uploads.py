@@ -16,7 +16,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.image_media import ImageMediaType
-from tasks.inputs import INPUT_SCHEMAS, JobKind
+from tasks.kinds import KINDS, JobKind
 from tasks.media import UPLOAD_PREFIX, Media, MediaSpec, media_fields
 
 UploadState = Literal["ready", "pending"]
@@ -27,12 +27,17 @@ UploadMediaType = ImageMediaType
 
 def upload_media() -> dict[str, MediaSpec]:
     """Each media type an upload may hold, and what takes it: any that some kind's input declares."""
-    return {t: spec for inp in INPUT_SCHEMAS.values() for spec in media_fields(inp).values() for t in spec.media_types}
+    return {
+        t: spec
+        for inp in (k.input for k in KINDS.values())
+        for spec in media_fields(inp).values()
+        for t in spec.media_types
+    }
 
 
 def takes(kind: JobKind, media: Media) -> bool:
     """Whether ``kind``'s input has a field of ``media`` (an upload of it may serve that kind's models)."""
-    return any(spec.media == media for spec in media_fields(INPUT_SCHEMAS[kind]).values())
+    return any(spec.media == media for spec in media_fields(KINDS[kind].input).values())
 
 
 assert set(upload_media()) == set(get_args(UploadMediaType)), "UploadMediaType lists what the kinds declare"

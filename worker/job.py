@@ -8,7 +8,7 @@ from typing import Any
 
 from tasks.constants import PRIORITY_VALUES
 from tasks.errors import ErrorCode
-from tasks.inputs import AnyInput
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage
 from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.job_store import JobRecord, Outcome

@@ -15,8 +15,7 @@ from api.openai_compat.jobs import accept, parse, run, served_model
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
 from tasks.events import EventType, TextPiece
-from tasks.inputs import SEED_MAX, JobKind
-from tasks.job_outputs import TextGenerationOutput
+from tasks.kinds import SEED_MAX, JobKind, TextGenerationOutput
 from tasks.models_file import ModelSpec
 from tasks.schemas import Job, JobStatus, Priority
 

@@ -21,7 +21,7 @@ from api.routes_jobs import wait_for
 from api.services import services
 from tasks.errors import InvalidInput, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus, Priority
 from tasks.store.job_store import JobRecord

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from api.auth import ANONYMOUS
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord, JobStore

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tasks.errors import OutOfMemory
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry
 from tasks.schemas import JobStatus

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind, TextToImageInput
+from tasks.kinds import JobKind, TextToImageInput
 from tasks.outputs import OutputStore
 from tasks.schemas import JobStatus
 from tasks.settings import Settings

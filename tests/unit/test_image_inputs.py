@@ -6,10 +6,10 @@ import pytest
 
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
-from tasks.inputs import JobKind, ModelLimits
+from tasks.kinds import JobKind, TextToImageLimits
 from tasks.outputs import input_key
 
-LIMITS = ModelLimits()
+LIMITS = TextToImageLimits()
 UPLOAD = "up_" + "a" * 32
 
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.schemas import JobStatus
 from tasks.settings import Settings

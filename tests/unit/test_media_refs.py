@@ -7,12 +7,12 @@ import pytest
 from tasks.errors import InvalidInput
 from tasks.image_media import IMAGE
 from tasks.input_checks import validate_input
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput
+from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.media import Media, MediaRef, RefForm, media_fields, media_refs
 from tasks.outputs import input_key
 from tasks.uploads import takes, upload_media
 
-LIMITS = ModelLimits(max_width=64, max_height=64, max_pixels=64 * 64, default_width=64, default_height=64)
+LIMITS = TextToImageLimits(max_width=64, max_height=64, max_pixels=64 * 64, default_width=64, default_height=64)
 UPLOAD = "up_" + "ab" * 16
 PNG_URI = "data:image/png;base64,iVBORw0KGgo="
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.outputs import OutputEntry, input_key, object_key
 from tasks.schemas import JobStatus
 from tasks.settings import Settings

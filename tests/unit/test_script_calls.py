@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_outcomes import CompletionCounter

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobStatus
 from tasks.settings import Settings

@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tasks.inputs import AnyInput, JobKind
+from tasks.kinds import AnyInput, JobKind
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputStore
 
@@ -39,7 +39,7 @@ class Row:
     """One job handed to a step session: ``handle`` is the caller's name for it (the job id)."""
 
     handle: str
-    input: Any  # the job's parsed input (tasks.inputs.AnyInput)
+    input: Any  # the job's parsed input (tasks.kinds.AnyInput)
     text_sink: TextSink | None = None  # where a text runtime streams this job's new text
 
 

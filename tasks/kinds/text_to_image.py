@@ -1,50 +1,27 @@
-"""Job kinds, their inputs and per-model limits: what a job may ask for, checked by the API and the worker."""
+"""The text-to-image kind: a prompt (and optionally a source image and mask) to images, by a diffusion pipeline."""
 
 from __future__ import annotations
 
 import math
-import re
-from enum import StrEnum
-from typing import Annotated, Any, Literal
+from collections.abc import Set
+from typing import Any, Literal, Self
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tasks.diffusion_limits import image_limits
 from tasks.image_media import IMAGE, ImageRef
 from tasks.image_modes import DEFAULT_STRENGTH, NEEDS_IMAGE, Mode, strength_of
+from tasks.kinds.base import SEED_MAX, JobInput, JobKind, Kind, KindLimits, OutputEntry
 from tasks.media import STORED_FOR
-
-SEED_MAX = 2**32 - 1  # fits every client's integers (JavaScript included) and torch's generators
-
-
-class JobKind(StrEnum):
-    text_to_image = "text-to-image"
-    text_generation = "text-generation"
-    fill_mask = "fill-mask"
-    embedding = "embedding"
-
+from tasks.model_config import read_config
 
 #: Schedulers that can be swapped into a Stable Diffusion pipeline from its config safely.
 SCHEDULERS = ("default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc")
 Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc"]
 
 
-class ModelLimits(BaseModel):
-    """Per-model bounds, enforced by the API (422) and again by the worker.
-
-    The models file sets them; tasks/model_config.py tightens them to what the model itself can take.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_prompt_chars: int = Field(default=2000, ge=1)
+class TextToImageLimits(KindLimits):
     min_width: int = Field(default=8, ge=8)
     min_height: int = Field(default=8, ge=8)
     max_width: int = Field(default=1024, ge=8)
@@ -53,45 +30,35 @@ class ModelLimits(BaseModel):
     max_pixels: int = Field(default=1024 * 1024, ge=64)
     max_steps: int = Field(default=50, ge=1)
     max_images: int = Field(default=4, ge=1)
-    max_new_tokens: int = Field(default=256, ge=1)
-    max_texts: int = Field(default=64, ge=1)
-    max_top_k: int = Field(default=50, ge=1)
     default_width: int = 512
     default_height: int = 512
     default_steps: int = 25
-    mask_token: str = Field(default="[MASK]", min_length=1)
+
+    def settled(self, chosen: Set[str]) -> Self:
+        width, height = self._fit_default("width", chosen), self._fit_default("height", chosen)
+        return self.model_copy(update={"default_width": width, "default_height": height})
+
+    def _fit_default(self, axis: str, chosen: Set[str]) -> int:
+        least: int = getattr(self, f"min_{axis}")
+        most: int = getattr(self, f"max_{axis}")
+        step = self.size_multiple
+        low = math.ceil(least / step) * step
+        high = most // step * step
+        if low > high:
+            raise ValueError(
+                f"no {axis} fits: at least {least} (the model's minimum), at most {most}, a multiple of {step}"
+            )
+        default: int = getattr(self, f"default_{axis}")
+        if low <= default <= high and default % step == 0:
+            return default
+        if f"default_{axis}" in chosen:
+            raise ValueError(
+                f"default_{axis} = {default} is outside what the model takes ({low} to {high}, a multiple of {step})"
+            )
+        return min(high, max(low, default // step * step))
 
 
-class JobInput(BaseModel):
-    """The base of every kind's input: ``limited_fields`` and ``limited_validators`` give a model's bounds."""
-
-    # Unknown fields are typos more often than not: reject them and name them. Strict: a string where an
-    # integer is documented is refused, not coerced ("16", true and "yes" are not numbers or booleans); an
-    # integer is still a number, as in JSON. NaN and infinities are not JSON numbers.
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integral_numbers(cls, data: Any) -> Any:
-        # JSON has one number type, and JSON Schema counts 3.0 as the integer 3: a client may send it.
-        # 3.5, "3" and true are still refused where an integer is documented.
-        if not isinstance(data, dict):
-            return data
-        ints = {name for name, f in cls.model_fields.items() if f.annotation in (int, int | None)}
-        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
-
-    @classmethod
-    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
-        """The fields whose bounds depend on the model: (type, FieldInfo) pairs for pydantic's create_model."""
-        return {}
-
-    @classmethod
-    def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
-        """What one field's bounds cannot say (the pixel budget, the one mask token, the model's defaults)."""
-        return {}
-
-
-class TextToImageInput(JobInput):
+class TextToImageInput(JobInput[TextToImageLimits]):
     model_config = ConfigDict(json_schema_extra={"dependentSchemas": NEEDS_IMAGE})
 
     prompt: str = Field(min_length=1)
@@ -146,7 +113,7 @@ class TextToImageInput(JobInput):
         return self
 
     @classmethod
-    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
+    def limited_fields(cls, lim: TextToImageLimits) -> dict[str, Any]:
         chars, step = lim.max_prompt_chars, lim.size_multiple
         about = f"pixels, a multiple of {step}; the model's default when absent"
         if lim.max_pixels < lim.max_width * lim.max_height:  # the one bound a JSON schema cannot state
@@ -167,7 +134,7 @@ class TextToImageInput(JobInput):
         }
 
     @classmethod
-    def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
+    def limited_validators(cls, lim: TextToImageLimits) -> dict[str, Any]:
         def pixel_budget(height: int | None, info: ValidationInfo) -> int | None:
             width = info.data.get("width", lim.default_width) or lim.default_width
             if "width" in info.data and width * (height or lim.default_height) > lim.max_pixels:
@@ -190,79 +157,6 @@ class TextToImageInput(JobInput):
         }
 
 
-class TextGenerationInput(JobInput):
-    prompt: str = Field(min_length=1)
-    max_new_tokens: int = Field(default=32, ge=1)
-    temperature: float = Field(default=1.0, gt=0.0, le=5.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    do_sample: bool = False
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=4)
-
-    @classmethod
-    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
-        return {
-            "prompt": (str, Field(min_length=1, max_length=lim.max_prompt_chars)),
-            "max_new_tokens": (int, Field(default=min(32, lim.max_new_tokens), ge=1, le=lim.max_new_tokens)),
-        }
-
-
-class FillMaskInput(JobInput):
-    text: str = Field(min_length=1, description="must contain the model's mask token exactly once")
-    top_k: int = Field(default=5, ge=1)
-
-    @classmethod
-    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
-        mask = re.escape(lim.mask_token)
-        # "Exactly once" for clients and fuzzers; validate_input counts instead (pydantic's regex has no lookahead).
-        pattern = rf"^(?![\s\S]*{mask}[\s\S]*{mask})[\s\S]*{mask}[\s\S]*$"
-        return {
-            "text": (
-                str,
-                Field(
-                    min_length=1,
-                    max_length=lim.max_prompt_chars,
-                    json_schema_extra={"pattern": pattern},
-                    description=f"must contain {lim.mask_token} exactly once",
-                ),
-            ),
-            "top_k": (int, Field(default=min(5, lim.max_top_k), ge=1, le=lim.max_top_k)),
-        }
-
-    @classmethod
-    def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
-        def one_mask(text: str) -> str:
-            if text.count(lim.mask_token) != 1:
-                raise PydanticCustomError("mask_token", "must contain {mask} exactly once", {"mask": lim.mask_token})
-            return text
-
-        return {"one_mask": field_validator("text")(one_mask)}
-
-
-class EmbeddingInput(JobInput):
-    texts: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
-
-    @classmethod
-    def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
-        return {
-            "texts": (
-                list[Annotated[str, Field(min_length=1, max_length=lim.max_prompt_chars)]],
-                Field(min_length=1, max_length=lim.max_texts),
-            )
-        }
-
-
-INPUT_SCHEMAS: dict[JobKind, type[JobInput]] = {
-    JobKind.text_to_image: TextToImageInput,
-    JobKind.text_generation: TextGenerationInput,
-    JobKind.fill_mask: FillMaskInput,
-    JobKind.embedding: EmbeddingInput,
-}
-
-
-AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
-
-
 def fit_strength(inp: TextToImageInput) -> None:
     """At least one step runs: an image job runs ``int(steps x strength)`` steps (diffusers' ``get_timesteps``,
     which fails at none), so a strength too small for its step count is raised to the smallest that runs one.
@@ -276,3 +170,23 @@ def fit_strength(inp: TextToImageInput) -> None:
     while int(steps * strength) < 1:  # 1/steps x steps can round to just under 1
         strength = math.nextafter(strength, 2.0)
     inp.strength = min(1.0, strength)
+
+
+def derived_limits(source: str, revision: str | None = None) -> dict[str, Any]:
+    """The size multiple, minimum and default size the pipeline's VAE and UNet configs define."""
+    return image_limits(
+        read_config(source, "vae/config.json", revision), read_config(source, "unet/config.json", revision)
+    )
+
+
+KIND = Kind(
+    kind=JobKind.text_to_image,
+    input=TextToImageInput,
+    output=list[OutputEntry],
+    limits=TextToImageLimits,
+    derive=derived_limits,
+    batch_key="the latent size (width x height); rows of any steps and guidance join a running step loop",
+    display="files",
+    example=lambda lim: {"prompt": "a red fox in the snow, watercolor"},
+    binary=True,
+)
