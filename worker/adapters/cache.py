@@ -22,7 +22,7 @@ from typing import Any
 from tasks.adapters import DEFAULT_DEVICE_CACHE_ADAPTERS, DEFAULT_HOST_CACHE_BYTES, DEFAULT_LOAD_THREADS, MAX_LORA_RANK
 from worker.adapters import mixing
 from worker.adapters.checks import checked_weights
-from worker.adapters.files import AdapterRejected, weights_file
+from worker.adapters.files import AdapterRejected, host_bytes, weights_file
 from worker.adapters.stats import AdapterStats
 from worker.adapters.weights import LoraWeights, layer_shapes
 
@@ -153,8 +153,9 @@ class AdapterCache:
             raise AdapterRejected(f"unknown adapter {name!r}")
         path = self.sources[name]
         file, _ = weights_file(path)
-        with self._lock:  # room first: fp32 on the host is at most twice an fp16 file
-            self._evict_host(self.host_bytes - 2 * file.stat().st_size)
+        needed = host_bytes(file)
+        with self._lock:  # room first, from the file's header: a load never needs room that is still taken
+            self._evict_host(self.host_bytes - needed)
         started = time.perf_counter()
         weights = checked_weights(name, path, self._shapes, self.max_rank)
         seconds = time.perf_counter() - started

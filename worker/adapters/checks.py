@@ -31,6 +31,8 @@ def _module_names(keys: list[str], shapes: dict[str, LayerShape]) -> dict[str, s
 def _fit(module: str, factors: RawFactors, shape: LayerShape) -> tuple[Any, Any]:
     """``down`` and ``up`` in the layout the delta needs, or a clear refusal."""
     down, up = factors.down, factors.up
+    want_down: tuple[int, ...]
+    want_up: tuple[int, ...]
     if down is None or up is None:
         raise AdapterRejected(f"{module}: has only one of its two LoRA factors")
     if shape.kind == "conv2d":

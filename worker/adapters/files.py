@@ -55,6 +55,22 @@ def _check_safetensors_file(path: Path) -> None:
         raise AdapterRejected(f"{path.name} is not a safetensors file (pickles and other formats are never read)")
 
 
+def host_bytes(path: Path) -> int:
+    """The bytes the factors in the safetensors file at ``path`` take on the host in fp32, from its header alone."""
+    _check_safetensors_file(path)
+    with path.open("rb") as file:
+        length = struct.unpack("<Q", file.read(8))[0]
+        try:
+            header = json.loads(file.read(length))
+        except ValueError as error:
+            raise AdapterRejected(f"{path.name}: unreadable safetensors header ({error})") from None
+    return sum(
+        4 * math.prod(entry.get("shape", ()))
+        for key, entry in header.items()
+        if key != "__metadata__" and not key.endswith(".alpha")
+    )
+
+
 def _read_safetensors(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     """The tensors and metadata of a checked safetensors file."""
     from safetensors import SafetensorError, safe_open
@@ -108,7 +124,9 @@ def _strip(key: str) -> str:
 def read_factors(path: Path) -> dict[str, RawFactors]:
     """Every module's factors in the adapter at ``path`` (a PEFT folder or one safetensors file), by key name."""
     file, config_path = weights_file(path)
-    alpha, patterns, rslora = None, {}, False
+    alpha: float | None = None
+    patterns: dict[str, float] = {}
+    rslora = False
     if config_path is not None:
         try:
             config = json.loads(config_path.read_text())

@@ -81,7 +81,9 @@ def _hook(entries: list[tuple[LayerDelta, _Group]], batch: int) -> Any:
             if group.index is None:
                 output.add_(_delta(layer, x, group.scales).to(output.dtype))
             else:
-                output.index_add_(0, group.index, _delta(layer, x.index_select(0, group.index), group.scales).to(output.dtype))
+                output.index_add_(
+                    0, group.index, _delta(layer, x.index_select(0, group.index), group.scales).to(output.dtype)
+                )
         return output
 
     return add_deltas

@@ -58,7 +58,8 @@ def _randomize(model: Any, adapter: DemoAdapter) -> None:
     generator = torch.Generator().manual_seed(adapter.seed)
     for _, module in sorted(model.named_modules(), key=lambda item: item[0]):
         if isinstance(module, LoraLayer):
-            down, up = module.lora_A["default"].weight, module.lora_B["default"].weight
+            layer: Any = module  # PEFT's LoraLayer types its ModuleDicts loosely
+            down, up = layer.lora_A["default"].weight, layer.lora_B["default"].weight
             fan_in = down[0].numel()
             with torch.no_grad():
                 down.copy_(torch.randn(down.shape, generator=generator) / fan_in**0.5)
