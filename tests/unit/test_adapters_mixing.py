@@ -25,7 +25,8 @@ def unet(demo_models: Path) -> Iterator[tuple[Any, AdapterCache]]:
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(0)
-    model = UNet2DConditionModel.from_pretrained(demo_models / "sd-demo", subfolder="unet").eval()
+    loader: Any = UNet2DConditionModel
+    model = loader.from_pretrained(demo_models / "sd-demo", subfolder="unet").eval()
     cache = AdapterCache(model, adapter_folders("sd-demo", demo_models / "sd-demo"))
     for name in cache.sources:
         cache.prepare(name).result(timeout=60)
@@ -38,7 +39,8 @@ def gpt2(demo_models: Path) -> Iterator[tuple[Any, AdapterCache]]:
     """The demo GPT-2 (fp32, CPU) and a cache of its two demo adapters."""
     from transformers import GPT2LMHeadModel
 
-    model = GPT2LMHeadModel.from_pretrained(demo_models / "gpt2-demo").eval()
+    loader: Any = GPT2LMHeadModel
+    model = loader.from_pretrained(demo_models / "gpt2-demo").eval()
     cache = AdapterCache(model, adapter_folders("gpt2-demo", demo_models / "gpt2-demo"))
     for name in cache.sources:
         cache.prepare(name).result(timeout=60)

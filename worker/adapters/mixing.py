@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from worker.adapters.weights import LayerDelta, LoraWeights
 
 #: A row's adapters: (weights on the model's device, the row's scale) for each; empty for the base.
 RowLoras = Sequence[tuple[LoraWeights, float]]
+_Spec = TypeVar("_Spec")  # a row's adapters, by weights or by name
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class _Group:
     scales: Any
 
 
-def with_guidance(per_row: Sequence[RowLoras], guided: Sequence[int]) -> list[RowLoras]:
+def with_guidance(per_row: Sequence[_Spec], guided: Sequence[int]) -> list[_Spec]:
     """The per-row list for a UNet batch laid out as image_steps does: [uncond of guided rows] + [cond of all]."""
     return [per_row[i] for i in guided] + list(per_row)
 
