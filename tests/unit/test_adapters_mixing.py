@@ -79,6 +79,20 @@ def test_unet_rows_mixed_equal_each_alone_and_the_base(unet: tuple[Any, AdapterC
     assert torch.equal(again, base)
 
 
+def test_stacked_products_equal_the_grouped_ones(unet: tuple[Any, AdapterCache]) -> None:
+    import torch
+
+    model, cache = unet
+    sample, timesteps, text = unet_inputs(4)
+    with torch.inference_mode():
+        with cache.rows(SD_ROWS, stack=False):
+            grouped = model(sample, timesteps, encoder_hidden_states=text, return_dict=False)[0]
+        with cache.rows(SD_ROWS, stack=True):
+            stacked = model(sample, timesteps, encoder_hidden_states=text, return_dict=False)[0]
+    torch.testing.assert_close(stacked, grouped, rtol=1e-5, atol=1e-5)
+    assert torch.equal(stacked[0], grouped[0])  # the base row: untouched either way
+
+
 def test_guided_batch_covers_both_halves(unet: tuple[Any, AdapterCache]) -> None:
     """image_steps' layout: [uncond of guided rows] + [cond of every row]; both halves of a row use its adapters."""
     import torch

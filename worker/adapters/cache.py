@@ -28,6 +28,8 @@ from worker.adapters.weights import LoraWeights, layer_shapes
 
 #: A row's adapters by name: (name, scale) for each; empty for the base model.
 RowSpec = Sequence[tuple[str, float]]
+#: Batch plans kept (LRU): a session's compositions in flight; a plan is small next to its adapters.
+PLANS_KEPT = 16
 
 
 class AdapterNotReady(RuntimeError):
@@ -58,6 +60,7 @@ class AdapterCache:
         self._device: OrderedDict[str, LoraWeights] = OrderedDict()
         self._pins: Counter[str] = Counter()
         self._pending: dict[str, Future[LoraWeights]] = {}
+        self._plans: OrderedDict[tuple[Any, ...], mixing.Plan] = OrderedDict()  # by batch composition
         self._reserved = 0  # device slots taken by loads in flight
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="genq-adapter-load")
@@ -101,16 +104,27 @@ class AdapterCache:
             self._pins = +self._pins  # drop zero counts
 
     @contextmanager
-    def rows(self, per_row: Sequence[RowSpec]) -> Iterator[None]:
-        """A forward of the model within the block applies each row's adapters at its scales (``mixing.rows``)."""
+    def rows(self, per_row: Sequence[RowSpec], *, stack: bool = True) -> Iterator[None]:
+        """A forward of the model within the block applies each row's adapters at its scales (``mixing``).
+
+        The plan of a batch is kept while its composition lasts (a session's rows change far less often than
+        they step), so a step only registers hooks."""
+        key = (tuple(tuple(row) for row in per_row), stack)
         with self._lock:
-            try:
-                loras = [[(self._device[name], scale) for name, scale in row] for row in per_row]
-            except KeyError as missing:
-                raise AdapterNotReady(f"adapter {missing} is not on the device") from None
+            batch_plan = self._plans.get(key)
+            if batch_plan is None:
+                try:
+                    loras = [[(self._device[name], scale) for name, scale in row] for row in per_row]
+                except KeyError as missing:
+                    raise AdapterNotReady(f"adapter {missing} is not on the device") from None
+                batch_plan = mixing.plan(self.model, loras, stack=stack)
+                self._plans[key] = batch_plan
+                if len(self._plans) > PLANS_KEPT:
+                    self._plans.popitem(last=False)
+            self._plans.move_to_end(key)
             for name in {name for row in per_row for name, _ in row}:
                 self._device.move_to_end(name)
-        with mixing.rows(self.model, loras):
+        with mixing.applied(self.model, batch_plan):
             yield
 
     def close(self) -> None:
@@ -183,6 +197,7 @@ class AdapterCache:
                 break
             if self._pins[name] == 0:
                 del self._device[name]
+                self._plans.clear()  # a plan holds its adapters' tensors: let them go
                 self.stats.device_evictions += 1
         self.stats.device_resident = len(self._device)
         self.stats.device_bytes = sum(w.nbytes for w in self._device.values())
