@@ -4,6 +4,7 @@ and outputs that stay right through evictions."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from tests.unit.adapter_files import random_factors, write_peft
 from worker.adapters.cache import AdapterCache, AdapterNotReady
 from worker.adapters.checks import checked_weights
+from worker.adapters.files import AdapterRejected
 
 NAMES = ("a", "b", "c")
 
@@ -143,8 +145,6 @@ def test_a_cold_load_runs_off_the_calling_thread(
 def test_an_unknown_or_bad_adapter_fails_its_future(
     model: Any, folders: dict[str, Path], make: Callable[..., AdapterCache], tmp_path: Path
 ) -> None:
-    from worker.adapters.files import AdapterRejected
-
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x80\x04not safetensors at all")
     cache = make(model, {**folders, "bad": bad})
@@ -153,3 +153,48 @@ def test_an_unknown_or_bad_adapter_fails_its_future(
     with pytest.raises(AdapterRejected, match="not a safetensors file"):
         cache.prepare("bad").result(timeout=30)
     assert cache.stats.failures == 2 and cache.stats.device_resident == 0
+
+
+def test_a_session_parks_a_row_until_its_adapter_loads(
+    model: Any, folders: dict[str, Path], make: Callable[..., AdapterCache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    from worker.adapters.session_rows import SessionAdapters, text_row
+
+    release = threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(30)
+        return checked_weights(*args, **kwargs)
+
+    monkeypatch.setattr("worker.adapters.cache.checked_weights", slow)
+    cache = make(model, {**folders, "missing": folders["a"].parent / "nowhere"}, device_adapters=1)
+    session = SessionAdapters(cache)
+    assert session.arrive("base", text_row(None))
+    assert not session.arrive("r1", text_row("a")) and session.waiting == ["r1"]
+    assert not session.arrive("r2", text_row("missing"))
+    with torch.inference_mode(), session.forward(["base"]):  # the running row steps while r1 waits
+        model(torch.zeros(1, 8))
+    release.set()
+    joined: list[str] = []
+    failed: list[tuple[str, BaseException]] = []
+    for _ in range(600):
+        joined += session.ready()
+        failed += session.failed()
+        if not session.waiting:
+            break
+        time.sleep(0.05)
+    assert joined == ["r1"] and [handle for handle, _ in failed] == ["r2"]
+    assert isinstance(failed[0][1], AdapterRejected)
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        base = model(x)
+        with session.forward(["base", "r1"]):
+            mixed = model(x)
+    assert torch.equal(mixed[0], base[0]) and not torch.equal(mixed[1], base[1])
+    cache.prepare("b").result(timeout=30)
+    assert cache.ready("a")  # pinned by r1: a load over the count does not evict it
+    session.leave(["r1", "base"])
+    cache.prepare("c").result(timeout=30)
+    assert not cache.ready("a")  # unpinned once r1 left
