@@ -50,17 +50,19 @@ class SessionAdapters:
 
     def ready(self, only: Iterable[str] | None = None) -> list[str]:
         """Waiting rows whose adapters are all loaded, now pinned for them: they may join the next step."""
-        joined = []
+        joined: list[str] = []
+        cache = self.cache
+        if cache is None:
+            return joined
         for handle in list(only if only is not None else self._waiting):
             futures = self._waiting.get(handle, [])
             if not futures or not all(f.done() and f.exception() is None for f in futures):
                 continue
             names = [name for name, _ in self._specs[handle]]
             try:
-                assert self.cache is not None
-                self.cache.acquire(names)
+                cache.acquire(names)
             except AdapterNotReady:  # evicted between its load and now: load again
-                self._waiting[handle] = [self.cache.prepare(name) for name in names]
+                self._waiting[handle] = [cache.prepare(name) for name in names]
                 continue
             del self._waiting[handle]
             self._held.add(handle)
@@ -87,9 +89,8 @@ class SessionAdapters:
         for handle in handles:
             spec = self._specs.pop(handle, [])
             self._waiting.pop(handle, None)
-            if handle in self._held:
+            if handle in self._held and self.cache is not None:
                 self._held.discard(handle)
-                assert self.cache is not None
                 self.cache.release(name for name, _ in spec)
 
     def forward(self, handles: Sequence[str]) -> AbstractContextManager[Any]:
