@@ -145,3 +145,10 @@ def _save(path: Path, tensors: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
     save_file(tensors, str(path))
+
+
+def test_sources_are_local_paths_or_hub_copies_of_safetensors_only(tmp_path: Path) -> None:
+    assert files.local_path(str(tmp_path)) == tmp_path
+    assert files.local_path("./not/there") == Path("./not/there")  # a local path, missing: refused when read
+    with pytest.raises(AdapterRejected, match="org/no-such-lora"):  # the tests run offline (HF_HUB_OFFLINE)
+        files.local_path("org/no-such-lora")

@@ -49,6 +49,7 @@ class AdapterCache:
         threads: int = DEFAULT_LOAD_THREADS,
         max_rank: int = MAX_LORA_RANK,
     ) -> None:
+        model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper: hook the module it compiled
         parameter = next(model.parameters())
         self.model = model
         self.device, self.dtype = parameter.device, parameter.dtype

@@ -104,6 +104,20 @@ def weights_file(path: Path) -> tuple[Path, Path | None]:
     return files[0], None
 
 
+def local_path(source: str) -> Path:
+    """A resolved models-file source as a local path: a folder or file as it is; a hub id is downloaded, its
+    safetensors and adapter_config.json only (a pickle in the repository is never even fetched)."""
+    path = Path(source)
+    if path.exists() or source.startswith(("/", ".", "~")):
+        return path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source, allow_patterns=[PEFT_CONFIG_FILE, "*.safetensors"]))
+    except Exception as error:  # offline, unknown repository, no access: the adapter is unavailable, said why
+        raise AdapterRejected(f"adapter {source!r}: not a local path, and the hub gave no copy ({error})") from None
+
+
 def _config_alpha(config: dict[str, Any]) -> tuple[float | None, dict[str, float], bool]:
     if config.get("use_dora"):
         raise AdapterRejected("DoRA adapters are not supported (use_dora)")
