@@ -40,6 +40,8 @@ class SessionAdapters:
 
     def arrive(self, handle: str, spec: RowSpec) -> bool:
         """Start loading the row's adapters; True when it may join now (no adapters, or all resident and pinned)."""
+        if handle in self._held:  # already pinned: joining again changes nothing
+            return True
         self._specs[handle] = list(spec)
         if not spec:
             return True
@@ -78,6 +80,14 @@ class SessionAdapters:
                 out.append((handle, error))
                 self.leave([handle])
         return out
+
+    def wait(self, timeout: float) -> None:
+        """Block until a waiting row's load ends or ``timeout`` s pass (a session with nothing else to step)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        futures = [future for futures in self._waiting.values() for future in futures]
+        if futures:
+            wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
 
     @property
     def waiting(self) -> list[str]:
