@@ -32,5 +32,19 @@ def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...]
             # Imported here: builders need torch/transformers/diffusers, and `import worker` must stay light.
             importlib.import_module(_BUILDERS[name]).build(folder)
             (folder / COMPLETE_MARKER).write_text("")
+        _build_adapters(name, folder, force=force)
         folders[name] = folder
     return folders
+
+
+def _build_adapters(name: str, folder: Path, *, force: bool) -> None:
+    """Each demo LoRA of model ``name`` missing its own marker (a model built before adapters existed gains them)."""
+    from worker.demo_models.adapters import DEMO_ADAPTERS, adapter_folders, build_adapter
+
+    specs = {adapter.name: adapter for adapter in DEMO_ADAPTERS.get(name, ())}
+    for adapter_name, adapter_folder in adapter_folders(name, folder).items():
+        if force or not (adapter_folder / COMPLETE_MARKER).exists():
+            if adapter_folder.exists():
+                shutil.rmtree(adapter_folder)
+            build_adapter(name, folder, specs[adapter_name], adapter_folder)
+            (adapter_folder / COMPLETE_MARKER).write_text("")

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.kinds import TextToImageInput
+from worker.adapters.cache import AdapterCache
+from worker.adapters.mixing import with_guidance
+from worker.adapters.session_rows import SessionAdapters, image_row
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
 from worker.runtimes.image_outputs import image_seeds, png_bytes
 from worker.runtimes.image_rows import (
@@ -74,6 +77,7 @@ class ImageStepSession(StepSession):
         new_scheduler: SchedulerFactory,
         read_source: SourceReader | None = None,
         masks: Any = None,
+        adapters: AdapterCache | None = None,
     ) -> None:
         self.pipe = pipe
         self.device = device
@@ -84,6 +88,8 @@ class ImageStepSession(StepSession):
         self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
         self._batch: _BatchParts | None = None  # rebuilt when rows come or go
+        self.adapters = SessionAdapters(adapters)  # each row's LoRAs (``loras``), applied to its rows only
+        self._parked: dict[str, Row] = {}  # rows waiting for their adapters to load: they join a later step
 
     # --- the contract ---------------------------------------------------------------------------------
 
@@ -92,9 +98,24 @@ class ImageStepSession(StepSession):
         initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
         caller's mistake: ValueError, and nothing is admitted."""
         handles = [row.handle for row in rows]
-        clash = set(handles) & set(self._jobs) or {h for h in handles if handles.count(h) > 1}
+        clash = set(handles) & set(self.handles) or {h for h in handles if handles.count(h) > 1}
         if clash:
             raise ValueError(f"already in this session or admitted twice: {sorted(clash)}")
+        ended: list[RowResult] = []
+        now = []
+        for row in rows:  # a row whose adapters are cold waits for them off the model thread (``_unpark``)
+            try:
+                joins = self.adapters.arrive(row.handle, image_row(getattr(row.input, "loras", None)))
+            except Exception as exc:
+                ended.append(RowResult(row.handle, error=exc))
+                continue
+            if joins:
+                now.append(row)
+            else:
+                self._parked[row.handle] = row
+        return ended + self._admit_now(now)
+
+    def _admit_now(self, rows: Sequence[Row]) -> list[RowResult]:
         ended: list[RowResult] = []
         with inference_context(self.options):
             valid = []
@@ -120,6 +141,7 @@ class ImageStepSession(StepSession):
                     )
                 except Exception as exc:  # its own prefill (an unknown scheduler, say)
                     ended.append(RowResult(row.handle, error=exc))
+                    self.adapters.leave([row.handle])
                 else:
                     self._batch = None
         return ended
@@ -129,8 +151,9 @@ class ImageStepSession(StepSession):
 
         After an exception the held rows may be part-way through the step: the caller drops them (and runs
         them again on their own), as the contract says."""
+        ended = self._unpark()
         if not self._jobs:
-            return []
+            return ended
         with inference_context(self.options):
             rows = self._rows()
             self._denoise(rows)
@@ -143,9 +166,10 @@ class ImageStepSession(StepSession):
             if finished:
                 self._decode(finished)
                 self._batch = None
-        results = []
+        results = ended
         for job in [job for job in self._jobs.values() if job.complete]:
             del self._jobs[job.handle]
+            self.adapters.leave([job.handle])
             blobs = [Blob(png_bytes(job.images[i]), "image/png", seed=s) for i, s in enumerate(job.seeds)]
             results.append(RowResult(job.handle, prediction=Prediction(output=None, blobs=blobs)))
         return results
@@ -153,20 +177,24 @@ class ImageStepSession(StepSession):
     def drop(self, handles: Iterable[str]) -> None:
         """Forget these jobs' rows (latents, embeddings, schedulers): nothing else holds them."""
         for handle in handles:
+            self._parked.pop(handle, None)
+            self.adapters.leave([handle])
             if self._jobs.pop(handle, None) is not None:
                 self._batch = None
 
     def progress(self) -> dict[str, tuple[int, int]]:
         """Each held job's (step, num_inference_steps), scaled as the request-level callback reports it."""
-        return {handle: job.progress() for handle, job in self._jobs.items()}
+        parked = {handle: (0, int(row.input.num_inference_steps or 0)) for handle, row in self._parked.items()}
+        return {handle: job.progress() for handle, job in self._jobs.items()} | parked
 
     @property
     def handles(self) -> list[str]:
-        return list(self._jobs)
+        return list(self._jobs) + list(self._parked)
 
     def weight(self) -> int:
         """Images held (a job of num_images=n takes n slots)."""
-        return sum(len(job.rows) for job in self._jobs.values())
+        held = sum(len(job.rows) for job in self._jobs.values())
+        return held + sum(int(row.input.num_images or 1) for row in self._parked.values())
 
     # --- the work -------------------------------------------------------------------------------------
 
@@ -198,6 +226,18 @@ class ImageStepSession(StepSession):
                 out[i] = embed
         return out
 
+    def _unpark(self) -> list[RowResult]:
+        """Parked rows whose adapters loaded join before this step; those whose adapter was refused leave."""
+        if not self._parked:
+            return []
+        if not self._jobs:
+            self.adapters.wait(timeout=0.05)  # nothing to step meanwhile: don't spin
+        ended = [RowResult(handle, error=error) for handle, error in self.adapters.failed()]
+        for result in ended:
+            self._parked.pop(result.handle, None)
+        joined = [self._parked.pop(handle) for handle in self.adapters.ready() if handle in self._parked]
+        return ended + (self._admit_now(joined) if joined else [])
+
     def _rows(self) -> list[ImageRow]:
         return [row for job in self._jobs.values() for row in job.rows if not row.finished]
 
@@ -223,7 +263,9 @@ class ImageStepSession(StepSession):
         timesteps = [row.unet_timesteps[row.done] for row in rows]
         sample = torch.cat([scaled[i] for i in guided] + scaled)
         t = torch.stack([timesteps[i] for i in guided] + timesteps)
-        noise = self.pipe.unet(sample, t, encoder_hidden_states=parts.embeds, return_dict=False)[0]
+        handles = [job.handle for job in self._jobs.values() for row in job.rows if not row.finished]  # as _rows()
+        with self.adapters.forward(with_guidance(handles, guided)):
+            noise = self.pipe.unet(sample, t, encoder_hidden_states=parts.embeds, return_dict=False)[0]
         uncond, noise = noise[: len(guided)], noise[len(guided) :]
         if guided:  # u + g * (c - u) per guided row, as the pipeline's guidance with the row's own g
             noise = noise.clone()

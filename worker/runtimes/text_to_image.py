@@ -17,6 +17,7 @@ from tasks.errors import ModelError
 from tasks.image_modes import Mode, mode_of, strength_of
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
+from worker.adapters.cache import AdapterCache
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
 from worker.runtimes.image_sources import Source, read_source
@@ -57,6 +58,7 @@ class TextToImageRuntime(Runtime):
         self.device = "cpu"
         self._schedulers: dict[str, Any] = {}
         self._steppable = False  # set at load: whether step sessions can run this pipeline
+        self.adapters: AdapterCache | None = None  # the model's LoRAs (worker/adapters); None: it serves none
 
     def load(self, device: str) -> None:
         """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
@@ -153,6 +155,7 @@ class TextToImageRuntime(Runtime):
             self.new_scheduler,
             self._source,
             getattr(inpainting, "mask_processor", None),
+            self.adapters,
         )
 
     def _source(self, inp: Any) -> Source | None:
