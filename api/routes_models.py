@@ -13,7 +13,7 @@ from api.backlog import read_backlog
 from api.services import services
 from tasks.errors import NotFound
 from tasks.kinds import KINDS
-from tasks.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList, model_input
+from tasks.schemas import AdapterInfo, BatchingInfo, ErrorBody, ModelInfo, ModelList, model_input
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
 
@@ -30,6 +30,7 @@ def list_models() -> Response:
             ModelInfo(
                 id=spec.id,
                 kind=spec.kind,
+                adapters=[AdapterInfo(id=name, parent=spec.id) for name in sorted(spec.adapters)],
                 input_schema=model_input(spec).model_json_schema(),
                 example_input=kind.example(spec.limits),
                 display=kind.display,

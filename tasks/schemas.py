@@ -9,6 +9,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from tasks.adapters import check_adapters_offered
 from tasks.errors import InvalidInput, UnknownModel
 from tasks.input_checks import invalid_from_validation, limited_input_model
 from tasks.kinds import KINDS, AnyInput, AnyLimits, Display, JobKind, JobOutput
@@ -93,6 +94,7 @@ def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpe
     if spec is None:
         known = ", ".join(sorted(models.models)) or "none"
         raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
+    check_adapters_offered(spec.id, spec.adapters, body.input)
     return body, spec, cast(AnyInput, body.input)  # the model's input class, where JobCreate says dict
 
 
@@ -158,9 +160,19 @@ class BatchingInfo(BaseModel):
     max_step_cost: int | None = None
 
 
+class AdapterInfo(BaseModel):
+    """A LoRA adapter a model offers: its name and its base model."""
+
+    id: str
+    parent: str
+
+
 class ModelInfo(BaseModel):
     id: str
     kind: JobKind
+    adapters: list[AdapterInfo] = Field(
+        default_factory=list, description="its LoRA adapters (input.loras / input.adapter name them)"
+    )
     input_schema: dict[str, Any]
     example_input: dict[str, Any] = Field(default_factory=dict, description="a valid input for this model")
     display: Display = Field(default="text", description="how a client shows its output (tasks/kinds)")

@@ -19,6 +19,7 @@ from api.metrics import JOBS_ACCEPTED
 from api.openai_compat.errors import JobNotDone
 from api.routes_jobs import wait_for
 from api.services import services
+from tasks.adapters import check_adapters_offered
 from tasks.errors import InvalidInput, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
 from tasks.kinds import JobKind
@@ -56,6 +57,24 @@ def served_model(model_id: str | None, kind: JobKind) -> ModelSpec:
     return spec
 
 
+def served_model_and_adapter(model_id: str | None, kind: JobKind) -> tuple[ModelSpec, str | None]:
+    """As ``served_model``, and vLLM's ways of naming an adapter as the model: ``"<base>:<adapter>"``, or the
+    adapter's own name (the first served model of ``kind`` offering it). The adapter is None for a base model."""
+    models = services().models.models
+    if model_id is not None and model_id not in models:
+        base, colon, adapter = model_id.partition(":")
+        if colon:
+            spec = served_model(base, kind)
+            if adapter not in spec.adapters:
+                known = ", ".join(sorted(spec.adapters)) or "none"
+                raise InvalidInput(f"model: {base} has no adapter {adapter!r} (its adapters: {known})", field="model")
+            return spec, adapter
+        parent = next((s for s in models.values() if s.kind == kind and model_id in s.adapters), None)
+        if parent is not None:
+            return parent, model_id
+    return served_model(model_id, kind), None
+
+
 def accept(
     spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str], job_id: str | None = None
 ) -> JobRecord:
@@ -67,6 +86,7 @@ def accept(
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
+            check_adapters_offered(spec.id, spec.adapters, parsed)
             record = submit(svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner())
         except InvalidInput as exc:
             raise _renamed(exc, params) from None

@@ -15,7 +15,12 @@ def list_models() -> Response:
     """Every model served, as OpenAI's list of model objects (with genq's ``kind``)."""
     current_owner()  # as GET /v1/models: with keys configured, for callers only
     svc = services()
-    return jsonify({"object": "list", "data": [_model(spec, _created()) for spec in svc.models.models.values()]})
+    created = _created()
+    data = []
+    for spec in svc.models.models.values():
+        data.append(_model(spec, created))
+        data.extend(_adapter(spec, name, created) for name in spec.adapters)
+    return jsonify({"object": "list", "data": data})
 
 
 def retrieve_model(model_id: str) -> Response:
@@ -26,6 +31,11 @@ def retrieve_model(model_id: str) -> Response:
 
 def _model(spec: ModelSpec, created: int) -> dict[str, Any]:
     return {"id": spec.id, "object": "model", "created": created, "owned_by": "genq", "kind": spec.kind.value}
+
+
+def _adapter(spec: ModelSpec, name: str, created: int) -> dict[str, Any]:
+    """An adapter as vLLM lists it: its own id, and its base as ``parent`` (``model`` takes either spelling)."""
+    return {**_model(spec, created), "id": name, "parent": spec.id, "root": f"{spec.id}:{name}"}
 
 
 def _created() -> int:

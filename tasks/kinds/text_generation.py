@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from tasks.adapters import AdapterName
 from tasks.kinds.base import SEED_MAX, InlineOutput, JobInput, JobKind, Kind, KindLimits
 from tasks.model_config import read_config
 from tasks.tokenizer_limits import max_positions
@@ -23,6 +24,9 @@ class TextGenerationInput(JobInput[TextGenerationLimits]):
     do_sample: bool = False
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=4)
+    adapter: AdapterName | None = Field(
+        default=None, description="a LoRA adapter of this model (GET /v1/models lists them); the base when absent"
+    )
 
     @classmethod
     def limited_fields(cls, lim: TextGenerationLimits) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Literal, Self
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tasks.adapters import LoraList, check_lora_names_unique
 from tasks.diffusion_limits import image_limits
 from tasks.image_media import IMAGE, ImageRef
 from tasks.image_modes import DEFAULT_STRENGTH, NEEDS_IMAGE, Mode, strength_of
@@ -91,6 +92,12 @@ class TextToImageInput(JobInput[TextToImageLimits]):
         description=f"how much of the image is repainted (needs image): default {DEFAULT_STRENGTH[Mode.image]} for "
         f"image-to-image, {DEFAULT_STRENGTH[Mode.inpaint]} for inpainting",
     )
+    loras: LoraList = Field(
+        default_factory=list,
+        description="LoRA adapters of this model (GET /v1/models lists them), each with its scale; mixed per row",
+    )
+
+    _unique_loras = field_validator("loras")(check_lora_names_unique)
 
     @field_validator("mask", "strength")
     @classmethod
