@@ -17,6 +17,7 @@ from tasks.store.outbox_defer import OutboxDeferral
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect, wait_until_reachable
 from tasks.store.sweeps import SweepStore
+from worker.adapter_metrics import register_adapter_metrics
 from worker.events import EventPublisher
 from worker.executor import Executor
 from worker.results import ResultStore
@@ -57,9 +58,11 @@ def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
     device = devices.select_device()
     apply_global(options, device)
     runtime = create_runtime(spec, models.source_of(spec.id), options)
+    runtime.adapter_sources = models.adapters_of(spec.id)
     started = time.perf_counter()
     runtime.load(device)
     seconds = time.perf_counter() - started
+    register_adapter_metrics(spec.id, getattr(runtime, "adapters", None))
     client = connect(settings)
     # Started during an outage (a supervisor's restart): wait for Redis instead of exiting, model in hand.
     wait_until_reachable(client, f"worker {worker_name}")
