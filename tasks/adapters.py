@@ -93,6 +93,11 @@ def adapters_named(inp: Any) -> list[tuple[str, str]]:
     return named
 
 
+def adapters_used(inp: Any) -> list[str] | None:
+    """The names of the adapters an input runs with, for its job's metrics; None when it names none."""
+    return [name for _, name in adapters_named(inp)] or None
+
+
 def check_adapters_offered(model_id: str, offered: Collection[str], inp: Any) -> None:
     """Refuse (422, naming the field) an input naming an adapter that ``model_id`` does not offer this caller:
     neither in the models file nor one of the caller's own uploads. Checked at submission, so no job is

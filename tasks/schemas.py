@@ -116,6 +116,7 @@ class JobMetrics(BaseModel):
     rows_per_step: float | None = Field(
         default=None, description="step-level scheduling: mean rows per step while it ran (batch_size: the most)"
     )
+    adapters: list[str] | None = Field(default=None, description="the LoRA adapters it ran with (none: absent)")
 
 
 class Job(BaseModel):

@@ -31,6 +31,7 @@ def test_image_rows_with_different_adapters_share_a_session_and_each_equals_its_
     assert poll(api, long["id"])["status"] == "succeeded"
     assert all(job["status"] == "succeeded" for job in mixed), mixed
     assert max(job["metrics"]["rows_per_step"] for job in mixed) > 1  # they shared steps
+    assert [job["metrics"].get("adapters") for job in mixed] == [["watercolor"], ["neon", "watercolor"], ["neon"], None]
     pictures = [pixels(api, job) for job in mixed]
     for inp, picture in zip(inputs, pictures, strict=True):
         assert np.abs(picture - pixels(api, alone(api, "sd-demo", inp))).max() <= 2, inp["loras"]
