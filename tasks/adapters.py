@@ -8,7 +8,7 @@ model as ``adapters = { name = "source" }``. The worker checks every adapter aga
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -98,11 +98,17 @@ def adapters_used(inp: Any) -> list[str] | None:
     return [name for _, name in adapters_named(inp)] or None
 
 
-def check_adapters_offered(model_id: str, offered: Collection[str], inp: Any) -> None:
+def check_adapters_offered(
+    model_id: str, offered: Collection[str], inp: Any, uploaded: Callable[[str], Collection[str]] | None = None
+) -> None:
     """Refuse (422, naming the field) an input naming an adapter that ``model_id`` does not offer this caller:
-    neither in the models file nor one of the caller's own uploads. Checked at submission, so no job is
-    accepted that would then fail on it."""
-    for field, name in adapters_named(inp):
+    neither in the models file (``offered``) nor one of the caller's own uploads (``uploaded(model_id)``, asked
+    only when the input names an adapter the file does not have). Checked at submission, so no job is accepted
+    that would then fail on it."""
+    named = adapters_named(inp)
+    if uploaded is not None and any(name not in offered for _, name in named):
+        offered = {*offered, *uploaded(model_id)}
+    for field, name in named:
         if name not in offered:
             known = ", ".join(sorted(offered)) or "none"
             raise InvalidInput(

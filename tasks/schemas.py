@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal, cast
@@ -79,10 +80,13 @@ def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[Jo
     return model
 
 
-def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, AnyInput]:
+def parse_job_create(
+    data: Any, models: ModelsFile, uploaded: Callable[[str], Collection[str]] | None = None
+) -> tuple[JobCreate, ModelSpec, AnyInput]:
     """The body of ``POST /v1/jobs`` checked against its model, with its parsed input (defaults filled in).
 
-    Raises InvalidInput or UnknownModel naming the field.
+    Raises InvalidInput or UnknownModel naming the field. ``uploaded(model_id)``: the caller's own adapters of
+    that model (where a deployment takes uploads), beside the models file's.
     """
     if not isinstance(data, dict):
         raise InvalidInput("body: must be a JSON object", field="body")
@@ -94,7 +98,7 @@ def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpe
     if spec is None:
         known = ", ".join(sorted(models.models)) or "none"
         raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
-    check_adapters_offered(spec.id, spec.adapters, body.input)
+    check_adapters_offered(spec.id, spec.adapters, body.input, uploaded)
     return body, spec, cast(AnyInput, body.input)  # the model's input class, where JobCreate says dict
 
 

@@ -17,6 +17,11 @@ from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 from pydantic import StringConstraints, ValidationError
 
+from tasks.adapter_uploads import (
+    DEFAULT_ADAPTER_QUOTA_BYTES,
+    DEFAULT_MAX_ADAPTER_UPLOAD_BYTES,
+    DEFAULT_MAX_ADAPTERS_PER_OWNER,
+)
 from tasks.errors import GenqError
 from tasks.type_adapters import adapter
 
@@ -177,6 +182,11 @@ class ApiSettings(SharedSettings):
     output_url_ttl_s: int = DEFAULT_OUTPUT_URL_TTL_S
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     upload_ttl_s: int = DEFAULT_UPLOAD_TTL_S
+    # POST /v1/adapters: keys' own LoRAs (tasks/adapter_uploads.py); off unless a deployment allows them.
+    adapter_uploads: bool = False
+    max_adapters_per_owner: int = DEFAULT_MAX_ADAPTERS_PER_OWNER
+    adapter_quota_bytes: int = DEFAULT_ADAPTER_QUOTA_BYTES
+    max_adapter_upload_bytes: int = DEFAULT_MAX_ADAPTER_UPLOAD_BYTES
 
     @property
     def waiters_per_process(self) -> int:

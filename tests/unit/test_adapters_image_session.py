@@ -22,16 +22,10 @@ from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
 
-class LoraJob(TextToImageInput):
-    """The text-to-image input with the ``loras`` field it is to gain (tasks/adapters.py)."""
-
-    loras: list[LoraRef] = []
-
-
-def lora_job(loras: list[tuple[str, float]], **fields: Any) -> LoraJob:
+def lora_job(loras: list[tuple[str, float]], **fields: Any) -> TextToImageInput:
     base = job(**fields)
     refs = [LoraRef(name=n, scale=s) for n, s in loras]
-    return LoraJob.model_construct(**dict(base), loras=refs)  # already validated, as the worker receives it
+    return TextToImageInput.model_construct(**(dict(base) | {"loras": refs}))  # validated, as the worker gets it
 
 
 @pytest.fixture(scope="module")

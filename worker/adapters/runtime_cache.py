@@ -18,10 +18,9 @@ from worker.adapters.files import AdapterRejected, local_path
 PIN_TRIES = 3
 
 
-def build_cache(model: Any, sources: Mapping[str, str]) -> AdapterCache | None:
-    """The adapter cache of ``model`` (the module LoRAs target: a UNet, a causal LM), or None with no adapters."""
-    if not sources:
-        return None
+def build_cache(model: Any, sources: Mapping[str, str]) -> AdapterCache:
+    """The adapter cache of ``model`` (the module LoRAs target: a UNet, a causal LM), built even with no adapters
+    in the models file (keys may upload theirs); rows without adapters never touch it."""
     return AdapterCache(model, {name: local_path(source) for name, source in sources.items()})
 
 
