@@ -7,6 +7,7 @@ from typing import Any
 from flask import Response, jsonify
 
 from api.auth import current_owner
+from api.routes_adapters import uploaded_by_model
 from api.services import services
 from tasks.models_file import ModelSpec
 
@@ -16,10 +17,11 @@ def list_models() -> Response:
     current_owner()  # as GET /v1/models: with keys configured, for callers only
     svc = services()
     created = _created()
+    mine = uploaded_by_model(svc)
     data = []
     for spec in svc.models.models.values():
         data.append(_model(spec, created))
-        data.extend(_adapter(spec, name, created) for name in spec.adapters)
+        data.extend(_adapter(spec, name, created) for name in [*spec.adapters, *mine.get(spec.id, ())])
     return jsonify({"object": "list", "data": data})
 
 

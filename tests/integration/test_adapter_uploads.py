@@ -63,6 +63,10 @@ def test_an_uploaded_adapter_is_its_owners_and_runs_as_the_same_weights_from_the
     assert response.json["parent"] == "sd-demo" and response.json["rank"] == 8
     assert [a["id"] for a in alice.get("/v1/adapters").json["adapters"]] == ["alice-neon"]
     assert bob.get("/v1/adapters").json["adapters"] == []
+    listed = {m["id"]: m for m in alice.get("/v1/models").json["models"]}
+    assert {"id": "alice-neon", "parent": "sd-demo"} in listed["sd-demo"]["adapters"]
+    assert "alice-neon" not in str(bob.get("/v1/models").json)
+    assert "alice-neon" in {m["id"] for m in alice.get("/openai/v1/models").json["data"]}
     inp = {"prompt": "a neon city", "seed": 3, "num_inference_steps": 4, "loras": [{"name": "alice-neon"}]}
     refused = bob.post("/v1/jobs", json={"model": "sd-demo", "input": inp})
     assert refused.status_code == 422 and refused.json["error"]["message"].startswith("input.loras[0].name")
