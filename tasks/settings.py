@@ -22,6 +22,7 @@ from tasks.adapter_uploads import (
     DEFAULT_MAX_ADAPTER_UPLOAD_BYTES,
     DEFAULT_MAX_ADAPTERS_PER_OWNER,
 )
+from tasks.adapters import DEFAULT_DEVICE_CACHE_ADAPTERS, DEFAULT_HOST_CACHE_BYTES
 from tasks.errors import GenqError
 from tasks.type_adapters import adapter
 
@@ -215,6 +216,8 @@ class WorkerSettings(SharedSettings):
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
     output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
+    adapter_host_cache_bytes: int = DEFAULT_HOST_CACHE_BYTES  # LoRAs kept in host RAM (LRU by bytes)
+    adapter_device_cache: int = DEFAULT_DEVICE_CACHE_ADAPTERS  # LoRAs kept on the device (LRU by count)
 
     def webhook_sending(self) -> WebhookSending:
         """What the worker's webhook sender reads, and nothing else."""

@@ -73,6 +73,7 @@ def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
     store, fleet = JobStore(client, settings), FleetStore(client, settings)
     cache = getattr(runtime, "adapters", None)
     if cache is not None:  # keys' uploaded adapters (POST /v1/adapters), read from Redis when first used
+        cache.host_bytes, cache.device_adapters = settings.adapter_host_cache_bytes, settings.adapter_device_cache
         folder = Path(tempfile.gettempdir()) / f"genq-adapters-{os.getpid()}"
         cache.resolve = UploadedAdapters(AdapterRegistry(client, store.keys), spec.id, folder)
     fleet.count_load(spec.id, worker_name)
