@@ -50,7 +50,7 @@ class AdapterPath(BaseModel):
 
 
 def registry(svc: Services) -> AdapterRegistry:
-    return AdapterRegistry(svc.store.redis, svc.store.keys)
+    return AdapterRegistry.of(svc.store)
 
 
 def allowed(svc: Services) -> None:

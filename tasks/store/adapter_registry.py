@@ -13,6 +13,7 @@ import redis
 from tasks.adapter_uploads import AdapterMeta
 from tasks.constants import Keys
 from tasks.errors import Conflict, InvalidInput
+from tasks.store.job_store import JobStore
 
 _META, _DATA = "meta", "data"
 
@@ -20,6 +21,11 @@ _META, _DATA = "meta", "data"
 class AdapterRegistry:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis, self.keys = client, keys
+
+    @classmethod
+    def of(cls, store: JobStore) -> AdapterRegistry:
+        """The registry on the job store's Redis, under its key prefix."""
+        return cls(store.redis, store.keys)
 
     def register(self, meta: AdapterMeta, data: bytes, max_count: int, max_bytes: int) -> None:
         """Store ``data`` as ``meta.name`` for its owner; Conflict if the name is taken, InvalidInput over quota."""
