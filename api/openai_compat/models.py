@@ -28,7 +28,13 @@ def list_models() -> Response:
 def retrieve_model(model_id: str) -> Response:
     """One model object; 404 ``model_not_found`` for a model not served."""
     current_owner()
-    return jsonify(_model(services().model(model_id), _created()))
+    svc = services()
+    if model_id not in svc.models.models:  # an adapter, as the list shows it
+        mine = uploaded_by_model(svc)
+        for spec in svc.models.models.values():
+            if model_id in spec.adapters or model_id in mine.get(spec.id, ()):
+                return jsonify(_adapter(spec, model_id, _created()))
+    return jsonify(_model(svc.model(model_id), _created()))
 
 
 def _model(spec: ModelSpec, created: int) -> dict[str, Any]:
