@@ -65,12 +65,39 @@ def derived_limits(kind: JobKind, source: str, revision: str | None = None) -> d
         )
     if kind in (JobKind.fill_mask, JobKind.text_generation):
         tokenizer_config = read_config(source, "tokenizer_config.json", revision)
-        positions = max_positions(read_config(source, "config.json", revision), tokenizer_config)
+        config = read_config(source, "config.json", revision)
+        positions = max_positions(config, tokenizer_config)
         if kind == JobKind.text_generation:
             # The worker caps new tokens at the position table less the prompt's last token.
-            return {"max_new_tokens": positions - 1} if positions and positions > 1 else {}
+            limits = {"max_new_tokens": positions - 1} if positions and positions > 1 else {}
+            return limits | chat_limits(source, revision, tokenizer_config, config)
         return fill_mask_limits(positions, read_config(source, "tokenizer.json", revision), tokenizer_config)
     return {}  # embedding: the worker truncates long texts, as sentence-transformers does
+
+
+def chat_limits(
+    source: str, revision: str | None, tokenizer_config: dict[str, Any] | None, config: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Whether the tokenizer has a chat template (in tokenizer_config.json, or transformers 5's own file beside it),
+    known only when its tokenizer_config.json is at hand; and the vocabulary size that ``logit_bias`` keys index."""
+    limits: dict[str, Any] = {}
+    if tokenizer_config is not None:
+        limits["has_chat_template"] = bool(tokenizer_config.get("chat_template")) or any(
+            has_file(source, name, revision) for name in CHAT_TEMPLATE_FILES
+        )
+    vocab = (config or {}).get("vocab_size")
+    if isinstance(vocab, int) and vocab > 0:
+        limits["vocab_size"] = vocab
+    return limits
+
+
+#: Where ``save_pretrained`` writes a chat template outside tokenizer_config.json (transformers >= 4.50).
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def has_file(source: str, name: str, revision: str | None = None) -> bool:
+    """Whether the model's file ``name`` is at hand (its folder, or the local Hugging Face cache)."""
+    return (Path(source) / name).is_file() or _hub_cached(source, name, revision) is not None
 
 
 # --- text-to-image ---------------------------------------------------------------------------------
@@ -137,7 +164,7 @@ _UPPER = (
     "max_top_k",
 )
 _LOWER = ("min_width", "min_height")
-_MODEL_DEFAULTS = ("default_width", "default_height", "mask_token")
+_MODEL_DEFAULTS = ("default_width", "default_height", "mask_token", "has_chat_template", "vocab_size")
 
 
 def merge_limits(configured: ModelLimits, derived: dict[str, Any]) -> ModelLimits:
