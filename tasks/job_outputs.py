@@ -42,14 +42,56 @@ class EmbeddingOutput(_Output):
     tokens: int | None = Field(default=None, description="tokens read, all texts together")
 
 
+FinishReason = Literal["stop", "length"]
+
+
+class TokenAlternative(_Output):
+    """A token and its logprob (OpenAI's ``top_logprobs`` entry)."""
+
+    token: str = Field(description="the token's text (U+FFFD where it holds part of a character)")
+    logprob: float = Field(description="log-probability after the row's processors, before temperature")
+    bytes: list[int] = Field(description="the token's exact UTF-8 bytes")
+
+
+class TokenLogprob(TokenAlternative):
+    """One generated token (OpenAI's ``logprobs.content`` entry); ``top_logprobs`` best first."""
+
+    top_logprobs: list[TokenAlternative] = Field(default_factory=list)
+
+
+class AssistantMessage(_Output):
+    """A messages job's answer as a chat message."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class TextChoice(_Output):
+    """One choice of a job with several (``n``) or with logprobs; choice 0 is also the output's top level."""
+
+    index: int = Field(ge=0)
+    text: str
+    seed: int | None = Field(default=None, description="the job's seed + index (modulo 2**32)")
+    tokens: int = Field(description="tokens generated")
+    finish_reason: FinishReason | None = None
+    message: AssistantMessage | None = Field(default=None, description="a messages job's answer")
+    logprobs: list[TokenLogprob] | None = Field(
+        default=None, description="per generated token (not the end-of-sequence one), when asked"
+    )
+
+
 class TextGenerationOutput(_Output):
-    """The generated text (the prompt not included)."""
+    """The generated text (the prompt not included); with ``n`` > 1 or logprobs, every choice in ``choices``."""
 
     text: str
     seed: int | None = None
     tokens: int = Field(description="tokens generated")
     prompt_tokens: int
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: FinishReason | None = None
+    message: AssistantMessage | None = Field(default=None, description="a messages job's answer (choice 0)")
+    choices: list[TextChoice] | None = Field(
+        default=None, description="every choice, in order, when the job has n > 1 or asked for logprobs"
+    )
 
 
 class OutputEntry(_Output):

@@ -82,7 +82,7 @@ KINDS: dict[JobKind, Kind] = {
             JobKind.text_generation,
             TextGenerationInput,
             TextGenerationOutput,
-            limits=("max_prompt_chars", "max_new_tokens"),
+            limits=("max_prompt_chars", "max_new_tokens", "has_chat_template", "vocab_size"),
             batch_key="any text: every job joins the running decode loop",
             display="text",
             example=lambda lim: {"prompt": "Once upon a time"},

@@ -1,0 +1,53 @@
+"""A chat job's prompt: its messages rendered with the model's chat template, then tokenized.
+
+The template comes from the tokenizer's files, or from the models file's ``chat_template`` (set at load). The
+API refuses ``messages`` for a model whose files show no template; this check is the worker's own, for a model
+whose files the API could not read. Anything the template itself refuses (roles that must alternate, say) fails
+the job as invalid input naming ``messages``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.chat_messages import message_dicts
+from tasks.errors import InvalidInput
+
+FIELD = "input.messages"
+
+
+def template_extras(inp: Any) -> dict[str, Any]:
+    """What ``apply_chat_template`` gets besides the messages: the seam for ``tools`` (and documents) once the
+    input takes them (``{"tools": [...]}``, OpenAI's tool definitions as the templates expect them)."""
+    return {}
+
+
+def render(tokenizer: Any, inp: Any) -> str:
+    """The conversation as the model reads it, ending with the assistant's turn (``add_generation_prompt``)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidInput(f"{FIELD}: this model has no chat template: send a prompt instead", field=FIELD)
+    try:
+        text = tokenizer.apply_chat_template(
+            message_dicts(inp.messages),
+            add_generation_prompt=True,
+            tokenize=False,
+            **template_extras(inp),
+            **(inp.chat_template_kwargs or {}),
+        )
+    except Exception as exc:  # jinja's TemplateError (raise_exception in a template), a variable of the wrong type
+        raise InvalidInput(f"{FIELD}: the model's chat template refused them: {exc}", field=FIELD) from None
+    return str(text)
+
+
+def chat_prompt(tokenizer: Any, inp: Any, max_length: int) -> tuple[list[int], int]:
+    """The rendered conversation's token ids and the new tokens it leaves room for (never cut: a conversation
+    missing its start would be another conversation; the answer is shortened instead, ending with "length")."""
+    ids = list(tokenizer(render(tokenizer, inp), add_special_tokens=False)["input_ids"])
+    room = max_length - len(ids)
+    if room < 1:
+        raise InvalidInput(
+            f"{FIELD}: the conversation is {len(ids)} tokens with the chat template; this model reads at most "
+            f"{max_length - 1} before its answer",
+            field=FIELD,
+        )
+    return ids, min(inp.max_new_tokens, room)
