@@ -17,16 +17,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tasks.chat_messages import (
-    MAX_CHOICES,
-    MAX_LOGIT_BIAS_ENTRIES,
-    MAX_TOP_LOGPROBS,
-    PENALTY_MAX,
-    ChatMessage,
-    check_logit_bias,
-    check_template_kwargs,
-    conversation_chars,
-)
+from tasks.chat_input import ChatInput, chat_validators
 from tasks.image_refs import (
     IMAGE_TO_IMAGE_STRENGTH,
     INPAINT_STRENGTH,
@@ -76,10 +67,7 @@ class ModelLimits(BaseModel):
     default_height: int = 512
     default_steps: int = 25
     mask_token: str = Field(default="[MASK]", min_length=1)
-    has_chat_template: bool = Field(
-        default=True,
-        description="text-generation: False when the model's tokenizer has no chat template (messages are refused)",
-    )
+    has_chat_template: bool = Field(default=True, description="False: the model's tokenizer has none (no messages)")
     vocab_size: int | None = Field(default=None, ge=1, description="text-generation: logit_bias keys are below it")
 
 
@@ -216,108 +204,25 @@ class TextToImageInput(JobInput):
         }
 
 
-class TextGenerationInput(JobInput):
-    prompt: str | None = Field(default=None, min_length=1, description="the text to continue (or messages)")
+class TextGenerationInput(JobInput, ChatInput):  # chat fields: tasks/chat_input.py
+    prompt: str | None = Field(default=None, min_length=1, validate_default=True, description="or messages")
     max_new_tokens: int = Field(default=32, ge=1)
     temperature: float = Field(default=1.0, gt=0.0, le=5.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     do_sample: bool = False
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=4)
-    # --- chat (issue 31): one block, with its message models in tasks/chat_messages.py -----------------------
-    messages: list[ChatMessage] | None = Field(
-        default=None,
-        min_length=1,
-        validate_default=True,  # checks that exactly one of prompt and messages is given
-        description="a conversation (OpenAI's roles and shapes) rendered with the model's chat template; "
-        "exactly one of prompt and messages",
-    )
-    chat_template_kwargs: dict[str, Any] | None = Field(
-        default=None, description="extra variables for the chat template (enable_thinking, ...)"
-    )
-    presence_penalty: float = Field(default=0.0, ge=-PENALTY_MAX, le=PENALTY_MAX)
-    frequency_penalty: float = Field(default=0.0, ge=-PENALTY_MAX, le=PENALTY_MAX)
-    logit_bias: dict[str, float] | None = Field(
-        default=None, description=f"token id (a string) to a bias in [-100, 100], at most {MAX_LOGIT_BIAS_ENTRIES}"
-    )
-    logprobs: bool = Field(default=False, description="report each generated token's logprob")
-    top_logprobs: int | None = Field(
-        default=None, ge=0, le=MAX_TOP_LOGPROBS, description="alternatives per token (needs logprobs)"
-    )
-    n: int = Field(
-        default=1,
-        ge=1,
-        le=MAX_CHOICES,
-        description="choices: rows of one job, choice i seeded seed + i (modulo 2**32)",
-    )
-
-    _template_kwargs = field_validator("chat_template_kwargs")(check_template_kwargs)
-    _logit_bias = field_validator("logit_bias")(check_logit_bias)
-
-    @field_validator("messages")
-    @classmethod
-    def _prompt_or_messages(cls, value: list[Any] | None, info: ValidationInfo) -> list[Any] | None:
-        if "prompt" not in info.data:  # the prompt itself is invalid: its own error says so
-            return value
-        if (value is None) == (info.data["prompt"] is None):
-            message = "one of prompt and messages is required" if value is None else "give prompt or messages, not both"
-            raise PydanticCustomError("prompt_or_messages", message)
-        return value
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value and not info.data.get("logprobs"):
-            raise PydanticCustomError("needs_logprobs", "top_logprobs needs logprobs: true")
-        return value
 
     @classmethod
     def limited_fields(cls, lim: ModelLimits) -> dict[str, Any]:
         return {
-            "prompt": (
-                str | None,
-                Field(
-                    default=None,
-                    min_length=1,
-                    max_length=lim.max_prompt_chars,
-                    description="the text to continue (or messages)",
-                ),
-            ),
+            "prompt": (str | None, Field(None, min_length=1, max_length=lim.max_prompt_chars, validate_default=True)),
             "max_new_tokens": (int, Field(default=min(32, lim.max_new_tokens), ge=1, le=lim.max_new_tokens)),
         }
 
     @classmethod
     def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
-        def within_model(value: list[Any] | None) -> list[Any] | None:
-            if value is None:
-                return value
-            if not lim.has_chat_template:
-                raise PydanticCustomError(
-                    "no_chat_template",
-                    "this model has no chat template: send a prompt (or set chat_template in the models file)",
-                )
-            if conversation_chars(value) > lim.max_prompt_chars:
-                raise PydanticCustomError(
-                    "too_long", "at most {chars} characters in all", {"chars": lim.max_prompt_chars}
-                )
-            return value
-
-        def bias_within_vocab(value: dict[str, float] | None) -> dict[str, float] | None:
-            over = [k for k in value or {} if lim.vocab_size is not None and int(k) >= lim.vocab_size]
-            if over:
-                raise PydanticCustomError(
-                    "logit_bias_key",
-                    "token {key} is not below the vocabulary size {n}",
-                    {"key": over[0], "n": lim.vocab_size},
-                )
-            return value
-
-        return {
-            "within_model": field_validator("messages")(within_model),
-            "bias_within_vocab": field_validator("logit_bias")(bias_within_vocab),
-        }
-
-    # --- end of the chat block ---------------------------------------------------------------------------------
+        return chat_validators(lim.max_prompt_chars, lim.has_chat_template, lim.vocab_size)
 
 
 class FillMaskInput(JobInput):

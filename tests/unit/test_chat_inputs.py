@@ -26,8 +26,9 @@ def check(data: dict[str, Any], limits: ModelLimits | None = None) -> Any:
 @pytest.mark.parametrize(
     ("data", "field", "says"),
     [
-        ({}, "input.messages", "one of prompt and messages"),
-        ({"prompt": "a", "messages": [USER]}, "input.messages", "not both"),
+        ({}, "input.prompt", "one of prompt and messages is required"),
+        ({"prompt": "a", "messages": [USER]}, "input.prompt", "not both"),
+        ({"prompt": None, "messages": None}, "input.prompt", "one of prompt and messages is required"),
         ({"messages": []}, "input.messages", "at least 1"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "input.messages[0]", "robot"),
         ({"messages": [{"role": "tool", "content": "3"}]}, "input.messages[0].tool.tool_call_id", "required"),
