@@ -7,25 +7,47 @@ and ``n``. ``chat_validators`` adds what depends on the model (its chat template
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from tasks.chat_messages import (
+    LOGIT_BIAS_MAX,
     MAX_CHOICES,
     MAX_LOGIT_BIAS_ENTRIES,
     MAX_TOP_LOGPROBS,
     PENALTY_MAX,
+    RESERVED_TEMPLATE_KWARGS,
     ChatMessage,
-    check_logit_bias,
     check_template_kwargs,
-    conversation_chars,
+    ids_below,
 )
+
+#: What the JSON schema says of the rules between fields (so a client, or a fuzzer, sees exactly what is taken):
+#: exactly one of prompt and messages; top_logprobs above 0 needs logprobs.
+RULES: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}, "messages": {"type": "null"}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}, "prompt": {"type": "null"}}},
+    ],
+    "dependentSchemas": {
+        "top_logprobs": {
+            "anyOf": [
+                {"properties": {"top_logprobs": {"enum": [0, None]}}},
+                {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
+            ]
+        }
+    },
+}
+_RESERVED: list[JsonValue] = [*sorted(RESERVED_TEMPLATE_KWARGS)]
+Bias = Annotated[float, Field(ge=-LOGIT_BIAS_MAX, le=LOGIT_BIAS_MAX)]
 
 
 class ChatInput(BaseModel):
     """The chat fields (a mixin: ``TextGenerationInput`` gives the model config and ``prompt``)."""
+
+    model_config = ConfigDict(json_schema_extra=RULES)
 
     messages: list[ChatMessage] | None = Field(
         default=None,
@@ -34,12 +56,17 @@ class ChatInput(BaseModel):
         "exactly one of prompt and messages",
     )
     chat_template_kwargs: dict[str, Any] | None = Field(
-        default=None, description="extra variables for the chat template (enable_thinking, ...)"
+        default=None,
+        description="extra variables for the chat template (enable_thinking, ...)",
+        json_schema_extra={"propertyNames": {"not": {"enum": _RESERVED}}},
     )
     presence_penalty: float = Field(default=0.0, ge=-PENALTY_MAX, le=PENALTY_MAX)
     frequency_penalty: float = Field(default=0.0, ge=-PENALTY_MAX, le=PENALTY_MAX)
-    logit_bias: dict[str, float] | None = Field(
-        default=None, description=f"token id (a string) to a bias in [-100, 100], at most {MAX_LOGIT_BIAS_ENTRIES}"
+    logit_bias: dict[str, Bias] | None = Field(
+        default=None,
+        max_length=MAX_LOGIT_BIAS_ENTRIES,
+        description=f"token id (a string) to a bias in [-100, 100], at most {MAX_LOGIT_BIAS_ENTRIES}",
+        json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}},
     )
     logprobs: bool = Field(default=False, description="report each generated token's logprob")
     top_logprobs: int | None = Field(
@@ -50,7 +77,6 @@ class ChatInput(BaseModel):
     )
 
     _template_kwargs = field_validator("chat_template_kwargs")(check_template_kwargs)
-    _logit_bias = field_validator("logit_bias")(check_logit_bias)
 
     # The mixin's fields come first, so the prompt (validated by default) is where both are known.
     @field_validator("prompt", check_fields=False)
@@ -63,6 +89,14 @@ class ChatInput(BaseModel):
             raise PydanticCustomError("prompt_or_messages", message)
         return value
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        bad = [key for key in value or {} if not (key.isascii() and key.isdigit())]
+        if bad:
+            raise PydanticCustomError("logit_bias_key", "key {key} is not a token id", {"key": repr(bad[0])})
+        return value
+
     @field_validator("top_logprobs")
     @classmethod
     def _needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -71,19 +105,30 @@ class ChatInput(BaseModel):
         return value
 
 
-def chat_validators(max_prompt_chars: int, has_chat_template: bool, vocab_size: int | None) -> dict[str, Any]:
-    """What the model bounds: messages need its chat template and fit ``max_prompt_chars``; bias keys its vocab."""
+def chat_fields(vocab_size: int | None) -> dict[str, Any]:
+    """``logit_bias`` keys below the model's vocabulary size, said in the schema too (a pattern of those ids)."""
+    if vocab_size is None:
+        return {}
+    field = Field(
+        default=None,
+        max_length=MAX_LOGIT_BIAS_ENTRIES,
+        description=f"token id (a string, below {vocab_size}) to a bias in [-100, 100], "
+        f"at most {MAX_LOGIT_BIAS_ENTRIES}",
+        json_schema_extra={"propertyNames": {"pattern": ids_below(vocab_size)}},
+    )
+    return {"logit_bias": (dict[str, Bias] | None, field)}
+
+
+def chat_validators(has_chat_template: bool, vocab_size: int | None) -> dict[str, Any]:
+    """Messages need the model's chat template (a conversation longer than the model's context keeps its end, as
+    a prompt does: the API has no tokenizer to count its tokens)."""
 
     def within_model(value: list[Any] | None) -> list[Any] | None:
-        if value is None:
-            return value
-        if not has_chat_template:
+        if value is not None and not has_chat_template:
             raise PydanticCustomError(
                 "no_chat_template",
                 "this model has no chat template: send a prompt (or set chat_template in the models file)",
             )
-        if conversation_chars(value) > max_prompt_chars:
-            raise PydanticCustomError("too_long", "at most {chars} characters in all", {"chars": max_prompt_chars})
         return value
 
     def bias_within_vocab(value: dict[str, float] | None) -> dict[str, float] | None:

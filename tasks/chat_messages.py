@@ -147,16 +147,6 @@ def message_dicts(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def conversation_chars(messages: list[Any]) -> int:
-    """Characters the caller wrote (contents, names, tool calls): what ``max_prompt_chars`` bounds."""
-    total = 0
-    for message in messages:
-        total += len(content_text(message.content)) + len(getattr(message, "name", None) or "")
-        for call in getattr(message, "tool_calls", None) or []:
-            total += len(call.function.name) + len(call.function.arguments)
-    return total
-
-
 def check_template_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """``chat_template_kwargs``: JSON values for the template, none named like ``apply_chat_template``'s own."""
     if value is None:
@@ -170,19 +160,16 @@ def check_template_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None
     return value
 
 
-def check_logit_bias(value: dict[str, float] | None) -> dict[str, float] | None:
-    """``logit_bias``: token ids (as strings, OpenAI's shape) to a bias in [-100, 100]."""
-    if value is None:
-        return None
-    if len(value) > MAX_LOGIT_BIAS_ENTRIES:
-        raise PydanticCustomError("logit_bias_size", "at most {n} entries", {"n": MAX_LOGIT_BIAS_ENTRIES})
-    for key, bias in value.items():
-        if not key.isascii() or not key.isdigit():
-            raise PydanticCustomError("logit_bias_key", "key {key} is not a token id", {"key": repr(key)})
-        if not -LOGIT_BIAS_MAX <= bias <= LOGIT_BIAS_MAX:
-            raise PydanticCustomError(
-                "logit_bias_value",
-                "the bias of token {key} must be between -{m} and {m}",
-                {"key": key, "m": LOGIT_BIAS_MAX},
-            )
-    return value
+def ids_below(n: int) -> str:
+    """A regular expression of the decimal integers 0 to n - 1 (leading zeros allowed, as ``int()`` reads them)."""
+    top = str(n - 1)
+    alternatives = ["[0-9]"] if len(top) > 1 else [f"[0-{top}]"]
+    alternatives += [f"[1-9][0-9]{{{length - 1}}}" for length in range(2, len(top))]
+    if len(top) > 1:
+        for i, digit in enumerate(top):
+            low = 1 if i == 0 else 0
+            if int(digit) > low:
+                rest = len(top) - i - 1
+                alternatives.append(f"{top[:i]}[{low}-{int(digit) - 1}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+        alternatives.append(top)
+    return "^0*(?:" + "|".join(alternatives) + ")$"

@@ -17,7 +17,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tasks.chat_input import ChatInput, chat_validators
+from tasks.chat_input import ChatInput, chat_fields, chat_validators
 from tasks.image_refs import (
     IMAGE_TO_IMAGE_STRENGTH,
     INPAINT_STRENGTH,
@@ -218,11 +218,11 @@ class TextGenerationInput(JobInput, ChatInput):  # chat fields: tasks/chat_input
         return {
             "prompt": (str | None, Field(None, min_length=1, max_length=lim.max_prompt_chars, validate_default=True)),
             "max_new_tokens": (int, Field(default=min(32, lim.max_new_tokens), ge=1, le=lim.max_new_tokens)),
-        }
+        } | chat_fields(lim.vocab_size)
 
     @classmethod
     def limited_validators(cls, lim: ModelLimits) -> dict[str, Any]:
-        return chat_validators(lim.max_prompt_chars, lim.has_chat_template, lim.vocab_size)
+        return chat_validators(lim.has_chat_template, lim.vocab_size)
 
 
 class FillMaskInput(JobInput):

@@ -219,6 +219,12 @@ def test_a_messages_job_renders_through_the_chat_template(textgen: TextGeneratio
     )
 
 
+def test_a_conversation_longer_than_the_context_keeps_its_end(textgen: TextGenerationRuntime) -> None:
+    long = [{"role": "user", "content": "word " * 1500}]
+    out = alone(textgen, messages=long, max_new_tokens=4)
+    assert out["tokens"] == 4 and out["prompt_tokens"] == textgen.max_length - 4
+
+
 def test_chat_template_kwargs_reach_the_template(
     textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

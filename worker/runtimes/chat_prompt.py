@@ -3,7 +3,8 @@
 The template comes from the tokenizer's files, or from the models file's ``chat_template`` (set at load). The
 API refuses ``messages`` for a model whose files show no template; this check is the worker's own, for a model
 whose files the API could not read. Anything the template itself refuses (roles that must alternate, say) fails
-the job as invalid input naming ``messages``.
+the job as invalid input naming ``messages``. A conversation longer than the model's context keeps its end, as a
+prompt does (the API has no tokenizer to count its tokens; ``prompt_tokens`` reports what was read).
 """
 
 from __future__ import annotations
@@ -39,15 +40,6 @@ def render(tokenizer: Any, inp: Any) -> str:
     return str(text)
 
 
-def chat_prompt(tokenizer: Any, inp: Any, max_length: int) -> tuple[list[int], int]:
-    """The rendered conversation's token ids and the new tokens it leaves room for (never cut: a conversation
-    missing its start would be another conversation; the answer is shortened instead, ending with "length")."""
-    ids = list(tokenizer(render(tokenizer, inp), add_special_tokens=False)["input_ids"])
-    room = max_length - len(ids)
-    if room < 1:
-        raise InvalidInput(
-            f"{FIELD}: the conversation is {len(ids)} tokens with the chat template; this model reads at most "
-            f"{max_length - 1} before its answer",
-            field=FIELD,
-        )
-    return ids, min(inp.max_new_tokens, room)
+def chat_prompt(tokenizer: Any, inp: Any) -> list[int]:
+    """The rendered conversation's token ids."""
+    return list(tokenizer(render(tokenizer, inp), add_special_tokens=False)["input_ids"])

@@ -123,16 +123,14 @@ class TextGenerationRuntime(Runtime):
         return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
     def decode_rows(self, inp: Any) -> list[DecodeRow]:
-        """A job's decoding state, one row per choice: its prompt's token ids (the end of a prompt, leaving room to
-        answer; a conversation rendered whole), choice i's generator seeded ``seed + i``, its own processors."""
+        """A job's decoding state, one row per choice: its prompt's token ids (a conversation rendered with the chat
+        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors."""
         import torch
 
-        if inp.messages is not None:
-            ids, max_new = chat_prompt(self.tokenizer, inp, self.max_length)
-        else:
-            ids = self.tokenizer(inp.prompt)["input_ids"]
-            max_new = min(inp.max_new_tokens, self.max_length - 1)
-            ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
+        chat = inp.messages is not None
+        ids = chat_prompt(self.tokenizer, inp) if chat else self.tokenizer(inp.prompt)["input_ids"]
+        max_new = min(inp.max_new_tokens, self.max_length - 1)
+        ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         ids = ids or [start or 0]  # a prompt that tokenizes to nothing
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
@@ -149,7 +147,7 @@ class TextGenerationRuntime(Runtime):
                     inp.do_sample,
                     inp.temperature,
                     inp.top_p,
-                    chat=inp.messages is not None,
+                    chat=chat,
                     index=index,
                     processors=processors_for(inp),
                     top_logprobs=(inp.top_logprobs or 0) if inp.logprobs else None,
