@@ -6,7 +6,7 @@ import math
 
 from tasks.errors import ErrorCode, Unavailable
 from tasks.models_file import ModelSpec
-from tasks.settings import Settings
+from tasks.settings import ApiSettings
 from tasks.store.fleet import FleetStore
 from tasks.store.queue_limit import Outcome, Reservation
 from tasks.store.redis_client import API_CALL_SHARE
@@ -20,17 +20,17 @@ MIN_RETRY_AFTER_S, MAX_RETRY_AFTER_S = 1, 60  # a full queue: at least a second,
 FENCE_SHARE = 0.5
 
 
-def fence_s(settings: Settings) -> float:
+def fence_s(settings: ApiSettings) -> float:
     """How long after a request starts its ADMIT may still write its job."""
     return settings.redis_timeout_s * API_CALL_SHARE * FENCE_SHARE
 
 
-def admission_fence(clock: RedisClock, settings: Settings) -> float:
+def admission_fence(clock: RedisClock, settings: ApiSettings) -> float:
     """The latest time (Redis' clock) at which this request's ADMIT may still write its job."""
     return clock.now() - clock.error_s + fence_s(settings)
 
 
-def settled_after_s(settings: Settings) -> int:
+def settled_after_s(settings: ApiSettings) -> int:
     """Whole seconds (an Idempotency-Key binding's age is counted in them, so one more) after which a binding
     made after its request's fence was computed, with no record, will never have one."""
     return math.ceil(fence_s(settings)) + 1

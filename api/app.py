@@ -24,14 +24,14 @@ from api.routes_webhooks import webhooks
 from api.services import Services, warm_up
 from api.spec import build_spec
 from tasks.errors import ErrorCode
-from tasks.settings import Settings
+from tasks.settings import ApiSettings
 
 API_VERSION = "1.0.0"
 
 
-def create_app(settings: Settings | None = None) -> OpenAPI:
+def create_app(settings: ApiSettings | None = None) -> OpenAPI:
     """Build the API for ``settings`` (from the environment when None)."""
-    settings = settings or Settings.from_env()
+    settings = settings or ApiSettings.from_env()
     app = OpenAPI(
         __name__,
         info=Info(title="genq", version=API_VERSION, description="Task-queue inference for generative models"),

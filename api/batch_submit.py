@@ -14,11 +14,12 @@ import redis
 from celery import Celery
 
 from api.admission import admission_fence, refusal
-from api.job_images import discard, stage_images
+from api.job_media import discard, stage_media
 from api.job_submit import new_record
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, parse_job_create
@@ -29,7 +30,7 @@ from tasks.webhooks import check_webhook_url
 log = logging.getLogger(__name__)
 
 #: One job of a batch as checked: its model, body and parsed input, or the error that job gets.
-Checked = tuple[ModelSpec, JobCreate, dict[str, Any]] | GenqError
+Checked = tuple[ModelSpec, JobCreate, AnyInput] | GenqError
 #: One job's outcome: its record as written, or its error.
 Entry = JobRecord | GenqError
 
@@ -42,7 +43,7 @@ def check_items(svc: Services, items: list[Any]) -> list[Checked]:
             body, spec, inp = parse_job_create(item, svc.models)
             if body.webhook is not None:
                 check_webhook_url(body.webhook, svc.settings, field="webhook")
-            checked.append((spec, body, inp.model_dump(mode="json")))
+            checked.append((spec, body, inp))
         except GenqError as exc:
             checked.append(exc)
     return checked
@@ -52,14 +53,14 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
     """Admit the valid jobs (reservations and records in one round trip) and publish the admitted ones."""
     entries: list[Entry | None] = [c if isinstance(c, GenqError) else None for c in checked]
     todo: list[tuple[int, ModelSpec, JobRecord]] = []
-    staged: dict[int, list[str]] = {}  # per job, the input objects written for it (api/job_images.py)
+    staged: dict[int, list[str]] = {}  # per job, the input objects written for it (api/job_media.py)
     try:
         for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
             if isinstance(item, GenqError):
                 continue
             spec, body, inp = item
-            try:  # a job's images go to the store before its record, as for POST /v1/jobs; a bad one is its error
-                inp, staged[i] = stage_images(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+            try:  # a job's media go to the store before its record, as for POST /v1/jobs; a bad one is its error
+                inp, staged[i] = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
             except GenqError as exc:
                 entries[i] = exc
                 continue

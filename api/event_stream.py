@@ -17,6 +17,7 @@ from api.waiters import EVERYTHING, Watch
 from tasks.events import EventType, JobEvent, StatusChange, StreamError
 from tasks.schemas import JobStatus
 from tasks.store import event_log
+from tasks.store.event_log import EventLog
 from tasks.store.job_store import JobRecord, JobStore
 
 KEEPALIVE_S = 15.0  # a comment this often keeps proxies and clients from timing out a quiet stream
@@ -33,13 +34,14 @@ class JobEventStream:
     def __init__(
         self,
         store: JobStore,
+        log: EventLog,
         watch: Watch | None,
         job_id: str,
         after: str | None,
         keepalive_s: float = KEEPALIVE_S,
         show: Callable[[JobRecord], dict[str, Any]] | None = None,
     ) -> None:
-        self.store, self.watch, self.job_id, self.after = store, watch, job_id, after
+        self.store, self.log, self.watch, self.job_id, self.after = store, log, watch, job_id, after
         # How the terminal event shows the job: as GET /v1/jobs/{id} does (with presigned output URLs).
         self.show = show or (lambda record: record.public().model_dump(mode="json"))
         self.keepalive_s = keepalive_s
@@ -73,7 +75,7 @@ class JobEventStream:
                     yield self._status(record.status)
             assert record is not None
             # Read after the record: whatever the worker wrote before the job ended is in the stream by now.
-            batch = event_log.read(self.store.redis, self.store.keys, self.job_id, self.after)
+            batch = self.log.read(self.job_id, self.after)
             for event in batch:
                 self.after = event.id
                 if event.type == EventType.status:

@@ -4,15 +4,16 @@ import os
 from typing import Any
 
 from api import gunicorn_errors
-from tasks.settings import DEFAULT_API_THREADS
+from tasks.settings import ApiSettings
 
 gunicorn_errors.install()  # its 400/414/431 answers in genq's JSON error shape
 
-bind = os.environ.get("GENQ_API_BIND", "0.0.0.0:8000")
-workers = int(os.environ.get("GENQ_API_WORKERS", "2"))
+_settings = ApiSettings.from_env()
+bind = _settings.api_bind
+workers = _settings.api_workers
 worker_class = "gthread"
 # Each waiting client parks one thread; at most GENQ_MAX_WAITERS of them (all but max(16, 1/8)) wait at once.
-threads = int(os.environ.get("GENQ_API_THREADS", str(DEFAULT_API_THREADS)))
+threads = _settings.api_threads
 timeout = 120  # above the Prefer: wait cap, so a waiting request is never killed as stuck
 graceful_timeout = 30
 keepalive = 5

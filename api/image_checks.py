@@ -1,19 +1,25 @@
-"""An image's bytes checked before anything is accepted: PNG, JPEG or WebP, what it claims to be, within a pixel
-bound (read from the header, before decoding: no decompression bomb), and decodable to the last row (a truncated
-PNG is refused here, not by the worker)."""
+"""The API's checker of pictures (``tasks/media_checker.py``): an image's bytes checked before anything is accepted
+(PNG, JPEG or WebP, what it claims to be, within a pixel bound read from the header, before decoding: no
+decompression bomb; decodable to the last row: a truncated PNG is refused here, not by the worker), a job's mask
+the size of its image, and the output's size filled from the image."""
 
 from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
 from tasks.errors import InvalidInput
-from tasks.image_refs import FORMATS
+from tasks.image_media import FORMATS
+from tasks.kinds import AnyInput, AnyLimits, TextToImageLimits
+from tasks.media_checker import MediaFacts
 
 MEDIA_TYPE_OF = {fmt: media for media, fmt in FORMATS.items()}
+DEFAULT_MAX_PIXELS = 4096 * 4096  # no model taking pictures served: the bound an upload is checked against
 
 
 @dataclass(frozen=True)
@@ -51,3 +57,71 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
             f"{field}: the image does not decode ({type(exc).__name__}: {exc})"[:300], field=field
         ) from None
     return Picture(media_type, width, height)
+
+
+def pixel_limits(limits: AnyLimits) -> TextToImageLimits:
+    """The limits of a kind that takes pictures (only such kinds name this checker)."""
+    if not isinstance(limits, TextToImageLimits):
+        raise TypeError(f"pictures are checked against an image model's limits, not {type(limits).__name__}")
+    return limits
+
+
+class ImageChecker:
+    """Pictures: Pillow, the model's pixels, the mask's size (``input.image``, ``input.mask``)."""
+
+    def inspect(self, data: bytes, field: str, declared: str | None, limits: AnyLimits) -> MediaFacts:
+        picture = inspect_image(data, field, pixel_limits(limits).max_pixels, declared)
+        return MediaFacts(picture.media_type, picture.width, picture.height)
+
+    def inspect_upload(self, data: bytes, declared: str, limits: Sequence[AnyLimits]) -> MediaFacts:
+        """A larger upload than the largest model takes could never be used."""
+        bound = max((pixel_limits(lim).max_pixels for lim in limits), default=DEFAULT_MAX_PIXELS)
+        picture = inspect_image(data, "body", bound, declared)
+        return MediaFacts(picture.media_type, picture.width, picture.height)
+
+    def known(self, facts: MediaFacts) -> bool:
+        return facts.width is not None and facts.height is not None
+
+    def fits(self, facts: MediaFacts, field: str, what: str, limits: AnyLimits) -> None:
+        width, height, most = facts.width or 0, facts.height or 0, pixel_limits(limits).max_pixels
+        if width * height > most:
+            raise InvalidInput(
+                f"{field}: {what} is {width}x{height} ({width * height} pixels); this model takes at most "
+                f"{most}: resize it",
+                field=field,
+            )
+
+    def complete(self, inp: AnyInput, found: dict[str, MediaFacts], limits: AnyLimits) -> dict[str, Any]:
+        image, mask = found["image"], found.get("mask")
+        if mask is not None and (mask.width, mask.height) != (image.width, image.height):
+            raise InvalidInput(
+                f"input.mask: the mask is {mask.width}x{mask.height}, the image {image.width}x"
+                f"{image.height}: they must be the same size",
+                field="input.mask",
+            )
+        width, height = output_size(
+            getattr(inp, "width", None), getattr(inp, "height", None), image, pixel_limits(limits)
+        )
+        return {"width": width, "height": height}
+
+
+def output_size(width: int | None, height: int | None, image: MediaFacts, lim: TextToImageLimits) -> tuple[int, int]:
+    """``width`` and ``height`` as asked, else the image's rounded down to the size multiple, within the limits."""
+    if width and height:
+        return width, height  # the schema checked them
+    step = lim.size_multiple
+    width = width or (image.width or 0) // step * step
+    height = height or (image.height or 0) // step * step
+    fits = (
+        lim.min_width <= width <= lim.max_width
+        and lim.min_height <= height <= lim.max_height
+        and width * height <= lim.max_pixels
+    )
+    if not fits:
+        raise InvalidInput(
+            f"input.image: the output would take the image's size, {width}x{height} (rounded down to multiples of "
+            f"{step}), and this model makes {lim.min_width}x{lim.min_height} to {lim.max_width}x{lim.max_height}, "
+            f"at most {lim.max_pixels} pixels: give width and height, or resize the image",
+            field="input.image",
+        )
+    return width, height

@@ -1,4 +1,4 @@
-"""A job's submission after its body was checked: its images staged, its place reserved and its record written
+"""A job's submission after its body was checked: its media staged, its place reserved and its record written
 in one script (fenced on Redis' clock), then its message sent. Used by ``POST /v1/jobs``, the batch route and
 the OpenAI routes."""
 
@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import redis
 from kombu.exceptions import OperationalError
 
 from api.admission import admission_fence, refusal
 from api.auth import current_key
-from api.job_images import discard, stage_images
+from api.job_media import discard, stage_media
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import OutcomeUnknown, Unavailable
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus
@@ -29,22 +29,22 @@ def submit(
     svc: Services,
     spec: ModelSpec,
     body: JobCreate,
-    inp: dict[str, Any],
+    inp: AnyInput,
     job_id: str,
     owner: str,
     not_after: float | None = None,
 ) -> JobRecord:
-    """Stage the job's images, reserve a place and write the record (one script, fenced at ``not_after`` on Redis'
+    """Stage the job's media, reserve a place and write the record (one script, fenced at ``not_after`` on Redis'
     clock), then send the message (the record first: an id handed out is never unknown).
 
-    Nothing written: the refusal, and the staged images are deleted. No answer from Redis: ``OutcomeUnknown``
-    with the job id (the fence settles it within a second); its images stay, for the job may exist (if it never
+    Nothing written: the refusal, and the staged media are deleted. No answer from Redis: ``OutcomeUnknown``
+    with the job id (the fence settles it within a second); its media stay, for the job may exist (if it never
     does, the output sweeper deletes them under the tombstone written first). Written: the job is accepted even
     when its message cannot be sent now, as the sweeper re-sends a queued job whose message is nowhere (a 503
     here would be a 503 that later runs).
     """
-    # Images first: their bytes go to the output store under the job's input keys, the record names the keys.
-    inp, staged = stage_images(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+    # Media first: their bytes go to the output store under the job's input keys, the record names the keys.
+    inp, staged = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
     try:
         return admit_and_send(svc, spec, new_record(spec, body, inp, job_id, owner), not_after)
     except OutcomeUnknown:
@@ -98,7 +98,7 @@ def unknown(job_id: str) -> OutcomeUnknown:
     )
 
 
-def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: str, owner: str) -> JobRecord:
+def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str) -> JobRecord:
     """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
@@ -112,7 +112,7 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: dict[str, Any], job_id: st
         priority=body.priority,
         created_at=now,
         deadline_at=now + deadline_s if deadline_s else None,
-        input=inp,
+        input=inp.model_dump(mode="json"),  # its media as their stored keys
         webhook=body.webhook,
         webhook_events=list(body.webhook_events) if body.webhook else [],
     )

@@ -26,7 +26,7 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 
 from api.auth import Unauthorized, current_key
 from tasks.errors import ErrorCode, Unavailable
-from tasks.settings import Settings
+from tasks.settings import ApiSettings
 from tasks.store.redis_client import API_CALL_SHARE, SentinelConnection, SentinelURL, is_sentinel
 
 log = logging.getLogger(__name__)
@@ -51,14 +51,14 @@ def _limit_key() -> str:
     return "addr:" + (request.remote_addr or "unknown")
 
 
-def redis_timeouts(settings: Settings) -> dict[str, Any]:
+def redis_timeouts(settings: ApiSettings) -> dict[str, Any]:
     """The API's share of the Redis timeout per call, as the job store's: a stalled Redis fails the limiter's
     call (never let through) and the app answers 503 within GENQ_REDIS_TIMEOUT_S, the outage probe included."""
     timeout = settings.redis_timeout_s * API_CALL_SHARE
     return {"socket_connect_timeout": timeout, "socket_timeout": timeout}
 
 
-def limiter_storage(settings: Settings) -> tuple[str, dict[str, Any]]:
+def limiter_storage(settings: ApiSettings) -> tuple[str, dict[str, Any]]:
     """The same Redis for the limits library; behind Sentinel it wants ``redis+sentinel://h:p,h:p/master``."""
     # The limits library's own prefix ("LIMITS") would put its counters outside GENQ_KEY_PREFIX.
     timeouts = redis_timeouts(settings)
@@ -86,7 +86,7 @@ def parsed(limit: str) -> list[RateLimitItem]:
 class SubmissionLimit:
     """The caller's submission budget, checked by ``with`` around a submission (or ``check()``)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ApiSettings) -> None:
         uri, options = limiter_storage(settings)
         self.strategy = SlidingWindowCounterRateLimiter(storage_from_string(uri, **options))
         self.scope = f"{settings.key_prefix}ratelimit"  # the counters' keys name it, as flask-limiter's did
@@ -144,7 +144,7 @@ class StreamOpenLimit(SubmissionLimit):
     """Event stream opens per key (``GENQ_STREAM_RATE_LIMIT``): closing and reopening streams cannot churn
     through a process's held-request slots."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ApiSettings) -> None:
         super().__init__(settings)
         self.scope = f"{settings.key_prefix}streamlimit"
         self.default = settings.stream_rate_limit
@@ -153,7 +153,7 @@ class StreamOpenLimit(SubmissionLimit):
         return self.default  # a key's own rate= is its submission budget, not this one
 
 
-def create_limiter(app: Flask, settings: Settings) -> SubmissionLimit:
+def create_limiter(app: Flask, settings: ApiSettings) -> SubmissionLimit:
     limit = SubmissionLimit(settings)
     app.extensions["genq_submission_limit"] = limit  # a refusal is a GenqError: api/errors.py answers it
     app.extensions["genq_stream_limit"] = StreamOpenLimit(settings)

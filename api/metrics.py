@@ -24,7 +24,6 @@ from prometheus_client.registry import Collector
 
 from api.backlog import read_backlog
 from tasks.errors import ErrorCode
-from tasks.store.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ class FleetCollector(Collector):
                 depth.add_metric([model], fleet.queued + fleet.held)
                 workers.add_metric([model], fleet.workers)
                 jobs.add_metric([model], fleet.backlog)
-            backlog.add_metric([], Outbox(svc.store.redis, svc.settings).backlog())
+            backlog.add_metric([], svc.outbox.backlog())
         except redis.RedisError as exc:
             log.warning("metrics: cannot read the fleet from Redis: %s", exc)
             up.add_metric([], 0)

@@ -21,8 +21,8 @@ import redis
 import redis.sentinel
 from kombu.exceptions import OperationalError
 
-from tasks.settings import Settings
-from tasks.store.redis_client import API_CALL_SHARE, connect
+from tasks.settings import ApiSettings
+from tasks.store.redis_client import API_CALL_SHARE, probe
 
 PROBE_SHARE = 0.3  # of GENQ_REDIS_TIMEOUT_S: with the failed call's half, an outage still answers within it
 
@@ -47,12 +47,10 @@ def never_sent(exc: BaseException) -> bool:
 
 
 class RedisHealth:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ApiSettings) -> None:
         self.call_budget_s = settings.redis_timeout_s * API_CALL_SHARE
         probe_s = settings.redis_timeout_s * PROBE_SHARE
-        # Its own pool (never queued behind the failed calls), no retry of a timeout.
-        self._client = connect(settings, timeout=probe_s, fail_fast=True)
-        self._client.connection_pool.connection_kwargs["socket_connect_timeout"] = probe_s
+        self._ping = probe(settings, probe_s)  # its own pool, no retry of a timeout
         self._lock = threading.Lock()
         self._probed_at = -float("inf")  # monotonic time the last probe started
         self._up = False
@@ -68,9 +66,6 @@ class RedisHealth:
             if self._probed_at >= sent_by:
                 return self._up
             started = time.monotonic()
-            try:
-                up = bool(self._client.ping())
-            except (redis.exceptions.RedisError, OSError):
-                up = False
+            up = self._ping()
             self._up, self._probed_at = up, started
             return up

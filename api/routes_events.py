@@ -59,6 +59,7 @@ def job_events(path: JobPath) -> Response:
         watch = svc.waiters.watch([keys.done_channel(record.id), keys.event_channel(record.id)], record.id)
     stream = JobEventStream(
         svc.store,
+        svc.events,
         watch,
         record.id,
         stream_id(request.headers.get("Last-Event-ID")),

@@ -139,7 +139,7 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         # record written here, and reads only when the job's done channel fires.
         watch = scope.enter_context(svc.waiters.watching(job_id, min(wait, POLL_S))) if wait > 0 else None
         try:
-            return submit(svc, spec, body, inp.model_dump(mode="json"), job_id, owner, not_after), watch
+            return submit(svc, spec, body, inp, job_id, owner, not_after), watch
         except OutcomeUnknown:
             raise  # the key stays bound to the job: a retry with it replays the job, or binds anew once it is
             # certain that nothing was written (api/idempotency.py)

@@ -99,7 +99,7 @@ def healthz() -> Response:
 def readyz() -> Response:
     """Readiness: Redis answers and every model that needs one (``min_workers`` 1) has a worker online (else 503)."""
     svc = services()
-    svc.store.redis.ping()
+    svc.fleet.ping()
     missing = [m for m, spec in svc.models.models.items() if spec.min_workers > 0 and svc.fleet.workers_online(m) == 0]
     body = {"status": "ok" if not missing else "degraded", "models_without_workers": missing}
     return make_json(body, 200 if not missing else 503)

@@ -1,7 +1,9 @@
-"""``/v1/uploads``: an image put once, named by its id in jobs' inputs (``input.image``, ``input.mask``).
+"""``/v1/uploads``: a media object put once, named by its id in jobs' inputs (pictures today: ``input.image``,
+``input.mask``).
 
-``POST /v1/uploads`` takes the raw bytes (``Content-Type: image/png``, ``image/jpeg`` or ``image/webp``, at most
-``GENQ_MAX_UPLOAD_BYTES``), checks they are such an image and answers 201 with the upload object. With the S3 store
+``POST /v1/uploads`` takes the raw bytes of any media type a kind takes (``tasks.uploads.upload_media``; today
+``image/png``, ``image/jpeg`` or ``image/webp``, at most ``GENQ_MAX_UPLOAD_BYTES``), checks them with their media's
+checker (``api/media_checkers.py``) and answers 201 with the upload object. With the S3 store
 it also takes a JSON body ``{"media_type", "bytes"}`` and answers a presigned PUT URL instead: the bytes go to S3
 directly and are checked when a job first names the upload. An upload is its owner's alone (another key's id is
 404) and expires after ``GENQ_UPLOAD_TTL_S``; it counts against the key's rate limit as a submission does.
@@ -14,15 +16,15 @@ from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field, ValidationError
 
 from api.auth import current_owner
-from api.image_checks import inspect_image
+from api.media_checkers import checker_of
 from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
-from tasks.image_refs import MEDIA_TYPES, UPLOAD_ID
 from tasks.input_checks import invalid_from_validation
-from tasks.inputs import JobKind
+from tasks.kinds import TextToImageLimits
+from tasks.media import UPLOAD_ID, Media
 from tasks.schemas import ErrorBody, timestamp
-from tasks.uploads import PresignRequest, Upload, UploadMeta
+from tasks.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
 
 uploads = APIBlueprint(
     "uploads",
@@ -31,7 +33,6 @@ uploads = APIBlueprint(
     abp_tags=[Tag(name="uploads")],
     abp_responses={"404": ErrorBody, "413": ErrorBody, "422": ErrorBody},
 )
-DEFAULT_MAX_PIXELS = 4096 * 4096  # no text-to-image model served: the bound an upload is checked against
 
 
 class UploadPath(BaseModel):
@@ -56,10 +57,9 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
     )  # width, height: null if unknown
 
 
-def max_pixels(svc: Services) -> int:
-    """The most pixels any served text-to-image model takes: a larger upload could never be used."""
-    bounds = [s.limits.max_pixels for s in svc.models.models.values() if s.kind == JobKind.text_to_image]
-    return max(bounds, default=DEFAULT_MAX_PIXELS)
+def takers(svc: Services, media: Media) -> list[TextToImageLimits]:
+    """The limits of the served models whose kind takes ``media``: an upload none of them takes is never used."""
+    return [s.limits_as(TextToImageLimits) for s in svc.models.models.values() if takes(s.kind, media)]
 
 
 def read_body(limit: int) -> bytes:
@@ -89,7 +89,8 @@ def create_upload() -> Response:
     with current_app.extensions["genq_submission_limit"]:
         if media_type == "application/json":
             return presign(svc)
-        if media_type not in MEDIA_TYPES:
+        taken = upload_media()
+        if media_type not in taken:
             raise BadRequest(
                 f"Content-Type {media_type or 'none'}: send the image's bytes as image/png, "
                 "image/jpeg or image/webp (or JSON {media_type, bytes} for a presigned URL)"
@@ -98,9 +99,10 @@ def create_upload() -> Response:
         data = read_body(svc.settings.max_upload_bytes)
         if not data:
             raise InvalidInput("body: the upload is empty", field="body")
-        picture = inspect_image(data, "body", max_pixels(svc), media_type)
+        media = taken[media_type].media
+        facts = checker_of(media).inspect_upload(data, media_type, takers(svc, media))
         meta = svc.uploads.create(
-            current_owner(), media_type, data, picture.width, picture.height, svc.settings.upload_ttl_s
+            current_owner(), media_type, data, facts.width, facts.height, svc.settings.upload_ttl_s
         )
     UPLOADS.labels("direct").inc()
     UPLOAD_BYTES.inc(len(data))

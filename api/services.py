@@ -15,13 +15,15 @@ from tasks.constants import Keys
 from tasks.errors import UnknownModel
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
 from tasks.outputs import OutputStore
-from tasks.settings import Settings
+from tasks.settings import ApiSettings
 from tasks.store.celery_app import create_celery
 from tasks.store.deadlines import OverdueSweep
+from tasks.store.event_log import EventLog
 from tasks.store.fleet import FleetStore
 from tasks.store.idempotency import IdempotencyBindings
 from tasks.store.job_batches import JobBatches
 from tasks.store.job_store import JobStore
+from tasks.store.outbox import Outbox
 from tasks.store.output_stores import output_store
 from tasks.store.queue_limit import QueueLimit
 from tasks.store.redis_client import connect
@@ -36,7 +38,7 @@ PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 
 
 @dataclass
 class Services:
-    settings: Settings
+    settings: ApiSettings
     models: ModelsFile
     store: JobStore
     fleet: FleetStore
@@ -50,11 +52,13 @@ class Services:
     clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     uploads: UploadStore
     overdue: OverdueSweep  # the read paths' sweep of overdue jobs of models with no worker (api/job_reads.py)
+    events: EventLog  # jobs' event streams (api/event_stream.py)
+    outbox: Outbox  # webhook deliveries, read for /metrics' backlog
     # Output reads after the store just failed answer 503 at once for a moment (api/outputs.py).
     outputs_circuit: Circuit = field(default_factory=lambda: Circuit(OUTPUT_READS_OPEN_S))
 
     @classmethod
-    def build(cls, settings: Settings) -> Services:
+    def build(cls, settings: ApiSettings) -> Services:
         client = connect(settings, fail_fast=True)
         store = JobStore(client, settings)
         outputs = output_store(client, settings, api=True)
@@ -76,6 +80,8 @@ class Services:
             clock=RedisClock(client),
             uploads=UploadStore(client, store.keys, outputs, settings.tombstone_ttl_s),
             overdue=OverdueSweep(store, models.models),
+            events=EventLog(client, store.keys),
+            outbox=Outbox(client, settings),
         )
 
     def model(self, model_id: str) -> ModelSpec:

@@ -11,12 +11,11 @@ import copy
 from typing import Any
 
 from api.openai_compat.described import OPENAI_COMPATIBLE
-from tasks.image_refs import MEDIA_TYPES
 from tasks.models_file import ModelsFile, ModelSpec
 from tasks.outputs_config import OutputStoreSpec
 from tasks.schemas import job_create_model, model_input
-from tasks.settings import Settings
-from tasks.uploads import PresignRequest
+from tasks.settings import ApiSettings
+from tasks.uploads import PresignRequest, upload_media
 
 SCHEMAS = "#/components/schemas/"
 #: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key
@@ -42,7 +41,7 @@ ANY_ITEM = {"description": "anything else: answered in its own entry with the er
 LOCATION = {"description": "the job's URL", "required": True, "schema": {"type": "string"}}
 
 
-def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: Settings) -> dict[str, Any]:
+def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: ApiSettings) -> dict[str, Any]:
     """``api_doc`` (flask-openapi3's document) completed for this deployment; the argument is not changed."""
     doc = copy.deepcopy(api_doc)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
@@ -128,7 +127,7 @@ def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, p
     """``POST /v1/uploads`` reads its own body: an image's bytes, or (S3 store) a presigned upload's JSON request."""
     post = doc["paths"]["/v1/uploads"]["post"]
     raw = {"schema": {"type": "string", "format": "binary", "maxLength": max_bytes}}
-    content: dict[str, Any] = {media: raw for media in MEDIA_TYPES}
+    content: dict[str, Any] = {media: raw for media in upload_media()}
     if presigned:
         schemas["PresignRequest"] = PresignRequest.model_json_schema()
         content["application/json"] = {"schema": {"$ref": SCHEMAS + "PresignRequest"}}

@@ -24,6 +24,7 @@ import redis
 from api.wait_watch import EVERYTHING, Watch
 from tasks.constants import Keys
 from tasks.os_thread import name_os_thread
+from tasks.store.subscription import Subscription
 
 log = logging.getLogger(__name__)
 RECONNECT_DELAY_S = 0.5  # a listener that lost Redis tries again this often (waits time out meanwhile)
@@ -43,7 +44,7 @@ class WaitListener:
         self._lock = threading.Lock()
         self._confirmations = threading.Condition(self._lock)
         self._send = threading.Lock()  # (UN)SUBSCRIBEs leave in the order they were decided
-        self._pubsub: Any = None  # the listener's connection, once subscribed
+        self._subscription: Subscription | None = None  # the listener's connection, once subscribed
         self._own_channel = f"{keys.prefix}waits:{uuid.uuid4().hex}"  # keeps the connection subscribed
         self._pid: int | None = None  # the thread is started in the process that waits (after a server forks)
         self._subscribed = threading.Event()
@@ -78,11 +79,11 @@ class WaitListener:
                 new = [c for c in watch.channels if not self._waiting.get(c)]
                 for channel in watch.channels:
                     self._waiting.setdefault(channel, set()).add(watch)
-                pubsub = self._pubsub
-                if pubsub is not None:
+                subscription = self._subscription
+                if subscription is not None:
                     self._pending.update(new)
-            if new and pubsub is not None:
-                self._command(pubsub.subscribe, new)
+            if new and subscription is not None:
+                self._command(subscription.subscribe, new)
         return watch
 
     def unregister(self, watch: Watch) -> None:
@@ -97,9 +98,9 @@ class WaitListener:
                             del self._waiting[channel]
                             self._confirmed.discard(channel)
                             idle.append(channel)
-                pubsub = self._pubsub
-            if idle and pubsub is not None:
-                self._command(pubsub.unsubscribe, idle)
+                subscription = self._subscription
+            if idle and subscription is not None:
+                self._command(subscription.unsubscribe, idle)
 
     @staticmethod
     def _command(send: Callable[..., Any], channels: list[str]) -> None:
@@ -123,44 +124,42 @@ class WaitListener:
     def _listen(self) -> None:
         name_os_thread("genq-waits")
         while not self._stop.is_set():
-            pubsub: Any = self._client.pubsub()  # type: ignore[no-untyped-call]
+            subscription = Subscription(self._client)
             try:
                 with self._send:
                     with self._lock:
                         channels = [self._own_channel, *self._waiting]
                         self._pending, self._confirmed = Counter(channels), set()
-                    pubsub.subscribe(*channels)
+                    subscription.subscribe(*channels)
                     # Every write on this connection goes under self._send (request threads (un)subscribe on
                     # it): redis-py's own health-check PING, written from get_message, would not; ours does.
-                    pubsub.connection.health_check_interval = 0
+                    subscription.no_health_checks()
                     with self._lock:
-                        self._pubsub = pubsub
+                        self._subscription = subscription
                 pinged = time.monotonic()
                 while not self._stop.is_set():
                     if time.monotonic() - pinged >= HEALTH_CHECK_S:
                         with self._send:
-                            pubsub.ping()  # a connection that died quietly fails here, and is made again
+                            subscription.ping()  # a connection that died quietly fails here, and is made again
                         pinged = time.monotonic()
-                    message = pubsub.get_message(timeout=POLL_S)
+                    message = subscription.next(POLL_S)
                     if message is None:
                         continue
-                    kind, channel = message.get("type"), message.get("channel")
-                    name = channel.decode() if isinstance(channel, bytes) else str(channel)
-                    if kind == "subscribe":
-                        self._confirm(name)
-                    elif kind == "message":
-                        self._wake(name, name)
+                    if message.kind == "subscribe":
+                        self._confirm(message.channel)
+                    elif message.kind == "message":
+                        self._wake(message.channel, message.channel)
             except (redis.RedisError, OSError) as exc:
                 log.warning("wait listener lost Redis (%s); reconnecting", exc)
                 with self._lock:
-                    self._pubsub, self._confirmed = None, set()
+                    self._subscription, self._confirmed = None, set()
                     self._pending.clear()
                 self._subscribed.clear()
                 self._wake_all()  # waiters re-read now rather than sleep through a missed finish
                 self._stop.wait(RECONNECT_DELAY_S)
             finally:
                 try:
-                    pubsub.close()
+                    subscription.close()
                 except Exception:  # closing a broken connection: nothing left to release
                     log.debug("closing the wait listener's connection failed", exc_info=True)
 

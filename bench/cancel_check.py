@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore
@@ -54,7 +54,7 @@ def main() -> None:
             ).id
             for _ in range(32)
         ]
-        store.claim_many([(job_id, "token") for job_id in ids])
+        store.leases.claim_many([(job_id, "token") for job_id in ids])
         ping_mean, ping_p99 = timed(store.redis.ping)
         print(
             f"{'rows':>5} {'read ms':>8} {'p99':>7} {'PING ms':>8} {'p99':>7} "

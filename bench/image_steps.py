@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from tasks.input_checks import validate_input  # noqa: E402
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput  # noqa: E402
+from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.image_rows import start_job, step_kwargs  # noqa: E402
@@ -35,7 +35,7 @@ clock = time.thread_time
 
 
 def image_input(scheduler: str, steps: int, seed: int, num_images: int) -> TextToImageInput:
-    limits = ModelLimits(
+    limits = TextToImageLimits(
         default_width=SIZE, default_height=SIZE, default_steps=steps, max_steps=steps, max_images=num_images
     )
     data = {
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace, model: Path) -> None:
 
     options = TorchOptions(num_threads=1)
     apply_global(options, "cpu")
-    limits = ModelLimits(default_width=SIZE, default_height=SIZE, default_steps=args.steps, max_steps=args.steps)
+    limits = TextToImageLimits(default_width=SIZE, default_height=SIZE, default_steps=args.steps, max_steps=args.steps)
     spec = ModelSpec(id="sd-demo", kind=JobKind.text_to_image, source=str(model), limits=limits)
     runtime = TextToImageRuntime(spec, str(model), options)
     runtime.load("cpu")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tasks.inputs import TextGenerationInput
+from tasks.kinds import TextGenerationInput
 from worker.runtimes.text_generation import TextGenerationRuntime
 
 NAME = "transformers continuous batching (paged)"

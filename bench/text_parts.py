@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench.steps_plan import CPU  # noqa: E402
 from bench.text_steps import load_runtime  # noqa: E402
 from bench.workload import job_input  # noqa: E402
-from tasks.inputs import TextGenerationInput  # noqa: E402
+from tasks.kinds import TextGenerationInput  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
 from worker.runtimes.text_session import TextStepSession, _Held  # noqa: E402

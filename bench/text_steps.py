@@ -24,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from tasks.inputs import JobKind, TextGenerationInput  # noqa: E402
+from tasks.kinds import JobKind, TextGenerationInput  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from tasks.input_checks import validate_input  # noqa: E402
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput  # noqa: E402
+from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.text_to_image import TextToImageRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions  # noqa: E402
@@ -61,7 +61,7 @@ def verdict(ratio: float) -> str:
     return f"within the {NOISE:.0%} noise: no speed reason either way"
 
 
-def load(model: Path, config: Config, limits: ModelLimits) -> TextToImageRuntime:
+def load(model: Path, config: Config, limits: TextToImageLimits) -> TextToImageRuntime:
     """A runtime for ``config``, loaded (and warmed up) on CPU."""
     import torch
 
@@ -72,7 +72,7 @@ def load(model: Path, config: Config, limits: ModelLimits) -> TextToImageRuntime
     return runtime
 
 
-def image_input(data: dict[str, object], limits: ModelLimits) -> TextToImageInput:
+def image_input(data: dict[str, object], limits: TextToImageLimits) -> TextToImageInput:
     parsed = validate_input(JobKind.text_to_image, data, limits)
     assert isinstance(parsed, TextToImageInput)
     return parsed
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, model: Path) -> None:
     import torch
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    limits = ModelLimits(
+    limits = TextToImageLimits(
         default_width=min(sizes),
         default_height=min(sizes),
         default_steps=args.steps,

@@ -14,7 +14,7 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from genq import batch_flows, flows, image_inputs
-from genq.image_inputs import Upload
+from genq.media_inputs import Upload
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo

@@ -17,8 +17,7 @@ from rich.text import Text
 
 from genq.client import Client
 from genq.flows import OnUpdate, binary_outputs
-from tasks.job_outputs import EmbeddingOutput, FillMaskCandidate, TextGenerationOutput
-from tasks.kinds import KINDS
+from tasks.kinds import KINDS, EmbeddingOutput, FillMaskCandidate, TextGenerationOutput
 from tasks.schemas import Job, ModelInfo
 
 out = Console(highlight=False, markup=False, soft_wrap=True)  # results: stdout, for pipes and scripts

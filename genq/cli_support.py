@@ -25,7 +25,8 @@ from genq.errors import (
     UnknownModel,
     WaitTimeout,
 )
-from genq.image_inputs import IMAGE_FIELDS, PASSED_AS_IS
+from genq.image_inputs import IMAGE_FIELDS
+from genq.media_inputs import PASSED_AS_IS
 from genq.protocol import DEFAULT_URL
 from tasks.kinds import KINDS
 from tasks.schemas import Job

@@ -17,7 +17,7 @@ from genq import image_inputs
 from genq.errors import APIError, JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
 from genq.watch import OnText, TextSoFar, follow
-from tasks.job_outputs import OutputEntry, binary_entries
+from tasks.kinds import OutputEntry, binary_entries
 from tasks.schemas import Job, JobStatus, ModelInfo, ModelList
 
 LONG_POLL_S = 30.0  # one `Prefer: wait` request; below the API's cap and gunicorn's worker timeout

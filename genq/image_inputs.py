@@ -1,47 +1,25 @@
 """Images as job inputs: a path, bytes or a PIL image becomes what the API takes, an upload id or a data: URI.
 
 A small image rides inline in the job's JSON as a ``data:`` URI (one request); a larger one is sent first to
-``POST /v1/uploads`` as raw bytes and the job names its upload id, so the job body stays far below the API's
-JSON limit. Strings the API takes as they are (``up_...`` upload ids, ``data:`` URIs, ``https://`` URLs) pass
-through untouched.
+``POST /v1/uploads`` as raw bytes and the job names its upload id (``genq.media_inputs``, for any media).
+Strings the API takes as they are (``up_...`` upload ids, ``data:`` URIs, ``https://`` URLs) pass through
+untouched.
 """
 
 from __future__ import annotations
 
-import base64
 import io
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from genq.errors import InvalidInput
-from genq.protocol import Config, Flow, Request, call
+from genq.media_inputs import DATA_URI_MAX_BYTES, PASSED_AS_IS, Upload, data_uri, upload_bytes
+from genq.protocol import Config, Flow
 from tasks.errors import ErrorCode
 
 #: The input fields that take an image (text-to-image models: the source picture and the inpainting mask).
 IMAGE_FIELDS = ("image", "mask")
-#: Up to this many bytes an image goes inline as a data: URI, above it through POST /v1/uploads. Base64 adds a
-#: third: an image and a mask of this size each (about 683 KiB together) fit the API's 1 MiB JSON body.
-DATA_URI_MAX_BYTES = 256 * 1024
-#: Strings the API resolves itself: an upload id, a data: URI, a URL (where the server fetches them).
-PASSED_AS_IS = ("up_", "data:", "https://", "http://")
-UPLOAD_TIMEOUT_S = 120.0  # 20 MiB over a slow link
-
-
-class Upload(BaseModel):
-    """What ``POST /v1/uploads`` answers: the id to put in a job's ``image`` or ``mask``, and what it holds."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    media_type: str
-    bytes: int
-    width: int | None = None
-    height: int | None = None
-    expires_at: datetime | None = None
 
 
 def media_type(data: bytes) -> str | None:
@@ -85,16 +63,10 @@ def image_bytes(value: Any, field: str = "image") -> tuple[bytes, str]:
     return data, kind
 
 
-def data_uri(data: bytes, kind: str) -> str:
-    return f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}"
-
-
 def upload(config: Config, value: Any) -> Flow[Upload]:
     """``POST /v1/uploads`` with the image's raw bytes; the upload (owner-scoped, expiring)."""
     data, kind = image_bytes(value)
-    request = Request("POST", "/v1/uploads", content=data, headers={"Content-Type": kind}, timeout=UPLOAD_TIMEOUT_S)
-    response = yield from call(config, request)
-    return Upload.model_validate(response.json())
+    return (yield from upload_bytes(config, data, kind))
 
 
 def resolve(config: Config, input: dict[str, Any], inline_max: int | None = None) -> Flow[dict[str, Any]]:

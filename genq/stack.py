@@ -19,7 +19,7 @@ from genq.metrics_ports import FIRST_PORT, pick_ports, url_host
 from genq.redis_server import LOCAL_URL, answers, start_embedded
 from tasks.constants import queue_name
 from tasks.models_file import load_models_file
-from tasks.settings import Settings
+from tasks.settings import FlowerSettings, WorkerSettings
 
 STOP_TIMEOUT_S = 30.0  # a worker finishes its running batch on SIGTERM; give it that long
 
@@ -131,7 +131,9 @@ def up(
     """Run the whole stack in the foreground until Ctrl-C; returns an exit code."""
     state_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    settings = Settings.from_env(env)
+    # What the stack decides for its children: the workers' models, metrics ports and webhook secret (read as a
+    # worker reads them); Flower's credentials below, as Flower's own.
+    settings = WorkerSettings.from_env(env)
     stack = Stack()
     models_file = settings.models_file.resolve()
     env["GENQ_MODELS_FILE"] = str(models_file)
@@ -156,8 +158,9 @@ def up(
         time.sleep(0.1)
     if not gpus:
         env.setdefault("GENQ_TORCH_NUM_THREADS", "1")  # several CPU workers share few cores
-    flower_user = settings.flower_user
-    flower_password = settings.flower_password or secrets.token_urlsafe(12)
+    flower = FlowerSettings.from_env(env)
+    flower_user = flower.flower_user
+    flower_password = flower.flower_password or secrets.token_urlsafe(12)
     env["GENQ_FLOWER_PASSWORD"] = flower_password
     # Secrets travel in the environment, never on a command line (anyone on the host can read those in ps).
     env["GENQ_WEBHOOK_SECRET"] = settings.webhook_secret or webhook_secret(state_dir)

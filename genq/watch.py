@@ -17,7 +17,7 @@ import httpx
 from genq.errors import APIError, Unauthorized, WaitTimeout, error_from_response
 from genq.protocol import Config, Flow, NextEvent, OpenStream, Request, Sleep
 from tasks.events import EventType, StatusChange, TextPiece
-from tasks.job_outputs import TextGenerationOutput
+from tasks.kinds import TextGenerationOutput
 from tasks.schemas import Job, JobStatus, Progress
 
 READ_TIMEOUT_S = 60.0  # the server sends a keep-alive every 15 s: a minute of silence is a dead connection

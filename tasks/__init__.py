@@ -5,7 +5,7 @@ No I/O here: what stores and moves the contract is tasks/store.
 
 from tasks.constants import TASK_RUN, queue_name
 from tasks.errors import ErrorCode, GenqError
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 

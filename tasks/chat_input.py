@@ -1,6 +1,6 @@
 """The chat fields of a text-generation input (issue 31), as a mixin of ``TextGenerationInput``.
 
-Kept apart from tasks/inputs.py so the text-generation kind takes them whole: ``messages`` (exactly one of
+Kept apart from tasks/kinds/text_generation.py, which takes them whole: ``messages`` (exactly one of
 ``prompt`` and ``messages``), ``chat_template_kwargs``, the penalties, ``logit_bias``, ``logprobs``/``top_logprobs``
 and ``n``. ``chat_validators`` adds what depends on the model (its chat template, vocabulary, prompt length).
 """

@@ -26,6 +26,7 @@ class ErrorCode(StrEnum):
     out_of_memory = "out_of_memory"
     worker_lost = "worker_lost"
     wrong_model = "wrong_model"
+    deadline_exceeded = "deadline_exceeded"
     invalid_message = "invalid_message"
     output_store_unavailable = "output_store_unavailable"
     internal = "internal"
@@ -58,6 +59,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.worker_lost: 500,
     ErrorCode.wrong_model: 500,
     ErrorCode.invalid_message: 500,
+    ErrorCode.deadline_exceeded: 500,
 }
 _CODE_OF_STATUS = {status: code for code, status in reversed(HTTP_STATUS.items())}  # reversed: the first wins
 

@@ -9,14 +9,15 @@ from typing import Any
 from pydantic import ValidationError, create_model
 
 from tasks.errors import InvalidInput
-from tasks.image_refs import stored_context
-from tasks.inputs import INPUT_SCHEMAS, AnyInput, JobInput, JobKind, ModelLimits
+from tasks.kinds import KINDS, AnyInput, AnyLimits, JobInput, JobKind
+from tasks.media import stored_context
 
 
 @functools.lru_cache(maxsize=256)
-def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput]:
-    lim = ModelLimits.model_validate_json(limits_json)
-    base = INPUT_SCHEMAS[kind]
+def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput[Any]]:
+    declared = KINDS[kind]
+    lim = declared.limits.model_validate_json(limits_json)
+    base = declared.input
     return create_model(
         name,
         __base__=base,
@@ -26,9 +27,10 @@ def _limited_model(kind: JobKind, limits_json: str, name: str) -> type[JobInput]
     )
 
 
-def limited_input_model(kind: JobKind, limits: ModelLimits, name: str | None = None) -> type[JobInput]:
-    """The kind's input model with the model's limits as field bounds: one source for validation and schema."""
-    return _limited_model(kind, limits.model_dump_json(), name or INPUT_SCHEMAS[kind].__name__)
+def limited_input_model(kind: JobKind, limits: AnyLimits, name: str | None = None) -> type[JobInput[Any]]:
+    """The kind's input model with the model's limits (the kind's limits type) as field bounds: one source for
+    validation and schema."""
+    return _limited_model(kind, limits.model_dump_json(), name or KINDS[kind].input.__name__)
 
 
 def _format_loc(prefix: str, loc: tuple[int | str, ...]) -> str:
@@ -49,7 +51,7 @@ def invalid_from_validation(exc: ValidationError, prefix: str = "") -> InvalidIn
     return InvalidInput("; ".join(messages), field=first_field)
 
 
-def validate_input(kind: JobKind, data: Any, limits: ModelLimits, *, stored_for: str | None = None) -> AnyInput:
+def validate_input(kind: JobKind, data: Any, limits: AnyLimits, *, stored_for: str | None = None) -> AnyInput:
     """Parse ``data`` for ``kind`` within ``limits`` and fill the model's defaults; raise InvalidInput.
 
     ``stored_for``: the job id whose record holds ``data`` (the worker): its images are that job's input keys,

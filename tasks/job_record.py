@@ -10,9 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tasks.inputs import JobKind
-from tasks.job_outputs import JobOutput
-from tasks.kinds import KINDS
+from tasks.kinds import KINDS, JobKind, JobOutput, parse_output
 from tasks.outputs import OutputEntry
 from tasks.schemas import Job, JobErrorInfo, JobMetrics, JobStatus, Priority, Progress, timestamp
 
@@ -84,7 +82,7 @@ def _output(record: JobRecord, sign: Signer | None) -> JobOutput | None:
     if record.output is None or KINDS[record.kind].binary:  # a binary kind's output is its entries
         return None
     try:
-        return KINDS[record.kind].parse_output(record.output)
+        return parse_output(record.kind, record.output)
     except ValidationError as exc:  # a runtime broke its kind's contract: a bug to fix there, not the reader's
         log.error(
             "job %s: its output does not fit the %s output type, not shown: %s",

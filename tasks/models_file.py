@@ -7,14 +7,24 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from tasks.constants import queue_name
 from tasks.errors import GenqError
-from tasks.inputs import JobKind, ModelLimits
+from tasks.kinds import KINDS, AnyLimits, JobKind, KindLimits
+from tasks.kinds.base import L
 from tasks.model_config import effective_limits
 
-#: adaptive: wait only when the arrivals it expects pay for the wait (BATCHING.md); greedy: run whatever is
+#: adaptive: wait only when the arrivals it expects pay for the wait (docs/scheduling.md); greedy: run whatever is
 #: buffered once Redis holds nothing more; fixed: wait max_wait_ms from the oldest arrival (a lone request pays it).
 BatchPolicy = Literal["adaptive", "greedy", "fixed"]
 DEFAULT_MAX_BATCH_SIZE = 8  # bench/README.md: the batch gain flattens past 8 for the demo models
@@ -25,7 +35,8 @@ DEFAULT_POLICY: BatchPolicy = "adaptive"  # bench/README.md: full batches under 
 # Enough to pick the next batch while one runs; short enough to stay far below the visibility timeout.
 DEFAULT_BUFFER_BATCHES = 2
 DEFAULT_MAX_QUEUE_DEPTH = 256  # past this a new job would wait minutes: answer 503 instead
-#: step: jobs join and leave a running batch between two steps where the runtime gives step keys (STEPS.md);
+#: step: jobs join and leave a running batch between two steps where the runtime gives step keys
+#: (docs/scheduling.md);
 #: request: a batch is fixed for its whole run (the behaviour before 0.x, kept measurable).
 Scheduling = Literal["step", "request"]
 # The per-step memory budget of a step session: the sum of its rows' step_cost (images: latent pixels x images, so
@@ -75,7 +86,11 @@ class ModelSpec(BaseModel):
     runtime: str | None = Field(
         default=None, description="module:Class of a custom Runtime; the kind's default when absent"
     )
-    limits: ModelLimits = Field(default_factory=ModelLimits)
+    limits: AnyLimits = Field(
+        default_factory=dict,  # the kind's limits type, from _kinds_limits
+        validate_default=True,
+        description="the kind's limits (tasks/kinds/<kind>.py); a limit of another kind is an error",
+    )
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     max_queue_depth: int = Field(default=DEFAULT_MAX_QUEUE_DEPTH, ge=1)
     min_workers: int = Field(
@@ -95,6 +110,39 @@ class ModelSpec(BaseModel):
         description="text-generation: a Jinja chat template (the text itself, as in tokenizer_config.json) that "
         "sets or replaces the tokenizer's own; messages are rendered with it",
     )
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _kinds_limits(cls, value: Any, info: ValidationInfo) -> Any:
+        """The limits as the model's kind's type: a limit another kind has is named, not silently dropped."""
+        kind = info.data.get("kind")
+        if kind is None:  # the kind is invalid: its own error says so
+            return value
+        limits = KINDS[kind].limits
+        if isinstance(value, KindLimits) and not isinstance(value, limits):
+            value = value.model_dump(exclude_unset=True)
+        if isinstance(value, limits):
+            return value
+        if not isinstance(value, dict):
+            raise PydanticCustomError("limits", "must be a table of limits")
+        others = sorted(set(value) - set(limits.model_fields))
+        if others:
+            raise PydanticCustomError(
+                "limit_of_another_kind",
+                "{names}: not a limit of a {kind} model (its limits: {known})",
+                {"names": ", ".join(others), "kind": kind.value, "known": ", ".join(limits.model_fields)},
+            )
+        try:
+            return limits.model_validate(value)
+        except ValidationError as exc:  # a bad value: named as the models file's other errors are
+            detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise PydanticCustomError("limits", "{detail}", {"detail": detail}) from None
+
+    def limits_as(self, limits: type[L]) -> L:
+        """The model's limits as its kind's type ``limits`` (TypeError for a model of another kind)."""
+        if not isinstance(self.limits, limits):
+            raise TypeError(f"model {self.id} is a {self.kind.value} model: its limits are no {limits.__name__}")
+        return self.limits
 
     @property
     def queue(self) -> str:
@@ -154,9 +202,9 @@ def _within_model(spec: ModelSpec, base: Path) -> ModelSpec:
     except GenqError:  # a package not installed in this process: the file's limits apply
         return spec
     try:
-        limits = effective_limits(spec.kind, source, spec.revision, spec.limits)
+        limits = effective_limits(KINDS[spec.kind], source, spec.revision, spec.limits)
     except ValueError as exc:
         raise GenqError(f"model {spec.id}: {exc}") from None
-    if spec.chat_template is not None:  # the file's template stands in for the tokenizer's (or its lack of one)
-        limits = limits.model_copy(update={"has_chat_template": True})
+    if spec.chat_template is not None and "has_chat_template" in type(limits).model_fields:
+        limits = limits.model_copy(update={"has_chat_template": True})  # the file's template stands in
     return spec.model_copy(update={"limits": limits})

@@ -18,12 +18,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.errors import GenqError
-from tasks.job_outputs import OutputEntry as PublicEntry
+
+if TYPE_CHECKING:
+    from tasks.kinds.base import OutputEntry as PublicEntry
 
 INPUTS = "input"  # the folder of a job's inputs, beside its runs' folders (a run id is never this word)
 _KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_.-]+)*")
@@ -90,6 +92,9 @@ class OutputEntry(BaseModel):
 
     def public(self, download_url: str | None = None, expires_at: datetime | None = None) -> PublicEntry:
         """As the job object shows it (where the store keeps it is the server's business), with a presigned URL."""
+        # Imported here: the kinds (text-to-image's image references) import this module.
+        from tasks.kinds.base import OutputEntry as PublicEntry
+
         return PublicEntry(
             **self.model_dump(exclude={"key"}), download_url=download_url, download_expires_at=expires_at
         )

@@ -11,9 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from tasks.errors import InvalidInput, UnknownModel
 from tasks.input_checks import invalid_from_validation, limited_input_model
-from tasks.inputs import JobKind, ModelLimits
-from tasks.job_outputs import JobOutput
-from tasks.kinds import Display
+from tasks.kinds import KINDS, AnyInput, AnyLimits, Display, JobKind, JobOutput
 from tasks.models_file import ModelsFile, ModelSpec
 
 
@@ -37,7 +35,7 @@ WebhookEvent = Literal["start", "completed"]
 class JobCreate(BaseModel):
     """Body of ``POST /v1/jobs``; ``input`` is checked against the model's kind and limits."""
 
-    # Strict as the inputs are (tasks/inputs.py): "normal" is a priority, 5 is not; "60" is not a number.
+    # Strict as the inputs are (tasks/kinds): "normal" is a priority, 5 is not; "60" is not a number.
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     model: str = Field(min_length=1, max_length=128, description="a model id from GET /v1/models")
@@ -65,7 +63,7 @@ def job_create_model(spec: ModelSpec) -> type[JobCreate]:
 
 @functools.lru_cache(maxsize=256)
 def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[JobCreate]:
-    limits = ModelLimits.model_validate_json(limits_json)
+    limits = KINDS[kind].limits.model_validate_json(limits_json)
     constant = Literal[model_id]  # type: ignore[valid-type]
     model: type[JobCreate] = create_model(
         f"JobCreate.{model_id}",
@@ -80,7 +78,7 @@ def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[Jo
     return model
 
 
-def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, BaseModel]:
+def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, AnyInput]:
     """The body of ``POST /v1/jobs`` checked against its model, with its parsed input (defaults filled in).
 
     Raises InvalidInput or UnknownModel naming the field.
@@ -95,7 +93,7 @@ def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpe
     if spec is None:
         known = ", ".join(sorted(models.models)) or "none"
         raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
-    return body, spec, cast(BaseModel, body.input)  # the model's input class, where JobCreate says dict
+    return body, spec, cast(AnyInput, body.input)  # the model's input class, where JobCreate says dict
 
 
 class Progress(BaseModel):
@@ -165,9 +163,9 @@ class ModelInfo(BaseModel):
     kind: JobKind
     input_schema: dict[str, Any]
     example_input: dict[str, Any] = Field(default_factory=dict, description="a valid input for this model")
-    display: Display = Field(default="text", description="how a client shows its output (tasks/kinds.py)")
+    display: Display = Field(default="text", description="how a client shows its output (tasks/kinds)")
     batch_key: str = Field(default="", description="which jobs may share a batch")
-    limits: ModelLimits
+    limits: AnyLimits = Field(description="the bounds of its inputs: its kind's limits")
     batching: BatchingInfo
     max_queue_depth: int
     queue_depth: int | None = None

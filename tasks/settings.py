@@ -3,7 +3,8 @@
 One dataclass per process: ``SharedSettings`` (Redis, the models file, records, leases, webhooks' policy, the
 output store: what the API and the workers must agree on), ``ApiSettings`` and ``WorkerSettings`` extending it,
 ``FlowerSettings`` for the monitor, and ``Settings``, the whole, for ``genq up`` and the CLI (which start all of
-them) and every caller that takes one object. Each field is read from ``GENQ_<FIELD>`` and parsed by its type.
+them). Each process builds its own (``api/app.py``, ``worker/app.py``, ``genq/stack.py``'s Flower) and hands each
+part only the values it reads. Each field is read from ``GENQ_<FIELD>`` and parsed by its type.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ DEFAULT_WAIT_CAP_S = 60.0  # Prefer: wait holds a gunicorn thread; cap it
 DEFAULT_API_THREADS = 256
 # Threads of each process that waits never take, so reads and submissions always find one free.
 MIN_FREE_THREADS = 16
+DEFAULT_API_BIND = "0.0.0.0:8000"  # every interface: the API is what a deployment exposes
+DEFAULT_API_WORKERS = 2  # API server processes: two, so one busy process never stalls every request
 DEFAULT_MAX_CONTENT_LENGTH = 1 << 20  # the largest valid body (64 texts of 2000 chars) is far below 1 MiB
 DEFAULT_BATCH_MAX_JOBS = 1000  # jobs in one POST /v1/jobs/batch; more is a 422 naming the limit
 # POST /v1/jobs/batch only: a thousand ordinary jobs (a few KiB each at most) fit; past it, 413.
@@ -157,6 +160,8 @@ class ApiSettings(SharedSettings):
     """The API process: threads, waits, bodies, keys and rate limits, idempotency, the OpenAI routes."""
 
     wait_cap_s: float = DEFAULT_WAIT_CAP_S
+    api_bind: str = DEFAULT_API_BIND  # host:port the API server listens on
+    api_workers: int = DEFAULT_API_WORKERS
     api_threads: int = DEFAULT_API_THREADS
     max_waiters: int | None = None  # Prefer: wait requests held at once per API process; beyond, 202 at once
     max_waiters_per_owner: int | None = None  # of those, one key's owner holds at most this (default: a quarter)
@@ -200,6 +205,32 @@ class WorkerSettings(SharedSettings):
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
     output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
+
+    def webhook_sending(self) -> WebhookSending:
+        """What the worker's webhook sender reads, and nothing else."""
+        return WebhookSending(
+            secret=self.webhook_secret,
+            allow_unsigned=self.webhook_allow_unsigned,
+            allow_http=self.webhook_allow_http,
+            allow_private=self.webhook_allow_private,
+            lease_s=self.webhook_lease_s,
+            attempt_s=self.webhook_attempt_s,
+            poll_s=self.webhook_poll_s,
+        )
+
+
+@dataclass(frozen=True)
+class WebhookSending:
+    """A worker's webhook sender: how it signs, where it may connect, how long an attempt and a claim last, and
+    how often it looks for deliveries due (``GENQ_WEBHOOK_*``, read through ``WorkerSettings``)."""
+
+    secret: str = field(default="", repr=False)
+    allow_unsigned: bool = False
+    allow_http: bool = False
+    allow_private: bool = False
+    lease_s: float = DEFAULT_WEBHOOK_LEASE_S
+    attempt_s: float = DEFAULT_WEBHOOK_ATTEMPT_S
+    poll_s: float = DEFAULT_WEBHOOK_POLL_S
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Uploads: an image put once (``POST /v1/uploads``) and named by its id in any number of jobs' inputs.
+"""Uploads: a media object (a picture today) put once (``POST /v1/uploads``) and named by its id in any number
+of jobs' inputs.
 
 The bytes are an object of the output store under ``upload_key(id)``, beside jobs' objects; the metadata is a
 Redis hash expiring with the upload (``Keys.upload``), with a tombstone outliving it (``Keys.upload_gone``) so the
@@ -10,16 +11,36 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.image_refs import MEDIA_TYPES, UPLOAD_PREFIX
+from tasks.image_media import ImageMediaType
+from tasks.kinds import KINDS, JobKind
+from tasks.media import UPLOAD_PREFIX, Media, MediaSpec, media_fields
 
 UploadState = Literal["ready", "pending"]
 UPLOAD_OBJECT = "data"  # the object's name under the upload's folder
-ImageMediaType = Literal["image/png", "image/jpeg", "image/webp"]
-assert set(MEDIA_TYPES) == {"image/png", "image/jpeg", "image/webp"}
+#: The media types some kind takes, as the JSON schema lists them (a kind taking audio adds its own Literal here).
+UploadMediaType = ImageMediaType
+
+
+def upload_media() -> dict[str, MediaSpec]:
+    """Each media type an upload may hold, and what takes it: any that some kind's input declares."""
+    return {
+        t: spec
+        for inp in (k.input for k in KINDS.values())
+        for spec in media_fields(inp).values()
+        for t in spec.media_types
+    }
+
+
+def takes(kind: JobKind, media: Media) -> bool:
+    """Whether ``kind``'s input has a field of ``media`` (an upload of it may serve that kind's models)."""
+    return any(spec.media == media for spec in media_fields(KINDS[kind].input).values())
+
+
+assert set(upload_media()) == set(get_args(UploadMediaType)), "UploadMediaType lists what the kinds declare"
 
 
 def new_upload_id() -> str:
@@ -36,7 +57,7 @@ class UploadMeta(BaseModel):
 
     id: str
     owner: str
-    media_type: ImageMediaType
+    media_type: UploadMediaType
     bytes: int = Field(ge=0)
     width: int | None = None
     height: int | None = None
@@ -49,7 +70,7 @@ class Upload(BaseModel):
     """The upload object ``POST /v1/uploads`` and ``GET /v1/uploads/{id}`` answer with."""
 
     id: str = Field(description="up_ and 32 hex digits: give it as input.image or input.mask")
-    media_type: ImageMediaType
+    media_type: UploadMediaType
     bytes: int = Field(description="the upload's size (declared, for a pending presigned upload)")
     width: int | None = Field(default=None, description="pixels; null until a presigned upload is first used")
     height: int | None = None
@@ -65,5 +86,5 @@ class PresignRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    media_type: ImageMediaType
+    media_type: UploadMediaType
     bytes: int = Field(ge=1, description="the exact size the PUT will send (signed into the URL)")

@@ -14,7 +14,7 @@ import hmac
 import time
 
 from tasks.errors import InvalidInput
-from tasks.settings import SharedSettings
+from tasks.settings import SharedSettings, WebhookSending
 from tasks.ssrf import check_host, split_webhook_url
 
 ID_HEADER = "webhook-id"
@@ -62,13 +62,13 @@ def verify(secret: str, headers: dict[str, str], body: bytes, *, now: float | No
     return any(hmac.compare_digest(expected, given) for given in lower.get(SIGNATURE_HEADER, "").split())
 
 
-def signing_headers(settings: SharedSettings, key_id: str, delivery_id: str, body: bytes) -> dict[str, str]:
-    """Headers of one attempt; unsigned (no signature header) only when the settings allow it."""
+def signing_headers(sending: WebhookSending, key_id: str, delivery_id: str, body: bytes) -> dict[str, str]:
+    """Headers of one attempt; unsigned (no signature header) only when the sender's settings allow it."""
     timestamp = int(time.time())
     headers = {ID_HEADER: delivery_id, TIMESTAMP_HEADER: str(timestamp)}
-    if settings.webhook_secret:
-        headers[SIGNATURE_HEADER] = sign(key_secret(settings.webhook_secret, key_id), delivery_id, timestamp, body)
-    elif not settings.webhook_allow_unsigned:
+    if sending.secret:
+        headers[SIGNATURE_HEADER] = sign(key_secret(sending.secret, key_id), delivery_id, timestamp, body)
+    elif not sending.allow_unsigned:
         raise Unsigned("GENQ_WEBHOOK_SECRET is not set and GENQ_WEBHOOK_ALLOW_UNSIGNED is off")
     return headers
 

@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tasks.inputs import AnyInput, JobKind, TextToImageInput
+from tasks.kinds import AnyInput, JobKind, TextToImageInput, TextToImageLimits
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
 
 
@@ -35,7 +35,7 @@ class FakeImageRuntime(Runtime):
         self.sleep_s = float(query.get("sleep_ms", "0")) / 1000
 
     def size(self, inp: TextToImageInput) -> tuple[int, int]:
-        limits = self.spec.limits
+        limits = self.spec.limits_as(TextToImageLimits)
         return inp.width or limits.default_width, inp.height or limits.default_height
 
     def batch_key(self, inp: AnyInput) -> Hashable:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tasks.inputs import AnyInput, JobKind
+from tasks.kinds import AnyInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Row, RowResult, Runtime, StepSession
 
 

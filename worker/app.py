@@ -18,7 +18,7 @@ from celery.worker import state as celery_state
 
 from tasks.constants import TASK_RUN, queue_name
 from tasks.models_file import load_models_file
-from tasks.settings import Settings
+from tasks.settings import WorkerSettings
 from tasks.store.celery_app import create_celery
 from tasks.store.deadlines import OverdueSweep
 from worker.consumer import BatchingConsumer
@@ -35,7 +35,7 @@ from worker.sweeper import Sweeper
 log = logging.getLogger("genq.worker")
 MIN_BEATS = 1  # the least a lease or visibility timeout may outlast (the defaults: 15 and 30 beats)
 
-settings = Settings.from_env()
+settings = WorkerSettings.from_env()  # this process's own: no API or Flower settings
 app = create_celery(settings)
 app.conf.task_ignore_result = True  # results live in the job store; one source of truth
 app.user_options["worker"].add(click.Option(["--model"], default=None, help="genq: the model id to serve"))
@@ -46,7 +46,7 @@ app.user_options["worker"].add(
 
 
 class WorkerState:
-    settings: Settings = settings
+    settings: WorkerSettings = settings
     hostname: str = ""
     loaded: Loaded | None = None
     heartbeat: Heartbeat | None = None
@@ -87,7 +87,7 @@ def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, An
     pin_gpu(gpu)  # the prefetch credit is set by the batching consumer (worker/consumer.py)
 
 
-def timing_problem(settings: Settings) -> str | None:
+def timing_problem(settings: WorkerSettings) -> str | None:
     """Why the lease and visibility timeout cannot work with a heartbeat every HEARTBEAT_INTERVAL_S."""
     for name, seconds in (
         ("GENQ_LEASE_S", settings.lease_s),
@@ -126,9 +126,17 @@ def _load(**_: Any) -> None:
 @signals.worker_ready.connect
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
-        sweeper = Sweeper(state.loaded.store, state.loaded.spec, app.send_task)
+        own = state.settings
+        sweeper = Sweeper(
+            state.loaded.store,
+            state.loaded.sweeps,
+            state.loaded.spec,
+            app.send_task,
+            grace_s=own.orphan_grace_s,
+            lease_s=own.lease_s,
+        )
         # Every model's overdue queued jobs, not only this one's: a model with no worker has nobody else.
-        overdue = OverdueSweep(state.loaded.store, load_models_file(state.settings.models_file).models)
+        overdue = OverdueSweep(state.loaded.store, load_models_file(own.models_file).models)
         state.heartbeat = Heartbeat(
             state.loaded.fleet,
             state.loaded.spec.id,
@@ -138,7 +146,12 @@ def _announce(sender: Any, **_: Any) -> None:
         )
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
-        state.output_sweeper = start_output_sweeper(state.loaded.executor.outputs, state.loaded.store)
+        state.output_sweeper = start_output_sweeper(
+            state.loaded.executor.results.outputs,
+            state.loaded.sweeps,
+            interval_s=own.output_sweep_s,
+            grace_s=own.output_sweep_grace_s,
+        )
         if state.settings.metrics_port:
             serve_metrics(
                 state.loaded.spec,

@@ -1,7 +1,7 @@
 """What the adaptive batching policy learns: each model's batch cost and how its clients come back.
 
 Pure arithmetic on clock readings handed in by the caller: no Celery, no torch, no clock of its own.
-BATCHING.md derives the estimators; the numbers below are bounds, not tuning.
+docs/scheduling.md derives the estimators; the numbers below are bounds, not tuning.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ policy decides, whenever the model is idle and again on every arrival:
 - ``fixed``: wait until ``max_wait`` has passed since the oldest arrival (a lone request pays it all);
 - ``adaptive`` (the default): fetch what Redis holds, then wait only when the arrivals expected soon
   (the learned echoes of jobs that just finished) raise the expected goodput ``n / (t + L(n))`` by
-  ``WAIT_MARGIN``, never longer than ``max_wait``, never past a job's deadline slack (BATCHING.md).
+  ``WAIT_MARGIN``, never longer than ``max_wait``, never past a job's deadline slack (docs/scheduling.md).
 
 ``max_wait`` bounds the wait the policy adds: it counts from the later of the oldest arrival and the
 moment the model became free. Time spent behind a running batch is not a wait the policy chose, and

@@ -54,16 +54,7 @@ class Claims:
         back = [item for item in items if not item.settled]
         log.error("claiming %d jobs failed (%s); they wait in the buffer and are claimed again", len(back), exc)
         for item in back:
-            extra = item.extra
-            batcher.put_back(
-                item,
-                extra["key"],
-                extra.get("weight", 1),
-                item.priority,
-                item.run_deadline,
-                extra.get("cost", 0),
-                item.arrived,
-            )
+            batcher.put_back(item, item.key, item.weight, item.priority, item.run_deadline, item.cost, item.arrived)
         duplicates = [item for item in items if item.settled]  # one job delivered twice: settled before the claim
         if duplicates:
             self.settlement.settle(duplicates, report_held=False)

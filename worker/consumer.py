@@ -4,8 +4,8 @@ Celery calls our handler once per message in its event-loop thread, which stays 
 buffers the job; whenever the model is idle the batcher picks what starts: a request-level batch, or a step
 session for runtimes that iterate (worker/step_loop.py). While a session runs, buffered jobs of its step key join
 at its next step, as rows and the step-cost budget allow. Jobs are claimed here, in the loop thread, before they
-run or join; each job's result is stored on the model thread; back here each job gets its Flower event and its
-message is acknowledged, after its result is stored (never before).
+run or join; each job's result is stored on the model thread; back here each job's message is acknowledged, after
+its result is stored (never before). The listeners (worker/lifecycle.py) hear each job start, leave and settle.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ from worker.flower_events import FlowerEvents
 from worker.holdings import Holdings
 from worker.intake import give_back, monotonic_deadline, more_coming, schedule_key, to_item
 from worker.job import WorkItem
+from worker.lifecycle import Left
+from worker.listeners import compose
 from worker.loader import Loaded
 from worker.metrics import record_policy
 from worker.model_thread import HandBack, ModelThread
+from worker.scheduling import Schedule, StepKey
 from worker.settlement import Settlement
 from worker.shutdown import give_back_running
 from worker.step_loop import StepRunner
@@ -59,7 +62,8 @@ class BatchingConsumer:
         # Rows must settle before the session that held them ends: hand-backs run in the order they were made.
         self._hand_back = HandBack(lambda callback: consumer.controller.hub.call_soon(callback))
         self.flower = FlowerEvents(consumer)
-        self.settlement = Settlement(loaded, consumer, holdings, self.flower, self.held)
+        self.listeners = compose(loaded.spec, loaded.webhooks, self.flower, self._learner)
+        self.settlement = Settlement(loaded, consumer, holdings, self.listeners, self.held)
         self.claims = Claims(self.executor, consumer, self.settlement)
 
     # --- Celery's side: one call per message ---------------------------------------------
@@ -91,8 +95,8 @@ class BatchingConsumer:
         key = schedule_key(item, self.loaded.spec, self.runtime)
         item.run_deadline = monotonic_deadline(item)
         weight = self.runtime.weight(item.parsed)  # type: ignore[arg-type]
-        cost = self.runtime.step_cost(item.parsed) if key[0] == "step" else 0  # type: ignore[arg-type]
-        item.extra.update(key=key, weight=weight, cost=cost)
+        cost = self.runtime.step_cost(item.parsed) if isinstance(key, StepKey) else 0  # type: ignore[arg-type]
+        item.schedule = Schedule(key, weight, cost)
         self.batcher.add(item, key, weight, item.priority, deadline=item.run_deadline, cost=cost)
 
     def _guarded(self, item: WorkItem, read: Callable[[WorkItem], object]) -> bool:
@@ -121,7 +125,8 @@ class BatchingConsumer:
                 return False
             if self.ready:  # claimed already: they missed a session that was ending
                 ready, self.ready = self.ready, []
-                self._start_session(ready[0].extra["key"], ready)
+                assert isinstance(key := ready[0].key, StepKey), "only a session's joiners wait ready"
+                self._start_session(key, ready)
                 self.settlement.report_held()
                 return True
             if not len(self.batcher):
@@ -132,8 +137,7 @@ class BatchingConsumer:
                 return False
             admitted = self.claims.claim(decision.batch, self.batcher)
             if admitted:
-                key = admitted[0].extra["key"]
-                if key[0] == "step":
+                if isinstance(key := admitted[0].key, StepKey):
                     self._start_session(key, admitted)
                 else:
                     self._start_batch(admitted)
@@ -142,20 +146,12 @@ class BatchingConsumer:
                 return True
         return False
 
-    def _started(self, items: list[WorkItem]) -> None:
-        # Events after the model has its work: each is a Redis round trip, and the model need not wait for them.
-        try:  # best effort: once the model has the work, nothing here may undo a start
-            self.flower.started(items)
-        except Exception:
-            log.warning("cannot send the started events of %d jobs", len(items), exc_info=True)
-        self.settlement.record_started(items)
-
     # --- request-level batches -----------------------------------------------------------
 
     def _start_batch(self, batch: list[WorkItem]) -> None:
         self.running = batch
         self.model.submit(lambda: self._execute_timed(batch), self._threadsafe(self._batch_done))
-        self._started(batch)
+        self.listeners.started(batch)  # after the model has its work: it need not wait for them
 
     def _execute_timed(self, batch: list[WorkItem]) -> None:
         """On the model thread: the batch, and how long it kept the model busy (the policy learns from it)."""
@@ -168,7 +164,7 @@ class BatchingConsumer:
     def _batch_done(self) -> None:
         batch, self.running = self.running, []
         learner = self._learner()
-        learner.batch_done(sum(i.extra.get("weight", 1) for i in batch if i.parsed is not None), self._busy_s)
+        learner.batch_done(sum(i.weight for i in batch if i.parsed is not None), self._busy_s)
         record_policy(self.loaded.spec, learner.stats())
         # Settled before the next starts: a start that fails (a claim in a Redis stall) must not leave it unacked.
         self.settlement.settle(batch, report_held=False)
@@ -177,11 +173,11 @@ class BatchingConsumer:
 
     # --- step sessions -------------------------------------------------------------------
 
-    def _start_session(self, key: tuple[Any, ...], items: list[WorkItem]) -> None:
-        runner = StepRunner(self.executor, key[1], self._threadsafe_items(self._rows_left), is_revoked=self._revoked)
+    def _start_session(self, key: StepKey, items: list[WorkItem]) -> None:
+        runner = StepRunner(self.executor, key.key, self._threadsafe_rows(self._rows_left), is_revoked=self._revoked)
         self.session, self.running = runner, list(items)
         self.model.submit(partial(runner.run, items), self._threadsafe(self._session_done))
-        self._started(items)
+        self.listeners.started(items)
         self.offer_joiners()  # what else of its key fits (a session restarted from ``ready`` may have room)
 
     def offer_joiners(self) -> bool:
@@ -190,34 +186,30 @@ class BatchingConsumer:
         if runner is None or self.retired or not runner.accepting or self.claims.backing_off() is not None:
             return False
         batching = self.loaded.spec.batching
-        room = batching.max_batch_size - sum(i.extra.get("weight", 1) for i in self.running)
-        budget = batching.max_step_cost - sum(i.extra.get("cost", 0) for i in self.running)
-        items = self.batcher.take_joiners(("step", runner.key), room, budget)
+        room = batching.max_batch_size - sum(i.weight for i in self.running)
+        budget = batching.max_step_cost - sum(i.cost for i in self.running)
+        items = self.batcher.take_joiners(StepKey(runner.key), room, budget)
         if not items:
             return False
         admitted = self.claims.claim(items, self.batcher)
         if admitted:
             if runner.offer(admitted):
                 self.running += admitted
-                self._started(admitted)
+                self.listeners.started(admitted)
             else:  # the session ended meanwhile: they start the next one, claimed as they are
                 self.ready += admitted
         self.settlement.report_held()
         return True
 
-    def _rows_left(self, items: list[WorkItem]) -> None:
+    def _rows_left(self, rows: list[Left]) -> None:
         """Rows that left the session, their outcomes stored: settle them now, and let others take their place."""
-        ids = {id(item) for item in items}
-        left = [item for item in self.running if id(item) in ids]
+        reasons = {id(item): reason for item, reason in rows}
+        left = [(item, reasons[id(item)]) for item in self.running if id(item) in reasons]
         if not left:  # settled inline already (a warm shutdown)
             return
-        self.running = [item for item in self.running if id(item) not in ids]
-        learner = self._learner()
-        for item in left:
-            metrics = item.extra.get("metrics")
-            if metrics is not None and metrics.inference_ms and metrics.rows_per_step:
-                learner.rows_done(item.extra.get("weight", 1), metrics.rows_per_step, metrics.inference_ms / 1000)
-        self.settlement.settle(left, report_held=False)
+        self.running = [item for item in self.running if id(item) not in reasons]
+        self.listeners.left(left)
+        self.settlement.settle([item for item, _ in left], report_held=False)
         if not (self.successor or self).offer_joiners():
             self.settlement.report_held()
 
@@ -245,8 +237,8 @@ class BatchingConsumer:
         """``callback`` run in the loop thread, called from the model thread."""
         return lambda: self._hand_back(callback)
 
-    def _threadsafe_items(self, callback: Callable[[list[WorkItem]], None]) -> Callable[[list[WorkItem]], None]:
-        return lambda items: self._hand_back(partial(callback, items))
+    def _threadsafe_rows(self, callback: Callable[[list[Left]], None]) -> Callable[[list[Left]], None]:
+        return lambda rows: self._hand_back(partial(callback, rows))
 
     def _arm_timer(self, deadline: float | None) -> None:
         if deadline is None or deadline == self._timer_deadline:

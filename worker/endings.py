@@ -18,25 +18,23 @@ from tasks.store.job_store import Ending, Outcome
 from worker.job import WorkItem
 
 log = logging.getLogger(__name__)
-PARKED = "ending"  # ``item.extra``: the Outcome still to be stored
 
 
 def park(items: list[tuple[WorkItem, Outcome]], exc: BaseException) -> None:
     """Keep each item's outcome to be stored later; the items stay unsettled (their messages unacknowledged)."""
     for item, outcome in items:
-        item.extra[PARKED] = outcome
+        item.parked = outcome
     log.error("cannot store the endings of %d jobs (%s); keeping them to store once Redis answers", len(items), exc)
 
 
 def parked(item: WorkItem) -> Outcome | None:
     """The outcome ``item`` waits to store, if any."""
-    outcome = item.extra.get(PARKED)
-    return outcome if isinstance(outcome, Outcome) else None
+    return item.parked
 
 
 def settle_ending(item: WorkItem, ending: Ending, status: JobStatus) -> None:
     """Settle with the status this run stored, or with what the job is now if it was not this run's."""
-    item.extra.pop(PARKED, None)
+    item.parked = None
     item.claimed = False  # the run is over: nothing for the heartbeat to renew
     if ending.stored:
         if not ending.replicated:

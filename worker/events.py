@@ -20,7 +20,7 @@ import redis
 from tasks.constants import Keys
 from tasks.events import EventType, StatusChange, TextPiece, entry
 from tasks.schemas import JobStatus, Progress
-from tasks.store.event_log import append
+from tasks.store.event_log import EventLog
 from worker.runtimes.base import ProgressFn, TextSink
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class EventPublisher:
     """Writes job events to Redis from its own thread, in one pipeline per wake-up."""
 
     def __init__(self, client: redis.Redis, keys: Keys, max_pending: int = MAX_PENDING) -> None:
-        self._client, self._keys = client, keys
+        self._log = EventLog(client, keys)
         self._queue: queue.Queue[tuple[str, dict[str, str]] | threading.Event] = queue.Queue(max_pending)
         self._dropped = 0
         self._logged_at = 0.0
@@ -75,10 +75,7 @@ class EventPublisher:
         for job_id, fields in events:  # dicts keep insertion order: each job's events stay in order
             per_job[job_id].append(fields)
         try:
-            with self._client.pipeline(transaction=False) as pipe:
-                for job_id, entries in per_job.items():
-                    append(pipe, self._keys, job_id, entries)
-                pipe.execute()
+            self._log.write(per_job)
         except Exception as exc:  # events are best effort (results are written, and retried, elsewhere): go on
             self._dropped += len(events)
             now = time.monotonic()

@@ -14,14 +14,11 @@ from collections.abc import Callable
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
 from tasks.input_checks import validate_input
 from tasks.models_file import ModelSpec
-from tasks.outputs import OutputStore
-from tasks.schemas import JobStatus
-from tasks.store.fleet import FleetStore
+from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.job_store import Claim, JobStore, Verdict
 from worker.events import BatchEvents, EventPublisher
 from worker.job import WorkItem
 from worker.metrics import record_batch
-from worker.output_writes import OutputWriter
 from worker.results import ResultStore
 from worker.runtimes.base import Runtime
 from worker.store_retry import with_retries
@@ -46,16 +43,26 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-def failure_of(exc: BaseException) -> tuple[str, str]:
+def failure_of(exc: BaseException) -> tuple[ErrorCode, str]:
     """The code and message of a job that raised ``exc``: a GenqError keeps its own (an input picture gone, say)."""
     if isinstance(exc, GenqError):
-        return exc.code.value, exc.message[:500]
+        return exc.code, exc.message[:500]
     code = ErrorCode.out_of_memory if is_out_of_memory(exc) else ErrorCode.model_error
-    return code.value, f"{type(exc).__name__}: {exc}"[:500]
+    return code, f"{type(exc).__name__}: {exc}"[:500]
 
 
-class Executor(ResultStore):
-    """Admits, runs and stores a batch; where results go is ``ResultStore``'s."""
+def batch_metrics(
+    item: WorkItem, batch_size: int, started: float, batch_id: str, inference_ms: float | None = None
+) -> JobMetrics:
+    if inference_ms is None:
+        inference_ms = (time.perf_counter() - started) * 1000
+    return JobMetrics(
+        queue_ms=item.queue_ms, inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id
+    )
+
+
+class Executor:
+    """Admits and runs a batch with failure isolation; ``results`` stores what each job leaves with."""
 
     def __init__(
         self,
@@ -64,17 +71,14 @@ class Executor(ResultStore):
         store: JobStore,
         max_attempts: int,
         *,
-        outputs: OutputStore,
-        fleet: FleetStore,
+        results: ResultStore,
         events: EventPublisher | None = None,
         worker: str = "",
     ) -> None:
         self.runtime = runtime
         self.spec = spec
         self.store = store
-        self.outputs = outputs
-        self.writer = OutputWriter(outputs)
-        self.fleet = fleet
+        self.results = results  # outputs, then endings
         self.max_attempts = max_attempts
         self.events = events  # live job events (worker/events.py); None publishes none
         self.worker = worker  # written into the leases it takes
@@ -104,14 +108,14 @@ class Executor(ResultStore):
             item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits, stored_for=item.job_id)
             return True
         except GenqError as exc:
-            item.fail(exc.code.value, exc.message)
+            item.fail(exc.code, exc.message)
             return False
 
     def reject_invalid(self, item: WorkItem) -> None:
         """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""
-        [claim] = with_retries(self.store.claim_many, [(item.job_id, item.token)], self.worker)
+        [claim] = with_retries(self.store.leases.claim_many, [(item.job_id, item.token)], self.worker)
         if claim.runs:
-            self._store_failure(item, None)
+            self.results.store_failure(item, None)
         else:
             item.settle(_settled_status(claim))
 
@@ -127,7 +131,9 @@ class Executor(ResultStore):
             else:
                 live.append(item)
             seen.add(item.job_id)
-        claims = with_retries(self.store.claim_many, [(i.job_id, i.token) for i in live], self.worker) if live else []
+        claims = (
+            with_retries(self.store.leases.claim_many, [(i.job_id, i.token) for i in live], self.worker) if live else []
+        )
         return [item for item, claim in zip(live, claims, strict=True) if self._admit_claimed(item, claim)]
 
     def _admit_claimed(self, item: WorkItem, claim: Claim) -> bool:
@@ -140,11 +146,11 @@ class Executor(ResultStore):
         item.claimed, item.claimed_at = True, claim.now
         if claim.attempts > self.max_attempts:
             item.fail(
-                ErrorCode.worker_lost.value,
+                ErrorCode.worker_lost,
                 f"the worker died {claim.attempts - 1} times while running this job; giving up",
             )
-            return self._store_failure(item, None)
-        return self.parse(item) or self._store_failure(item, None)
+            return self.results.store_failure(item, None)
+        return self.parse(item) or self.results.store_failure(item, None)
 
     def execute(self, batch: list[WorkItem]) -> None:
         """Predict ``batch`` (already admitted) and store every job's result on its own."""
@@ -181,12 +187,12 @@ class Executor(ResultStore):
             else:
                 log.exception("job %s failed", batch[0].job_id)
                 batch[0].fail(*failure_of(exc))
-                self._store_failure(batch[0], self._metrics(batch[0], 1, started, batch_id))
+                self.results.store_failure(batch[0], batch_metrics(batch[0], 1, started, batch_id))
             return
         inference_ms = (time.perf_counter() - started) * 1000
-        self._store_successes(
+        self.results.store_successes(
             [
-                (item, prediction, self._metrics(item, len(batch), started, batch_id, inference_ms))
+                (item, prediction, batch_metrics(item, len(batch), started, batch_id, inference_ms))
                 for item, prediction in zip(batch, predictions, strict=True)
             ]
         )
@@ -204,7 +210,7 @@ class Executor(ResultStore):
                 return
             last[0] = now
             try:
-                self.store.set_progress([(item.job_id, item.token) for item in batch], step, total)
+                self.store.leases.set_progress([(item.job_id, item.token) for item in batch], step, total)
             except Exception:  # progress is best effort; the result write is what matters
                 log.debug("progress write failed", exc_info=True)
 

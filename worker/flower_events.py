@@ -61,10 +61,20 @@ class FlowerEvents:
             self.send("task-started", uuid=item.job_id)
         self.flush()  # events are buffered until the next loop turn otherwise
 
+    def left(self, rows: list[tuple[WorkItem, Any]]) -> None:
+        """Flower hears of a row's ending once it is settled."""
+
+    def settled(self, items: list[WorkItem]) -> None:
+        """Each job's outcome event, after every received event handed over so far, in one publish."""
+        self.release_received()  # a job's task-received goes before its outcome
+        for item in items:
+            self.outcome(item)
+        self.flush()
+
     def outcome(self, item: WorkItem) -> None:
         """The job's ending as Flower knows it: succeeded, failed, or revoked (canceled, expired)."""
         if item.status == JobStatus.succeeded:
-            metrics = item.extra.get("metrics")
+            metrics = item.metrics
             runtime = metrics.inference_ms / 1000 if metrics and metrics.inference_ms else 0.0
             self.send("task-succeeded", uuid=item.job_id, result=repr({"status": "succeeded"}), runtime=runtime)
         elif item.status == JobStatus.failed:

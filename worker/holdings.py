@@ -64,7 +64,7 @@ class Holdings:
         tags = [tag for tag in (getattr(item.handle, "delivery_tag", None) for item in items) if isinstance(tag, str)]
         if not leases and not tags:
             return
-        lost = set(self.store.renew(leases, tags))
+        lost = set(self.store.leases.renew(leases, tags))
         for item in items:
             if item.claimed and item.job_id in lost:
                 item.claimed = False  # reported once; its finish will find another token and drop the result

@@ -13,6 +13,7 @@ from tasks.store.redis_acks import release_credit
 from worker.holdings import Holdings
 from worker.job import WorkItem
 from worker.runtimes.base import Runtime
+from worker.scheduling import RequestKey, ScheduleKey, StepKey, SuspectKey
 
 log = logging.getLogger("genq.batching")
 
@@ -38,12 +39,12 @@ def to_item(message: Any, spec: ModelSpec) -> WorkItem | None:
     except InvalidMessage as exc:
         log.error("job %s: %s", job_id, exc.message)
         item = WorkItem(job_id=job_id, raw_input={}, **arrival)
-        item.fail(exc.code.value, exc.message)
+        item.fail(exc.code, exc.message)
         return item
     item = WorkItem.of(run, **arrival)
     if run.model != spec.id:
         item.fail(
-            ErrorCode.wrong_model.value,
+            ErrorCode.wrong_model,
             f"job {job_id} is for model {run.model!r} but reached a worker "
             f"of model {spec.id!r} (queue {spec.queue}); it was not run",
         )
@@ -59,9 +60,9 @@ def monotonic_deadline(item: WorkItem) -> float | None:
     return item.arrived + (item.deadline_at - time.time())
 
 
-def schedule_key(item: WorkItem, spec: ModelSpec, runtime: Runtime) -> tuple[Any, ...]:
-    """Which group the job runs with: ``("step", key)`` joins a step session, ``("request", key)`` a request-level
-    batch, ``("suspect", id)`` runs alone.
+def schedule_key(item: WorkItem, spec: ModelSpec, runtime: Runtime) -> ScheduleKey:
+    """Which group the job runs with: a ``StepKey`` joins a step session, a ``RequestKey`` a request-level batch,
+    a ``SuspectKey`` runs alone.
 
     A job that was running when its worker died runs alone (request-level): one that kills its worker takes down
     no batch-mates a second time; they succeed on their next try while it alone burns through its attempts to
@@ -69,12 +70,12 @@ def schedule_key(item: WorkItem, spec: ModelSpec, runtime: Runtime) -> tuple[Any
     the sweeper sent a new one. The fairness bound keeps it from starving behind fuller groups.
     """
     if item.attempts > 0:
-        return ("suspect", item.job_id)
+        return SuspectKey(item.job_id)
     if spec.batching.scheduling == "step":
         key = runtime.step_key(item.parsed)  # type: ignore[arg-type]
         if key is not None:
-            return ("step", key)
-    return ("request", runtime.batch_key(item.parsed))  # type: ignore[arg-type]
+            return StepKey(key)
+    return RequestKey(runtime.batch_key(item.parsed))  # type: ignore[arg-type]
 
 
 def more_coming(consumer: Any) -> bool:

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.constants import PRIORITY_VALUES
-from tasks.inputs import AnyInput
+from tasks.errors import ErrorCode
+from tasks.kinds import AnyInput
 from tasks.messages import RunMessage
-from tasks.schemas import JobStatus
-from tasks.store.job_store import JobRecord
+from tasks.schemas import JobMetrics, JobStatus
+from tasks.store.job_store import JobRecord, Outcome
+from worker.scheduling import Schedule, ScheduleKey
 
 
 def new_token() -> str:
@@ -32,7 +34,7 @@ class WorkItem:
     redelivered: bool = False  # Redis gave this message back (a worker died or shut down holding it)
     parsed: AnyInput | None = None
     status: JobStatus | None = None  # terminal status once decided
-    error_code: str | None = None
+    error_code: ErrorCode | None = None
     error_message: str | None = None
     settled: bool = False  # its outcome is recorded (or there is none to record): safe to ack
     token: str = field(default_factory=new_token)  # this delivery's claim, if it makes one
@@ -40,7 +42,9 @@ class WorkItem:
     claimed_at: float | None = None  # Redis' clock
     attempts: int = 0  # runs the record counted before this delivery arrived
     unsettled_since: float | None = None  # monotonic: its run is over and its ending waits to be stored
-    extra: dict[str, Any] = field(default_factory=dict)
+    schedule: Schedule | None = None  # the batcher's facts, set when it is buffered
+    metrics: JobMetrics | None = None  # those of its stored success (Flower's runtime, the policy's learning)
+    parked: Outcome | None = None  # an ending Redis could not take yet (worker/endings.py)
 
     @classmethod
     def of(cls, message: RunMessage, **arrival: Any) -> WorkItem:
@@ -62,7 +66,30 @@ class WorkItem:
         self.priority = PRIORITY_VALUES[record.priority]
         self.webhook_events, self.attempts = list(record.webhook_events), record.attempts
 
-    def fail(self, code: str, message: str) -> None:
+    @property
+    def key(self) -> ScheduleKey:
+        """The group it runs with (set when it is buffered, before any claim)."""
+        assert self.schedule is not None, "a job is buffered before it is claimed"
+        return self.schedule.key
+
+    @property
+    def weight(self) -> int:
+        """Its share of a batch's rows (1 before it is buffered)."""
+        return self.schedule.weight if self.schedule is not None else 1
+
+    @property
+    def cost(self) -> int:
+        """Its share of a step's budget (0 before it is buffered)."""
+        return self.schedule.cost if self.schedule is not None else 0
+
+    @property
+    def queue_ms(self) -> float | None:
+        """From the API's submission to this worker's claim, both on Redis' clock."""
+        if not (self.claimed_at and self.created_at):
+            return None
+        return round(max(0.0, (self.claimed_at - self.created_at) * 1000), 2)
+
+    def fail(self, code: ErrorCode, message: str) -> None:
         self.status, self.error_code, self.error_message = JobStatus.failed, code, message
 
     def settle(self, status: JobStatus | None) -> None:

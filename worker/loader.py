@@ -9,13 +9,17 @@ from dataclasses import dataclass
 
 from tasks.errors import GenqError
 from tasks.models_file import ModelSpec, load_models_file
-from tasks.settings import Settings
+from tasks.settings import WorkerSettings
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import JobStore
+from tasks.store.outbox import Outbox
+from tasks.store.outbox_defer import OutboxDeferral
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect, wait_until_reachable
+from tasks.store.sweeps import SweepStore
 from worker.events import EventPublisher
 from worker.executor import Executor
+from worker.results import ResultStore
 from worker.runtimes import Runtime, create_runtime
 from worker.torch_settings import TorchOptions, apply_global
 from worker.webhooks import WebhookSender
@@ -33,9 +37,10 @@ class Loaded:
     webhooks: WebhookSender
     device: str
     load_seconds: float
+    sweeps: SweepStore  # the orphan and output sweepers' locks and reads (worker/app.py starts them)
 
 
-def load_model(settings: Settings, worker_name: str) -> Loaded:
+def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
     """Read the models file, build the runtime for ``settings.model``, load it and count the load."""
     from worker import device as devices
 
@@ -59,7 +64,7 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
     # Started during an outage (a supervisor's restart): wait for Redis instead of exiting, model in hand.
     wait_until_reachable(client, f"worker {worker_name}")
     store, fleet = JobStore(client, settings), FleetStore(client, settings)
-    store.redis.hincrby(store.keys.load_count(spec.id), worker_name, 1)
+    fleet.count_load(spec.id, worker_name)
     log.info(
         "loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)",
         spec.id,
@@ -74,9 +79,11 @@ def load_model(settings: Settings, worker_name: str) -> Loaded:
         spec,
         store,
         settings.max_attempts,
-        outputs=outputs,
-        fleet=fleet,
-        events=EventPublisher(store.redis, store.keys),
+        results=ResultStore(spec.id, store, outputs, fleet),
+        events=EventPublisher(client, store.keys),
         worker=worker_name,
     )
-    return Loaded(spec, runtime, store, fleet, executor, WebhookSender(store), device, seconds)
+    webhooks = WebhookSender(
+        store, Outbox(client, settings), OutboxDeferral(client, store.keys), settings.webhook_sending()
+    )
+    return Loaded(spec, runtime, store, fleet, executor, webhooks, device, seconds, SweepStore(client, store.keys))

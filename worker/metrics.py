@@ -56,7 +56,7 @@ JOBS = Counter("genq_worker_jobs", "Jobs this worker settled, by kind and final 
 ITEMS = Counter("genq_worker_items", "Items (images, texts, sequences) of succeeded jobs", ["model"])
 ITEMS_PER_SECOND = Gauge("genq_worker_items_per_second", "Items per second of the last batch", ["model"])
 MODEL_LOAD = Gauge("genq_worker_model_load_seconds", "Seconds the model took to load", ["model"])
-# What the batching policy has learned (worker/batch_learning.py): BATCHING.md, "Worth exposing".
+# What the batching policy has learned (worker/batch_learning.py): docs/scheduling.md.
 COST_FIXED = Gauge("genq_worker_batch_cost_fixed_seconds", "Fitted batch cost L(n) = a + b*n: a", ["model"])
 COST_PER_ITEM = Gauge("genq_worker_batch_cost_per_item_seconds", "Fitted batch cost L(n) = a + b*n: b", ["model"])
 RETURN_SHARE = Gauge(

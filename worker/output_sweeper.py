@@ -18,18 +18,16 @@ the fleet sweeps per interval (a Redis lock), in a thread of its own so heartbea
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from tasks.errors import GenqError
-from tasks.image_refs import is_upload_id
+from tasks.media import is_upload_id
 from tasks.outputs import JobObjects, OutputStore, SweptStore, check_key, is_input_key
 from tasks.schemas import JobStatus
-from tasks.store.job_store import JobStore
+from tasks.store.sweeps import StoredJob, SweepStore
 
 log = logging.getLogger(__name__)
 CHUNK = 256  # records read per Redis round trip
@@ -58,7 +56,7 @@ def unlisted(objects: JobObjects, status: str | None, listed: set[str], known: b
 
 class OutputSweeper:
     def __init__(
-        self, outputs: SweptStore, jobs: JobStore, *, grace_s: float, clock: Callable[[], float] = time.time
+        self, outputs: SweptStore, jobs: SweepStore, *, grace_s: float, clock: Callable[[], float] = time.time
     ) -> None:
         self.outputs, self.jobs, self.grace_s, self.clock = outputs, jobs, grace_s, clock
 
@@ -79,27 +77,9 @@ class OutputSweeper:
             log.info("output sweep: deleted %d objects no job record lists", deleted)
         return deleted
 
-    def _records(self, objects: list[JobObjects]) -> list[tuple[str | None, set[str], bool]]:
+    def _records(self, objects: list[JobObjects]) -> list[StoredJob]:
         """Per job: its status and listed keys (from the record) and whether this deployment knew it."""
-        keys = self.jobs.keys
-        with self.jobs.redis.pipeline(transaction=False) as pipe:
-            for o in objects:
-                if is_upload_id(o.job_id):
-                    pipe.exists(keys.upload(o.job_id))
-                    pipe.exists(keys.upload_gone(o.job_id))
-                else:
-                    pipe.hmget(keys.job(o.job_id), "status", "binary_outputs")
-                    pipe.exists(keys.gone(o.job_id))
-            replies: list[Any] = pipe.execute()
-        records: list[tuple[str | None, set[str], bool]] = []
-        for o, found, tombstones in zip(objects, replies[::2], replies[1::2], strict=True):
-            if is_upload_id(o.job_id):  # a live upload is kept whole, as a running job's objects are
-                records.append((JobStatus.running.value if found else None, set(), bool(tombstones)))
-                continue
-            status, entries = found
-            listed = {e["key"] for e in json.loads(entries)} if entries else set()
-            records.append((status.decode() if status else None, listed, bool(tombstones)))
-        return records
+        return self.jobs.stored_jobs([o.job_id for o in objects], is_upload_id)
 
 
 def _chunks(items: Iterator[JobObjects], size: int) -> Iterator[list[JobObjects]]:
@@ -126,16 +106,17 @@ class SweeperThread:
         jobs = self.sweeper.jobs
         while not self._stop.wait(self.interval_s):
             try:
-                if jobs.redis.set(jobs.keys.output_sweep_lock(), 1, nx=True, px=max(1, int(self.interval_s * 900))):
+                if jobs.take_output_sweep(self.interval_s):
                     self.sweeper.sweep()
             except Exception:  # the store or Redis is down: try again next interval
                 log.warning("output sweep failed", exc_info=True)
 
 
-def start_output_sweeper(outputs: OutputStore, jobs: JobStore) -> SweeperThread | None:
-    """The sweeper thread of a worker whose store needs one (Redis expires its own outputs)."""
+def start_output_sweeper(
+    outputs: OutputStore, jobs: SweepStore, *, interval_s: float, grace_s: float
+) -> SweeperThread | None:
+    """The sweeper thread of a worker whose store needs one (Redis expires its own outputs): every ``interval_s``
+    (GENQ_OUTPUT_SWEEP_S), objects older than ``grace_s`` (GENQ_OUTPUT_SWEEP_GRACE_S)."""
     if not isinstance(outputs, SweptStore):
         return None
-    settings = jobs.settings
-    sweeper = OutputSweeper(outputs, jobs, grace_s=settings.output_sweep_grace_s)
-    return SweeperThread(sweeper, settings.output_sweep_s).start()
+    return SweeperThread(OutputSweeper(outputs, jobs, grace_s=grace_s), interval_s).start()

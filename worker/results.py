@@ -5,10 +5,8 @@ batch's endings in one round trip; an ending Redis cannot take now stays on its 
 from __future__ import annotations
 
 import logging
-import time
 
-from tasks.errors import OutputStoreUnavailable
-from tasks.models_file import ModelSpec
+from tasks.errors import ErrorCode, OutputStoreUnavailable
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus
 from tasks.store.fleet import FleetStore
@@ -23,38 +21,13 @@ log = logging.getLogger(__name__)
 
 
 class ResultStore:
-    """Stores results of the jobs an ``Executor`` ran (which sets these attributes)."""
+    """Stores the results of one model's runs: each job's outputs, then its ending, under its claim's token."""
 
-    spec: ModelSpec
-    store: JobStore
-    outputs: OutputStore
-    writer: OutputWriter
-    fleet: FleetStore
+    def __init__(self, model_id: str, store: JobStore, outputs: OutputStore, fleet: FleetStore) -> None:
+        self.model_id, self.store, self.outputs, self.fleet = model_id, store, outputs, fleet
+        self.writer = OutputWriter(outputs)
 
     def store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
-        """Jobs that left a step session with a prediction: outputs, then their endings (one round trip)."""
-        self._store_successes(results)
-
-    def store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> None:
-        """A job that failed on its own (the failure ``item`` carries)."""
-        self._store_failure(item, metrics)
-
-    def queue_ms(self, item: WorkItem) -> float | None:
-        """From the API's submission to this worker's claim, both on Redis' clock."""
-        if not (item.claimed_at and item.created_at):
-            return None
-        return round(max(0.0, (item.claimed_at - item.created_at) * 1000), 2)
-
-    def _metrics(
-        self, item: WorkItem, batch_size: int, started: float, batch_id: str, inference_ms: float | None = None
-    ) -> JobMetrics:
-        if inference_ms is None:
-            inference_ms = (time.perf_counter() - started) * 1000
-        return JobMetrics(
-            queue_ms=self.queue_ms(item), inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id
-        )
-
-    def _store_successes(self, results: list[tuple[WorkItem, Prediction, JobMetrics]]) -> None:
         """Every job's outputs, then all their endings (each bumps the completion count once) in one round trip.
 
         Each ending still settles its own job: one canceled or taken over meanwhile drops only its result.
@@ -63,7 +36,7 @@ class ResultStore:
         for item, prediction, metrics in results:
             entries = self._write_outputs(item, prediction, metrics)
             if entries is not None:
-                item.extra["metrics"] = metrics
+                item.metrics = metrics
                 endings.append(
                     (
                         item,
@@ -85,9 +58,9 @@ class ResultStore:
             return
         try:
             endings = with_retries(
-                self.store.finish_many,
+                self.store.leases.finish_many,
                 [outcome for _, outcome in items],
-                counter=self.fleet.completion_counter(self.spec.id),
+                counter=self.fleet.completion_counter(self.model_id),
             )
         except Exception as exc:
             park(items, exc)
@@ -97,8 +70,8 @@ class ResultStore:
     def store_parked(self, items: list[WorkItem]) -> None:
         """Store the endings kept on ``items`` (one round trip, no retries: raises while Redis is still away)."""
         kept = [(item, outcome) for item in items if (outcome := parked(item)) is not None]
-        endings = self.store.finish_many(
-            [outcome for _, outcome in kept], counter=self.fleet.completion_counter(self.spec.id)
+        endings = self.store.leases.finish_many(
+            [outcome for _, outcome in kept], counter=self.fleet.completion_counter(self.model_id)
         )
         self._settled([(item, outcome, ending) for (item, outcome), ending in zip(kept, endings, strict=True)])
 
@@ -120,12 +93,13 @@ class ResultStore:
         except OutputStoreUnavailable as exc:  # S3 down, disk full: the job fails clearly, never stays running
             log.error("job %s: %s", item.job_id, exc.message)
             drop_outputs(self.outputs, item.job_id, entries)  # the ones written before the failure
-            item.fail(exc.code.value, exc.message[:500])
-            self._store_failure(item, metrics)
+            item.fail(exc.code, exc.message[:500])
+            self.store_failure(item, metrics)
             return None
         return entries
 
-    def _store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
-        error = JobErrorInfo(code=item.error_code or "internal", message=item.error_message or "")
+    def store_failure(self, item: WorkItem, metrics: JobMetrics | None) -> bool:
+        """A job that failed on its own (the failure ``item`` carries); False, for the admission it ends."""
+        error = JobErrorInfo(code=(item.error_code or ErrorCode.internal).value, message=item.error_message or "")
         self._finish([(item, Outcome(item.job_id, item.token, JobStatus.failed, error=error, metrics=metrics))])
         return False

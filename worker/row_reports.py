@@ -4,16 +4,19 @@ metrics a job leaves with."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tasks.events import EventType, TextPiece
-from tasks.schemas import JobMetrics, Progress
+from tasks.schemas import JobMetrics, JobStatus, Progress
+from tasks.store.job_store import JobStore
 from tasks.store.row_leases import set_row_progress
-from worker.executor import PROGRESS_INTERVAL_S, Executor
+from worker.events import EventPublisher
+from worker.executor import PROGRESS_INTERVAL_S
 from worker.job import WorkItem
-from worker.runtimes.base import Runtime, StepSession, TextSink
+from worker.runtimes.base import StepSession, TextSink
 
 log = logging.getLogger(__name__)
 
@@ -29,65 +32,73 @@ class HeldRow:
     peak: int = 0
     total: int | None = None  # its steps in all, as the session last said (for its final progress event)
     reported: int = 0  # the last step reported: only increases are (a scheduler may run more timesteps than steps)
+    ended_as: JobStatus | None = None  # the status its record ended with meanwhile (a cancel, another run)
 
 
 class RowReports:
-    """Progress, text and metrics of the rows a ``StepRunner`` holds (which sets these attributes)."""
+    """Progress, text and metrics of the rows one step session holds (``held``: the session's, by job id)."""
 
-    executor: Executor
-    runtime: Runtime
-    clock: Callable[[], float]
-    session_id: str
-    _held: dict[str, HeldRow]
-    _progress_at: float
+    def __init__(
+        self,
+        held: dict[str, HeldRow],
+        store: JobStore,
+        events: EventPublisher | None,
+        *,
+        streams_text: bool,
+        session_id: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.held, self.store, self.events = held, store, events
+        self.streams_text, self.session_id, self.clock = streams_text, session_id, clock
+        self._progress_at = -math.inf
 
-    def _learn_totals(self, progress: dict[str, tuple[int, int]]) -> None:
+    def learn_totals(self, progress: dict[str, tuple[int, int]]) -> None:
         for job_id, (_, total) in progress.items():
-            if job_id in self._held:
-                self._held[job_id].total = total
+            if job_id in self.held:
+                self.held[job_id].total = total
 
-    def _metrics(self, held: HeldRow) -> JobMetrics:
+    def metrics(self, held: HeldRow) -> JobMetrics:
         mean = held.rows_sum / held.steps if held.steps else 1.0
         return JobMetrics(
-            queue_ms=self.executor.queue_ms(held.item),
+            queue_ms=held.item.queue_ms,
             inference_ms=round((time.perf_counter() - held.joined) * 1000, 2),
             batch_size=max(1, held.peak),
             batch_id=self.session_id,
             rows_per_step=round(mean, 3),
         )
 
-    def _report_progress(self, session: StepSession) -> None:
+    def report_progress(self, session: StepSession) -> None:
         progress = session.progress()
-        self._learn_totals(progress)
+        self.learn_totals(progress)
         for job_id, (step, _) in progress.items():
-            if job_id in self._held:
-                self._progress_event(self._held[job_id], step)
+            if job_id in self.held:
+                self.progress_event(self.held[job_id], step)
         now = self.clock()
         if now - self._progress_at < PROGRESS_INTERVAL_S:
             return
         self._progress_at = now
         rows = [
-            (job_id, self._held[job_id].item.token, step, total)
+            (job_id, self.held[job_id].item.token, step, total)
             for job_id, (step, total) in progress.items()
-            if job_id in self._held and step > 0
+            if job_id in self.held and step > 0
         ]
         try:
-            set_row_progress(self.executor.store, rows)
+            set_row_progress(self.store, rows)
         except Exception:  # progress is best effort; the result write is what matters
             log.debug("progress write failed", exc_info=True)
 
-    def _progress_event(self, held: HeldRow, step: int | None) -> None:
+    def progress_event(self, held: HeldRow, step: int | None) -> None:
         """A progress event when the row's step rose (clients see 1..total, as from predict's callback)."""
-        events = self.executor.events
+        events = self.events
         if step is None or held.total is None or step <= held.reported:
             return
         held.reported = step
-        if events is not None and not self.runtime.streams_text:  # a text runtime streams its text instead
+        if events is not None and not self.streams_text:  # a text runtime streams its text instead
             events.emit(held.item.job_id, EventType.progress, Progress(step=step, total=held.total))
 
-    def _sink(self, job_id: str) -> TextSink | None:
-        events = self.executor.events
-        if events is None or not self.runtime.streams_text:
+    def sink(self, job_id: str) -> TextSink | None:
+        events = self.events
+        if events is None or not self.streams_text:
             return None
 
         def sink(offset: int, text: str, tokens: int, index: int | None = None) -> None:

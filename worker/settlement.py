@@ -1,4 +1,4 @@
-"""After a job: its completed webhook recorded, its Flower event, then its message acknowledged (never before).
+"""After a job: its completed webhook recorded, then its message acknowledged (never before), then the listeners told.
 
 An item whose ending could not be stored (worker/endings.py) stays held: its lease and message stamp renewed by the
 heartbeat, its ending stored again every ``ENDING_RETRY_S`` until Redis answers, then settled as any other. Past
@@ -14,23 +14,23 @@ from typing import Any
 
 from tasks.store.redis_acks import ack_many, release_credit
 from worker.endings import parked
-from worker.flower_events import FlowerEvents
 from worker.holdings import UNSETTLED_BOUND_S, Holdings
 from worker.job import WorkItem
+from worker.lifecycle import Listeners
 from worker.loader import Loaded
-from worker.metrics import record_job
 
 log = logging.getLogger("genq.batching")
 ENDING_RETRY_S = 2.0  # between tries of the endings kept through an outage (one round trip each, on the loop)
 
 
 class Settlement:
-    """Settles items in the loop thread: one webhook write, one event publish and one ack round trip per call."""
+    """Settles items in the loop thread: one webhook write, one ack round trip and one ``settled`` per call."""
 
     def __init__(
-        self, loaded: Loaded, consumer: Any, holdings: Holdings, flower: FlowerEvents, held: Callable[[], int]
+        self, loaded: Loaded, consumer: Any, holdings: Holdings, listeners: Listeners, held: Callable[[], int]
     ) -> None:
-        self.loaded, self.consumer, self.holdings, self.flower, self.held = loaded, consumer, holdings, flower, held
+        self.loaded, self.consumer, self.holdings, self.held = loaded, consumer, holdings, held
+        self.listeners = listeners
         self.pending: list[WorkItem] = []  # endings kept through an outage, stored again on a timer
         self._retry_armed = False
 
@@ -45,7 +45,6 @@ class Settlement:
                     self.report_held()
                 return
         self.holdings.release(items)  # acked or given back, none of them is ours to renew any more
-        self.flower.release_received()  # a job's task-received goes before its outcome
         done = []
         for item in self._record_completed(items):
             if not item.settled:
@@ -54,12 +53,9 @@ class Settlement:
                 log.error("job %s: outcome not stored; leaving its message for redelivery", item.job_id)
                 release_credit(item.handle)
                 continue
-            self.flower.outcome(item)
             done.append(item)
         self._ack(done)
-        for item in done:
-            record_job(self.loaded.spec, item.status)
-        self.flower.flush()
+        self.listeners.settled(done)
         if report_held:
             self.report_held()
 
@@ -79,7 +75,7 @@ class Settlement:
         if not items:
             return
         try:
-            self.loaded.executor.store_parked(items)
+            self.loaded.executor.results.store_parked(items)
         except Exception as exc:
             cutoff = time.monotonic() - UNSETTLED_BOUND_S
             expired = [item for item in items if (item.unsettled_since or 0) < cutoff]
@@ -124,13 +120,6 @@ class Settlement:
             unrecorded = {id(item) for item in hooks}
             return [item for item in items if id(item) not in unrecorded]
         return items
-
-    def record_started(self, items: list[WorkItem]) -> None:
-        """``start`` webhooks into the outbox in Redis, one round trip: any worker delivers them, even if this dies."""
-        try:
-            self.loaded.webhooks.record([(item.job_id, "start") for item in items if "start" in item.webhook_events])
-        except Exception as exc:
-            log.error("cannot record start webhooks of %d jobs: %s", len(items), exc)
 
     def report_held(self) -> None:
         """Messages this worker holds unacknowledged, for queue depth (the heartbeat reports it too)."""

@@ -1,10 +1,12 @@
-"""The step loop: one step session on the model thread, rows joining and leaving between two steps (STEPS.md).
+"""The step loop: one step session on the model thread, rows joining and leaving between two steps
+(docs/scheduling.md).
 
 The loop thread claims newcomers and ``offer``s them (a locked inbox); between two steps the model thread admits
 them, drops rows canceled, revoked, past their deadline or without their lease, reports progress, and stores each
 finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending wins), then
-hands the rows back (``on_left``) for their events and acks. A step that raises reruns its rows each alone,
-request-level. The loop ends once it holds no row and its inbox is empty; from then ``offer`` answers False.
+hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. A step that raises
+reruns its rows each alone, request-level. The loop ends once it holds no row and its inbox is empty; from then
+``offer`` answers False.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import time
 import uuid
 from collections.abc import Callable, Hashable
 
+from tasks.errors import ErrorCode
 from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.row_leases import lease_states
 from worker.events import BatchEvents
 from worker.executor import Executor, failure_of, is_out_of_memory
 from worker.job import WorkItem
-from worker.metrics import record_rows_left, record_rows_succeeded, record_step
+from worker.lifecycle import LeaveReason, Left
+from worker.metrics import record_step
 from worker.row_reports import HeldRow, RowReports
 from worker.runtimes.base import Prediction, Row, RowResult, StepSession
 
@@ -30,17 +34,16 @@ log = logging.getLogger(__name__)
 # pipelined HMGET, well under a millisecond on a local Redis) at most this often, at a step boundary. A canceled
 # row so computes at most one step after this interval; fast decode steps do not pay a round trip each.
 CANCEL_CHECK_S = 0.05
-DEADLINE_CODE = "deadline_exceeded"  # the code a job gets when its deadline passes before it starts, too
 
 
-class StepRunner(RowReports):
+class StepRunner:
     """One session of one step key: created by the loop thread, ``run`` on the model thread until it empties."""
 
     def __init__(
         self,
         executor: Executor,
         key: Hashable,
-        on_left: Callable[[list[WorkItem]], None],
+        on_left: Callable[[list[Left]], None],
         *,
         is_revoked: Callable[[str], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -55,7 +58,14 @@ class StepRunner(RowReports):
         self._accepting = True
         self._held: dict[str, HeldRow] = {}
         self._checked_at = -math.inf
-        self._progress_at = -math.inf
+        self.reports = RowReports(
+            self._held,
+            executor.store,
+            executor.events,
+            streams_text=self.runtime.streams_text,
+            session_id=self.session_id,
+            clock=clock,
+        )
 
     # --- the loop thread's side ----------------------------------------------------------
 
@@ -115,7 +125,7 @@ class StepRunner(RowReports):
 
     def _admit(self, session: StepSession, items: list[WorkItem]) -> bool:
         BatchEvents(self.executor.events, [item.job_id for item in items]).started()
-        rows = [Row(item.job_id, item.parsed, self._sink(item.job_id)) for item in items]
+        rows = [Row(item.job_id, item.parsed, self.reports.sink(item.job_id)) for item in items]
         try:
             ended = session.admit(rows)
         except Exception as exc:
@@ -127,7 +137,7 @@ class StepRunner(RowReports):
         held = {item.job_id: HeldRow(item, joined) for item in items}
         self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
         self._finish(ended, held)
-        self._learn_totals(session.progress())
+        self.reports.learn_totals(session.progress())
         return True
 
     def _step(self, session: StepSession, admitted: int) -> bool:
@@ -146,7 +156,7 @@ class StepRunner(RowReports):
         for held in self._held.values():
             held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
         self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})
-        self._report_progress(session)
+        self.reports.report_progress(session)
         return True
 
     # --- rows leaving --------------------------------------------------------------------
@@ -159,36 +169,38 @@ class StepRunner(RowReports):
         successes: list[tuple[WorkItem, Prediction, JobMetrics]] = []
         for result in results:
             entry = held[result.handle]
-            metrics = self._metrics(entry)
+            metrics = self.reports.metrics(entry)
             if result.error is None and result.prediction is not None:
-                self._progress_event(entry, entry.total)  # its last step, as predict reports it
+                self.reports.progress_event(entry, entry.total)  # its last step, as predict reports it
                 successes.append((entry.item, result.prediction, metrics))
                 continue
             exc = result.error or RuntimeError("the session returned no prediction")
             entry.item.fail(*failure_of(exc))
-            self.executor.store_failure(entry.item, metrics)
+            self.executor.results.store_failure(entry.item, metrics)
         if self.executor.events is not None:
             BatchEvents(self.executor.events, []).flush()  # their text and progress are in Redis before their end
         if successes:
-            self.executor.store_successes(successes)
-            items = sum(int(i.extra.get("weight", 1)) for i, _, _ in successes)
-            record_rows_succeeded(self.model, items, [m.queue_ms / 1000 for _, _, m in successes if m.queue_ms])
-        record_rows_left(self.model, "finished", len(successes))
-        record_rows_left(self.model, "failed", len(results) - len(successes))
-        self.on_left([held[r.handle].item for r in results])
+            self.executor.results.store_successes(successes)
+        won = {id(item) for item, _, _ in successes}
+        self.on_left(
+            [
+                (item, LeaveReason.finished if id(item) in won else LeaveReason.failed)
+                for item in (held[r.handle].item for r in results)
+            ]
+        )
 
     def _drop_leavers(self, session: StepSession) -> None:
         """Rows canceled (API or Celery revoke), past their deadline, or whose lease is lost leave before the step."""
         now = self.clock()
-        leaving: dict[str, str] = {}
+        leaving: dict[str, LeaveReason] = {}
         for job_id, held in self._held.items():
             item = held.item
             if not item.claimed:  # the heartbeat found its lease taken over
-                leaving[job_id] = "lease_lost"
+                leaving[job_id] = LeaveReason.lease_lost
             elif self.is_revoked(job_id):
-                leaving[job_id] = "revoked"
+                leaving[job_id] = LeaveReason.revoked
             elif item.run_deadline is not None and now >= item.run_deadline:
-                leaving[job_id] = "deadline"
+                leaving[job_id] = LeaveReason.deadline
         if now - self._checked_at >= CANCEL_CHECK_S:
             self._checked_at = now
             leaving.update(self._read_leases(set(leaving)))
@@ -198,40 +210,40 @@ class StepRunner(RowReports):
         gone = [(self._held.pop(job_id), reason) for job_id, reason in leaving.items()]
         for held, reason in gone:
             self._settle_leaver(held, reason)
-            record_rows_left(self.model, reason)
-        self.on_left([held.item for held, _ in gone])
+        self.on_left([(held.item, reason) for held, reason in gone])
 
-    def _read_leases(self, skip: set[str]) -> dict[str, str]:
+    def _read_leases(self, skip: set[str]) -> dict[str, LeaveReason]:
         ids = [job_id for job_id in self._held if job_id not in skip]
         try:
             states = lease_states(self.executor.store, [(i, self._held[i].item.token) for i in ids])
         except Exception:  # Redis away: the heartbeat and the result write will tell
             log.debug("cannot read the rows' statuses", exc_info=True)
             return {}
-        leaving = {}
+        leaving: dict[str, LeaveReason] = {}
         for job_id, (status, holds) in zip(ids, states, strict=True):
             if status is not None and status.terminal:
-                self._held[job_id].item.extra["ended_as"] = status
-                leaving[job_id] = "canceled" if status == JobStatus.canceled else "ended"
+                self._held[job_id].ended_as = status
+                leaving[job_id] = LeaveReason.canceled if status == JobStatus.canceled else LeaveReason.ended
             elif not holds:
-                leaving[job_id] = "lease_lost"
+                leaving[job_id] = LeaveReason.lease_lost
         return leaving
 
-    def _settle_leaver(self, held: HeldRow, reason: str) -> None:
+    def _settle_leaver(self, held: HeldRow, reason: LeaveReason) -> None:
         item = held.item
-        if reason == "deadline":
-            item.fail(DEADLINE_CODE, f"the job's deadline passed while it ran (after {held.steps} steps): stopped")
-            self.executor.store_failure(item, self._metrics(held))
+        if reason == LeaveReason.deadline:
+            message = f"the job's deadline passed while it ran (after {held.steps} steps): stopped"
+            item.fail(ErrorCode.deadline_exceeded, message)
+            self.executor.results.store_failure(item, self.reports.metrics(held))
             return
         item.claimed = False  # its run is over: nothing for the heartbeat to renew
-        if reason == "revoked":
+        if reason == LeaveReason.revoked:
             try:
                 self.executor.store.cancel(item.job_id)
             except Exception:
                 log.warning("job %s: revoked, but its cancel could not be recorded", item.job_id)
             item.settle(JobStatus.canceled)
-        elif reason in ("canceled", "ended"):
-            item.settle(item.extra.pop("ended_as", JobStatus.canceled))
+        elif reason in (LeaveReason.canceled, LeaveReason.ended):
+            item.settle(held.ended_as or JobStatus.canceled)
         else:
             log.warning("job %s: its lease passed to another worker; this run stops", item.job_id)
             item.settle(None)
@@ -239,6 +251,5 @@ class StepRunner(RowReports):
     def _alone(self, items: list[WorkItem]) -> None:
         for item in items:
             self.executor.run_alone(item)
-        record_rows_left(self.model, "failover", len(items))
         if items:
-            self.on_left(items)
+            self.on_left([(item, LeaveReason.failover) for item in items])

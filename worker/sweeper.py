@@ -14,16 +14,16 @@ Everything is measured on Redis' clock (creation times, leases), never this work
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tasks.messages import UNACKED_KEY, RunMessage, envelope_job_id, priority_lists, send_args
+from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobStatus
 from tasks.store.job_store import Candidate, JobStore
+from tasks.store.sweeps import SweepStore
 
 log = logging.getLogger(__name__)
 MIN_INTERVAL_S = 2.0
@@ -35,10 +35,21 @@ def sweep_interval(grace_s: float, lease_s: float) -> float:
 
 
 class Sweeper:
-    def __init__(self, store: JobStore, spec: ModelSpec, send_task: Callable[..., Any]) -> None:
-        self.store, self.spec, self.send_task = store, spec, send_task
-        self.grace_s = store.settings.orphan_grace_s
-        self.interval_s = sweep_interval(self.grace_s, store.settings.lease_s)
+    """``grace_s``: GENQ_ORPHAN_GRACE_S; ``lease_s``: GENQ_LEASE_S (a lapsed lease is noticed within half of it)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        sweeps: SweepStore,
+        spec: ModelSpec,
+        send_task: Callable[..., Any],
+        *,
+        grace_s: float,
+        lease_s: float,
+    ) -> None:
+        self.store, self.sweeps, self.spec, self.send_task = store, sweeps, spec, send_task
+        self.grace_s = grace_s
+        self.interval_s = sweep_interval(grace_s, lease_s)
         self._next = time.monotonic() + self.interval_s
 
     def maybe_sweep(self) -> int:
@@ -46,17 +57,16 @@ class Sweeper:
         if time.monotonic() < self._next:
             return 0
         self._next = time.monotonic() + self.interval_s
-        lock = self.store.keys.sweep_lock(self.spec.id)
-        if not self.store.redis.set(lock, 1, nx=True, ex=max(1, int(self.interval_s))):
+        if not self.sweeps.take_orphan_sweep(self.spec.id, self.interval_s):
             return 0
         return self.sweep()
 
     def sweep(self) -> int:
         now = self.store.now()
-        orphans = [c for c in self.store.active_since(self.spec.id, now - self.grace_s) if _unowned(c, now)]
+        orphans = [c for c in self.store.leases.active_since(self.spec.id, now - self.grace_s) if _unowned(c, now)]
         if not orphans:
             return 0
-        present = self._messages_in_redis()
+        present = self.sweeps.message_job_ids(self.spec.queue)
         sent = 0
         for candidate in orphans:
             record = self.store.get(candidate.id) if candidate.id not in present else None
@@ -71,17 +81,6 @@ class Sweeper:
             self.send_task(**send_args(RunMessage.of(record)))
             sent += 1
         return sent
-
-    def _messages_in_redis(self) -> set[str]:
-        """Job ids of every message waiting in the model's queues or held unacknowledged."""
-        with self.store.redis.pipeline(transaction=False) as pipe:
-            for key in priority_lists(self.store.keys.prefix, self.spec.queue):
-                pipe.lrange(key, 0, -1)
-            pipe.hvals(self.store.keys.prefix + UNACKED_KEY)
-            *queued, unacked = pipe.execute()
-        ids = {envelope_job_id(json.loads(raw)) for q in queued for raw in q}
-        ids.update(envelope_job_id(json.loads(raw)[0]) for raw in unacked)  # [envelope, exchange, routing key]
-        return ids
 
 
 def _unowned(candidate: Candidate, now: float) -> bool:

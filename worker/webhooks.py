@@ -26,6 +26,7 @@ from prometheus_client import Counter
 
 from tasks.errors import InvalidInput
 from tasks.os_thread import name_os_thread
+from tasks.settings import WebhookSending
 from tasks.ssrf import IPAddress, check_host, forbidden_address, split_webhook_url
 from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.outbox import Delivery, Outbox
@@ -92,13 +93,24 @@ class WebhookSender:
     """Sender threads over the outbox; ``wake()`` after recording sends at once instead of at the next poll."""
 
     def __init__(
-        self, store: JobStore, resolver: Resolver = system_resolver, threads: int = SENDER_THREADS, start: bool = True
+        self,
+        store: JobStore,
+        outbox: Outbox,
+        deferral: OutboxDeferral,
+        settings: WebhookSending,
+        resolver: Resolver = system_resolver,
+        threads: int = SENDER_THREADS,
+        start: bool = True,
     ) -> None:
-        self.store, self.settings, self.resolver = store, store.settings, resolver
-        self.outbox = Outbox(store.redis, store.settings)
-        self.deferral = OutboxDeferral(store.redis, store.keys)
+        self.store, self.outbox, self.deferral, self.settings, self.resolver = (
+            store,
+            outbox,
+            deferral,
+            settings,
+            resolver,
+        )
         self.hosts = HostSlots(HOST_IN_FLIGHT)
-        self.attempt_s = attempt_seconds(self.settings.webhook_lease_s, self.settings.webhook_attempt_s)
+        self.attempt_s = attempt_seconds(settings.lease_s, settings.attempt_s)
         self._wake = threading.Event()
         self._client = new_client()
         if start:
@@ -122,7 +134,7 @@ class WebhookSender:
                 log.warning("webhook outbox unreachable: %s", exc)
                 claimed = []
             if not claimed:
-                self._wake.wait(self.settings.webhook_poll_s)
+                self._wake.wait(self.settings.poll_s)
                 self._wake.clear()
                 continue
             for delivery in claimed:
@@ -165,9 +177,9 @@ class WebhookSender:
         if record is None or not record.webhook:
             return "gone"  # the job expired, or never had a webhook: nothing to send
         try:
-            parts = split_webhook_url(record.webhook, allow_http=self.settings.webhook_allow_http)
+            parts = split_webhook_url(record.webhook, allow_http=self.settings.allow_http)
             assert parts.hostname is not None
-            literal = check_host(parts.hostname, allow_private=self.settings.webhook_allow_private)
+            literal = check_host(parts.hostname, allow_private=self.settings.allow_private)
         except InvalidInput as exc:
             raise Refused(exc.message) from None
         if not self.hosts.take(parts.hostname):
@@ -194,7 +206,7 @@ class WebhookSender:
             return "retry"
         if not addresses:
             return "retry"
-        if not self.settings.webhook_allow_private and any(forbidden_address(a) for a in addresses):
+        if not self.settings.allow_private and any(forbidden_address(a) for a in addresses):
             raise Refused(f"{parts.hostname!r} resolves to a non-public address ({', '.join(addresses)})")
         body = json.dumps(
             {"id": delivery.delivery_id, "event": delivery.event, "job": record.public().model_dump(mode="json")}

@@ -15,8 +15,7 @@ from api.openai_compat.jobs import accept, parse, run, served_model
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
 from tasks.events import EventType, TextPiece
-from tasks.inputs import SEED_MAX, JobKind
-from tasks.job_outputs import TextGenerationOutput
+from tasks.kinds import SEED_MAX, JobKind, TextGenerationOutput
 from tasks.models_file import ModelSpec
 from tasks.schemas import Job, JobStatus, Priority
 
@@ -112,7 +111,7 @@ def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
     except Exception:
         watch.close()
         raise
-    events = JobEventStream(svc.store, watch, job_id, after=None)
+    events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     head = _head(job_id, spec.id, record.created_at)
     return sse_response(_chunks(events, head, include_usage), on_close=events.close)

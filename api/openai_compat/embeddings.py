@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.openai_compat.jobs import parse, run, served_model
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import Priority
 
 PARAMS = {"texts": "input"}

@@ -20,7 +20,7 @@ from api.openai_compat.images import ImageGenerationRequest, images_response
 from api.openai_compat.jobs import parse, run, served_model
 from api.services import services
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 
 #: genq input field -> the OpenAI parameter a client set it with.
 PARAMS = {"num_images": "n", "width": "size", "height": "size", "image": "image", "mask": "mask"}

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from api.openai_compat.jobs import parse, run, served_model
 from api.services import services
 from tasks.errors import Gone
-from tasks.inputs import SEED_MAX, JobKind
+from tasks.kinds import SEED_MAX, JobKind
 from tasks.schemas import Priority
 from tasks.store.job_store import JobRecord
 

@@ -21,7 +21,7 @@ from api.routes_jobs import wait_for
 from api.services import services
 from tasks.errors import InvalidInput, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus, Priority
 from tasks.store.job_store import JobRecord
@@ -67,9 +67,7 @@ def accept(
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
-            record = submit(
-                svc, spec, body, parsed.model_dump(mode="json"), job_id or str(uuid.uuid4()), current_owner()
-            )
+            record = submit(svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner())
         except InvalidInput as exc:
             raise _renamed(exc, params) from None
     JOBS_ACCEPTED.labels(spec.id).inc()

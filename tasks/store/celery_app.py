@@ -10,7 +10,7 @@ from kombu.connection import Connection
 
 from tasks.constants import PRIORITY_STEPS
 from tasks.messages import UNACKED_MUTEX_KEY
-from tasks.settings import Settings, SharedSettings
+from tasks.settings import SharedSettings
 from tasks.store.redis_client import is_sentinel
 from tasks.store.redis_transport import transport_for
 
@@ -65,9 +65,9 @@ def redis_transport_options(settings: SharedSettings) -> dict[str, object]:
     }
 
 
-def create_celery(settings: Settings | None = None) -> Celery:
+def create_celery(settings: SharedSettings | None = None) -> Celery:
     """A Celery app configured for genq: JSON only, priorities, a bounded visibility timeout."""
-    settings = settings or Settings.from_env()
+    settings = settings or SharedSettings.from_env()
     app = Celery("genq", broker=settings.redis_url, backend=settings.redis_url, amqp=GenqAMQP)
     app.conf.update(
         broker_transport=transport_for(settings.redis_url),

@@ -32,5 +32,23 @@ def read(client: redis.Redis, keys: Keys, job_id: str, after: str | None, count:
     return [_decode(entry_id, fields) for entry_id, fields in raw]
 
 
+class EventLog:
+    """Job event streams on one client: the worker's publisher writes them, the API's streams read them."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis, self.keys = client, keys
+
+    def write(self, per_job: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
+        """Every job's new entries, its stream's TTL and one notification per job, in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id, entries in per_job.items():
+                append(pipe, self.keys, job_id, entries)
+            pipe.execute()
+
+    def read(self, job_id: str, after: str | None, count: int = READ_COUNT) -> list[JobEvent]:
+        """Up to ``count`` events of ``job_id``'s stream after the entry ``after`` (from the start when None)."""
+        return read(self.redis, self.keys, job_id, after, count)
+
+
 def _decode(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
     return JobEvent(id=entry_id.decode(), type=EventType(fields[b"type"].decode()), data=json.loads(fields[b"data"]))

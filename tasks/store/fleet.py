@@ -111,6 +111,14 @@ class FleetStore:
             )
         )
 
+    def count_load(self, model_id: str, worker: str) -> None:
+        """``worker`` loaded ``model_id`` once more (a restart loop shows as a count that keeps growing)."""
+        self.redis.hincrby(self.keys.load_count(model_id), worker, 1)
+
+    def ping(self) -> bool:
+        """Redis answers (raises as any call does when it does not)."""
+        return bool(self.redis.ping())
+
     def set_held(self, model_id: str, worker: str, held: int) -> None:
         """A worker's held count changed: admission sees it at once, not at the next heartbeat."""
         self.redis.hset(self.keys.buffered(model_id), worker, held)

@@ -65,7 +65,7 @@ class JobBatches:
         if store.settings.redis_wait_replicas <= 0:
             replies, replicated = store.scripts.run(call), True
         else:
-            [replies], replicated = store._replicated(lambda calls: calls.run(store.scripts, call))
+            [replies], replicated = store.writes.replicated(lambda calls: calls.run(store.scripts, call))
         admitted: list[Admitted] = []
         for (record, _), (outcome, depth, now) in zip(jobs, replies, strict=True):
             reserved = Reservation(Outcome(int(outcome)), int(depth))

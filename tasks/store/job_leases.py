@@ -9,85 +9,41 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
-import redis
-
-from tasks.constants import Keys
-from tasks.job_record import encode
+from tasks.errors import ErrorCode
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.outputs import OutputEntry
 from tasks.schemas import JobErrorInfo, JobMetrics, JobStatus, Progress
-from tasks.settings import Settings
 from tasks.store.job_outcomes import Candidate, Claim, CompletionCounter, Ending, Outcome, Verdict
 from tasks.store.job_scripts import ClaimArgs, FinishArgs, HolderArgs
+from tasks.store.job_writes import JobWrites, pairs, status_of
 from tasks.store.lua import ScriptCalls, Tail
-from tasks.store.lua_scripts import Scripts
 
 NO_COUNTER = CompletionCounter("", 1, 0)
-DEADLINE_PASSED = JobErrorInfo(code="deadline_exceeded", message="the job's deadline passed before it started")
-
-
-def pairs(fields: dict[str, Any]) -> list[str]:
-    """A record's fields as HSET's flat argument list, each value encoded as the record stores it."""
-    return [part for pair in encode(fields).items() for part in pair]
-
-
-def status_of(raw: Any) -> JobStatus | None:
-    return JobStatus(raw.decode() if isinstance(raw, bytes) else raw) if raw else None
+DEADLINE_PASSED = JobErrorInfo(
+    code=ErrorCode.deadline_exceeded.value, message="the job's deadline passed before it started"
+)
 
 
 class JobLeases:
-    """Claims, renewals, progress and endings of the jobs a worker runs (``JobStore`` sets these attributes)."""
+    """Claims, renewals, progress and endings of the jobs a worker runs (``JobStore.leases``)."""
 
-    redis: redis.Redis
-    settings: Settings
-    keys: Keys
-    scripts: Scripts
-
-    def _frame(self, job_id: str) -> dict[str, Any]:
-        """The ``JobFrame`` fields of ``job_id``: what every ending script needs."""
-        ttl = self.settings.result_ttl_s
-        return dict(
-            job=self.keys.job(job_id),
-            done_channel=self.keys.done_channel(job_id),
-            tombstone=self.keys.gone(job_id),
-            active_prefix=self.keys.active(""),
-            queued_prefix=self.keys.queued(""),
-            record_ttl=ttl,
-            tombstone_ttl=ttl + self.settings.tombstone_ttl_s,
-        )
-
-    def _replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:
-        """Run the script calls ``queue`` makes (and the commands ``also`` queues) in one round trip; the
-        scripts' replies, and whether (with redis_wait_replicas) that many replicas hold their writes.
-
-        WAIT covers the writes of the connection it runs on, so it shares the pipeline's and comes last.
-        """
-        wanted = self.settings.redis_wait_replicas
-        with self.redis.pipeline(transaction=False) as pipe:
-            calls = ScriptCalls(pipe)
-            queue(calls)
-            scripts = len(pipe)
-            if also is not None:
-                also(pipe)
-            tail = (lambda p: p.wait(wanted, int(self.settings.redis_wait_timeout_s * 1000))) if wanted > 0 else None
-            replies = calls.execute(tail)
-        return replies[:scripts], wanted <= 0 or int(replies[-1]) >= wanted
+    def __init__(self, writes: JobWrites) -> None:
+        self.writes = writes
 
     def claim_many(self, claims: list[tuple[str, str]], worker: str = "") -> list[Claim]:
         """Claim a batch's jobs, each ``(job id, token)``, in one round trip; safe to retry with the same tokens."""
         error = json.dumps(DEADLINE_PASSED.model_dump())
-        with self.redis.pipeline(transaction=False) as pipe:
+        with self.writes.redis.pipeline(transaction=False) as pipe:
             calls = ScriptCalls(pipe)
             for job_id, token in claims:
                 calls.run(
-                    self.scripts,
+                    self.writes.scripts,
                     ClaimArgs(
-                        **self._frame(job_id),
+                        **self.writes.frame(job_id),
                         token=token,
-                        lease_s=self.settings.lease_s,
+                        lease_s=self.writes.settings.lease_s,
                         worker=worker,
                         deadline_error=error,
                     ),
@@ -107,25 +63,29 @@ class JobLeases:
         visibility timeout, by the restoring worker's own clock (``time.time()``): so these stamps use that
         clock, not Redis'. ``XX``: a message already acknowledged or restored is never put back.
         """
-        with self.redis.pipeline(transaction=False) as pipe:
+        with self.writes.redis.pipeline(transaction=False) as pipe:
             calls = ScriptCalls(pipe)
             for job_id, token in leases:
                 calls.run(
-                    self.scripts, HolderArgs(job=self.keys.job(job_id), token=token, extend_s=self.settings.lease_s)
+                    self.writes.scripts,
+                    HolderArgs(job=self.writes.keys.job(job_id), token=token, extend_s=self.writes.settings.lease_s),
                 )
             if delivery_tags:
                 stamp = time.time()
-                pipe.zadd(self.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
+                pipe.zadd(self.writes.keys.prefix + UNACKED_INDEX_KEY, dict.fromkeys(delivery_tags, stamp), xx=True)
             replies = calls.execute()
         return [job_id for (job_id, _), held in zip(leases, replies, strict=False) if held == -1]
 
     def set_progress(self, leases: list[tuple[str, str]], step: int, total: int) -> None:
         """Progress of a running batch, for all its jobs in one round trip (only where the lease is still held)."""
         fields = pairs({"progress": Progress(step=step, total=total)})
-        with self.redis.pipeline(transaction=False) as pipe:
+        with self.writes.redis.pipeline(transaction=False) as pipe:
             calls = ScriptCalls(pipe)
             for job_id, token in leases:
-                calls.run(self.scripts, HolderArgs(job=self.keys.job(job_id), token=token, extend_s=0, fields=fields))
+                calls.run(
+                    self.writes.scripts,
+                    HolderArgs(job=self.writes.keys.job(job_id), token=token, extend_s=0, fields=fields),
+                )
             calls.execute()
 
     def finish(
@@ -162,7 +122,7 @@ class JobLeases:
             for outcome in outcomes:
                 self._queue_finish(calls, outcome, counter or NO_COUNTER)
 
-        replies, replicated = self._replicated(queue, also)
+        replies, replicated = self.writes.replicated(queue, also)
         return [Ending(status_of(before), verdict == b"stored", replicated) for before, verdict in replies]
 
     def _queue_finish(self, calls: ScriptCalls, outcome: Outcome, counter: CompletionCounter) -> None:
@@ -174,9 +134,9 @@ class JobLeases:
             "metrics": outcome.metrics,
         }
         calls.run(
-            self.scripts,
+            self.writes.scripts,
             FinishArgs(
-                **self._frame(outcome.job_id),
+                **self.writes.frame(outcome.job_id),
                 token=outcome.token,
                 status=outcome.status.value,
                 counter_prefix=counter.prefix,
@@ -197,10 +157,10 @@ class JobLeases:
 
         Ids whose record has ended or vanished are dropped from the index on the way.
         """
-        ids: list[bytes] = self.redis.zrangebyscore(self.keys.active(model_id), 0, older_than)  # type: ignore[assignment]
-        with self.redis.pipeline(transaction=False) as pipe:
+        ids: list[bytes] = self.writes.redis.zrangebyscore(self.writes.keys.active(model_id), 0, older_than)  # type: ignore[assignment]
+        with self.writes.redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
-                pipe.hmget(self.keys.job(job_id.decode()), "status", "lease_until")
+                pipe.hmget(self.writes.keys.job(job_id.decode()), "status", "lease_until")
             rows = pipe.execute()
         found, stale = [], []
         for job_id, (status, lease_until) in zip(ids, rows, strict=True):
@@ -210,5 +170,5 @@ class JobLeases:
             else:
                 found.append(Candidate(job_id.decode(), current, float(lease_until) if lease_until else None))
         if stale:
-            self.redis.zrem(self.keys.active(model_id), *stale)
+            self.writes.redis.zrem(self.writes.keys.active(model_id), *stale)
         return found

@@ -14,16 +14,16 @@ from typing import Any
 
 import redis
 
-from tasks.constants import Keys
 from tasks.errors import ErrorCode, Unavailable
 from tasks.job_record import JobRecord as JobRecord  # re-exported: the store's callers name the record here
 from tasks.job_record import decode
 from tasks.schemas import JobStatus
-from tasks.settings import Settings
-from tasks.store.job_leases import DEADLINE_PASSED, JobLeases, pairs, status_of
+from tasks.settings import SharedSettings
+from tasks.store.job_leases import DEADLINE_PASSED, JobLeases
 from tasks.store.job_outcomes import Candidate, Claim, Ending, Outcome, Verdict
 from tasks.store.job_scripts import AdmitArgs, CreateArgs, EndArgs
-from tasks.store.lua_scripts import ScriptArgs, Scripts
+from tasks.store.job_writes import JobWrites, pairs, status_of
+from tasks.store.lua_scripts import ScriptArgs
 from tasks.store.queue_limit import Outcome as Admission  # not this module's Outcome (a run's ending)
 from tasks.store.queue_limit import Reservation, ReserveArgs
 
@@ -32,16 +32,15 @@ __all__ = ["Candidate", "Claim", "Ending", "JobRecord", "JobStore", "Outcome", "
 _ACTIVE = (JobStatus.queued, JobStatus.running)
 
 
-class JobStore(JobLeases):
+class JobStore:
     """Job records and their transitions in Redis (outputs: tasks/outputs.py; workers: tasks/store/fleet.py);
-    the worker's side, under a lease, is ``JobLeases``."""
+    the worker's side, under a lease, is ``leases``."""
 
-    # The whole Settings, not SharedSettings: the worker's sweepers and webhook sender read theirs from store.settings.
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
-        self.redis = client
-        self.settings = settings
-        self.keys = Keys(settings.key_prefix)
-        self.scripts = Scripts(client)
+    # Only what the API and the workers share: each process hands its other parts their own settings.
+    def __init__(self, client: redis.Redis, settings: SharedSettings) -> None:
+        self.writes = JobWrites(client, settings)
+        self.redis, self.settings, self.keys, self.scripts = client, settings, self.writes.keys, self.writes.scripts
+        self.leases = JobLeases(self.writes)
 
     # --- records ---------------------------------------------------------------------
 
@@ -84,7 +83,7 @@ class JobStore(JobLeases):
         WAIT on its connection. Returns its reply and whether the replicas hold it."""
         if self.settings.redis_wait_replicas <= 0:
             return self.scripts.run(call), True
-        [reply], replicated = self._replicated(lambda calls: calls.run(self.scripts, call))
+        [reply], replicated = self.writes.replicated(lambda calls: calls.run(self.scripts, call))
         return reply, replicated
 
     def _check_replicated(self, record: JobRecord, replicated: bool) -> None:
@@ -101,6 +100,11 @@ class JobStore(JobLeases):
         offset = None if record.deadline_at is None else max(0.0, record.deadline_at - record.created_at)
         deadline = None if offset is None else float(now) + offset
         return record.model_copy(update={"created_at": float(now), "deadline_at": deadline})
+
+    def keep_tombstone(self, job_id: str, owner: str, ttl_s: int) -> None:
+        """Write ``job_id``'s tombstone ahead of its record (its inputs are staged first): the output sweeper
+        then knows the job's objects for this deployment's, whether or not the record is ever written."""
+        self.redis.set(self.keys.gone(job_id), owner or "-", ex=ttl_s)
 
     def delete(self, record: JobRecord) -> None:
         """Remove a record whose message could not be sent (the client got an error, not a job)."""
@@ -129,7 +133,7 @@ class JobStore(JobLeases):
         allowed_list = "," + ",".join(allowed) + ","
         return status_of(
             self.scripts.run(
-                EndArgs(**self._frame(job_id), allowed=allowed_list, status=new.value, fields=pairs(fields))
+                EndArgs(**self.writes.frame(job_id), allowed=allowed_list, status=new.value, fields=pairs(fields))
             )
         )
 

@@ -53,6 +53,21 @@ def connect(settings: SharedSettings, *, timeout: float | None = None, fail_fast
     return redis.Redis.from_url(settings.redis_url, **options)
 
 
+def probe(settings: SharedSettings, timeout_s: float) -> Callable[[], bool]:
+    """A PING that says whether Redis answers within ``timeout_s`` (to connect and to reply), on a pool of its own
+    (never queued behind the calls that just failed) and never retried: an error or a timeout is False."""
+    client = connect(settings, timeout=timeout_s, fail_fast=True)
+    client.connection_pool.connection_kwargs["socket_connect_timeout"] = timeout_s
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except (redis.exceptions.RedisError, OSError):
+            return False
+
+    return answers
+
+
 def wait_until_reachable(client: redis.Redis, what: str, sleep: Callable[[float], None] = time.sleep) -> int:
     """Block until Redis answers a PING, trying again with backoff and logging each wait; returns the waits.
 

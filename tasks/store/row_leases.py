@@ -4,9 +4,9 @@ one round trip each."""
 from __future__ import annotations
 
 from tasks.schemas import JobStatus, Progress
-from tasks.store.job_leases import pairs, status_of
 from tasks.store.job_scripts import HolderArgs, ReleaseArgs
 from tasks.store.job_store import JobStore
+from tasks.store.job_writes import pairs, status_of
 from tasks.store.lua import ScriptCalls
 
 

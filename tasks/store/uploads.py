@@ -42,8 +42,10 @@ class UploadStore:
         seconds, micros = self.redis.time()
         return float(seconds) + micros / 1e6
 
-    def create(self, owner: str, media_type: str, data: bytes, width: int, height: int, ttl_s: int) -> UploadMeta:
-        """A ready upload of ``data`` (already checked to be an image of ``width`` x ``height``)."""
+    def create(
+        self, owner: str, media_type: str, data: bytes, width: int | None, height: int | None, ttl_s: int
+    ) -> UploadMeta:
+        """A ready upload of ``data``, already checked (a picture of ``width`` x ``height``)."""
         meta = self._meta(owner, media_type, len(data), ttl_s, width=width, height=height)
         put_for(self.outputs, upload_key(meta.id), data, media_type, ttl_s)
         self._write(meta, ttl_s)

@@ -154,7 +154,7 @@ def test_a_job_whose_message_vanished_is_sent_again(cluster):
     """As if the API died after writing the record, or kombu popped the message and its worker died."""
     import uuid
 
-    from tasks.inputs import JobKind
+    from tasks.kinds import JobKind
     from tasks.schemas import JobStatus
     from tasks.store.job_store import JobRecord
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from genq import AsyncClient, Client, errors
-from tasks.job_outputs import FillMaskCandidate
+from tasks.kinds import FillMaskCandidate
 
 
 @pytest.fixture

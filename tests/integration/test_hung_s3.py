@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from api import create_app
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.outputs import OutputEntry
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord

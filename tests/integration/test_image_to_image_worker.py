@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.messages import RunMessage, send_args
 from tasks.schemas import JobStatus
 from tasks.settings import Settings

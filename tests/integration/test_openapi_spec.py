@@ -9,7 +9,17 @@ import pytest
 from openapi_spec_validator import validate
 
 SCHEMAS = "#/components/schemas/"
-ERROR_STATUSES = ("400", "401", "404", "409", "410", "413", "422", "429", "503")  # DESIGN.md's, each with its body
+ERROR_STATUSES = (
+    "400",
+    "401",
+    "404",
+    "409",
+    "410",
+    "413",
+    "422",
+    "429",
+    "503",
+)  # the REST contract's (README.md), each with its body
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from tasks.store.job_store import JobStore
 from tasks.store.outputs_fs import FilesystemOutputStore
 from tasks.store.outputs_s3 import S3OutputStore
 from tasks.store.redis_client import connect
+from tasks.store.sweeps import SweepStore
 from tests.s3_server import AWS_ENV, S3Server, serving_bucket
 from tests.unit.test_output_sweeper import job
 from worker.output_sweeper import OutputSweeper
@@ -61,8 +62,12 @@ def test_two_deployments_sharing_a_store_never_delete_each_others_outputs(key_pr
         mine[name] = {done_keys[0], done_keys[-1], *running_keys}  # what must stay after its own sweep
         mine[name + " swept"] = {done_keys[1], *expired_keys}
     everything = stored(shared)
-    assert OutputSweeper(shared, staging, grace_s=0).sweep() == len(mine["staging swept"])
+    assert OutputSweeper(shared, SweepStore(staging.redis, staging.keys), grace_s=0).sweep() == len(
+        mine["staging swept"]
+    )
     assert stored(shared) == everything - mine["staging swept"]  # production's objects all stayed
-    assert OutputSweeper(shared, production, grace_s=0).sweep() == len(mine["production swept"])
+    assert OutputSweeper(shared, SweepStore(production.redis, production.keys), grace_s=0).sweep() == len(
+        mine["production swept"]
+    )
     assert stored(shared) == mine["staging"] | mine["production"]
-    assert OutputSweeper(shared, staging, grace_s=0).sweep() == 0
+    assert OutputSweeper(shared, SweepStore(staging.redis, staging.keys), grace_s=0).sweep() == 0

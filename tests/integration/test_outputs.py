@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from api.auth import ANONYMOUS
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.outputs import OutputEntry, OutputStore
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord, JobStore
@@ -34,13 +34,13 @@ def finished(store: JobStore, outputs: OutputStore, *, blobs=BLOBS, output=None)
         created_at=time.time(),
     )
     store.create(record)
-    store.claim_many([(record.id, "run1")])
+    store.leases.claim_many([(record.id, "run1")])
     entries = [
         OutputEntry.describe(record.id, "run1", n, data, media, seed=40 + n) for n, (data, media) in enumerate(blobs)
     ]
     for entry, (data, media) in zip(entries, blobs, strict=True):
         outputs.put(entry.key, data, media)
-    assert store.finish(record.id, "run1", JobStatus.succeeded, output=output, binary_outputs=entries).stored
+    assert store.leases.finish(record.id, "run1", JobStatus.succeeded, output=output, binary_outputs=entries).stored
     return record
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from genq.stack import worker_command
 from tasks.constants import TASK_RUN, queue_name
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.messages import RunMessage, send_args
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord, JobStore

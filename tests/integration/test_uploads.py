@@ -15,7 +15,7 @@ import redis
 
 from api import create_app
 from tasks.input_checks import validate_input
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.outputs import input_key
 from tasks.settings import Settings
 from tests.integration.image_inputs import (
@@ -160,7 +160,7 @@ def test_a_job_holds_its_input_keys_and_the_store_the_bytes(api, img_settings):
         assert inp["strength"] == (1.0 if has_mask else 0.8)
         # The worker's view: the stored form validates for this job, and for no other.
         parsed = validate_input(JobKind.text_to_image, inp, svc(api).models.get(MODEL).limits, stored_for=job_id)
-        assert parsed.image == input_key(job_id, "image")
+        assert parsed.image.key == input_key(job_id, "image")
         with pytest.raises(Exception, match="stored input"):
             validate_input(JobKind.text_to_image, inp, svc(api).models.get(MODEL).limits, stored_for="another")
         assert input_key(job_id, "image").encode() in messages

@@ -13,6 +13,7 @@ import pytest
 from api import create_app
 from tasks.outputs import input_key
 from tasks.settings import Settings
+from tasks.store.sweeps import SweepStore
 from tasks.uploads import upload_key
 from tests.integration.image_inputs import bearer, image_settings, job, picture, upload
 from tests.s3_server import AWS_ENV, S3Server, serving_bucket
@@ -99,6 +100,6 @@ def test_the_sweeper_deletes_expired_uploads_and_keeps_live_ones(api, s3):
     svc = api.application.extensions["genq"]
     live, expired = upload(api, picture(64, 64)).json, upload(api, picture(64, 64)).json
     svc.store.redis.delete(svc.store.keys.upload(expired["id"]))  # as its TTL would
-    OutputSweeper(svc.outputs, svc.store, grace_s=0).sweep()
+    OutputSweeper(svc.outputs, SweepStore(svc.store.redis, svc.store.keys), grace_s=0).sweep()
     assert in_bucket(s3, upload_key(expired["id"])) is None
     assert in_bucket(s3, upload_key(live["id"])) is not None

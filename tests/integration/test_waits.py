@@ -56,8 +56,8 @@ def wait_in_threads(client, job_id: str, count: int, seconds: int = 20) -> list[
 
 
 def finish(store, job_id: str) -> None:
-    store.claim_many([(job_id, "run1")])
-    assert store.finish(job_id, "run1", JobStatus.succeeded, output={"ok": True}).stored
+    store.leases.claim_many([(job_id, "run1")])
+    assert store.leases.finish(job_id, "run1", JobStatus.succeeded, output={"ok": True}).stored
 
 
 def test_many_waits_share_one_subscription_and_all_wake_on_the_finish(settings, store):

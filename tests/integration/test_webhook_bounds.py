@@ -18,6 +18,8 @@ import pytest
 
 from tasks.settings import Settings
 from tasks.store.job_store import JobStore
+from tasks.store.outbox import Outbox
+from tasks.store.outbox_defer import OutboxDeferral
 from tasks.store.redis_client import connect
 from tests.integration.test_webhook_targets import FakeResolver, one_delivery, recorded
 from worker.webhooks import WebhookSender
@@ -110,7 +112,16 @@ def sender_for(settings: Settings, resolver: FakeResolver, **overrides: object) 
         webhook_allow_private=True,
         **overrides,
     )  # type: ignore[arg-type]
-    return WebhookSender(JobStore(connect(own), own), resolver=resolver, start=False)
+    client = connect(own)
+    store = JobStore(client, own)
+    return WebhookSender(
+        store,
+        Outbox(client, own),
+        OutboxDeferral(client, store.keys),
+        own.webhook_sending(),
+        resolver=resolver,
+        start=False,
+    )
 
 
 def drive(sender: WebhookSender, stop: threading.Event) -> None:
@@ -128,7 +139,12 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_never_gets_a_duplic
     servers.append(server)
     # Two workers' senders on one outbox; the lease (4.5 s) would run out during an unbounded attempt.
     first = sender_for(settings, FakeResolver("127.0.0.1"), webhook_attempt_s=1.5, webhook_lease_s=4.5)
-    senders = [first, WebhookSender(first.store, resolver=FakeResolver("127.0.0.1"), start=False)]
+    senders = [
+        first,
+        WebhookSender(
+            first.store, first.outbox, first.deferral, first.settings, FakeResolver("127.0.0.1"), start=False
+        ),
+    ]
     url = f"http://hooks.example.com:{server.port}/hook"
     delivery = one_delivery(senders[0], url)
     started = time.monotonic()

@@ -12,10 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.outbox import Outbox
+from tasks.store.outbox_defer import OutboxDeferral
 from tasks.store.redis_client import connect
 from tests.integration.test_webhooks import Receiver
 from worker.webhooks import WebhookSender
@@ -53,7 +55,16 @@ def sender_for(settings: Settings, resolver: FakeResolver, **overrides: object) 
         webhook_allow_http=True,
         **overrides,
     )  # type: ignore[arg-type]
-    return WebhookSender(JobStore(connect(own), own), resolver=resolver, start=False)  # no threads: we drive it
+    client = connect(own)
+    store = JobStore(client, own)
+    return WebhookSender(
+        store,
+        Outbox(client, own),
+        OutboxDeferral(client, store.keys),
+        own.webhook_sending(),
+        resolver=resolver,
+        start=False,
+    )  # no threads: we drive it
 
 
 def recorded(sender: WebhookSender, url: str) -> str:

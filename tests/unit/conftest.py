@@ -11,7 +11,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tasks.inputs import JobKind  # noqa: E402
+from tasks.kinds import JobKind  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global  # noqa: E402

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
 from worker import settlement as settlement_module

@@ -12,15 +12,19 @@ import pytest
 from tasks.errors import InvalidInput
 from tasks.events import EventType, TextPiece, entry
 from tasks.input_checks import validate_input
-from tasks.inputs import JobKind, ModelLimits
-from tasks.model_config import derived_limits, effective_limits
+from tasks.kinds import KINDS, JobKind, TextGenerationLimits
+from tasks.model_config import effective_limits
 from tasks.models_file import load_models_file
 
 USER = {"role": "user", "content": "hi"}
 
 
-def check(data: dict[str, Any], limits: ModelLimits | None = None) -> Any:
-    return validate_input(JobKind.text_generation, data, limits or ModelLimits(vocab_size=1000))
+def derived_limits(kind: JobKind, source: str) -> dict[str, Any]:
+    return KINDS[kind].derive(source, None)  # type: ignore[no-any-return]
+
+
+def check(data: dict[str, Any], limits: TextGenerationLimits | None = None) -> Any:
+    return validate_input(JobKind.text_generation, data, limits or TextGenerationLimits(vocab_size=1000))
 
 
 @pytest.mark.parametrize(
@@ -82,7 +86,7 @@ def test_a_conversation_round_trips_through_the_stored_record() -> None:
     }
     parsed = check(data)
     stored = parsed.model_dump(mode="json")  # the record holds nulls for what was absent
-    again = validate_input(JobKind.text_generation, stored, ModelLimits(vocab_size=1000), stored_for="j")
+    again = validate_input(JobKind.text_generation, stored, TextGenerationLimits(vocab_size=1000), stored_for="j")
     assert check(stored) == parsed and again.model_dump(mode="json") == stored
     assert parsed.prompt is None and parsed.messages[2].content is None
 
@@ -112,7 +116,7 @@ def test_the_schema_says_what_is_taken(data: dict[str, Any]) -> None:
 
     from tasks.input_checks import limited_input_model
 
-    limits = ModelLimits(vocab_size=1000)
+    limits = TextGenerationLimits(vocab_size=1000)
     schema = limited_input_model(JobKind.text_generation, limits).model_json_schema()
     try:
         check(data, limits)
@@ -142,7 +146,7 @@ def test_the_api_tells_from_the_files_whether_a_model_has_a_chat_template(tmp_pa
     assert derived_limits(kind, str(model_folder(tmp_path / "b", template="{{ x }}")))["has_chat_template"] is True
     assert derived_limits(kind, str(model_folder(tmp_path / "c", jinja=True)))["has_chat_template"] is True
     assert "has_chat_template" not in derived_limits(kind, str(tmp_path / "missing"))  # unknown: the worker decides
-    limits = effective_limits(kind, str(tmp_path / "a"), None, ModelLimits())
+    limits = effective_limits(KINDS[kind], str(tmp_path / "a"), None, TextGenerationLimits())
     with pytest.raises(InvalidInput) as caught:
         check({"messages": [USER]}, limits)
     assert caught.value.field == "input.messages" and "no chat template" in str(caught.value)

@@ -34,6 +34,7 @@ class StallingExecutor(Executor):
     def __init__(self) -> None:
         self.down, self.claims = False, 0
         self.store = SimpleNamespace(cancel=lambda job_id: None)
+        self.results = self  # its kept endings are stored here too
 
     def admit_all(self, batch: list[WorkItem]) -> list[WorkItem]:
         self.claims += 1
@@ -127,7 +128,7 @@ def test_endings_kept_past_the_bound_are_let_go(stalling, monkeypatch):  # type:
 
 def test_the_heartbeat_renews_nothing_unsettled_past_the_bound():
     renewed: list[Any] = []
-    store = SimpleNamespace(renew=lambda leases, tags: renewed.append((leases, tags)) or [])
+    store = SimpleNamespace(leases=SimpleNamespace(renew=lambda leases, tags: renewed.append((leases, tags)) or []))
     holdings = Holdings(store)  # type: ignore[arg-type]
     live, stuck = (
         WorkItem(job_id=name, raw_input={}, claimed=True, handle=SimpleNamespace(delivery_tag=f"tag-{name}"))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
 from tests.batch_sim import Clock
@@ -20,6 +20,7 @@ from worker.batcher import FAIR_WAIT_FLOOR_S
 from worker.consumer import BatchingConsumer
 from worker.holdings import Holdings
 from worker.job import WorkItem
+from worker.lifecycle import LeaveReason
 
 
 class Runner:
@@ -46,7 +47,7 @@ class Runner:
     def leave(self, *items: WorkItem) -> None:
         for item in items:
             item.settle(JobStatus.succeeded)
-        self.on_left(list(items))
+        self.on_left([(item, LeaveReason.finished) for item in items])
 
 
 RUNNERS: list[Runner] = []

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tasks.errors import OutOfMemory
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputEntry
 from tasks.schemas import JobStatus
@@ -23,6 +23,7 @@ from tests.round_trips import counting_client
 from worker.endings import parked
 from worker.executor import Executor
 from worker.job import WorkItem, new_token
+from worker.results import ResultStore
 from worker.runtimes.base import Blob, Prediction, Runtime
 
 
@@ -86,8 +87,9 @@ def executor_for(store: JobStore, runtime: Runtime) -> Executor:
         runtime.spec,
         store,
         max_attempts=3,
-        outputs=output_store(store.redis, store.settings),
-        fleet=FleetStore(store.redis, store.settings),
+        results=ResultStore(
+            runtime.spec.id, store, output_store(store.redis, store.settings), FleetStore(store.redis, store.settings)
+        ),
     )
 
 
@@ -188,7 +190,7 @@ def test_a_job_that_keeps_killing_its_worker_fails_as_worker_lost(key_prefix):
     runtime = ScriptedRuntime()
     [item] = items(store, ["poison"])
     for _ in range(3):  # three runs whose worker died mid-batch: each next claim takes over a lapsed lease
-        store.claim_many([(item.job_id, new_token())])
+        store.leases.claim_many([(item.job_id, new_token())])
         time.sleep(0.005)
     run(store, runtime, [WorkItem(job_id=item.job_id, raw_input=item.raw_input)])
     record = store.get(item.job_id)
@@ -230,7 +232,7 @@ def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
     monkeypatch.setattr(worker.store_retry, "RETRY_DELAYS_S", (0.01, 0.01, 0.01))
     runtime = ScriptedRuntime()
     [item] = items(store, ["blip"])
-    real_finish, failures = store.finish_many, []
+    real_finish, failures = store.leases.finish_many, []
 
     def flaky_finish(*args, **kwargs):
         if len(failures) < 2:
@@ -238,7 +240,7 @@ def test_result_writes_are_retried_through_a_redis_blip(store, monkeypatch):
             raise redis.exceptions.ConnectionError("blip")
         return real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(store, "finish_many", flaky_finish)
+    monkeypatch.setattr(store.leases, "finish_many", flaky_finish)
     run(store, runtime, [item])
     record = store.get(item.job_id)
     assert len(failures) == 2 and record.status == JobStatus.succeeded and record.output == "BLIP [MASK]"
@@ -256,21 +258,21 @@ def test_repeated_finish_failures_keep_the_ending_and_cost_no_attempt(store, mon
     [item] = items(store, ["down"])
     executor = executor_for(store, runtime)
     admitted = executor.admit_all([item])
-    real_finish = store.finish_many
+    real_finish = store.leases.finish_many
 
     def down(*args, **kwargs):
         raise redis.exceptions.ConnectionError("down")
 
-    monkeypatch.setattr(store, "finish_many", down)
+    monkeypatch.setattr(store.leases, "finish_many", down)
     executor.execute(admitted)  # no exception out of the model thread: the ending is kept
     assert not item.settled and parked(item) is not None  # so its message is not acked, nor given up
     assert store.get(item.job_id).status == JobStatus.running
     for _ in range(executor.max_attempts):  # outage after outage
         with pytest.raises(redis.exceptions.ConnectionError):
-            executor.store_parked([item])
+            executor.results.store_parked([item])
         assert not item.settled and parked(item) is not None
-    monkeypatch.setattr(store, "finish_many", real_finish)
-    executor.store_parked([item])
+    monkeypatch.setattr(store.leases, "finish_many", real_finish)
+    executor.results.store_parked([item])
     record = store.get(item.job_id)
     assert item.settled and item.status == JobStatus.succeeded and parked(item) is None
     assert record.status == JobStatus.succeeded and record.output == "DOWN [MASK]" and record.attempts == 1
@@ -289,13 +291,13 @@ def test_binary_outputs_are_stored_first_then_listed_as_typed_entries(store, mon
     runtime = ImageRuntime()
     [item] = items(store, ["img"])
     executor = executor_for(store, runtime)
-    real_finish, seen_at_finish = store.finish_many, []
+    real_finish, seen_at_finish = store.leases.finish_many, []
 
     def finish_many(outcomes, also=None, counter=None):
-        seen_at_finish.extend([executor.outputs.get(e.key) for e in o.binary_outputs] for o in outcomes)
+        seen_at_finish.extend([executor.results.outputs.get(e.key) for e in o.binary_outputs] for o in outcomes)
         return real_finish(outcomes, also, counter)
 
-    monkeypatch.setattr(store, "finish_many", finish_many)
+    monkeypatch.setattr(store.leases, "finish_many", finish_many)
     executor.execute(executor.admit_all([item]))
     assert seen_at_finish == [[b"img [MASK]#0", b"img [MASK]#1"]]  # the bytes were there before the transition
     record = store.get(item.job_id)

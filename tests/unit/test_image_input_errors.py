@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind, TextToImageInput
+from tasks.kinds import JobKind, TextToImageInput
 from tasks.outputs import OutputStore
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
@@ -28,6 +28,7 @@ from tests.unit.test_runtime_image_to_image import demo_runtime, png, put_inputs
 from tests.unit.test_runtime_text_to_image import job
 from worker.executor import Executor
 from worker.job import WorkItem
+from worker.results import ResultStore
 from worker.runtimes.base import Row
 from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.step_loop import StepRunner
@@ -129,8 +130,9 @@ def test_a_broken_picture_fails_its_job_alone(runtime: TextToImageRuntime, store
         runtime.spec,
         store,
         max_attempts=3,
-        outputs=output_store(store.redis, store.settings),
-        fleet=FleetStore(store.redis, store.settings),
+        results=ResultStore(
+            runtime.spec.id, store, output_store(store.redis, store.settings), FleetStore(store.redis, store.settings)
+        ),
     )
     ids = {name: str(uuid.uuid4()) for name in ["fine", "foreign", *EXPECTED]}
     broken = broken_inputs(runtime.inputs, ids)

@@ -6,10 +6,10 @@ import pytest
 
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
-from tasks.inputs import JobKind, ModelLimits
+from tasks.kinds import JobKind, TextToImageLimits
 from tasks.outputs import input_key
 
-LIMITS = ModelLimits()
+LIMITS = TextToImageLimits()
 UPLOAD = "up_" + "a" * 32
 
 
@@ -49,7 +49,7 @@ def test_defaults_and_refusals():
 
 def test_a_record_names_its_own_job_keys_only():
     stored = {"image": input_key("job-1", "image"), "width": 64, "height": 64}
-    assert parse(stored, stored_for="job-1").image == input_key("job-1", "image")
+    assert parse(stored, stored_for="job-1").image.key == input_key("job-1", "image")
     for job_id, data in (
         ("job-2", stored),
         ("job-1", {**stored, "image": UPLOAD}),

@@ -7,22 +7,38 @@ from hypothesis import strategies as st
 
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
-from tasks.inputs import EmbeddingInput, FillMaskInput, JobKind, ModelLimits, TextGenerationInput, TextToImageInput
+from tasks.kinds import (
+    EmbeddingInput,
+    EmbeddingLimits,
+    FillMaskInput,
+    FillMaskLimits,
+    JobKind,
+    TextGenerationInput,
+    TextGenerationLimits,
+    TextToImageInput,
+    TextToImageLimits,
+)
 
-LIMITS = ModelLimits(
+IMAGE = TextToImageLimits(
     max_prompt_chars=50,
     max_width=256,
     max_height=192,
     max_pixels=128 * 192,
     max_steps=30,
     max_images=3,
-    max_new_tokens=40,
-    max_texts=5,
-    max_top_k=7,
     default_width=64,
     default_height=64,
     default_steps=4,
 )
+TEXT = TextGenerationLimits(max_prompt_chars=50, max_new_tokens=40)
+MASK = FillMaskLimits(max_prompt_chars=50, max_top_k=7)
+EMBED = EmbeddingLimits(max_prompt_chars=50, max_texts=5)
+LIMITS = {
+    JobKind.text_to_image: IMAGE,
+    JobKind.text_generation: TEXT,
+    JobKind.fill_mask: MASK,
+    JobKind.embedding: EMBED,
+}
 
 anything = st.one_of(
     st.none(),
@@ -39,7 +55,7 @@ text = st.one_of(st.text(max_size=80), st.text(max_size=20).map(lambda t: t + " 
 
 def accepted(kind: JobKind, data: dict[str, object]):  # type: ignore[no-untyped-def]
     try:
-        return validate_input(kind, data, LIMITS)
+        return validate_input(kind, data, LIMITS[kind])
     except InvalidInput as exc:
         assert exc.field and exc.field.startswith("input")  # every rejection names a field
         return None
@@ -65,11 +81,11 @@ def test_accepted_images_are_within_limits(data):
     inp = accepted(JobKind.text_to_image, data)
     if isinstance(inp, TextToImageInput):
         assert inp.width and inp.height and inp.num_inference_steps
-        assert 8 <= inp.width <= LIMITS.max_width and inp.width % 8 == 0
-        assert 8 <= inp.height <= LIMITS.max_height and inp.height % 8 == 0
-        assert inp.width * inp.height <= LIMITS.max_pixels
-        assert 1 <= inp.num_inference_steps <= LIMITS.max_steps and 1 <= inp.num_images <= LIMITS.max_images
-        assert 0 < len(inp.prompt) <= LIMITS.max_prompt_chars and len(inp.negative_prompt) <= LIMITS.max_prompt_chars
+        assert 8 <= inp.width <= IMAGE.max_width and inp.width % 8 == 0
+        assert 8 <= inp.height <= IMAGE.max_height and inp.height % 8 == 0
+        assert inp.width * inp.height <= IMAGE.max_pixels
+        assert 1 <= inp.num_inference_steps <= IMAGE.max_steps and 1 <= inp.num_images <= IMAGE.max_images
+        assert 0 < len(inp.prompt) <= IMAGE.max_prompt_chars and len(inp.negative_prompt) <= IMAGE.max_prompt_chars
         assert 0 <= inp.guidance_scale <= 30 and (inp.seed is None or 0 <= inp.seed < 2**32)
 
 
@@ -90,8 +106,8 @@ def test_accepted_images_are_within_limits(data):
 def test_accepted_generations_are_within_limits(data):
     inp = accepted(JobKind.text_generation, data)
     if isinstance(inp, TextGenerationInput):
-        assert 1 <= inp.max_new_tokens <= LIMITS.max_new_tokens
-        assert 0 < len(inp.prompt) <= LIMITS.max_prompt_chars
+        assert 1 <= inp.max_new_tokens <= TEXT.max_new_tokens
+        assert 0 < len(inp.prompt) <= TEXT.max_prompt_chars
         assert 0 < inp.temperature <= 5 and 0 < inp.top_p <= 1 and len(inp.stop) <= 4
 
 
@@ -100,8 +116,8 @@ def test_accepted_generations_are_within_limits(data):
 def test_accepted_fill_mask_is_within_limits(data):
     inp = accepted(JobKind.fill_mask, data)
     if isinstance(inp, FillMaskInput):
-        assert inp.text.count(LIMITS.mask_token) == 1 and len(inp.text) <= LIMITS.max_prompt_chars
-        assert 1 <= inp.top_k <= LIMITS.max_top_k
+        assert inp.text.count(MASK.mask_token) == 1 and len(inp.text) <= MASK.max_prompt_chars
+        assert 1 <= inp.top_k <= MASK.max_top_k
 
 
 @settings(max_examples=300)
@@ -109,5 +125,5 @@ def test_accepted_fill_mask_is_within_limits(data):
 def test_accepted_embeddings_are_within_limits(data):
     inp = accepted(JobKind.embedding, data)
     if isinstance(inp, EmbeddingInput):
-        assert 1 <= len(inp.texts) <= LIMITS.max_texts
-        assert all(0 < len(t) <= LIMITS.max_prompt_chars for t in inp.texts)
+        assert 1 <= len(inp.texts) <= EMBED.max_texts
+        assert all(0 < len(t) <= EMBED.max_prompt_chars for t in inp.texts)

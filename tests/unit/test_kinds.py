@@ -1,23 +1,52 @@
-"""Each job kind is declared once (tasks/kinds.py) and implemented by a runtime of the same kind."""
+"""Each job kind is declared once, in its own module (tasks/kinds/<kind>.py), and implemented by a runtime of the
+same kind: adding a ``JobKind`` member fails here until its four pieces exist (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import get_args
+
 import pytest
 
-from tasks.inputs import INPUT_SCHEMAS, JobKind, ModelLimits
-from tasks.kinds import KINDS
+import tasks.kinds
+from tasks.kinds import KINDS, AnyInput, AnyLimits, JobInput, JobKind, JobOutput, KindLimits, parse_output
 from tasks.models_file import ModelSpec
 from tests.fake_runtime import FakeRuntime
 from worker.runtimes import DEFAULT_RUNTIMES, runtime_class
 
+KINDS_FOLDER = Path(tasks.kinds.__file__).parent
+
+
+@pytest.mark.parametrize("kind", list(JobKind), ids=str)
+def test_every_kind_has_its_four_pieces(kind: JobKind) -> None:
+    """Its contract module, its line in KINDS (that module's declaration), its runtime and its DEFAULT_RUNTIMES line."""
+    assert (KINDS_FOLDER / f"{kind.name}.py").is_file(), f"no contract module tasks/kinds/{kind.name}.py"
+    contract = importlib.import_module(f"tasks.kinds.{kind.name}")
+    assert kind in KINDS, f"{kind.value} has no line in tasks/kinds/__init__.py:KINDS"
+    declared = KINDS[kind]
+    assert declared is contract.KIND and declared.kind == kind
+    for part in (declared.input, declared.limits):
+        assert part.__module__ == contract.__name__, part  # the kind's room holds its input and limits
+    assert issubclass(declared.input, JobInput) and issubclass(declared.limits, KindLimits)
+    assert declared.limits.model_config.get("extra") == "forbid"  # a limit of another kind is an error
+    assert kind in DEFAULT_RUNTIMES, f"{kind.value} has no line in worker/runtimes/__init__.py:DEFAULT_RUNTIMES"
+    module = DEFAULT_RUNTIMES[kind].partition(":")[0]
+    assert importlib.util.find_spec(module) is not None, f"no runtime module {module}"
+
 
 def test_every_kind_is_declared_with_its_input() -> None:
-    assert set(KINDS) == set(JobKind) == set(INPUT_SCHEMAS)
+    assert set(KINDS) == set(JobKind) == set(DEFAULT_RUNTIMES)
     for kind, declared in KINDS.items():
-        assert declared.kind == kind and declared.input is INPUT_SCHEMAS[kind]
-        assert set(declared.limits) <= set(ModelLimits.model_fields), kind
-        example = declared.example(ModelLimits())
+        example = declared.example(declared.limits())
         assert declared.input.model_validate(example), kind  # the playground's example is a valid input
+        assert declared.derive("no-such-org/no-such-model", None) == {}  # files not at hand: the file's limits
+
+
+def test_the_unions_have_one_member_per_kind() -> None:
+    assert set(get_args(AnyInput)) == {k.input for k in KINDS.values()}
+    assert set(get_args(AnyLimits)) == {k.limits for k in KINDS.values()}
 
 
 @pytest.mark.parametrize("kind", list(JobKind), ids=str)
@@ -37,23 +66,19 @@ def test_a_custom_runtime_of_another_kind_is_refused_at_load() -> None:
 
 
 def test_a_stored_output_reads_as_its_kinds_type() -> None:
-    from tasks.job_outputs import EmbeddingOutput, FillMaskCandidate, OutputEntry
+    from tasks.kinds import EmbeddingOutput, FillMaskCandidate, OutputEntry
 
-    vectors = KINDS[JobKind.embedding].parse_output({"embeddings": [[0.5]], "dim": 1, "tokens": 2})
+    vectors = parse_output(JobKind.embedding, {"embeddings": [[0.5]], "dim": 1, "tokens": 2})
     assert isinstance(vectors, EmbeddingOutput) and vectors["dim"] == 1 and vectors.get("nope", 3) == 3
-    candidates = KINDS[JobKind.fill_mask].parse_output(
-        [{"score": 1, "token": 2, "token_str": "a", "sequence": "a", "extra": True}]
+    candidates = parse_output(
+        JobKind.fill_mask, [{"score": 1, "token": 2, "token_str": "a", "sequence": "a", "extra": True}]
     )
     assert isinstance(candidates, list) and isinstance(candidates[0], FillMaskCandidate)
     assert candidates[0]["extra"] is True  # a runtime may report more than its kind promises
     assert KINDS[JobKind.text_to_image].binary and KINDS[JobKind.text_to_image].output == list[OutputEntry]
     with pytest.raises(ValueError, match="prompt_tokens"):
-        KINDS[JobKind.text_generation].parse_output({"text": "x", "tokens": 1})  # never less
+        parse_output(JobKind.text_generation, {"text": "x", "tokens": 1})  # never less
 
 
 def test_the_job_objects_output_type_is_the_union_of_the_kinds_outputs() -> None:
-    from typing import get_args
-
-    from tasks.job_outputs import JobOutput
-
     assert set(get_args(JobOutput)) == {k.output for k in KINDS.values()}

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.messages import UNACKED_INDEX_KEY
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
@@ -48,9 +48,9 @@ def test_a_record_is_stamped_by_redis_and_never_expires_while_active(store):
     record = store.get(job_id)
     assert abs(record.created_at - store.now()) < 1 and record.deadline_at == pytest.approx(record.created_at + 60)
     assert store.redis.ttl(store.keys.job(job_id)) == -1
-    store.claim_many([(job_id, "t1")])
+    store.leases.claim_many([(job_id, "t1")])
     assert store.redis.ttl(store.keys.job(job_id)) == -1
-    assert store.finish(job_id, "t1", JobStatus.succeeded, output="x").stored
+    assert store.leases.finish(job_id, "t1", JobStatus.succeeded, output="x").stored
     assert 0 < store.redis.ttl(store.keys.job(job_id)) <= 100  # counted from the end
     assert 1000 < store.redis.ttl(store.keys.gone(job_id)) <= 1100  # the tombstone outlives the record
     assert store.redis.zscore(store.keys.active("m"), job_id) is None
@@ -58,9 +58,9 @@ def test_a_record_is_stamped_by_redis_and_never_expires_while_active(store):
 
 def test_a_claim_is_a_lease_and_a_duplicate_delivery_is_neither_run_nor_counted(store):
     job_id = queued(store)
-    [first] = store.claim_many([(job_id, "t1")], "w1")
+    [first] = store.leases.claim_many([(job_id, "t1")], "w1")
     assert (first.before, first.attempts, first.verdict) == (JobStatus.queued, 1, Verdict.claimed) and first.runs
-    [duplicate] = store.claim_many([(job_id, "t2")], "w2")
+    [duplicate] = store.leases.claim_many([(job_id, "t2")], "w2")
     assert (duplicate.verdict, duplicate.attempts, duplicate.runs) == (Verdict.held, 1, False)
     record = store.get(job_id)
     assert (record.lease_token, record.leased_by, record.attempts) == ("t1", "w1", 1)
@@ -69,76 +69,76 @@ def test_a_claim_is_a_lease_and_a_duplicate_delivery_is_neither_run_nor_counted(
 
 def test_a_retried_claim_counts_once(store):
     job_id = queued(store)
-    store.claim_many([(job_id, "t1")])
-    [again] = store.claim_many([(job_id, "t1")])  # the same call, retried after its reply was lost
+    store.leases.claim_many([(job_id, "t1")])
+    [again] = store.leases.claim_many([(job_id, "t1")])  # the same call, retried after its reply was lost
     assert again.verdict == Verdict.again and again.runs and again.attempts == 1
 
 
 def test_only_a_lapsed_lease_is_taken_over_and_the_old_holder_can_no_longer_end_it(key_prefix):
     store = store_with(key_prefix, lease_s=0.2)
     job_id = queued(store)
-    store.claim_many([(job_id, "old")])
+    store.leases.claim_many([(job_id, "old")])
     time.sleep(0.3)  # the old holder stopped renewing: it died, or stalled past its lease
-    [takeover] = store.claim_many([(job_id, "new")])
+    [takeover] = store.leases.claim_many([(job_id, "new")])
     assert takeover.verdict == Verdict.taken_over and takeover.attempts == 2
-    assert store.renew([(job_id, "old")], []) == [job_id]  # its heartbeat learns it lost the lease
-    store.set_progress([(job_id, "old")], 1, 2)
+    assert store.leases.renew([(job_id, "old")], []) == [job_id]  # its heartbeat learns it lost the lease
+    store.leases.set_progress([(job_id, "old")], 1, 2)
     assert store.get(job_id).progress is None
-    late = store.finish(job_id, "old", JobStatus.succeeded, output="old")
+    late = store.leases.finish(job_id, "old", JobStatus.succeeded, output="old")
     assert late == (JobStatus.running, False, True)
-    assert store.finish(job_id, "new", JobStatus.succeeded, output="new").stored
+    assert store.leases.finish(job_id, "new", JobStatus.succeeded, output="new").stored
     record = store.get(job_id)
     assert (record.status, record.output, record.run_id, record.attempts) == (JobStatus.succeeded, "new", "new", 2)
 
 
 def test_a_lease_whose_job_ended_is_not_reported_lost(store):
     job_id = queued(store)
-    store.claim_many([(job_id, "t1")])
-    store.finish(job_id, "t1", JobStatus.succeeded, output="x")  # the heartbeat may still hold it a moment
-    assert store.renew([(job_id, "t1")], []) == []
+    store.leases.claim_many([(job_id, "t1")])
+    store.leases.finish(job_id, "t1", JobStatus.succeeded, output="x")  # the heartbeat may still hold it a moment
+    assert store.leases.renew([(job_id, "t1")], []) == []
 
 
 def test_the_heartbeat_keeps_a_lease_alive(key_prefix):
     store = store_with(key_prefix, lease_s=0.3)
     job_id = queued(store)
-    store.claim_many([(job_id, "t1")])
+    store.leases.claim_many([(job_id, "t1")])
     for _ in range(4):
         time.sleep(0.1)
-        assert store.renew([(job_id, "t1")], []) == []
-    [other] = store.claim_many([(job_id, "t2")])
+        assert store.leases.renew([(job_id, "t1")], []) == []
+    [other] = store.leases.claim_many([(job_id, "t2")])
     assert other.verdict == Verdict.held
 
 
 def test_a_retried_finish_after_a_lost_reply_is_stored_not_canceled(store):
     job_id = queued(store)
-    store.claim_many([(job_id, "t1")])
-    assert store.finish(job_id, "t1", JobStatus.succeeded, output="x").stored
-    again = store.finish(job_id, "t1", JobStatus.succeeded, output="x")
+    store.leases.claim_many([(job_id, "t1")])
+    assert store.leases.finish(job_id, "t1", JobStatus.succeeded, output="x").stored
+    again = store.leases.finish(job_id, "t1", JobStatus.succeeded, output="x")
     assert again.stored and again.before == JobStatus.succeeded
     failed = queued(store)
-    store.claim_many([(failed, "t2")])
-    assert store.fail(failed, "t2", "model_error", "boom").stored
-    assert store.fail(failed, "t2", "model_error", "boom").stored
+    store.leases.claim_many([(failed, "t2")])
+    assert store.leases.fail(failed, "t2", "model_error", "boom").stored
+    assert store.leases.fail(failed, "t2", "model_error", "boom").stored
 
 
 def test_a_result_after_a_cancel_is_dropped(store):
     job_id = queued(store)
-    store.claim_many([(job_id, "t1")])
+    store.leases.claim_many([(job_id, "t1")])
     assert store.cancel(job_id) == JobStatus.running
-    ending = store.finish(job_id, "t1", JobStatus.succeeded, output="x")
+    ending = store.leases.finish(job_id, "t1", JobStatus.succeeded, output="x")
     assert ending == (JobStatus.canceled, False, True) and store.get(job_id).output is None
 
 
 def test_expire_refuses_a_running_job(store):
     job_id = queued(store)
-    store.claim_many([(job_id, "t1")])
+    store.leases.claim_many([(job_id, "t1")])
     assert store.expire(job_id) == JobStatus.running
     assert store.get(job_id).status == JobStatus.running
 
 
 def test_a_claim_after_the_deadline_expires_the_job_by_redis_clock(store):
     job_id = queued(store, deadline_s=0.0)
-    [claim] = store.claim_many([(job_id, "t1")])
+    [claim] = store.leases.claim_many([(job_id, "t1")])
     assert claim.verdict == Verdict.expired and not claim.runs and claim.attempts == 0
     record = store.get(job_id)
     assert record.status == JobStatus.expired and record.error.code == "deadline_exceeded"
@@ -148,7 +148,7 @@ def test_a_claim_after_the_deadline_expires_the_job_by_redis_clock(store):
 def test_renewing_freshens_only_messages_still_unacknowledged(store):
     index = store.keys.prefix + UNACKED_INDEX_KEY
     store.redis.zadd(index, {"held": 1.0})
-    store.renew([], ["held", "acked-meanwhile"])
+    store.leases.renew([], ["held", "acked-meanwhile"])
     assert store.redis.zscore(index, "held") == pytest.approx(time.time(), abs=5)
     assert store.redis.zscore(index, "acked-meanwhile") is None  # never put back
     store.redis.delete(index)
@@ -160,6 +160,6 @@ def test_the_sweepers_index_drops_ended_and_vanished_jobs(store):
     store.cancel(ended)
     store.redis.zadd(store.keys.active(model), {ended: 1.0})  # as an older version could leave it
     store.redis.delete(store.keys.job(vanished))
-    found = store.active_since(model, store.now() + 1)
+    found = store.leases.active_since(model, store.now() + 1)
     assert [c.id for c in found] == [active]
     assert store.redis.zrange(store.keys.active(model), 0, -1) == [active.encode()]

@@ -9,7 +9,7 @@ import pytest
 
 from tasks.constants import TASK_RUN
 from tasks.errors import ErrorCode
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.messages import KWARGS_REPR_MAX, InvalidMessage, RunMessage, parse_run, send_args
 from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord

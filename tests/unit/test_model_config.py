@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tasks.diffusion_limits import min_latent_side
 from tasks.errors import GenqError
-from tasks.inputs import JobKind, ModelLimits
-from tasks.model_config import derived_limits, effective_limits, merge_limits, min_latent_side
+from tasks.kinds import KINDS, JobKind, TextGenerationLimits, TextToImageLimits
+from tasks.model_config import effective_limits, merge_limits
 from tasks.models_file import load_models_file
 from tasks.tokenizer_limits import BERT_STRIP_ACCENTS_GROWTH, NORMALIZER_GROWTH, tokens_per_char
 
@@ -41,6 +42,10 @@ def test_normalizer_growth_matches_unicode():
     assert most(strip_accents) == BERT_STRIP_ACCENTS_GROWTH
 
 
+def derived_limits(kind: JobKind, source: str) -> dict[str, Any]:
+    return KINDS[kind].derive(source, None)  # type: ignore[no-any-return]
+
+
 def test_demo_models_derive_their_limits(demo_models: Path):
     assert derived_limits(JobKind.fill_mask, str(demo_models / "bert-demo")) == {
         "mask_token": "[MASK]",
@@ -57,26 +62,26 @@ def test_demo_models_derive_their_limits(demo_models: Path):
 
 
 def test_a_model_without_config_files_keeps_the_models_file_limits(tmp_path: Path):
-    limits = ModelLimits(max_prompt_chars=77, max_width=512)
     for source in (str(tmp_path), "fake://?sleep_ms=1", "no-such-org/no-such-model"):
-        for kind in JobKind:
-            assert effective_limits(kind, source, None, limits) == limits
+        for kind, declared in KINDS.items():
+            limits = declared.limits(
+                max_prompt_chars=77, **({"max_width": 512} if kind == JobKind.text_to_image else {})
+            )
+            assert effective_limits(declared, source, None, limits) == limits
 
 
 def test_the_models_file_may_only_tighten():
-    configured = ModelLimits(
-        max_prompt_chars=100, min_width=64, max_new_tokens=1000, default_width=128, size_multiple=16
-    )
+    configured = TextToImageLimits(max_prompt_chars=100, min_width=64, default_width=128, size_multiple=16)
     merged = merge_limits(
-        configured,
-        {"max_prompt_chars": 169, "min_width": 24, "max_new_tokens": 511, "size_multiple": 8, "default_width": 64},
+        configured, {"max_prompt_chars": 169, "min_width": 24, "size_multiple": 8, "default_width": 64}
     )
-    assert (merged.max_prompt_chars, merged.min_width, merged.max_new_tokens) == (100, 64, 511)
+    assert (merged.max_prompt_chars, merged.min_width) == (100, 64)
     assert merged.size_multiple == 16 and merged.default_width == 128  # the file's default, inside the bounds
-    assert merge_limits(ModelLimits(), {"default_width": 64}).default_width == 64  # unset: the model's
-    assert merge_limits(ModelLimits(max_width=256), {}).default_width == 256  # unset and too large: moved inside
+    assert merge_limits(TextGenerationLimits(max_new_tokens=1000), {"max_new_tokens": 511}).max_new_tokens == 511
+    assert merge_limits(TextToImageLimits(), {"default_width": 64}).default_width == 64  # unset: the model's
+    assert merge_limits(TextToImageLimits(max_width=256), {}).default_width == 256  # unset and too large: moved inside
     with pytest.raises(ValueError, match="default_width = 16"):
-        merge_limits(ModelLimits(default_width=16), {"min_width": 24})
+        merge_limits(TextToImageLimits(default_width=16), {"min_width": 24})
 
 
 def test_a_models_file_asking_for_what_the_model_cannot_take_is_refused(tmp_path: Path, demo_models: Path):
@@ -85,6 +90,16 @@ def test_a_models_file_asking_for_what_the_model_cannot_take_is_refused(tmp_path
     )
     with pytest.raises(GenqError, match="model sd: no width fits"):
         load_models_file(tmp_path / "m.toml")
+
+
+def test_a_limit_of_another_kind_is_named(tmp_path: Path):
+    (tmp_path / "m.toml").write_text(
+        '[models.gpt]\nkind = "text-generation"\nsource = "fake://"\nlimits = { max_new_tokens = 8, max_width = 64 }\n'
+    )
+    with pytest.raises(GenqError, match=r"max_width: not a limit of a text-generation model \(its limits: "):
+        load_models_file(tmp_path / "m.toml")
+    (tmp_path / "m.toml").write_text('[models.gpt]\nkind = "text-generation"\nsource = "fake://"\n')
+    assert load_models_file(tmp_path / "m.toml").models["gpt"].limits == TextGenerationLimits()
 
 
 def unet(blocks: list[int], groups: int) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 from api.openai_compat.completions import _chunks
 from tasks.events import EventType, JobEvent
-from tasks.inputs import JobKind
 from tasks.job_record import JobRecord
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 
 FINAL = "one two three four five six"

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.outputs import OutputEntry, input_key, object_key
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.outputs_fs import FilesystemOutputStore
 from tasks.store.redis_client import connect
+from tasks.store.sweeps import SweepStore
 from worker.output_sweeper import OutputSweeper
 
 
@@ -41,13 +42,17 @@ def job(jobs: JobStore, fs: FilesystemOutputStore, status: JobStatus, runs: int 
     for key in keys:
         fs.put(key, key.encode(), "image/png")
     if status != JobStatus.queued:
-        jobs.claim_many([(job_id, "run0")])
+        jobs.leases.claim_many([(job_id, "run0")])
     if status == JobStatus.succeeded:
         entry = OutputEntry.describe(job_id, "run0", 0, keys[0].encode(), "image/png")
-        jobs.finish(job_id, "run0", status, binary_outputs=[entry])
+        jobs.leases.finish(job_id, "run0", status, binary_outputs=[entry])
     elif status.terminal:
-        jobs.finish(job_id, "run0", status)
+        jobs.leases.finish(job_id, "run0", status)
     return job_id, keys
+
+
+def sweeps(jobs: JobStore) -> SweepStore:
+    return SweepStore(jobs.redis, jobs.keys)
 
 
 def stored(fs: FilesystemOutputStore) -> set[str]:
@@ -61,7 +66,7 @@ def test_objects_of_expired_records_go_and_live_jobs_keep_theirs(jobs, fs):
     queued, queued_keys = job(jobs, fs, JobStatus.queued)
     done, done_keys = job(jobs, fs, JobStatus.succeeded, runs=3)
     failed, failed_keys = job(jobs, fs, JobStatus.failed)
-    sweeper = OutputSweeper(fs, jobs, grace_s=0)
+    sweeper = OutputSweeper(fs, sweeps(jobs), grace_s=0)
     assert sweeper.sweep() == 2 + 2 + 1
     # The finished job keeps what its record lists and its input; runs that lost and a failed job's leftovers go.
     assert stored(fs) == {*running_keys, *queued_keys, done_keys[0], done_keys[-1], failed_keys[-1]}
@@ -72,8 +77,8 @@ def test_objects_of_expired_records_go_and_live_jobs_keep_theirs(jobs, fs):
 def test_nothing_younger_than_the_grace_period_is_touched(jobs, fs):
     gone, keys = job(jobs, fs, JobStatus.succeeded)
     jobs.redis.delete(jobs.keys.job(gone))
-    assert OutputSweeper(fs, jobs, grace_s=60).sweep() == 0 and stored(fs) == set(keys)
-    later = OutputSweeper(fs, jobs, grace_s=60, clock=lambda: time.time() + 61)
+    assert OutputSweeper(fs, sweeps(jobs), grace_s=60).sweep() == 0 and stored(fs) == set(keys)
+    later = OutputSweeper(fs, sweeps(jobs), grace_s=60, clock=lambda: time.time() + 61)
     assert later.sweep() == 2 and stored(fs) == set()
 
 
@@ -81,7 +86,7 @@ def test_a_stranger_file_in_the_store_is_left_alone(jobs, fs):
     stray = fs.root / "zz" / "zz-not-ours" / "notes with spaces.txt"
     stray.parent.mkdir(parents=True)
     stray.write_text("someone else's")
-    assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 0 and stray.exists()
+    assert OutputSweeper(fs, sweeps(jobs), grace_s=0).sweep() == 0 and stray.exists()
 
 
 def test_expired_uploads_go_live_ones_stay_and_a_strangers_is_left_alone(jobs, fs):
@@ -94,7 +99,7 @@ def test_expired_uploads_go_live_ones_stay_and_a_strangers_is_left_alone(jobs, f
     jobs.redis.delete(jobs.keys.upload(expired.id))  # as if its TTL ran out; its tombstone outlives it
     stranger = "up_" + uuid.uuid4().hex  # another deployment's upload in a shared directory
     fs.put(upload_key(stranger), b"theirs", "image/png")
-    assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 1
+    assert OutputSweeper(fs, sweeps(jobs), grace_s=0).sweep() == 1
     assert stored(fs) == {upload_key(live.id), upload_key(stranger)}
     assert uploads.get(live.id, "alice") is not None and uploads.get(live.id, "bob") is None
 
@@ -116,4 +121,4 @@ def test_inputs_of_a_job_the_api_never_recorded_go(jobs, fs):
     job_id = str(uuid.uuid4())
     jobs.redis.set(jobs.keys.gone(job_id), "alice", ex=60)
     fs.put(input_key(job_id, "image"), b"picture", "image/png")
-    assert OutputSweeper(fs, jobs, grace_s=0).sweep() == 1 and stored(fs) == set()
+    assert OutputSweeper(fs, sweeps(jobs), grace_s=0).sweep() == 1 and stored(fs) == set()

@@ -18,6 +18,7 @@ from tasks.store.redis_client import connect
 from tests.unit.test_executor import ImageRuntime, items
 from worker.executor import Executor
 from worker.output_writes import OutputWriter
+from worker.results import ResultStore
 from worker.runtimes.base import Blob
 
 
@@ -157,8 +158,7 @@ def test_a_job_whose_outputs_cannot_be_written_fails_with_the_code_and_keeps_no_
         ImageRuntime().spec,
         store,
         max_attempts=3,
-        outputs=outputs,
-        fleet=FleetStore(store.redis, store.settings),
+        results=ResultStore(ImageRuntime().spec.id, store, outputs, FleetStore(store.redis, store.settings)),
     )
     ok, full = items(store, ["ok", "full"])
     executor.execute(executor.admit_all([ok]))
@@ -178,8 +178,7 @@ def test_in_one_batch_only_the_job_whose_outputs_cannot_be_written_fails(store):
         ImageRuntime().spec,
         store,
         max_attempts=3,
-        outputs=outputs,
-        fleet=FleetStore(store.redis, store.settings),
+        results=ResultStore(ImageRuntime().spec.id, store, outputs, FleetStore(store.redis, store.settings)),
     )
     ok, full = items(store, ["ok", "full"])
     executor.execute(executor.admit_all([ok, full]))

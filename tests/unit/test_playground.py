@@ -61,8 +61,7 @@ def test_the_page_renders_kinds_from_their_declaration():
     """No job kind is named in the page's code: /v1/models gives each model's display and example input."""
     from typing import get_args
 
-    from tasks.inputs import JobKind
-    from tasks.kinds import Display
+    from tasks.kinds import Display, JobKind
 
     static = ROOT / "api" / "static"
     code = "\n".join(path.read_text() for path in sorted(static.glob("*.js")))

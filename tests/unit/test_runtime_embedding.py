@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.inputs import EmbeddingInput, JobKind
+from tasks.kinds import EmbeddingInput, JobKind
 from tasks.models_file import ModelSpec
 from worker.runtimes.embedding import EmbeddingRuntime
 from worker.torch_settings import TorchOptions, apply_global

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.inputs import SEED_MAX, FillMaskInput, JobKind, TextGenerationInput
+from tasks.kinds import SEED_MAX, FillMaskInput, JobKind, TextGenerationInput
 from tasks.models_file import ModelSpec
 from worker.demo_models import build_demo_models
 from worker.runtimes.fill_mask import FillMaskRuntime

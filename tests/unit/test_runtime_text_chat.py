@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from tasks.errors import InvalidInput
-from tasks.inputs import JobKind, TextGenerationInput
-from tasks.job_outputs import TextGenerationOutput
+from tasks.kinds import JobKind, TextGenerationInput, TextGenerationOutput
 from tasks.models_file import ModelSpec
 from tests.unit.conftest import OPTIONS
 from tests.unit.test_runtime_text_steps import LONG_PROMPT, outputs, run_out, steps

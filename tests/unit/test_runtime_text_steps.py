@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tasks.inputs import TextGenerationInput
+from tasks.kinds import TextGenerationInput
 from tests.unit.text_sinks import Collected
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text_generation import TextGenerationRuntime

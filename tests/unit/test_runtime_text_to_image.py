@@ -12,14 +12,16 @@ import pytest
 from PIL import Image
 
 from tasks.input_checks import validate_input
-from tasks.inputs import SEED_MAX, JobKind, ModelLimits, TextToImageInput
+from tasks.kinds import SEED_MAX, JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
 from tasks.outputs import job_of_key
 from worker.runtimes.base import Blob
 from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
-LIMITS = ModelLimits(default_width=64, default_height=64, default_steps=4, max_width=256, max_height=256, max_steps=50)
+LIMITS = TextToImageLimits(
+    default_width=64, default_height=64, default_steps=4, max_width=256, max_height=256, max_steps=50
+)
 TOLERANCE = 2  # max abs pixel difference (of 255) allowed between batched and single runs: float noise
 
 
@@ -142,7 +144,7 @@ def test_scheduler_gives_valid_images(runtime: TextToImageRuntime, name: str) ->
 
 
 def test_every_scheduler_of_the_contract_is_available() -> None:
-    from tasks.inputs import SCHEDULERS
+    from tasks.kinds.text_to_image import SCHEDULERS
     from worker.runtimes.text_to_image import SCHEDULER_CLASSES
 
     assert set(SCHEDULERS) == {"default", *SCHEDULER_CLASSES}  # the API never accepts one a worker lacks

@@ -6,9 +6,16 @@ import pytest
 
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
-from tasks.inputs import JobKind, ModelLimits, TextToImageInput
+from tasks.kinds import (
+    EmbeddingLimits,
+    FillMaskLimits,
+    JobKind,
+    TextGenerationLimits,
+    TextToImageInput,
+    TextToImageLimits,
+)
 
-LIMITS = ModelLimits(
+LIMITS = TextToImageLimits(
     default_width=64,
     default_height=64,
     default_steps=4,
@@ -19,6 +26,7 @@ LIMITS = ModelLimits(
     max_images=4,
     max_prompt_chars=100,
 )
+EMBEDDING = EmbeddingLimits(max_prompt_chars=100)
 
 
 def test_text_to_image_defaults_come_from_the_model():
@@ -63,26 +71,26 @@ def test_pixel_budget_is_enforced():
 
 def test_every_bad_field_is_named_at_once():
     with pytest.raises(InvalidInput) as err:
-        validate_input(JobKind.text_generation, {"prompt": "", "top_p": 2}, LIMITS)
+        validate_input(JobKind.text_generation, {"prompt": "", "top_p": 2}, TextGenerationLimits())
     assert "input.prompt" in err.value.message and "input.top_p" in err.value.message
 
 
 def test_fill_mask_needs_exactly_one_mask():
-    validate_input(JobKind.fill_mask, {"text": "a [MASK] b"}, LIMITS)
+    validate_input(JobKind.fill_mask, {"text": "a [MASK] b"}, FillMaskLimits())
     for text in ("none", "[MASK] [MASK]"):
         with pytest.raises(InvalidInput, match="exactly once"):
-            validate_input(JobKind.fill_mask, {"text": text}, LIMITS)
+            validate_input(JobKind.fill_mask, {"text": text}, FillMaskLimits())
 
 
 def test_embedding_limits_count_and_length():
     with pytest.raises(InvalidInput) as err:
-        validate_input(JobKind.embedding, {"texts": ["ok", "y" * 101]}, LIMITS)
+        validate_input(JobKind.embedding, {"texts": ["ok", "y" * 101]}, EMBEDDING)
     assert err.value.field == "input.texts[1]"
     with pytest.raises(InvalidInput):
-        validate_input(JobKind.embedding, {"texts": ["a"] * 65}, LIMITS)
+        validate_input(JobKind.embedding, {"texts": ["a"] * 65}, EMBEDDING)
 
 
 def test_input_must_be_an_object():
     with pytest.raises(InvalidInput) as err:
-        validate_input(JobKind.embedding, ["a"], LIMITS)
+        validate_input(JobKind.embedding, ["a"], EMBEDDING)
     assert err.value.field == "input"

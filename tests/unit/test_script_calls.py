@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_outcomes import CompletionCounter
@@ -54,15 +54,15 @@ def test_a_batch_claim_renewal_progress_and_ending_are_one_round_trip_each(key_p
     store, trips = counting_store(REDIS_URL, key_prefix)
     jobs = [queued(store) for _ in range(3)]
     leases = [(job_id, "t-" + job_id) for job_id in jobs]
-    store.claim_many(leases)
-    store.renew(leases, ["tag-1"])
-    store.set_progress(leases, 1, 2)
+    store.leases.claim_many(leases)
+    store.leases.renew(leases, ["tag-1"])
+    store.leases.set_progress(leases, 1, 2)
     trips.clear()
-    store.claim_many(leases)
-    store.renew(leases, ["tag-1"])
-    store.set_progress(leases, 2, 2)
+    store.leases.claim_many(leases)
+    store.leases.renew(leases, ["tag-1"])
+    store.leases.set_progress(leases, 2, 2)
     outcomes = [Outcome(job_id, token, JobStatus.succeeded, output=job_id) for job_id, token in leases]
-    endings = store.finish_many(outcomes, also=lambda pipe: pipe.incrby(store.keys.prefix + "counter", 3))
+    endings = store.leases.finish_many(outcomes, also=lambda pipe: pipe.incrby(store.keys.prefix + "counter", 3))
     assert [len(trip) for trip in trips] == [3, 4, 3, 4]  # no SCRIPT EXISTS before any of them
     assert all("SCRIPT" not in name for trip in trips for name in trip)
     assert all(e.stored for e in endings)
@@ -73,9 +73,9 @@ def test_a_batch_claim_renewal_progress_and_ending_are_one_round_trip_each(key_p
 def test_finish_many_settles_each_job_on_its_own_verdict(key_prefix):
     store, _ = counting_store(REDIS_URL, key_prefix)
     ran, canceled, taken = queued(store), queued(store), queued(store)
-    store.claim_many([(ran, "a"), (canceled, "b"), (taken, "c")])
+    store.leases.claim_many([(ran, "a"), (canceled, "b"), (taken, "c")])
     store.cancel(canceled)
-    endings = store.finish_many(
+    endings = store.leases.finish_many(
         [
             Outcome(ran, "a", JobStatus.succeeded),
             Outcome(canceled, "b", JobStatus.succeeded),
@@ -87,7 +87,7 @@ def test_finish_many_settles_each_job_on_its_own_verdict(key_prefix):
         (False, JobStatus.canceled),
         (False, JobStatus.running),
     ]
-    again = store.finish_many([Outcome(ran, "a", JobStatus.succeeded)])  # a retry after a lost reply
+    again = store.leases.finish_many([Outcome(ran, "a", JobStatus.succeeded)])  # a retry after a lost reply
     assert again[0].stored
 
 
@@ -96,11 +96,11 @@ def test_scripts_a_fresh_redis_lacks_are_loaded_and_run_once(throwaway: RedisSer
     jobs = [queued(store) for _ in range(2)]
     store.redis.script_flush()
     trips.clear()
-    claims = store.claim_many([(job_id, "t") for job_id in jobs])
+    claims = store.leases.claim_many([(job_id, "t") for job_id in jobs])
     assert [c.attempts for c in claims] == [1, 1]  # each claim ran exactly once
     assert trips[0] == ["EVALSHA", "EVALSHA"] and "SCRIPT" in trips[1][0]  # NOSCRIPT, then redis-py's loading path
     trips.clear()
-    store.claim_many([(job_id, "t") for job_id in jobs])
+    store.leases.claim_many([(job_id, "t") for job_id in jobs])
     assert trips == [["EVALSHA", "EVALSHA"]]  # loaded now: one round trip again
 
 
@@ -122,10 +122,10 @@ def test_a_wait_follows_the_scripts_run_again(throwaway: RedisServer, key_prefix
 def test_endings_run_again_are_covered_by_a_wait_of_their_own(throwaway: RedisServer, key_prefix):
     store, trips = counting_store(throwaway.url, key_prefix, redis_wait_replicas=1, redis_wait_timeout_s=0.01)
     jobs = [queued_unreplicated(store) for _ in range(2)]
-    store.claim_many([(job_id, "t") for job_id in jobs])
+    store.leases.claim_many([(job_id, "t") for job_id in jobs])
     store.redis.script_flush()
     trips.clear()
-    endings = store.finish_many(
+    endings = store.leases.finish_many(
         [Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs],
         also=lambda pipe: pipe.incr(key_prefix + "count"),
     )
@@ -164,12 +164,12 @@ def test_the_outbox_records_in_one_round_trip_on_a_fresh_redis(throwaway: RedisS
 def test_finish_many_retried_after_a_lost_reply_counts_each_completion_once(key_prefix):
     store, _ = counting_store(REDIS_URL, key_prefix)
     jobs = [queued(store) for _ in range(3)]
-    store.claim_many([(job_id, "t") for job_id in jobs])
+    store.leases.claim_many([(job_id, "t") for job_id in jobs])
     prefix = f"{key_prefix}completed-{uuid.uuid4().hex}:"  # its own: the session's workers count under completed:
     counter = CompletionCounter(prefix, 3600, 60)  # one bucket an hour: one key in this test
     outcomes = [Outcome(job_id, "t", JobStatus.succeeded) for job_id in jobs]
-    first = store.finish_many(outcomes, counter=counter)
-    again = store.finish_many(outcomes, counter=counter)  # what with_retries sends when the first reply was lost
+    first = store.leases.finish_many(outcomes, counter=counter)
+    again = store.leases.finish_many(outcomes, counter=counter)  # what with_retries sends when the first reply was lost
     assert all(e.stored for e in first + again)
     [bucket] = store.redis.keys(prefix + "*")
     assert bucket == f"{prefix}{int(store.now()) // 3600}".encode()  # Redis' clock names the bucket

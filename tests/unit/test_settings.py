@@ -61,3 +61,19 @@ def test_values_parse_by_their_field_types() -> None:
 def test_a_value_outside_its_type_is_refused_naming_the_variable(env: dict[str, str], complaint: str) -> None:
     with pytest.raises(GenqError, match=complaint):
         Settings.from_env(env)
+
+
+def test_the_webhook_sender_gets_its_own_values_and_the_api_its_server_settings() -> None:
+    worker = WorkerSettings.from_env(
+        {"GENQ_WEBHOOK_SECRET": "s", "GENQ_WEBHOOK_POLL_S": "2", "GENQ_WEBHOOK_ALLOW_HTTP": "1"}
+    )
+    sending = worker.webhook_sending()
+    assert (sending.secret, sending.poll_s, sending.allow_http, sending.lease_s) == ("s", 2.0, True, 30.0)
+    assert "secret" not in repr(sending) and not hasattr(sending, "redis_url")  # its values, nothing else
+    api = ApiSettings.from_env({"GENQ_API_BIND": "127.0.0.1:9000", "GENQ_API_WORKERS": "3"})
+    assert (api.api_bind, api.api_workers, ApiSettings().api_bind, ApiSettings().api_workers) == (
+        "127.0.0.1:9000",
+        3,
+        "0.0.0.0:8000",
+        2,
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
@@ -22,6 +22,8 @@ from tests.batch_sim import Clock
 from tests.fake_runtime import FakeSession, FakeSteppingRuntime
 from worker.executor import Executor
 from worker.job import WorkItem
+from worker.lifecycle import Left
+from worker.results import ResultStore
 from worker.step_loop import CANCEL_CHECK_S, StepRunner
 
 STEP_S = 0.1  # the fake clock's time per step: more than CANCEL_CHECK_S, so every boundary reads the statuses
@@ -36,7 +38,7 @@ def store(key_prefix: str) -> JobStore:
 class Loop:
     """A runner over a fake stepping runtime whose steps advance a fake clock and may run hooks (before step n)."""
 
-    def __init__(self, store: JobStore, source: str = "fake://") -> None:
+    def __init__(self, store: JobStore, source: str = "fake://", events: Any = None) -> None:
         spec = ModelSpec(id="fake-steps", kind=JobKind.fill_mask, source="x")
         self.runtime = FakeSteppingRuntime(spec, source, None)
         self.runtime.load("cpu")
@@ -49,8 +51,10 @@ class Loop:
             spec,
             store,
             max_attempts=3,
-            outputs=output_store(store.redis, store.settings),
-            fleet=FleetStore(store.redis, store.settings),
+            results=ResultStore(
+                spec.id, store, output_store(store.redis, store.settings), FleetStore(store.redis, store.settings)
+            ),
+            events=events,
         )
         self.left: list[list[str]] = []  # texts of the rows handed back, per hand-back, in order
         self.revoked: set[str] = set()
@@ -64,8 +68,8 @@ class Loop:
         if step in self.hooks:
             self.hooks.pop(step)()
 
-    def _on_left(self, items: list[WorkItem]) -> None:
-        self.left.append([text_of(item) for item in items])
+    def _on_left(self, rows: list[Left]) -> None:
+        self.left.append([text_of(item) for item, _ in rows])
 
     def jobs(self, *texts: str, deadline_s: float | None = None) -> list[WorkItem]:
         """Queued jobs, claimed as the loop thread claims them before they run or join."""
@@ -216,9 +220,8 @@ class Publisher:
 
 
 def test_each_row_reports_every_step_to_its_last_then_its_events_are_flushed_before_its_end(store):
-    loop = Loop(store)
     publisher = Publisher()
-    loop.executor.events = publisher  # type: ignore[assignment]
+    loop = Loop(store, events=publisher)
     a, b = loop.jobs("a-steps=3", "b-steps=1")
     loop.run([a, b], [a, b])
     mine = [(kind, data) for job_id, kind, data in publisher.events if job_id == a.job_id]
@@ -232,9 +235,8 @@ def test_each_row_reports_every_step_to_its_last_then_its_events_are_flushed_bef
 def test_progress_reports_only_increases_from_one(store):
     """A session may report step 0 after a step (PNDM runs steps + 1 timesteps) or the same step twice: clients see
     each step once, from 1 to the total, as from predict's callback."""
-    loop = Loop(store)
     publisher = Publisher()
-    loop.executor.events = publisher  # type: ignore[assignment]
+    loop = Loop(store, events=publisher)
     [a] = loop.jobs("a-steps=4")
     session_progress = FakeSession.progress
     scaled = {0: 0, 1: 0, 2: 1, 3: 1}  # done -> the step a scaled report gives (the fourth step ends the row)

@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
 
-from tasks.inputs import TextGenerationInput
+from tasks.kinds import TextGenerationInput
 from tests.unit.text_sinks import Collected
 from worker.runtimes.text_generation import TextGenerationRuntime
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from tasks.inputs import JobKind
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
 

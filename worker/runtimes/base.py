@@ -7,7 +7,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from tasks.inputs import AnyInput, JobKind
+from tasks.kinds import AnyInput, JobKind
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputStore
 
@@ -44,7 +44,7 @@ class Row:
     """One job handed to a step session: ``handle`` is the caller's name for it (the job id)."""
 
     handle: str
-    input: Any  # the job's parsed input (tasks.inputs.AnyInput)
+    input: Any  # the job's parsed input (tasks.kinds.AnyInput)
     text_sink: TextSink | None = None  # where a text runtime streams this job's new text
 
 
@@ -58,7 +58,7 @@ class RowResult:
 
 
 class StepSession(ABC):
-    """The rows of one step key in flight on the model, advanced one step at a time (STEPS.md).
+    """The rows of one step key in flight on the model, advanced one step at a time (docs/scheduling.md).
 
     The model thread owns it: between two calls to ``step`` it ``admit``s newcomers and ``drop``s rows that
     were canceled, passed their deadline or lost their lease. Every row keeps its own settings, seed and

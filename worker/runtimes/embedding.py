@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tasks.inputs import EmbeddingInput, JobKind
+from tasks.kinds import EmbeddingInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 

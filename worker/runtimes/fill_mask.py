@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from tasks.inputs import FillMaskInput, JobKind
+from tasks.kinds import FillMaskInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 

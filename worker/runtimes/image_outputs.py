@@ -6,7 +6,7 @@ import io
 import secrets
 from typing import Any
 
-from tasks.inputs import SEED_MAX, TextToImageInput
+from tasks.kinds import SEED_MAX, TextToImageInput
 
 #: A random seed leaves room for seed + j of every image of a job without wrapping.
 RANDOM_SEED_MAX = SEED_MAX - 16

@@ -10,37 +10,12 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from tasks.errors import InvalidInput
+from tasks.image_modes import Mode, mode_of, strength_of
+from tasks.media import MediaRef
 from tasks.outputs import OutputStore
-
-#: diffusers' defaults, which the API fills in too: image-to-image keeps some of the source, inpainting repaints.
-IMAGE_TO_IMAGE_STRENGTH = 0.8
-INPAINTING_STRENGTH = 1.0
-
-
-class Mode(StrEnum):
-    """What a text-to-image job does with the loaded weights; jobs of different modes share steps, not calls."""
-
-    text = "text-to-image"
-    image = "image-to-image"
-    inpaint = "inpainting"
-
-
-def mode_of(inp: Any) -> Mode:
-    if getattr(inp, "image", None) is None:
-        return Mode.text
-    return Mode.inpaint if getattr(inp, "mask", None) is not None else Mode.image
-
-
-def strength_of(inp: Any) -> float:
-    """The job's strength, or its mode's default (1.0 for text to image: it starts from noise)."""
-    mode = mode_of(inp)
-    if getattr(inp, "strength", None) is not None:
-        return float(inp.strength)
-    return IMAGE_TO_IMAGE_STRENGTH if mode == Mode.image else INPAINTING_STRENGTH
 
 
 def denoising_steps(steps: int, strength: float) -> int:
@@ -85,10 +60,10 @@ def read_source(store: OutputStore | None, inp: Any) -> Source | None:
     return Source(image, mask, strength)
 
 
-def _picture(store: OutputStore, key: str, field: str, pil_mode: str, size: tuple[int, int]) -> Any:
+def _picture(store: OutputStore, ref: MediaRef, field: str, pil_mode: str, size: tuple[int, int]) -> Any:
     from PIL import Image
 
-    data = store.get(key)  # OutputStoreUnavailable (store down) is the store's error, not the input's
+    data = store.get(ref.key)  # OutputStoreUnavailable (store down) is the store's error, not the input's
     if data is None:
         raise InvalidInput(
             f"{field}: the uploaded picture is gone (it expired or was deleted); send it again", field=field

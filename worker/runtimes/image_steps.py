@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.inputs import TextToImageInput
+from tasks.kinds import TextToImageInput
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
 from worker.runtimes.image_outputs import image_seeds, png_bytes
 from worker.runtimes.image_rows import (

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from tasks.inputs import TextGenerationInput
+from tasks.kinds import TextGenerationInput
 
 
 class RowProcessor(Protocol):

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from tasks.inputs import SEED_MAX, JobKind, TextGenerationInput
+from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.chat_prompt import chat_prompt
 from worker.runtimes.hf_loading import load_pretrained, max_input_length

@@ -1,4 +1,4 @@
-"""A finished text job's output from its rows (tasks/job_outputs.py ``TextGenerationOutput``).
+"""A finished text job's output from its rows (``TextGenerationOutput`` in tasks/kinds/text_generation.py).
 
 The top-level fields are choice 0's, as before chat (``text, seed, tokens, prompt_tokens, finish_reason``).
 ``choices`` lists every choice when the job has several (``n`` > 1) or asked for logprobs; a ``messages`` job

@@ -14,17 +14,18 @@ from collections.abc import Hashable
 from typing import Any, cast
 
 from tasks.errors import ModelError
-from tasks.inputs import JobKind, TextToImageInput
+from tasks.image_modes import Mode, mode_of, strength_of
+from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
-from worker.runtimes.image_sources import Mode, Source, mode_of, read_source, strength_of
+from worker.runtimes.image_sources import Source, read_source
 from worker.runtimes.image_steps import ImageStepSession, can_step
 from worker.torch_settings import apply_to_pipeline, inference_context
 
 __all__ = ["RANDOM_SEED_MAX", "SCHEDULER_CLASSES", "TextToImageRuntime", "image_seeds", "png_bytes"]
 
-#: Scheduler names of the contract (tasks.schemas.SCHEDULERS) -> diffusers classes; "default" = as shipped.
+#: Scheduler names of the contract (tasks.kinds.text_to_image.SCHEDULERS) -> diffusers classes; "default" = as shipped.
 SCHEDULER_CLASSES: dict[str, str] = {
     "euler": "EulerDiscreteScheduler",
     "euler_a": "EulerAncestralDiscreteScheduler",
@@ -82,7 +83,7 @@ class TextToImageRuntime(Runtime):
 
     def _warm_up(self) -> None:
         """One small call at the default size, so the first job pays no first-call costs."""
-        limits = self.spec.limits
+        limits = self.spec.limits_as(TextToImageLimits)
         warm = TextToImageInput(
             prompt="warm up",
             width=limits.default_width,

@@ -1,0 +1,50 @@
+"""Media as job inputs, whatever the media: the upload object, data: URIs, ``POST /v1/uploads``.
+
+A small object rides inline in the job's JSON as a ``data:`` URI (one request); a larger one is sent first to
+``POST /v1/uploads`` as raw bytes and the job names its upload id, so the job body stays far below the API's
+JSON limit. What turns a path or an object into bytes of a media type is the media's own module
+(``genq.image_inputs`` for pictures).
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from genq.protocol import Config, Flow, Request, call
+
+#: Up to this many bytes an object goes inline as a data: URI, above it through POST /v1/uploads. Base64 adds a
+#: third: an image and a mask of this size each (about 683 KiB together) fit the API's 1 MiB JSON body.
+DATA_URI_MAX_BYTES = 256 * 1024
+#: Strings the API resolves itself: an upload id, a data: URI, a URL (where the server fetches them).
+PASSED_AS_IS = ("up_", "data:", "https://", "http://")
+UPLOAD_TIMEOUT_S = 120.0  # 20 MiB over a slow link
+
+
+class Upload(BaseModel):
+    """What ``POST /v1/uploads`` answers: the id to put in a job's media field (``image``, ``mask``), and what it
+    holds."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    media_type: str
+    bytes: int
+    width: int | None = None
+    height: int | None = None
+    expires_at: datetime | None = None
+
+
+def data_uri(data: bytes, media_type: str) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def upload_bytes(config: Config, data: bytes, media_type: str) -> Flow[Upload]:
+    """``POST /v1/uploads`` with raw bytes of ``media_type``; the upload (owner-scoped, expiring)."""
+    request = Request(
+        "POST", "/v1/uploads", content=data, headers={"Content-Type": media_type}, timeout=UPLOAD_TIMEOUT_S
+    )
+    response = yield from call(config, request)
+    return Upload.model_validate(response.json())

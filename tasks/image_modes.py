@@ -1,0 +1,37 @@
+"""What a text-to-image job does with its pictures, and the one default strength of each mode."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class Mode(StrEnum):
+    """What a text-to-image job does with the loaded weights; jobs of different modes share steps, not calls."""
+
+    text = "text-to-image"
+    image = "image-to-image"
+    inpaint = "inpainting"
+
+
+#: diffusers' defaults: image-to-image keeps some of the source, inpainting repaints the masked area from noise,
+#: and text to image starts from noise.
+DEFAULT_STRENGTH = {Mode.text: 1.0, Mode.image: 0.8, Mode.inpaint: 1.0}
+
+#: In the JSON schema: mask and strength are sent only with an image (the API refuses them otherwise, null too).
+NEEDS_IMAGE: dict[str, Any] = {
+    name: {"required": ["image"], "properties": {"image": {"type": "string"}}} for name in ("mask", "strength")
+}
+
+
+def mode_of(inp: Any) -> Mode:
+    """The mode of a text-to-image input: by whether it names an image, and a mask."""
+    if getattr(inp, "image", None) is None:
+        return Mode.text
+    return Mode.inpaint if getattr(inp, "mask", None) is not None else Mode.image
+
+
+def strength_of(inp: Any) -> float:
+    """The job's strength, or its mode's default."""
+    strength = getattr(inp, "strength", None)
+    return DEFAULT_STRENGTH[mode_of(inp)] if strength is None else float(strength)
