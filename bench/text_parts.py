@@ -123,7 +123,7 @@ def decode_ms(runtime: TextGenerationRuntime, lengths: list[int], steps: int = 8
     session = TextStepSession(runtime)
     group = []
     for i, length in enumerate(lengths):
-        state = runtime.decode_row(TextGenerationInput(prompt="x", max_new_tokens=steps + 2, seed=i))
+        state = runtime.decode_rows(TextGenerationInput(prompt="x", max_new_tokens=steps + 2, seed=i))[0]
         state.prompt_ids = [(7 * i + j) % 1000 + 10 for j in range(length)]
         group.append(_Held(str(i), state, None))
     with runtime.grad_off():

@@ -37,7 +37,7 @@ class StatusChange(BaseModel):
 
 
 class TextPiece(BaseModel):
-    """New text of one job: the job's text so far is ``previous[:offset] + text``.
+    """New text of one job (of one of its choices): the text so far is ``previous[:offset] + text``.
 
     ``offset`` is the length of the text before this piece; it is smaller than what came before only when a
     job's generation started over (a batch retried, a worker lost), and then the text restarts there.
@@ -46,6 +46,12 @@ class TextPiece(BaseModel):
     text: str
     offset: int = Field(ge=0)
     tokens: int = Field(ge=0, description="tokens generated so far")
+    index: int | None = Field(
+        default=None,
+        ge=0,
+        description="the choice this piece extends, for a job with several (n > 1); absent for a job of one, "
+        "whose only choice is 0. Offsets and tokens are per choice",
+    )
 
 
 class StreamError(BaseModel):

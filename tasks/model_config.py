@@ -49,6 +49,15 @@ def _hub_cached(repo_id: str, name: str, revision: str | None) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+#: Where ``save_pretrained`` writes a chat template outside tokenizer_config.json (transformers >= 4.50).
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def has_file(source: str, name: str, revision: str | None = None) -> bool:
+    """Whether the model's file ``name`` is at hand (its folder, or the local Hugging Face cache)."""
+    return (Path(source) / name).is_file() or _hub_cached(source, name, revision) is not None
+
+
 def effective_limits(declared: Kind[L], source: str, revision: str | None, configured: L) -> L:
     """``configured`` tightened to what the model at ``source`` can take; its defaults moved inside the bounds."""
     derived = declared.derive(source, revision)

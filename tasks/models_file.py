@@ -107,6 +107,12 @@ class ModelSpec(BaseModel):
     )
     default_deadline_s: float | None = Field(default=None, gt=0)
     torch: dict[str, Any] = Field(default_factory=dict, description="overrides of the worker's torch settings")
+    chat_template: str | None = Field(
+        default=None,
+        min_length=1,
+        description="text-generation: a Jinja chat template (the text itself, as in tokenizer_config.json) that "
+        "sets or replaces the tokenizer's own; messages are rendered with it",
+    )
     adapters: AdapterSources = Field(
         default_factory=dict,
         description="LoRA adapters of this model by name: a folder (relative to the models file), a file, a hub id or "
@@ -224,4 +230,6 @@ def _within_model(spec: ModelSpec, base: Path) -> ModelSpec:
         limits = effective_limits(KINDS[spec.kind], source, spec.revision, spec.limits)
     except ValueError as exc:
         raise GenqError(f"model {spec.id}: {exc}") from None
+    if spec.chat_template is not None and "has_chat_template" in type(limits).model_fields:
+        limits = limits.model_copy(update={"has_chat_template": True})  # the file's template stands in
     return spec.model_copy(update={"limits": limits})

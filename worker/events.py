@@ -118,8 +118,10 @@ class BatchEvents:
             log.warning("job events not written within %.0f s; results go on without them", FLUSH_TIMEOUT_S)
 
     def _sink(self, row: int) -> TextSink:
-        def sink(offset: int, text: str, tokens: int) -> None:
-            self._emit(self.job_ids[row], EventType.text, TextPiece(text=text, offset=offset, tokens=tokens))
+        def sink(offset: int, text: str, tokens: int, index: int | None = None) -> None:
+            self._emit(
+                self.job_ids[row], EventType.text, TextPiece(text=text, offset=offset, tokens=tokens, index=index)
+            )
 
         return sink
 

@@ -103,7 +103,7 @@ class RowReports:
         if events is None or not self.streams_text:
             return None
 
-        def sink(offset: int, text: str, tokens: int) -> None:
-            events.emit(job_id, EventType.text, TextPiece(text=text, offset=offset, tokens=tokens))
+        def sink(offset: int, text: str, tokens: int, index: int | None = None) -> None:
+            events.emit(job_id, EventType.text, TextPiece(text=text, offset=offset, tokens=tokens, index=index))
 
         return sink

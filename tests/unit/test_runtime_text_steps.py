@@ -187,14 +187,14 @@ def test_the_cache_is_trimmed_when_the_longest_row_finishes(textgen: TextGenerat
 
 
 def test_a_row_whose_input_fails_leaves_alone(textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = textgen.decode_row
+    real = textgen.decode_rows
 
-    def decode_row(inp: TextGenerationInput) -> Any:
+    def decode_rows(inp: TextGenerationInput) -> Any:
         if inp.prompt == "bad":
             raise ValueError("this prompt breaks")
         return real(inp)
 
-    monkeypatch.setattr(textgen, "decode_row", decode_row)
+    monkeypatch.setattr(textgen, "decode_rows", decode_rows)
     session = textgen.open_session(())
     ok = TextGenerationInput(prompt="Hello", max_new_tokens=3, seed=1)
     ended = session.admit([Row("ok", ok), Row("bad", TextGenerationInput(prompt="bad"))])

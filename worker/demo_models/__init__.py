@@ -17,6 +17,9 @@ _BUILDERS = {
 
 #: Written last: a folder without it is a build that was interrupted, and is built again.
 COMPLETE_MARKER = ".complete"
+#: What the marker holds per model: a folder whose marker says another version (an older checkout's cache) is
+#: built again. gpt2-demo 2: its tokenizer has a chat template (the weights are the same).
+VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": ""}
 
 
 def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...] = DEMO_MODELS) -> dict[str, Path]:
@@ -26,12 +29,12 @@ def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...]
     folders = {}
     for name in names:
         folder = root / name
-        if force or not (folder / COMPLETE_MARKER).exists():
+        if force or not _complete(folder, VERSIONS[name]):
             if folder.exists():  # leftovers of an interrupted build (or force): start clean
                 shutil.rmtree(folder)
             # Imported here: builders need torch/transformers/diffusers, and `import worker` must stay light.
             importlib.import_module(_BUILDERS[name]).build(folder)
-            (folder / COMPLETE_MARKER).write_text("")
+            (folder / COMPLETE_MARKER).write_text(VERSIONS[name])
         _build_adapters(name, folder, force=force)
         folders[name] = folder
     return folders
@@ -48,3 +51,11 @@ def _build_adapters(name: str, folder: Path, *, force: bool) -> None:
                 shutil.rmtree(adapter_folder)
             build_adapter(name, folder, specs[adapter_name], adapter_folder)
             (adapter_folder / COMPLETE_MARKER).write_text("")
+
+
+def _complete(folder: Path, version: str) -> bool:
+    marker = folder / COMPLETE_MARKER
+    try:
+        return marker.read_text().strip() == version
+    except OSError:  # no marker: never finished
+        return False

@@ -1,4 +1,26 @@
-"""A random-weight GPT-2 (~16M parameters) with a byte-level BPE tokenizer trained by code."""
+"""A random-weight GPT-2 (~16M parameters) with a byte-level BPE tokenizer trained by code, and a chat template.
+
+The chat template (``CHAT_TEMPLATE``) is ChatML-like, in plain text (the markers are ordinary bytes to this
+tokenizer, so the vocabulary and the weights stay those of a model without it)::
+
+    <|im_start|>system
+    {system or developer content}
+    # Tools
+    Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>. Tools:
+    {one JSON tool definition per line}<|im_end|>
+    <|im_start|>user
+    {content}<|im_end|>
+    <|im_start|>assistant
+    {content}<tool_call>{"name": "f", "arguments": {...}}</tool_call><|im_end|>
+    <|im_start|>tool
+    {content}<|im_end|>
+    <|im_start|>assistant
+
+The system part appears when there is a system (or developer) message or tools; tools are listed only when a
+request passes them; an assistant's earlier tool calls render as one ``<tool_call>`` each, its ``arguments`` as
+sent (a JSON string). ``add_generation_prompt`` ends with the assistant's opening line. The weights are random:
+what the model answers is noise, only the rendering is meaningful.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +63,38 @@ medicine, engineering, architecture and psychology are taught at the university.
 """
 
 
+CHAT_TEMPLATE = """\
+{%- set first = messages[0] if messages else none -%}
+{%- set has_system = first is not none and first.role in ["system", "developer"] -%}
+{%- if has_system or tools -%}
+<|im_start|>system
+{% if has_system %}{{ first.content }}
+{% endif -%}
+{%- if tools -%}
+# Tools
+Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>. Tools:
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor -%}
+{%- endif -%}
+<|im_end|>
+{% endif -%}
+{%- for message in messages -%}
+{%- if not (loop.first and has_system) -%}
+<|im_start|>{{ "system" if message.role == "developer" else message.role }}
+{{ message.content or "" }}
+{%- for call in message.tool_calls or [] -%}
+<tool_call>{"name": {{ call.function.name | tojson }}, "arguments": \
+{{ call.function.arguments if call.function.arguments is string else call.function.arguments | tojson }}}</tool_call>
+{%- endfor -%}
+<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% endif -%}
+"""
+
+
 def _training_text() -> list[str]:
     lines = [line for line in CORPUS.splitlines() if line.strip()]
     lines += [" ".join(WORDS[i : i + 16]) for i in range(0, len(WORDS), 16)]
@@ -74,6 +128,7 @@ def build(path: Path) -> None:
         unk_token=EOS,
     )
     tokenizer.model_max_length = 512
+    tokenizer.chat_template = CHAT_TEMPLATE
 
     torch.manual_seed(0)  # the same weights on every build
     config = GPT2Config(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from tasks.kinds import AnyInput, JobKind
 from tasks.models_file import ModelSpec
@@ -13,8 +13,13 @@ from tasks.outputs import OutputStore
 
 #: Called with (step, total) while a batch runs; the executor fans it out to the batch's jobs.
 ProgressFn = Callable[[int, int], None]
-#: Called with (offset, new text, tokens so far) as one row's text grows: its text is now ``text[:offset] + new``.
-TextSink = Callable[[int, str, int], None]
+
+
+class TextSink(Protocol):
+    """Called with (offset, new text, tokens so far) as one row's text grows: its text is now ``text[:offset] +
+    new``. A job of several choices (``n``) calls it with each choice's ``index`` too (one choice: never)."""
+
+    def __call__(self, offset: int, text: str, tokens: int, index: int | None = None) -> None: ...
 
 
 @dataclass

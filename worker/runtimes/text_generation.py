@@ -21,12 +21,16 @@ from typing import Any
 
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
+from worker.runtimes.chat_prompt import chat_prompt
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
+from worker.runtimes.row_processors import processed, processors_for
+from worker.runtimes.text_outputs import job_output
 from worker.runtimes.text_rows import DecodeRow
+from worker.runtimes.token_logprobs import TokenPieces, record_logprobs
 
 
 class TextGenerationRuntime(Runtime):
-    """Greedy or temperature/top-p sampling; output ``{text, seed, tokens, finish_reason}`` per job."""
+    """Greedy or temperature/top-p sampling on each row's processed logits; ``n`` choices as ``n`` rows of a job."""
 
     kind = JobKind.text_generation
     streams_text = True
@@ -43,6 +47,9 @@ class TextGenerationRuntime(Runtime):
         self.tokenizer, self.model = load_pretrained(self, AutoModelForCausalLM, device, padding_side="left")
         if self.tokenizer.pad_token is None:  # GPT-2 has none; padded positions are masked anyway
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        if self.spec.chat_template is not None:  # the models file sets or replaces the tokenizer's template
+            self.tokenizer.chat_template = self.spec.chat_template
+        self.pieces = TokenPieces(self.tokenizer)
         self.max_length = max_input_length(self.tokenizer, self.model.config)
         eos = self.model.generation_config.eos_token_id
         eos = self.tokenizer.eos_token_id if eos is None else eos
@@ -71,9 +78,13 @@ class TextGenerationRuntime(Runtime):
 
         return TextStepSession(self)
 
+    def weight(self, inp: Any) -> int:
+        """One row per choice."""
+        return int(inp.n)
+
     def step_cost(self, inp: Any) -> int:
-        """One row per job."""
-        return 1
+        """One row per choice: a job with ``n`` choices is ``n`` rows of the session."""
+        return int(inp.n)
 
     def grad_off(self) -> Any:
         """The context the model runs under: inference mode (or no_grad when the setting turns it off)."""
@@ -111,31 +122,45 @@ class TextGenerationRuntime(Runtime):
                 raise result.error  # request-level: the executor isolates a bad input by splitting the batch
         return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
-    def decode_row(self, inp: Any) -> DecodeRow:
-        """A job's decoding state: its prompt's token ids (the end of it, leaving room to answer) and generator."""
+    def decode_rows(self, inp: Any) -> list[DecodeRow]:
+        """A job's decoding state, one row per choice: its prompt's token ids (a conversation rendered with the chat
+        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors."""
         import torch
 
-        start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
-        ids = self.tokenizer(inp.prompt)["input_ids"] or [start or 0]  # a prompt that tokenizes to nothing
+        chat = inp.messages is not None
+        ids = chat_prompt(self.tokenizer, inp) if chat else self.tokenizer(inp.prompt)["input_ids"]
         max_new = min(inp.max_new_tokens, self.max_length - 1)
         ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
+        start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+        ids = ids or [start or 0]  # a prompt that tokenizes to nothing
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
-        return DecodeRow(
-            ids,
-            max_new,
-            seed,
-            torch.Generator().manual_seed(seed),
-            list(inp.stop),
-            inp.do_sample,
-            inp.temperature,
-            inp.top_p,
-        )
+        rows = []
+        for index in range(inp.n):
+            row_seed = (seed + index) % (SEED_MAX + 1)
+            rows.append(
+                DecodeRow(
+                    list(ids),
+                    max_new,
+                    row_seed,
+                    torch.Generator().manual_seed(row_seed),
+                    list(inp.stop),
+                    inp.do_sample,
+                    inp.temperature,
+                    inp.top_p,
+                    chat=chat,
+                    index=index,
+                    processors=processors_for(inp),
+                    top_logprobs=(inp.top_logprobs or 0) if inp.logprobs else None,
+                )
+            )
+        return rows
 
     def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
         """Next token per batch position: argmax, or Gumbel-max sampling (argmax of log-probabilities plus Gumbel
         noise from the row's own generator) within the row's temperature and top-p nucleus."""
         import torch
 
+        logits = processed(logits, rows)
         chosen = logits.argmax(dim=-1)
         sample_at = [pos for pos, row in enumerate(rows) if row.do_sample]
         if sample_at:
@@ -155,11 +180,15 @@ class TextGenerationRuntime(Runtime):
             score = log_probs - torch.log(-torch.log(uniform))
             score = torch.where(probs >= floor, score, torch.full_like(score, -torch.inf))
             chosen[index] = score.argmax(dim=-1)
-        return [int(t) for t in chosen.tolist()]
+        tokens = [int(t) for t in chosen.tolist()]
+        record_logprobs(logits, rows, tokens)
+        return tokens
 
     def advance(self, row: DecodeRow, token: int) -> None:
         """Append ``token`` and decide whether the row is done (eos, a stop string, or its length)."""
         row.generated.append(token)
+        for processor in row.processors:
+            processor.accept(token)
         if token in self.eos_ids:
             row.finish_reason = "stop"
             return
@@ -179,16 +208,10 @@ class TextGenerationRuntime(Runtime):
         if row.finish_reason is not None:
             streamer.finish(self._text(row))
 
-    def prediction(self, row: DecodeRow) -> Prediction:
-        """A finished row's output: ``{text, seed, tokens, prompt_tokens, finish_reason}``."""
-        output = {
-            "text": self._text(row),
-            "seed": row.seed,
-            "tokens": len(row.generated),
-            "prompt_tokens": len(row.prompt_ids),
-            "finish_reason": row.finish_reason,
-        }
-        return Prediction(output=output)
+    def prediction(self, rows: list[DecodeRow]) -> Prediction:
+        """A finished job's output (text_outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
+        finish_reason}``, with ``choices`` and ``message`` where the job asked for them."""
+        return Prediction(output=job_output(rows, self._text, self.pieces, self.eos_ids))
 
     def _decode(self, tokens: list[int]) -> str:
         return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from worker.runtimes.base import Prediction
+from worker.runtimes.row_processors import RowProcessor
 
 
 @dataclass
 class DecodeRow:
-    """One job's decoding state: its prompt, sampling settings, own generator and tokens so far."""
+    """One choice of a job: its prompt, sampling settings, own generator, processors and tokens so far."""
 
     prompt_ids: list[int]
     max_new_tokens: int
@@ -24,6 +25,16 @@ class DecodeRow:
     generated: list[int] = field(default_factory=list)
     text: str | None = None
     finish_reason: str | None = None
+    #: The job sent messages (its output carries the assistant's message).
+    chat: bool = False
+    #: The job's choice this row decodes (``n`` > 1: one row per choice, all under the job's handle).
+    index: int = 0
+    #: Its logits processors, in order (row_processors.py); empty: the row's logits are used as they are.
+    processors: list[RowProcessor] = field(default_factory=list)
+    #: Alternatives to report per token when the job asked for logprobs; None when it did not.
+    top_logprobs: int | None = None
+    #: Per generated token: (token, its logprob, [(alternative, logprob)] best first), from the processed logits.
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
 
 
 class Decoder(Protocol):
@@ -36,8 +47,8 @@ class Decoder(Protocol):
     def grad_off(self) -> Any:
         """The context the model runs under."""
 
-    def decode_row(self, inp: Any) -> DecodeRow:
-        """A job's decoding state."""
+    def decode_rows(self, inp: Any) -> list[DecodeRow]:
+        """A job's decoding state: one row per choice."""
 
     def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
         """Next token per batch position."""
@@ -48,5 +59,5 @@ class Decoder(Protocol):
     def stream(self, streamer: Any, row: DecodeRow, token: int) -> None:
         """Pass the token (and at the end the row's text) to its streamer."""
 
-    def prediction(self, row: DecodeRow) -> Prediction:
-        """A finished row's output."""
+    def prediction(self, rows: list[DecodeRow]) -> Prediction:
+        """A finished job's output from its rows (one per choice, in order)."""

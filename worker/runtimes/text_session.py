@@ -4,6 +4,9 @@ A newcomer is prefilled (newcomers admitted together share one left-padded prefi
 from its prefill logits, and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is one
 forward pass over every held row's last token; every row samples with its own settings and generator, so its
 tokens do not depend on when it joined or which rows shared its steps.
+
+A job with ``n`` choices is ``n`` rows under one handle (choice i seeded ``seed + i``): they are prefilled
+together, each leaves the batch when it finishes, and the job ends (one ``RowResult``) when its last one does.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from worker.runtimes.text_rows import Decoder, DecodeRow
 
 @dataclass
 class _Held:
-    """A row in the batch: its job's handle, decoding state and streamer (None when nobody listens)."""
+    """A row in the batch: its job's handle, decoding state (one choice) and streamer (None when nobody listens)."""
 
     handle: str
     state: DecodeRow
     streamer: Any
+    choices: int = 1  # rows of its job
 
 
 class TextStepSession(StepSession):
@@ -34,15 +38,24 @@ class TextStepSession(StepSession):
         self._rows: list[_Held] = []
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
+        self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
 
     @property
     def handles(self) -> list[str]:
-        """The rows held, in admission order."""
-        return [row.handle for row in self._rows]
+        """The jobs held, in admission order."""
+        return list(dict.fromkeys(row.handle for row in self._rows))
+
+    def weight(self) -> int:
+        """Rows held: a job's choices each take one."""
+        return len(self._rows)
 
     def progress(self) -> dict[str, tuple[int, int]]:
-        """Each held row's (tokens generated, its max_new_tokens)."""
-        return {row.handle: (len(row.state.generated), row.state.max_new_tokens) for row in self._rows}
+        """Each held job's (tokens generated, its max_new_tokens), by its furthest choice."""
+        done: dict[str, tuple[int, int]] = {}
+        for row in self._rows:
+            step = (len(row.state.generated), row.state.max_new_tokens)
+            done[row.handle] = max(done.get(row.handle, step), step)
+        return done
 
     def shape(self) -> tuple[int, int]:
         """(rows, columns) of the held KV cache: what one step attends over."""
@@ -52,25 +65,28 @@ class TextStepSession(StepSession):
         """Prefill ``rows`` together (alone, one by one, if that fails), choose each one's first token and splice
         the unfinished ones into the batch; returns the rows that failed or finished with their first token."""
         results: list[RowResult] = []
-        newcomers: list[_Held] = []
+        jobs: list[list[_Held]] = []
         for row in rows:
             try:
-                newcomers.append(_Held(row.handle, self.runtime.decode_row(row.input), self._streamer(row)))
+                states = self.runtime.decode_rows(row.input)
+                jobs.append([_Held(row.handle, st, self._streamer(row, st, len(states)), len(states)) for st in states])
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
-        groups = [newcomers]
+        groups = [jobs]
         while groups:
             group = groups.pop(0)
             if not group:
                 continue
             try:
                 with self.runtime.grad_off():
-                    results += self._prefill(group)
+                    results += self._prefill([held for job in group for held in job])
             except Exception as error:
+                for job in group:
+                    self._ended.pop(job[0].handle, None)
                 if len(group) == 1:
-                    results.append(RowResult(group[0].handle, error=error))
-                else:  # isolate the row that broke the shared prefill: the others are admitted one by one
-                    groups += [[held] for held in group]
+                    results.append(RowResult(group[0][0].handle, error=error))
+                else:  # isolate the job that broke the shared prefill: the others are admitted one by one
+                    groups += [[job] for job in group]
         return results
 
     def step(self) -> list[RowResult]:
@@ -93,22 +109,26 @@ class TextStepSession(StepSession):
                 logits_to_keep=1,
             )
             self._cache, self._mask = out.past_key_values, mask
-            return self._advance(self._rows, out.logits[:, -1, :])
+            return self._advance(self._rows, out.logits[:, -1, :])[0]
 
     def drop(self, handles: Iterable[str]) -> None:
         """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
         leaving = set(handles)
+        for handle in leaving:
+            self._ended.pop(handle, None)
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
 
     # --- internals -------------------------------------------------------------------------------------------
 
-    def _streamer(self, row: Row) -> Any:
+    def _streamer(self, row: Row, state: DecodeRow, choices: int) -> Any:
         if row.text_sink is None:
             return None
         from worker.runtimes.text_streaming import RowStreamer
 
-        return RowStreamer(self.runtime.tokenizer, row.text_sink, row.input.stop)
+        # One choice: the sink is called as before; several: each call names its choice.
+        index = state.index if choices > 1 else None
+        return RowStreamer(self.runtime.tokenizer, row.text_sink, row.input.stop, index)
 
     def _prefill(self, group: list[_Held]) -> list[RowResult]:
         """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""
@@ -127,9 +147,8 @@ class TextStepSession(StepSession):
         cache = out.past_key_values
         if self._cache is not None and not (kv_rows.splices(cache) and kv_rows.splices(self._cache)):
             raise TypeError(f"{type(cache).__name__} rows cannot join a running batch (request-level only)")
-        finished = self._advance(group, out.logits[:, -1, :], held_yet=False)
-        gone = {result.handle for result in finished}
-        stay = [pos for pos, held in enumerate(group) if held.handle not in gone]
+        finished, gone = self._advance(group, out.logits[:, -1, :], held_yet=False)
+        stay = [pos for pos, held in enumerate(group) if id(held) not in gone]
         if stay:
             mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
             if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
@@ -139,21 +158,28 @@ class TextStepSession(StepSession):
             self._rows += [group[pos] for pos in stay]
         return finished
 
-    def _advance(self, rows: list[_Held], logits: Any, held_yet: bool = True) -> list[RowResult]:
-        """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch)."""
+    def _advance(self, rows: list[_Held], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
+        """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch).
+        Returns the jobs whose last choice finished, and the finished rows (by ``id``)."""
         runtime = self.runtime
         tokens = runtime.choose(logits.float(), [row.state for row in rows])
         finished: list[RowResult] = []
+        gone: set[int] = set()
         for row, token in zip(rows, tokens, strict=True):
             runtime.advance(row.state, token)
             if row.streamer is not None:
                 runtime.stream(row.streamer, row.state, token)
             if row.state.finish_reason is not None:
-                finished.append(RowResult(row.handle, prediction=runtime.prediction(row.state)))
-        if held_yet and finished:
-            gone = {result.handle for result in finished}
-            self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in gone])
-        return finished
+                gone.add(id(row))
+                ended = self._ended.setdefault(row.handle, [])
+                ended.append(row.state)
+                if len(ended) == row.choices:
+                    del self._ended[row.handle]
+                    ended.sort(key=lambda state: state.index)
+                    finished.append(RowResult(row.handle, prediction=runtime.prediction(ended)))
+        if held_yet and gone:
+            self._keep([pos for pos, row in enumerate(self._rows) if id(row) not in gone])
+        return finished, gone
 
     def _keep(self, positions: list[int]) -> None:
         if len(positions) == len(self._rows):

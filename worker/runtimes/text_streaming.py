@@ -20,9 +20,10 @@ from worker.runtimes.base import TextSink
 class RowStreamer(TextStreamer):
     """A ``BaseStreamer`` for one batch row: ``put_token`` per generated token, ``finish`` with the row's text."""
 
-    def __init__(self, tokenizer: Any, sink: TextSink, stop: Sequence[str] = ()) -> None:
+    def __init__(self, tokenizer: Any, sink: TextSink, stop: Sequence[str] = (), index: int | None = None) -> None:
         super().__init__(tokenizer, skip_prompt=False, skip_special_tokens=True)
         self.sink = sink
+        self.index = index  # the choice this row is, for a job of several (None: the job's only one)
         self.stop = [s for s in stop if s]
         # A stop string cannot hide in text older than its length less one character.
         self.hold = max((len(s) for s in self.stop), default=1) - 1
@@ -61,4 +62,7 @@ class RowStreamer(TextStreamer):
     def _send(self, offset: int, text: str, force: bool = False) -> None:
         if text or force:
             self.sent = self.sent[:offset] + text
-            self.sink(offset, text, self.tokens)
+            if self.index is None:
+                self.sink(offset, text, self.tokens)
+            else:
+                self.sink(offset, text, self.tokens, self.index)
