@@ -1,7 +1,8 @@
 """Uploaded adapters in Redis: one hash per adapter (metadata and bytes), one set of names per owner.
 
 Registration is one transaction that re-reads the owner's count and bytes under WATCH, so two uploads at once
-cannot both squeeze under the quota, and a name is taken by one owner only.
+cannot both squeeze under the quota, and a name is taken by one owner only. A deleted adapter leaves a tombstone
+holding its name: workers cache adapters by name, so a name is never reused for other weights.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from tasks.constants import Keys
 from tasks.errors import Conflict, InvalidInput
 from tasks.store.job_store import JobStore
 
-_META, _DATA = "meta", "data"
+_META, _DATA, _DELETED = "meta", "data", "deleted"
 
 
 class AdapterRegistry:
@@ -35,7 +36,7 @@ class AdapterRegistry:
                 try:
                     pipe.watch(key, owned)  # type: ignore[no-untyped-call]
                     if pipe.exists(key):
-                        raise Conflict(f"name: an adapter named {meta.name!r} exists; delete it or pick another name")
+                        raise Conflict(f"name: the adapter name {meta.name!r} is taken (or was used); pick another")
                     found = [self._meta(name) for name in pipe.smembers(owned)]
                     mine = [m for m in found if m is not None]
                     if len(mine) + 1 > max_count:
@@ -58,8 +59,8 @@ class AdapterRegistry:
     def _meta(self, name: str | bytes) -> AdapterMeta | None:
         if isinstance(name, bytes):
             name = name.decode()
-        raw = self.redis.hget(self.keys.adapter(name), _META)
-        return None if raw is None else AdapterMeta.model_validate(json.loads(raw))
+        raw, deleted = self.redis.hmget(self.keys.adapter(name), [_META, _DELETED])
+        return None if raw is None or deleted else AdapterMeta.model_validate(json.loads(raw))
 
     def get(self, name: str) -> AdapterMeta | None:
         """An uploaded adapter's metadata, whoever owns it."""
@@ -81,7 +82,8 @@ class AdapterRegistry:
         if meta is None or meta.owner != owner:
             return False
         with self.redis.pipeline() as pipe:
-            pipe.delete(self.keys.adapter(name))
+            pipe.hdel(self.keys.adapter(name), _DATA)
+            pipe.hset(self.keys.adapter(name), _DELETED, "1")  # the tombstone: the name stays used
             pipe.srem(self.keys.owner_adapters(owner), name)
             pipe.execute()
         return True

@@ -80,6 +80,8 @@ def test_an_uploaded_adapter_is_its_owners_and_runs_as_the_same_weights_from_the
     assert alice.delete("/v1/adapters/alice-neon").status_code == 204
     gone = alice.post("/v1/jobs", json={"model": "sd-demo", "input": inp})
     assert gone.status_code == 422 and "alice-neon" in gone.json["error"]["message"]
+    again = upload(bob, (demo_models / NEON).read_bytes(), "alice-neon")  # workers may still cache the old weights
+    assert again.status_code == 409, again.json
 
 
 def test_bad_adapters_are_refused_at_registration_each_with_a_clear_4xx(clients, demo_models: Path):
