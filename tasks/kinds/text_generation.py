@@ -13,6 +13,8 @@ from tasks.tokenizer_limits import max_positions
 
 class TextGenerationLimits(KindLimits):
     max_new_tokens: int = Field(default=256, ge=1)
+    #: The model's context in tokens (prompt and new tokens together); derived from its files, None: unknown.
+    context_tokens: int | None = Field(default=None, ge=2)
 
 
 class TextGenerationInput(JobInput[TextGenerationLimits]):
@@ -43,12 +45,12 @@ class TextGenerationOutput(InlineOutput):
 
 
 def derived_limits(source: str, revision: str | None = None) -> dict[str, Any]:
-    """The most new tokens the model's position table leaves room for."""
+    """The model's context, and the most new tokens its position table leaves room for."""
     positions = max_positions(
         read_config(source, "config.json", revision), read_config(source, "tokenizer_config.json", revision)
     )
     # The worker caps new tokens at the position table less the prompt's last token.
-    return {"max_new_tokens": positions - 1} if positions and positions > 1 else {}
+    return {"max_new_tokens": positions - 1, "context_tokens": positions} if positions and positions > 1 else {}
 
 
 KIND = Kind(

@@ -51,7 +51,10 @@ def test_demo_models_derive_their_limits(demo_models: Path):
         "mask_token": "[MASK]",
         "max_prompt_chars": (512 - 2) // 3 - 1,
     }
-    assert derived_limits(JobKind.text_generation, str(demo_models / "gpt2-demo")) == {"max_new_tokens": 511}
+    assert derived_limits(JobKind.text_generation, str(demo_models / "gpt2-demo")) == {
+        "max_new_tokens": 511,
+        "context_tokens": 512,
+    }
     image = derived_limits(JobKind.text_to_image, str(demo_models / "sd-demo"))
     assert image == {"size_multiple": 8, "min_width": 24, "min_height": 24, "default_width": 64, "default_height": 64}
     assert derived_limits(JobKind.embedding, str(SITE)) == {}  # long texts are truncated, as trained

@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from tasks.context_fit import check_context
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
@@ -112,13 +113,13 @@ class TextGenerationRuntime(Runtime):
         return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
     def decode_row(self, inp: Any) -> DecodeRow:
-        """A job's decoding state: its prompt's token ids (the end of it, leaving room to answer) and generator."""
+        """A job's decoding state: its prompt's token ids and generator; ContextTooLong if they exceed the context."""
         import torch
 
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         ids = self.tokenizer(inp.prompt)["input_ids"] or [start or 0]  # a prompt that tokenizes to nothing
-        max_new = min(inp.max_new_tokens, self.max_length - 1)
-        ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
+        max_new = inp.max_new_tokens
+        check_context(len(ids), max_new, self.max_length)  # the API refused it already: never cut, a defence
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
         return DecodeRow(
             ids,
