@@ -18,6 +18,7 @@ from tasks.image_modes import Mode, mode_of, strength_of
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
+from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
 from worker.runtimes.image_sources import Source, read_source
 from worker.runtimes.image_steps import ImageStepSession, can_step
@@ -60,6 +61,7 @@ class TextToImageRuntime(Runtime):
 
     def load(self, device: str) -> None:
         """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
+        require_folder(self)
         from diffusers import AutoPipelineForText2Image
 
         kwargs: dict[str, Any] = {
