@@ -125,8 +125,10 @@ class StepRunner:
     def _take(self) -> list[WorkItem] | None:
         with self._lock:
             items, self._inbox = self._inbox, []
-            if self._waiting and len(self._held) < self._waiting_at:  # rows left since: their memory is free
-                items, self._waiting = self._waiting + items, []
+            if self._waiting:  # newcomers out of memory: they, then later ones, join once rows have left since
+                items, self._waiting = (
+                    (self._waiting + items, []) if len(self._held) < self._waiting_at else ([], self._waiting + items)
+                )
             if not items and not self._held and not self._waiting:
                 self._accepting = False  # under the lock: an offer either lands before this or is refused
                 return None
