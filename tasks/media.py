@@ -173,6 +173,7 @@ def media_schema(spec: MediaSpec) -> JsonSchemaValue:
     return {
         "type": "string",
         "format": spec.schema_format,
+        "description": f"{spec.forms_help}; its bytes must decode as what it says and fit the model (else 422)",
         "anyOf": [
             {"pattern": f"^{UPLOAD_ID.pattern}$", "description": "an upload id, from POST /v1/uploads"},
             {"pattern": f"^data:({types});base64,[A-Za-z0-9+/]*={{0,2}}$", "description": "a data: URI, base64"},
