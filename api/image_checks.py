@@ -1,7 +1,8 @@
 """The API's checker of pictures (``tasks/media_checker.py``): an image's bytes checked before anything is accepted
 (PNG, JPEG or WebP, what it claims to be, within a pixel bound read from the header, before decoding: no
 decompression bomb; decodable to the last row: a truncated PNG is refused here, not by the worker), a job's mask
-the size of its image, and the output's size filled from the image."""
+the size of its image, and the output's size filled from the image. Sizes are as the picture is shown (its EXIF
+orientation), and modes the worker could not read as they look are refused: tasks/picture_reading.py."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tasks.errors import InvalidInput
 from tasks.image_media import FORMATS
 from tasks.kinds import AnyInput, AnyLimits, TextToImageLimits
 from tasks.media_checker import MediaFacts
+from tasks.picture_reading import FORMAT_MEDIA, check_mode, shown_size
 
 MEDIA_TYPE_OF = {fmt: media for media, fmt in FORMATS.items()}
 DEFAULT_MAX_PIXELS = 4096 * 4096  # no model taking pictures served: the bound an upload is checked against
@@ -35,10 +37,11 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # our bound is far below Pillow's
             with Image.open(io.BytesIO(data), formats=list(MEDIA_TYPE_OF)) as img:  # the header only
-                width, height = img.size
-                media_type = MEDIA_TYPE_OF[str(img.format)]
+                width, height = shown_size(img)  # as the worker reads it (tasks/picture_reading.py)
+                media_type = FORMAT_MEDIA[str(img.format)]
+                check_mode(img, field)
                 if declared is not None and declared != media_type:
-                    raise InvalidInput(f"{field}: declared {declared} but holds a {img.format} image", field=field)
+                    raise InvalidInput(f"{field}: declared {declared} but holds a {media_type} image", field=field)
                 if width * height > max_pixels:
                     raise InvalidInput(
                         f"{field}: the image is {width}x{height} ({width * height} pixels); at most "

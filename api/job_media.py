@@ -17,6 +17,7 @@ from typing import Any
 
 from api.media_checkers import checker_of
 from api.metrics import INPUT_IMAGES
+from api.prompt_tokens import check_prompt_fits
 from api.services import Services
 from tasks.errors import InvalidInput
 from tasks.kinds import AnyInput, AnyLimits
@@ -80,6 +81,7 @@ def stage_media(
     """``inp`` naming its media by this job's input keys (their bytes written there) with what their checkers fill
     in (a picture's size), and the keys written (to delete if the job is not accepted after all). An input without
     media is unchanged."""
+    check_prompt_fits(svc.models, spec, inp)  # every route stages: the one place before the record for all of them
     refs = media_refs(inp)
     if not refs:
         return inp, []

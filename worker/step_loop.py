@@ -5,7 +5,8 @@ The loop thread claims newcomers and ``offer``s them (a locked inbox); between t
 them, drops rows canceled, revoked, past their deadline or without their lease, reports progress, and stores each
 finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending wins), then
 hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. A step that raises
-reruns its rows each alone, request-level. The loop ends once it holds no row and its inbox is empty; from then
+drops its session and reruns its rows in fresh ones (``_rerun``); newcomers that run out of memory beside the rows
+held wait until rows leave. The loop ends once it holds no row and its inbox is empty; from then
 ``offer`` answers False.
 """
 
@@ -18,14 +19,13 @@ import time
 import uuid
 from collections.abc import Callable, Hashable
 
-from tasks.errors import ErrorCode
-from tasks.schemas import JobMetrics, JobStatus
-from tasks.store.row_leases import lease_states
+from tasks.schemas import JobMetrics
 from worker.events import BatchEvents
 from worker.executor import Executor, failure_of, is_out_of_memory
 from worker.job import WorkItem
 from worker.lifecycle import LeaveReason, Left
 from worker.metrics import record_step
+from worker.row_leaving import read_leases, settle_leaver
 from worker.row_reports import HeldRow, RowReports
 from worker.runtimes.base import Prediction, Row, RowResult, StepSession
 
@@ -55,6 +55,8 @@ class StepRunner:
         self.session_id = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
         self._inbox: list[WorkItem] = []
+        self._waiting: list[WorkItem] = []  # newcomers out of memory beside the rows held: they join as rows leave
+        self._waiting_at = 0  # how many rows were held then
         self._accepting = True
         self._held: dict[str, HeldRow] = {}
         self._checked_at = -math.inf
@@ -98,66 +100,137 @@ class StepRunner:
             log.exception("step session of key %r crashed; running its rows alone", self.key)
             with self._lock:
                 self._accepting = False
-                items, self._inbox = [h.item for h in self._held.values()] + self._inbox, []
+                items, self._inbox = [h.item for h in self._held.values()] + self._waiting + self._inbox, []
             self._held.clear()
+            self._waiting = []
             self._alone(items)
 
     def _loop(self) -> None:
         session: StepSession | None = None
         while (newcomers := self._take()) is not None:
+            failed: list[WorkItem] | None = None
             if newcomers:
                 session = session or self.runtime.open_session(self.key)
-                if not self._admit(session, newcomers):
-                    session = None
-            if session is None or not self._held:
-                continue
-            self._drop_leavers(session)
-            if self._held and not self._step(session, len(newcomers)):
-                session = None  # a step raised: its rows ran alone, and the session's state is not to be trusted
+                failed = self._admit(session, newcomers)
+            if failed is None and session is not None and self._held:
+                self._drop_leavers(session)
+                if self._held:
+                    failed = self._step(session, len(newcomers))
+            if failed is not None:
+                # After the handler, and with the session dropped: its state (and the failed attempt's memory)
+                # is gone before the rows run again.
+                session = None
+                self._rerun(failed)
 
     def _take(self) -> list[WorkItem] | None:
         with self._lock:
             items, self._inbox = self._inbox, []
-            if not items and not self._held:
+            if self._waiting:  # newcomers out of memory: they, then later ones, join once rows have left since
+                items, self._waiting = (
+                    (self._waiting + items, []) if len(self._held) < self._waiting_at else ([], self._waiting + items)
+                )
+            if not items and not self._held and not self._waiting:
                 self._accepting = False  # under the lock: an offer either lands before this or is refused
                 return None
             return items
 
-    def _admit(self, session: StepSession, items: list[WorkItem]) -> bool:
+    def _admit(self, session: StepSession, items: list[WorkItem]) -> list[WorkItem] | None:
+        """None when ``items`` joined (or wait for memory); else the rows to run again, the session being broken."""
         BatchEvents(self.executor.events, [item.job_id for item in items]).started()
         rows = [Row(item.job_id, item.parsed, self.reports.sink(item.job_id)) for item in items]
         try:
             ended = session.admit(rows)
         except Exception as exc:
-            log.warning("admitting %d rows failed (%s): running each alone", len(items), exc)
-            self._alone(items + [h.item for h in self._held.values()])
-            self._held.clear()
+            out_of_memory = is_out_of_memory(exc)
+            log.warning("admitting %d rows failed (%s)", len(items), "out of memory" if out_of_memory else exc)
+        else:
+            joined = time.perf_counter()
+            held = {item.job_id: HeldRow(item, joined) for item in items}
+            self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
+            self._finish(ended, held)
+            self.reports.learn_totals(session.progress())
+            return None
+        if out_of_memory and self._held and self._put_back(session, items):
+            return None
+        failed = items + [h.item for h in self._held.values()]
+        self._held.clear()
+        return failed
+
+    def _put_back(self, session: StepSession, items: list[WorkItem]) -> bool:
+        """Newcomers that ran out of memory beside running rows wait until rows leave; False if the session
+        cannot be trusted after the failed admission."""
+        try:
+            session.drop([item.job_id for item in items])
+        except Exception:
+            log.warning("cannot drop the rows of a failed admission", exc_info=True)
             return False
-        joined = time.perf_counter()
-        held = {item.job_id: HeldRow(item, joined) for item in items}
-        self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
-        self._finish(ended, held)
-        self.reports.learn_totals(session.progress())
+        self.runtime.release_memory()
+        self._waiting.extend(items)
+        self._waiting_at = len(self._held)
+        log.info("%d newcomers wait for memory until some of the %d rows leave", len(items), len(self._held))
         return True
 
-    def _step(self, session: StepSession, admitted: int) -> bool:
+    def _step(self, session: StepSession, admitted: int) -> list[WorkItem] | None:
+        """None when the step ran; else its rows, to run again (the session is not to be trusted)."""
         rows = len(self._held)
         started = time.perf_counter()
         try:
             finished = session.step()
         except Exception as exc:
             kind = "out of memory" if is_out_of_memory(exc) else f"{type(exc).__name__}: {exc}"
-            log.warning("a step of %d rows failed (%s): running each alone", rows, kind)
+            log.warning("a step of %d rows failed (%s): running them again in a fresh session", rows, kind)
+            finished = None
+        if finished is None:
             items = [h.item for h in self._held.values()]
             self._held.clear()
-            self._alone(items)
-            return False
+            return items
         record_step(self.model, rows, admitted, time.perf_counter() - started)
         for held in self._held.values():
             held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
         self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})
         self.reports.report_progress(session)
-        return True
+        return None
+
+    # --- rows of a failed session --------------------------------------------------------
+
+    def _rerun(self, items: list[WorkItem]) -> None:
+        """Rows of a failed step or admission, from step 0: together in a fresh session, halved while a group fails
+        (so a bad row is isolated in few reruns); a row failing alone runs request-level, its own status. Leases and
+        cancels are checked before each rerun; each row is handed back as it ends. Newcomers wait in the inbox."""
+        self.runtime.release_memory()
+        groups = [items]
+        while groups:
+            group = self._still_ours(groups.pop(0))
+            if not group:
+                continue
+            failed = self._run_group(group)
+            if failed is None:
+                continue
+            self.runtime.release_memory()
+            if len(failed) == 1:
+                self._alone(failed)
+            else:
+                half = len(failed) // 2
+                groups[:0] = [failed[:half], failed[half:]]
+
+    def _run_group(self, items: list[WorkItem]) -> list[WorkItem] | None:
+        session = self.runtime.open_session(self.key)
+        failed = self._admit(session, items)  # nothing else is held: an out-of-memory admission fails the group
+        while failed is None and self._held:
+            self._drop_leavers(session)
+            if self._held:
+                failed = self._step(session, 0)
+        return failed
+
+    def _still_ours(self, items: list[WorkItem]) -> list[WorkItem]:
+        """``items`` less those canceled, revoked, past their deadline or without their lease (settled, handed back)."""
+        joined = time.perf_counter()
+        self._held.update((item.job_id, HeldRow(item, joined)) for item in items)
+        self._checked_at = -math.inf  # read the statuses now
+        self._drop_leavers(None)
+        kept = [h.item for h in self._held.values()]
+        self._held.clear()
+        return kept
 
     # --- rows leaving --------------------------------------------------------------------
 
@@ -189,7 +262,7 @@ class StepRunner:
             ]
         )
 
-    def _drop_leavers(self, session: StepSession) -> None:
+    def _drop_leavers(self, session: StepSession | None) -> None:
         """Rows canceled (API or Celery revoke), past their deadline, or whose lease is lost leave before the step."""
         now = self.clock()
         leaving: dict[str, LeaveReason] = {}
@@ -203,50 +276,15 @@ class StepRunner:
                 leaving[job_id] = LeaveReason.deadline
         if now - self._checked_at >= CANCEL_CHECK_S:
             self._checked_at = now
-            leaving.update(self._read_leases(set(leaving)))
+            leaving.update(read_leases(self.executor.store, self._held, set(leaving)))
         if not leaving:
             return
-        session.drop(list(leaving))
+        if session is not None:
+            session.drop(list(leaving))
         gone = [(self._held.pop(job_id), reason) for job_id, reason in leaving.items()]
         for held, reason in gone:
-            self._settle_leaver(held, reason)
+            settle_leaver(self.executor, held, reason, self.reports.metrics(held))
         self.on_left([(held.item, reason) for held, reason in gone])
-
-    def _read_leases(self, skip: set[str]) -> dict[str, LeaveReason]:
-        ids = [job_id for job_id in self._held if job_id not in skip]
-        try:
-            states = lease_states(self.executor.store, [(i, self._held[i].item.token) for i in ids])
-        except Exception:  # Redis away: the heartbeat and the result write will tell
-            log.debug("cannot read the rows' statuses", exc_info=True)
-            return {}
-        leaving: dict[str, LeaveReason] = {}
-        for job_id, (status, holds) in zip(ids, states, strict=True):
-            if status is not None and status.terminal:
-                self._held[job_id].ended_as = status
-                leaving[job_id] = LeaveReason.canceled if status == JobStatus.canceled else LeaveReason.ended
-            elif not holds:
-                leaving[job_id] = LeaveReason.lease_lost
-        return leaving
-
-    def _settle_leaver(self, held: HeldRow, reason: LeaveReason) -> None:
-        item = held.item
-        if reason == LeaveReason.deadline:
-            message = f"the job's deadline passed while it ran (after {held.steps} steps): stopped"
-            item.fail(ErrorCode.deadline_exceeded, message)
-            self.executor.results.store_failure(item, self.reports.metrics(held))
-            return
-        item.claimed = False  # its run is over: nothing for the heartbeat to renew
-        if reason == LeaveReason.revoked:
-            try:
-                self.executor.store.cancel(item.job_id)
-            except Exception:
-                log.warning("job %s: revoked, but its cancel could not be recorded", item.job_id)
-            item.settle(JobStatus.canceled)
-        elif reason in (LeaveReason.canceled, LeaveReason.ended):
-            item.settle(held.ended_as or JobStatus.canceled)
-        else:
-            log.warning("job %s: its lease passed to another worker; this run stops", item.job_id)
-            item.settle(None)
 
     def _alone(self, items: list[WorkItem]) -> None:
         for item in items:

@@ -19,6 +19,7 @@ from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect
 from tests.conftest import REDIS_URL
+from tests.device_budget import BudgetRuntime
 from tests.round_trips import counting_client
 from worker.endings import parked
 from worker.executor import Executor
@@ -155,6 +156,18 @@ def test_out_of_memory_splits_the_batch_in_halves(store):
     run(store, runtime, batch)
     assert all(store.get(i.job_id).status == JobStatus.succeeded for i in batch)
     assert [len(c) for c in runtime.calls] == [8, 4, 2, 2, 4, 2, 2]
+
+
+def test_out_of_memory_is_retried_after_the_failed_attempt_is_freed(store):
+    """On a device budget, a retry inside the handler meets the failed attempt's memory (its traceback holds it)."""
+    runtime = BudgetRuntime(
+        ModelSpec(id="fake", kind=JobKind.fill_mask, source="x"), "fake://?budget=4&predict_mem=2", None
+    )
+    runtime.load("cpu")
+    batch = items(store, ["a", "b", "c", "d"])
+    run(store, runtime, batch)
+    assert [store.get(i.job_id).status for i in batch] == [JobStatus.succeeded] * 4
+    assert runtime.batches == [2, 2] and runtime.released >= 1 and runtime.device.live == 0
 
 
 def test_out_of_memory_on_a_single_job_fails_it_clearly(store):

@@ -19,6 +19,7 @@ from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect
 from tests.batch_sim import Clock
+from tests.device_budget import BudgetSteppingRuntime
 from tests.fake_runtime import FakeSession, FakeSteppingRuntime
 from worker.executor import Executor
 from worker.job import WorkItem
@@ -172,13 +173,84 @@ def test_a_row_whose_lease_passed_to_another_worker_stops(store):
     assert store.get(b.job_id).status == JobStatus.running
 
 
-def test_a_step_that_raises_runs_its_rows_again_each_alone(store):
+def test_a_step_that_raises_reruns_its_rows_together_then_halves_and_a_row_failing_alone_runs_request_level(store):
     loop = Loop(store, "fake://?fail_step=boom")
     a, boom, c = loop.jobs("a-steps=3", "boom-steps=3", "c-steps=3")
     loop.run([a, boom, c], [a, boom, c])
-    assert loop.runtime.batches == [1, 1, 1]  # request-level, one job per predict
+    assert loop.steps() == [
+        ["a-steps=3", "boom-steps=3", "c-steps=3"],  # fails
+        ["a-steps=3", "boom-steps=3", "c-steps=3"],  # together again, in a fresh session: fails
+        ["a-steps=3"],  # the first half, from step 0
+        ["a-steps=3"],
+        ["a-steps=3"],
+        ["boom-steps=3", "c-steps=3"],  # the second: fails, and is halved
+        ["boom-steps=3"],  # fails alone: it then runs request-level
+        ["c-steps=3"],
+        ["c-steps=3"],
+        ["c-steps=3"],
+    ]
+    assert loop.runtime.batches == [1]  # boom alone, request-level
     assert all(store.get(i.job_id).status == JobStatus.succeeded for i in (a, boom, c))
-    assert loop.left == [["a-steps=3", "boom-steps=3", "c-steps=3"]]
+    assert loop.left == [["a-steps=3"], ["boom-steps=3"], ["c-steps=3"]]  # each handed back as it ends
+
+
+def test_a_row_canceled_while_its_step_failed_does_not_run_again(store, monkeypatch):
+    loop = Loop(store, "fake://?fail_step=boom")
+    a, boom, c = loop.jobs("a-steps=2", "boom-steps=2", "c-steps=2")
+    step = FakeSession.step
+
+    def cancel_during_the_first_step(session: FakeSession) -> Any:
+        if len(loop.runtime.steps) == 0:
+            store.cancel(c.job_id)  # the API's cancel, while the step that fails runs
+        return step(session)
+
+    monkeypatch.setattr(FakeSession, "step", cancel_during_the_first_step)
+    loop.run([a, boom, c], [a, boom, c])
+    assert [n for n, step in enumerate(loop.steps(), 1) if "c-steps=2" in step] == [1]
+    assert loop.runtime.batches == [1]  # boom's request-level run, not c's
+    assert store.get(c.job_id).status == JobStatus.canceled and c.settled
+    assert loop.left[0] == ["c-steps=2"]
+    assert store.get(a.job_id).status == store.get(boom.job_id).status == JobStatus.succeeded
+
+
+def budget_loop(store: JobStore, source: str) -> Loop:
+    loop = Loop(store)
+    spec = loop.executor.spec
+    runtime = BudgetSteppingRuntime(spec, source, None)
+    runtime.load("cpu")
+    runtime.sleep = loop._sleep
+    loop.runtime = loop.executor.runtime = loop.runner.runtime = runtime
+    return loop
+
+
+def test_a_step_out_of_memory_reruns_after_the_failed_session_is_freed(store):
+    """On a device budget: a rerun while the failed session (held by the exception) lives runs out again."""
+    loop = budget_loop(store, "fake://?budget=6&row_mem=1&step_mem=1&predict_mem=2")
+    jobs = loop.jobs("a-steps=2", "b-steps=2", "c-steps=2", "d-steps=2")  # 4 rows + 4 to step: 8 > 6
+    loop.run(jobs, jobs)
+    assert [store.get(i.job_id).status for i in jobs] == [JobStatus.succeeded] * 4
+    assert [len(step) for step in loop.steps()] == [2, 2, 2, 2]  # (4 failed twice, before stepping) then halves
+    assert loop.runtime.batches == [] and loop.runtime.released >= 1 and loop.runtime.device.live == 0
+
+
+def test_a_newcomer_out_of_memory_beside_running_rows_waits_until_they_leave(store):
+    loop = budget_loop(store, "fake://?budget=6&row_mem=2&prefill_mem=3&predict_mem=2")
+    [a] = loop.jobs("a-steps=4")
+    [b] = loop.jobs("b-steps=2")
+    loop.hooks[1] = lambda: loop.runner.offer([b])  # 2 held + 2 + 3 to admit it: 7 > 6; alone 5 fits
+    loop.run([a], [a, b])
+    assert loop.steps() == [["a-steps=4"]] * 4 + [["b-steps=2"]] * 2  # a undisturbed; b joins once a left
+    assert loop.runtime.batches == []
+    assert store.get(a.job_id).status == store.get(b.job_id).status == JobStatus.succeeded
+    assert loop.left == [["a-steps=4"], ["b-steps=2"]]
+
+
+def test_a_newcomer_out_of_memory_alone_fails_out_of_memory(store):
+    loop = budget_loop(store, "fake://?budget=4&row_mem=2&prefill_mem=3&predict_mem=5")
+    [a] = loop.jobs("a-steps=2")
+    loop.run([a], [a])
+    record = store.get(a.job_id)
+    assert record.status == JobStatus.failed and record.error.code == "out_of_memory"
 
 
 def test_a_row_whose_own_admission_fails_fails_alone(store):
