@@ -131,6 +131,11 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
             dataclasses.replace(create_args, id="j3", job=p + "job:j3"), dataclasses.replace(reserve, id="j3")
         )
         assert s.run(full)[:2] == [0, 1] and not client.exists(p + "job:j3")  # full: nothing written
+        # Run again (a resend after a lost reply), even past its fence: the job's own place is not counted
+        # against it and nothing is written twice.
+        late = dataclasses.replace(reserve, not_after="1")
+        again = s.run(job_scripts.AdmitArgs.of(create_args, late))
+        assert again == [1, 1, created] and client.zcard(p + "queued:m") == 1
 
     def admit_many(s: Scripts) -> None:
         client.zadd(p + "workers:b", {"w1": float(client.time()[0])})
@@ -169,6 +174,17 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.hget(p + "job:b2", "status") == b"queued" and not client.exists(p + "job:b3")
         assert float(client.hget(p + "job:b1", "deadline_at")) == pytest.approx(float(replies[0][2]) + 2)
         assert client.get(p + "gone:b1") == b"bob" and client.zscore(p + "active:b", "b2") is not None
+        again = s.run(  # resent: the written jobs answer "reserved" as they were; the refused one is still refused
+            job_scripts.AdmitManyArgs(
+                tombstone_ttl=60,
+                worker_ttl=30,
+                job_prefix=p + "job:",
+                stale_after=60,
+                prune_batch=10,
+                jobs=[job(1), job(2), job(3)],
+            )
+        )
+        assert again == [[1, 2, replies[0][2]], [1, 2, replies[1][2]], [0, 2, b""]]
 
     def claim(s: Scripts) -> None:
         before, attempts, verdict, _ = s.run(
