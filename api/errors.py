@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 
@@ -86,6 +87,11 @@ def register_error_handlers(app: Flask) -> None:
         if isinstance(exc, OutcomeUnknown):
             response = error_response(exc.code, exc.message, retry_after=retry_after, job_id=exc.job_id)
             response.headers["Location"] = f"/v1/jobs/{exc.job_id}"
+            if exc.job_ids is not None:  # a batch: every job it sent, read back with GET /v1/jobs?ids=
+                body = error_body(exc.code, exc.message, job_id=exc.job_id)
+                body["error"]["job_ids"] = exc.job_ids  # type: ignore[index]
+                response.set_data(json.dumps(body))
+                response.headers["Location"] = "/v1/jobs?ids=" + ",".join(exc.job_ids)
             return response
         return error_response(exc.code, exc.message, field=exc.field, retry_after=retry_after)
 

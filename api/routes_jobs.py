@@ -7,6 +7,7 @@ import re
 import uuid
 from contextlib import ExitStack
 
+import redis
 from flask import Response, current_app, jsonify, make_response, request, url_for
 from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field
@@ -99,7 +100,10 @@ def create_job() -> Response:
     with ExitStack() as scope:  # closes the wait's watch, if one was opened, on every path
         record, watch = accept_job(svc, scope, wait)
         if wait > 0 and not record.status.terminal:
-            record = wait_for(svc, record, wait, watch)
+            try:
+                record = wait_for(svc, record, wait, watch)
+            except (redis.RedisError, OSError) as exc:  # accepted all the same: never a 503 for a job that runs
+                log.warning("job %s: accepted, its wait lost Redis (%s); answered as written", record.id, exc)
     return job_response(record, 200 if record.status.terminal else 202)
 
 

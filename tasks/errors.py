@@ -123,11 +123,13 @@ class Unavailable(GenqError):
 class OutcomeUnknown(Unavailable):
     """Redis took the submission of ``job_id`` and gave no answer: it may have been written. Admission is fenced
     (``job_admit.lua`` refuses after ``not_after`` on Redis' clock), so the outcome is settled within about a
-    second: ``GET /v1/jobs/{job_id}`` answers the job (accepted) or 404 (nothing accepted, and never will be)."""
+    second: ``GET /v1/jobs/{job_id}`` answers the job (accepted) or 404 (nothing accepted, and never will be).
+    A batch's names every job it sent (``job_ids``; ``job_id`` is the first)."""
 
-    def __init__(self, message: str, *, job_id: str, retry_after: int = 2) -> None:
+    def __init__(self, message: str, *, job_id: str, retry_after: int = 2, job_ids: list[str] | None = None) -> None:
         super().__init__(message, retry_after=retry_after, code=ErrorCode.outcome_unknown)
         self.job_id = job_id
+        self.job_ids = job_ids
 
 
 class OutputStoreUnavailable(Unavailable):

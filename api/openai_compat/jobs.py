@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from flask import current_app, g
 from pydantic import BaseModel, ValidationError
 
@@ -19,7 +20,7 @@ from api.metrics import JOBS_ACCEPTED
 from api.openai_compat.errors import JobNotDone
 from api.routes_jobs import wait_for
 from api.services import services
-from tasks.errors import InvalidInput, Unavailable, UnknownModel
+from tasks.errors import InvalidInput, OutcomeUnknown, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
 from tasks.inputs import JobKind
 from tasks.models_file import ModelSpec
@@ -100,8 +101,15 @@ def finished(record: JobRecord) -> JobRecord:
                 f"{svc.settings.openai_wait_s:.0f} s; follow it at GET /v1/jobs/{record.id}",
                 "timeout",
             )
-        waited = wait_for(svc, record, left)
-        if not waited.status.terminal and svc.store.get(record.id) is None:
+        try:
+            waited = wait_for(svc, record, left)
+            vanished = not waited.status.terminal and svc.store.get(record.id) is None
+        except (redis.RedisError, OSError) as exc:  # the job exists: say so, never a plain 503 that a client retries
+            raise OutcomeUnknown(
+                f"job {record.id} was accepted and its wait lost the job queue; follow it at GET /v1/jobs/{record.id}",
+                job_id=record.id,
+            ) from exc
+        if vanished:
             raise JobNotDone(500, f"job {record.id} vanished while running", "gone")
         record = waited
     return record

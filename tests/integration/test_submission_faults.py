@@ -120,3 +120,57 @@ def test_the_client_retrying_a_stalled_submission_gets_one_job(private, monkeypa
         job = client.submit("echo", text=f"{tag} [MASK]")
     assert told and told[0].code == "outcome_unknown"
     assert job.status == "queued" and len(private.jobs_with(tag)) == 1
+
+
+def test_a_batch_whose_admission_answer_is_lost_names_its_jobs_and_a_keyed_retry_finds_them(private, monkeypatch):
+    """ADMIT_MANY ran, its reply never came: 503 outcome_unknown with every id, the key stays bound, and the
+    retry answers the jobs that exist (never a 409, never a second set)."""
+    batches = private.svc.batches
+    admit_many = batches.admit_many
+
+    def lost_reply(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(batches, "admit_many", admit_many)
+        admit_many(*args, **kwargs)
+        raise redis.exceptions.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(batches, "admit_many", lost_reply)
+    tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+    batch = {"jobs": [body(f"{tag}-1"), {"model": "nope", "input": {}}, body(f"{tag}-2")]}
+    response = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert response.status_code == 503 and response.json["error"]["code"] == "outcome_unknown", response.json
+    ids = response.json["error"]["job_ids"]
+    assert len(ids) == 2 and response.headers["Location"] == "/v1/jobs?ids=" + ",".join(ids)
+    time.sleep(0.6)  # past the admission's fence
+    retried = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert retried.status_code == 202, retried.json
+    entries = retried.json["jobs"]
+    assert [e.get("id") for e in entries[::2]] == ids and entries[1]["error"]["code"] == "unknown_model"
+    assert len(private.jobs_with(tag)) == 2
+
+
+def test_a_keyed_batch_stalled_in_redis_is_submitted_once_by_its_retry(private, monkeypatch):
+    assert private.client.post("/v1/jobs/batch", json={"jobs": [body("warm-up")]}).status_code == 202
+    tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+    batch = {"jobs": [body(f"{tag}-1"), body(f"{tag}-2")]}
+    private.stall_during_admission(monkeypatch, batch=True)
+    first = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert first.status_code == 503 and first.json["error"]["code"] == "outcome_unknown", first.json
+    time.sleep(STALL_S + 0.5)  # ran after its fence: nothing written; the retry binds anew
+    retried = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert retried.status_code == 202, retried.json
+    again = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert [e["id"] for e in again.json["jobs"]] == [e["id"] for e in retried.json["jobs"]]
+    assert len(private.jobs_with(tag)) == 2
+
+
+def test_a_waited_submission_whose_wait_loses_redis_answers_its_job_not_503(private, monkeypatch):
+    """``Prefer: wait``: the job was written; a Redis failure during the wait must not answer "nothing accepted"."""
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(private.svc.waiters, "wait_on", lost)
+    tag = uuid.uuid4().hex
+    response = private.client.post("/v1/jobs", json=body(tag), headers={"Prefer": "wait=5"})
+    assert response.status_code == 202, response.json
+    assert response.json["status"] == "queued" and len(private.jobs_with(tag)) == 1
