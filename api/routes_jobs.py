@@ -16,8 +16,9 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import admission_fence, settled_after_s
 from api.auth import current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
+from api.job_media import discard
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
-from api.job_submit import submit
+from api.job_submit import admit_staged, new_record, stage
 from api.outputs import public_job, serve_output
 from api.services import Services, services
 from api.waiters import POLL_S, Watch
@@ -134,16 +135,23 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         def fence() -> float:
             return admission_fence(svc.clock, svc.settings)
 
-        # The fence is read before the key's binding is made (api/idempotency.py says why).
-        existing = guard.existing_record(job_id, fence) if guard else None
+        # Media first (a slow store must not use up the admission's fence), then the fence, read before the key's
+        # binding is made (api/idempotency.py says why), then the admission at once.
+        inp, staged = stage(svc, spec, body, inp, job_id, owner)
+        try:
+            existing = guard.existing_record(job_id, fence) if guard else None
+        except BaseException:
+            discard(svc, staged)
+            raise
         not_after = guard.not_after if guard else fence()
         if existing is not None:  # a replay: the record as read once (one that expires meanwhile is no 500)
+            discard(svc, staged)
             return existing, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
         # record written here, and reads only when the job's done channel fires.
         watch = scope.enter_context(svc.waiters.watching(job_id, min(wait, POLL_S))) if wait > 0 else None
         try:
-            return submit(svc, spec, body, inp, job_id, owner, not_after), watch
+            return admit_staged(svc, spec, new_record(spec, body, inp, job_id, owner), staged, not_after), watch
         except OutcomeUnknown:
             raise  # the key stays bound to the job: a retry with it replays the job, or binds anew once it is
             # certain that nothing was written (api/idempotency.py)

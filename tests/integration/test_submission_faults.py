@@ -174,3 +174,42 @@ def test_a_waited_submission_whose_wait_loses_redis_answers_its_job_not_503(priv
     response = private.client.post("/v1/jobs", json=body(tag), headers={"Prefer": "wait=5"})
     assert response.status_code == 202, response.json
     assert response.json["status"] == "queued" and len(private.jobs_with(tag)) == 1
+
+
+def test_slow_staging_does_not_use_up_the_admission_fence(private, monkeypatch):
+    """Staging a picture from a slow store (S3, a large picture) takes longer than the fence: the fence is read
+    after it, so the job is accepted, not refused as "late"."""
+    import api.job_submit
+
+    stage_media = api.job_submit.stage_media
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.4)  # longer than the fence (a quarter of GENQ_REDIS_TIMEOUT_S)
+        return stage_media(*args, **kwargs)
+
+    monkeypatch.setattr(api.job_submit, "stage_media", slow)
+    tag = uuid.uuid4().hex
+    for headers in ({}, {"Idempotency-Key": uuid.uuid4().hex}):
+        response = private.client.post("/v1/jobs", json=body(tag), headers=headers)
+        assert response.status_code == 202, response.json
+    assert len(private.jobs_with(tag)) == 2
+
+
+def test_a_fence_passed_while_waiting_for_a_cpu_is_not_a_refusal(private, monkeypatch):
+    """The API stalls between reading the fence and sending ADMIT (a busy CPU), Redis answers "late": with room
+    in the queue the job is admitted on a fresh fence, once, never refused."""
+    queue_limit = private.svc.queue_limit
+    reservation = queue_limit.reservation
+    stalls: list[float] = []
+
+    def busy_cpu(*args: Any, **kwargs: Any) -> Any:
+        if not stalls:
+            stalls.append(time.monotonic())
+            time.sleep(0.4)
+        return reservation(*args, **kwargs)
+
+    monkeypatch.setattr(queue_limit, "reservation", busy_cpu)
+    tag = uuid.uuid4().hex
+    response = private.client.post("/v1/jobs", json=body(tag), headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert response.status_code == 202, response.json
+    assert stalls and len(private.jobs_with(tag)) == 1
