@@ -60,6 +60,15 @@ def monotonic_deadline(item: WorkItem) -> float | None:
     return item.arrived + (item.deadline_at - time.time())
 
 
+def deadline_at_claim(item: WorkItem, redis_now: float) -> float | None:
+    """The job's deadline on the monotonic clock from Redis' time at its claim (``redis_now``, read moments ago):
+    the record's ``deadline_at`` is on Redis' clock, so a worker whose own clock is off (measured: +15 s dropped
+    a row at its first step) still runs a job for the time it has."""
+    if item.deadline_at is None:
+        return None
+    return time.monotonic() + (item.deadline_at - redis_now)
+
+
 def schedule_key(item: WorkItem, spec: ModelSpec, runtime: Runtime) -> ScheduleKey:
     """Which group the job runs with: a ``StepKey`` joins a step session, a ``RequestKey`` a request-level batch,
     a ``SuspectKey`` runs alone.
