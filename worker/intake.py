@@ -61,12 +61,13 @@ def monotonic_deadline(item: WorkItem) -> float | None:
 
 
 def deadline_at_claim(item: WorkItem, redis_now: float) -> float | None:
-    """The job's deadline on the monotonic clock from Redis' time at its claim (``redis_now``, read moments ago):
-    the record's ``deadline_at`` is on Redis' clock, so a worker whose own clock is off (measured: +15 s dropped
-    a row at its first step) still runs a job for the time it has."""
-    if item.deadline_at is None:
+    """The job's monotonic deadline corrected at its claim by this worker's clock error (``redis_now``: Redis'
+    time at the claim, read moments ago). ``deadline_at`` is on Redis' clock and ``monotonic_deadline`` counted it
+    from the worker's own, so a worker whose clock was off (measured: +15 s dropped a row at its first step) now
+    runs a job for the time it has."""
+    if item.run_deadline is None:
         return None
-    return time.monotonic() + (item.deadline_at - redis_now)
+    return item.run_deadline + (time.time() - redis_now)
 
 
 def schedule_key(item: WorkItem, spec: ModelSpec, runtime: Runtime) -> ScheduleKey:

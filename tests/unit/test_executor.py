@@ -337,10 +337,9 @@ def test_a_running_jobs_deadline_is_judged_on_redis_clock_not_the_workers(store,
     [item] = items(store, ["skewed"], deadline_s=10)
     ahead = time.time
 
-    monkeypatch.setattr(worker.intake.time, "time", lambda: ahead() + 15)
+    monkeypatch.setattr(worker.intake.time, "time", lambda: ahead() + 15)  # this worker's clock, all along
     item.arrived = time.monotonic()
     item.run_deadline = worker.intake.monotonic_deadline(item)  # on arrival: the worker's own clock
     assert item.run_deadline < time.monotonic()
-    monkeypatch.undo()
     [admitted] = executor_for(store, ScriptedRuntime()).admit_all([item])
     assert admitted.run_deadline is not None and 8 < admitted.run_deadline - time.monotonic() <= 10
