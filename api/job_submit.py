@@ -5,6 +5,7 @@ the OpenAI routes."""
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 
 import redis
@@ -16,7 +17,7 @@ from api.job_media import discard, stage_media
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import OutcomeUnknown, Unavailable
-from tasks.inputs import JobInput
+from tasks.inputs import SEED_MAX, JobInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus
@@ -24,6 +25,7 @@ from tasks.store.job_store import JobRecord
 from tasks.store.queue_limit import Outcome, Reservation
 
 log = logging.getLogger(__name__)
+SEED_ROOM = 16  # a drawn seed leaves room for seed + j of each image of a job (worker/runtimes/image_outputs.py)
 
 
 def submit(
@@ -130,6 +132,11 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: JobInput, job_id: str, own
     """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
+    fields = inp.model_dump(mode="json")  # its media as their stored keys
+    if "seed" in fields and fields["seed"] is None:
+        # Drawn once, here, into the record: a rerun (worker death, lost lease, a failed step) makes the same
+        # text or pictures, never other text than a stream already sent. Room for seed + j per image, no wrap.
+        fields["seed"] = secrets.randbelow(SEED_MAX - SEED_ROOM + 1)
     return JobRecord(
         id=job_id,
         model=spec.id,
@@ -140,7 +147,7 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: JobInput, job_id: str, own
         priority=body.priority,
         created_at=now,
         deadline_at=now + deadline_s if deadline_s else None,
-        input=inp.model_dump(mode="json"),  # its media as their stored keys
+        input=fields,
         webhook=body.webhook,
         webhook_events=list(body.webhook_events) if body.webhook else [],
     )
