@@ -20,7 +20,7 @@ from kombu.exceptions import OperationalError
 from api.admission import admission_fence, refusal
 from api.job_media import discard, stage_media
 from api.job_submit import new_record
-from api.redis_health import never_sent
+from api.redis_health import never_sent, out_of_memory
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError, OutcomeUnknown
 from tasks.inputs import JobInput
@@ -82,7 +82,7 @@ def submit_many(
     except OutcomeUnknown:
         raise  # the jobs may exist: their pictures stay (the output sweeper deletes those of jobs that never do)
     except (redis.RedisError, OSError) as exc:
-        if never_sent(exc):  # nothing reached Redis: none of it was accepted
+        if never_sent(exc) or out_of_memory(exc):  # none of it was accepted
             discard(svc, [key for keys in staged.values() for key in keys])
         # Otherwise the admission may have run and its reply was lost: the jobs may exist, so their pictures stay
         # (the output sweeper deletes those of jobs that never do, under the tombstones written first).
@@ -121,7 +121,8 @@ def _admit_and_publish(
             raise unknown_batch(ids) from exc
         raise
     except (redis.RedisError, OSError) as exc:
-        if never_sent(exc):  # the first attempt's error (tasks/store/redis_client.py never resends)
+        if never_sent(exc) or out_of_memory(exc):  # the first attempt's error (redis_client never resends), or
+            # an answer that refused it whole (api/errors.py: 503 storage_full)
             raise
         log.warning("a batch of %d: admission got no answer (%s); its fence settles it", len(ids), exc)
         raise unknown_batch(ids) from exc

@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError
 from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s, refusal
 from api.auth import current_key
 from api.job_media import discard, stage_media
-from api.redis_health import never_sent
+from api.redis_health import never_sent, out_of_memory
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import OutcomeUnknown, Unavailable
 from tasks.inputs import SEED_MAX, JobInput
@@ -114,7 +114,8 @@ def _admit(svc: Services, spec: ModelSpec, record: JobRecord, not_after: float) 
             raise unknown(job_id) from exc
         raise
     except (redis.RedisError, OSError) as exc:  # sent, maybe run: Redis stalled or the connection broke
-        if never_sent(exc):  # judged by the first attempt's error: the API's connections never resend
+        if never_sent(exc) or out_of_memory(exc):  # never sent (judged by the first attempt: no resends), or
+            # answered and refused whole (api/errors.py: 503 storage_full)
             raise
         log.warning("job %s: admission got no answer (%s); its outcome is settled by its fence", job_id, exc)
         raise unknown(job_id) from exc

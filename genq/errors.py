@@ -136,6 +136,7 @@ _BY_CODE: dict[ErrorCode, type[APIError]] = {
     ErrorCode.broker_unavailable: Unavailable,
     ErrorCode.outcome_unknown: OutcomeUnknown,
     ErrorCode.output_store_unavailable: Unavailable,
+    ErrorCode.storage_full: Unavailable,
 }
 
 

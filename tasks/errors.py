@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     deadline_exceeded = "deadline_exceeded"
     invalid_message = "invalid_message"
     output_store_unavailable = "output_store_unavailable"
+    storage_full = "storage_full"  # Redis refused a write: out of memory (maxmemory); nothing was written
     internal = "internal"
 
 
@@ -51,6 +52,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.broker_unavailable: 503,
     ErrorCode.outcome_unknown: 503,
     ErrorCode.overloaded: 503,
+    ErrorCode.storage_full: 503,
     ErrorCode.no_workers: 503,
     ErrorCode.output_store_unavailable: 503,
     ErrorCode.internal: 500,

@@ -213,3 +213,17 @@ def test_a_fence_passed_while_waiting_for_a_cpu_is_not_a_refusal(private, monkey
     response = private.client.post("/v1/jobs", json=body(tag), headers={"Idempotency-Key": uuid.uuid4().hex})
     assert response.status_code == 202, response.json
     assert stalls and len(private.jobs_with(tag)) == 1
+
+
+@pytest.mark.parametrize("path, payload", [("/v1/jobs", body("full")), ("/v1/jobs/batch", {"jobs": [body("full")]})])
+def test_redis_out_of_memory_answers_503_storage_full_and_writes_nothing(private, path, payload):
+    assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
+    before = len(private.jobs_with("full"))
+    private.redis.config_set("maxmemory", "1")  # every write is refused (noeviction): Redis is full
+    try:
+        response = private.client.post(path, json=payload, headers={"Idempotency-Key": uuid.uuid4().hex})
+    finally:
+        private.redis.config_set("maxmemory", "0")
+    assert response.status_code == 503, response.json
+    assert response.json["error"]["code"] == "storage_full" and int(response.headers["Retry-After"]) >= 1
+    assert len(private.jobs_with("full")) == before
