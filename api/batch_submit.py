@@ -83,12 +83,12 @@ def submit_many(
         raise  # the jobs may exist: their pictures stay (the output sweeper deletes those of jobs that never do)
     except (redis.RedisError, OSError) as exc:
         if never_sent(exc) or out_of_memory(exc):  # none of it was accepted
-            discard(svc, [key for keys in staged.values() for key in keys])
+            discard(svc, [key for keys in staged.values() for key in keys], owner)
         # Otherwise the admission may have run and its reply was lost: the jobs may exist, so their pictures stay
         # (the output sweeper deletes those of jobs that never do, under the tombstones written first).
         raise
     except BaseException:
-        discard(svc, [key for keys in staged.values() for key in keys])  # none of it was accepted
+        discard(svc, [key for keys in staged.values() for key in keys], owner)  # none of it was accepted
         raise
 
 
@@ -128,13 +128,13 @@ def _admit_and_publish(
         raise unknown_batch(ids) from exc
     refusals: dict[tuple[str, Outcome], GenqError] = {}  # one per model and reason: Retry-After reads Redis
     created: list[JobRecord] = []
-    for (i, spec, _), (reservation, written) in zip(todo, admitted, strict=True):
+    for (i, spec, record), (reservation, written) in zip(todo, admitted, strict=True):
         if written is None:
             reason = (spec.id, reservation.outcome)
             if reason not in refusals:
                 refusals[reason] = refusal(svc.fleet, spec, reservation)
             entries[i] = refusals[reason]
-            discard(svc, staged.pop(i, []))
+            discard(svc, staged.pop(i, []), record.owner or "")
         else:
             entries[i] = written
             created.append(written)

@@ -69,7 +69,7 @@ def admit_staged(
     except OutcomeUnknown:
         raise
     except BaseException:
-        discard(svc, staged)  # not accepted: its inputs go too
+        discard(svc, staged, record.owner or "")  # not accepted: its inputs go too
         raise
 
 

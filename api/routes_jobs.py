@@ -141,11 +141,11 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         try:
             existing = guard.existing_record(job_id, fence) if guard else None
         except BaseException:
-            discard(svc, staged)
+            discard(svc, staged, owner)
             raise
         not_after = guard.not_after if guard else fence()
         if existing is not None:  # a replay: the record as read once (one that expires meanwhile is no 500)
-            discard(svc, staged)
+            discard(svc, staged, owner)
             return existing, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
         # record written here, and reads only when the job's done channel fires.

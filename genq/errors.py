@@ -131,6 +131,7 @@ _BY_CODE: dict[ErrorCode, type[APIError]] = {
     ErrorCode.invalid_input: InvalidInput,
     ErrorCode.unknown_model: UnknownModel,
     ErrorCode.rate_limited: RateLimited,
+    ErrorCode.quota_exceeded: RateLimited,
     ErrorCode.overloaded: Overloaded,
     ErrorCode.no_workers: NoWorkers,
     ErrorCode.broker_unavailable: Unavailable,

@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     deadline_exceeded = "deadline_exceeded"
     invalid_message = "invalid_message"
     output_store_unavailable = "output_store_unavailable"
+    quota_exceeded = "quota_exceeded"  # an owner's live bytes (uploads, staged inputs) at GENQ_OWNER_MAX_BYTES
     storage_full = "storage_full"  # Redis refused a write: out of memory (maxmemory); nothing was written
     internal = "internal"
 
@@ -49,6 +50,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.invalid_input: 422,
     ErrorCode.unknown_model: 422,
     ErrorCode.rate_limited: 429,
+    ErrorCode.quota_exceeded: 429,
     ErrorCode.broker_unavailable: 503,
     ErrorCode.outcome_unknown: 503,
     ErrorCode.overloaded: 503,

@@ -10,8 +10,8 @@ local queued, workers, id, limit, need_worker  -- reserve()'s per-job arguments,
 --#include queue_reserve_fn
 local created = stamp(now)
 local replies = {}
-local function written(job, tombstone)  -- this job's record (or its tombstone) is already there: {1, depth, created}
-  if redis.call('EXISTS', job, tombstone) == 0 then return nil end
+local function written(job)  -- this job's record is already there: {1, depth, created} (its tombstone comes first)
+  if redis.call('EXISTS', job) == 0 then return nil end
   return {1, redis.call('ZCARD', queued), redis.call('HGET', job, 'created_at') or created}
 end
 local late = not_after ~= '' and now > tonumber(not_after)  -- past its fence (ADMIT's): no new job is written
@@ -21,7 +21,7 @@ for j = 0, #KEYS / 5 - 1 do
   queued, workers = KEYS[at + 4], KEYS[at + 5]
   id, limit, need_worker = ARGV[arg], ARGV[arg + 3], ARGV[arg + 4]
   local owner, offset, fields = ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 5]
-  local again, outcome, depth = written(job, tombstone), -2, 0
+  local again, outcome, depth = written(job), -2, 0
   if not again and not late then outcome, depth = reserve() end
   if again then
     replies[j + 1] = again

@@ -12,5 +12,9 @@ local function ended(status)
   redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
   redis.call('ZREM', active_prefix .. model, job_id)
   redis.call('ZREM', queued_prefix .. model, job_id)
+  -- Its staged inputs count against its owner's bytes (byte_quota.lua) as long as its result lives, no longer.
+  if bytes_prefix ~= '' and redis.call('ZSCORE', bytes_prefix .. owner, job_id) then
+    redis.call('ZADD', bytes_prefix .. owner, 'XX', now + tonumber(record_ttl), job_id)
+  end
   redis.call('PUBLISH', done_channel, status)
 end

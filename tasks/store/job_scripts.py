@@ -57,6 +57,7 @@ class JobFrame(ScriptArgs):
     queued_prefix: str
     record_ttl: int
     tombstone_ttl: int  # from the ending: the record's TTL plus the tombstone's own
+    bytes_prefix: str = ""  # owners' byte ledgers (tasks/store/byte_quota.py): the ending shortens the job's entry
 
 
 @dataclass(frozen=True, kw_only=True)
