@@ -49,6 +49,7 @@ class JobWrites:
             record_ttl=ttl,
             tombstone_ttl=ttl + self.settings.tombstone_ttl_s,
             bytes_prefix=ledger_key(self.keys, ""),
+            outputs_prefix=self.keys.output(""),
         )
 
     def replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:
