@@ -22,6 +22,11 @@ from tasks.picture_reading import FORMAT_MEDIA, check_mode, shown_size
 
 MEDIA_TYPE_OF = {fmt: media for media, fmt in FORMATS.items()}
 DEFAULT_MAX_PIXELS = 4096 * 4096  # no model taking pictures served: the bound an upload is checked against
+#: The most bytes a picture's file may hold per pixel: 16-bit RGBA stored raw (8) and a filter byte a row, plus
+#: room for metadata (EXIF, an ICC profile). Beyond, the bytes are padding (measured: a 64x64 PNG padded to
+#: 19 MiB was accepted, and copied per job): they would take a tenant's Redis memory for pixels that are not there.
+MAX_BYTES_PER_PIXEL = 8
+METADATA_ALLOWANCE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,12 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
                         f"{max_pixels} pixels here: resize it",
                         field=field,
                     )
+                if len(data) > max_file_bytes(width, height):
+                    raise InvalidInput(
+                        f"{field}: the file holds {len(data)} bytes for {width}x{height} pixels; at most "
+                        f"{max_file_bytes(width, height)} (8 a pixel and 256 KiB of metadata): re-encode it",
+                        field=field,
+                    )
                 img.load()  # every row: a truncated or corrupt file fails now
     except InvalidInput:
         raise
@@ -67,6 +78,11 @@ def pixel_limits(limits: AnyLimits) -> TextToImageLimits:
     if not isinstance(limits, TextToImageLimits):
         raise TypeError(f"pictures are checked against an image model's limits, not {type(limits).__name__}")
     return limits
+
+
+def max_file_bytes(width: int, height: int) -> int:
+    """The largest file a ``width`` x ``height`` picture may be (``MAX_BYTES_PER_PIXEL``)."""
+    return MAX_BYTES_PER_PIXEL * width * height + height + METADATA_ALLOWANCE_BYTES
 
 
 class ImageChecker:

@@ -16,6 +16,7 @@ from tasks.errors import UnknownModel
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
 from tasks.outputs import OutputStore
 from tasks.settings import ApiSettings
+from tasks.store.byte_quota import ByteQuota
 from tasks.store.celery_app import create_celery
 from tasks.store.deadlines import OverdueSweep
 from tasks.store.event_log import EventLog
@@ -51,6 +52,7 @@ class Services:
     batches: JobBatches
     clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     uploads: UploadStore
+    quota: ByteQuota  # each owner's live bytes: uploads and staged inputs (api/job_media.py)
     overdue: OverdueSweep  # the read paths' sweep of overdue jobs of models with no worker (api/job_reads.py)
     events: EventLog  # jobs' event streams (api/event_stream.py)
     outbox: Outbox  # webhook deliveries, read for /metrics' backlog
@@ -79,6 +81,7 @@ class Services:
             batches=JobBatches(store),
             clock=RedisClock(client),
             uploads=UploadStore(client, store.keys, outputs, settings.tombstone_ttl_s),
+            quota=ByteQuota(client, store.keys, settings.owner_max_bytes),
             overdue=OverdueSweep(store, models.models),
             events=EventLog(client, store.keys),
             outbox=Outbox(client, settings),

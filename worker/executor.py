@@ -18,6 +18,7 @@ from tasks.models_file import ModelSpec
 from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.job_store import Claim, JobStore, Verdict
 from worker.events import BatchEvents, EventPublisher
+from worker.intake import deadline_at_claim
 from worker.job import WorkItem
 from worker.metrics import record_batch
 from worker.results import ResultStore
@@ -154,6 +155,7 @@ class Executor:
             item.settle(_settled_status(claim))
             return False
         item.claimed, item.claimed_at = True, claim.now
+        item.run_deadline = deadline_at_claim(item, claim.now)  # judged on Redis' clock from here on
         if claim.attempts > self.max_attempts:
             item.fail(
                 ErrorCode.worker_lost,

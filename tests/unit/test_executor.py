@@ -340,3 +340,19 @@ def test_outputs_of_a_job_canceled_while_running_are_deleted(store):
     executor.execute(admitted)
     assert item.status == JobStatus.canceled and store.get(item.job_id).binary_outputs == []
     assert list(store.redis.scan_iter(store.keys.output(f"{item.job_id}/*"))) == []  # this run's objects went
+
+
+def test_a_running_jobs_deadline_is_judged_on_redis_clock_not_the_workers(store, monkeypatch):
+    """A worker whose clock runs 15 s ahead saw a 10 s deadline as passed on arrival and dropped the row at its
+    first step; from the claim on, the deadline is counted from Redis' time."""
+    import worker.intake
+
+    [item] = items(store, ["skewed"], deadline_s=10)
+    ahead = time.time
+
+    monkeypatch.setattr(worker.intake.time, "time", lambda: ahead() + 15)  # this worker's clock, all along
+    item.arrived = time.monotonic()
+    item.run_deadline = worker.intake.monotonic_deadline(item)  # on arrival: the worker's own clock
+    assert item.run_deadline < time.monotonic()
+    [admitted] = executor_for(store, ScriptedRuntime()).admit_all([item])
+    assert admitted.run_deadline is not None and 8 < admitted.run_deadline - time.monotonic() <= 10
