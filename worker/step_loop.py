@@ -1,19 +1,20 @@
 """The step loop: one step session on the model thread, rows joining and leaving between two steps
 (docs/scheduling.md).
 
-The loop thread claims newcomers and ``offer``s them (a locked inbox); between two steps the model thread admits
-them, drops rows canceled, revoked, past their deadline or without their lease, reports progress, and stores each
-finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending wins), then
-hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. A step that raises
-reruns its rows each alone, request-level. The loop ends once it holds no row and its inbox is empty; from then
-``offer`` answers False.
+The loop thread claims newcomers and ``offer``s them (worker/step_inbox.py); between two steps the model thread
+admits those that fit, drops rows canceled, revoked, past their deadline or without their lease, reports progress,
+and stores each finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending
+wins), then hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. After a step
+that leaves rows one step from their end, ``on_room`` asks the loop thread to claim their successors ahead
+(``ahead``): they wait in the inbox and join at the very boundary those rows leave. A step that raises reruns its
+rows each alone, request-level. The loop ends once it holds no row and its inbox is empty; from then ``offer``
+answers False.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable
@@ -28,6 +29,8 @@ from worker.lifecycle import LeaveReason, Left
 from worker.metrics import record_step
 from worker.row_reports import HeldRow, RowReports
 from worker.runtimes.base import Prediction, Row, RowResult, StepSession
+from worker.step_inbox import Ahead, Inbox
+from worker.step_metrics import record_boundary
 
 log = logging.getLogger(__name__)
 # Cancels made through the API live in the job record: the loop reads its rows' statuses and lease tokens (one
@@ -46,16 +49,17 @@ class StepRunner:
         on_left: Callable[[list[Left]], None],
         *,
         is_revoked: Callable[[str], bool] | None = None,
+        on_room: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.executor, self.key, self.on_left = executor, key, on_left
+        self.on_room = on_room
         self.runtime, self.model = executor.runtime, executor.spec.id
         self.is_revoked = is_revoked or (lambda _: False)
         self.clock = clock
         self.session_id = uuid.uuid4().hex[:12]
-        self._lock = threading.Lock()
-        self._inbox: list[WorkItem] = []
-        self._accepting = True
+        batching = executor.spec.batching
+        self.inbox = Inbox(batching.max_batch_size, batching.max_step_cost)
         self._held: dict[str, HeldRow] = {}
         self._checked_at = -math.inf
         self.reports = RowReports(
@@ -70,35 +74,36 @@ class StepRunner:
     # --- the loop thread's side ----------------------------------------------------------
 
     def offer(self, items: list[WorkItem]) -> bool:
-        """Claimed newcomers that join at the next step; False once the loop has ended (or was closed)."""
-        with self._lock:
-            if not self._accepting:
-                return False
-            self._inbox.extend(items)
-            return True
+        """Claimed newcomers that join at the next step they fit; False once the loop has ended (or was closed)."""
+        return self.inbox.offer(items)
 
     def close(self) -> None:
-        """Admit no more newcomers (warm shutdown, reconnect): the rows held and offered run to their end."""
-        with self._lock:
-            self._accepting = False
+        """Admit no more newcomers (a reconnect): the rows held and offered run to their end."""
+        self.inbox.close()
+
+    def take_back(self) -> list[WorkItem]:
+        """Admit no more newcomers (a warm shutdown): those offered that have not joined are handed back."""
+        return self.inbox.take_back()
 
     @property
     def accepting(self) -> bool:
-        return self._accepting
+        return self.inbox.accepting
+
+    @property
+    def ahead(self) -> Ahead:
+        """What frees at the next step: how much may be claimed beyond the free places."""
+        return self.inbox.ahead
 
     # --- the model thread's side ---------------------------------------------------------
 
     def run(self, first: list[WorkItem]) -> None:
         """Step until no row is held and nothing was offered."""
-        with self._lock:
-            self._inbox[:0] = first
+        self.inbox.put_first(first)
         try:
             self._loop()
         except Exception:  # outside every row's isolation (opening a session, say): each runs alone instead
             log.exception("step session of key %r crashed; running its rows alone", self.key)
-            with self._lock:
-                self._accepting = False
-                items, self._inbox = [h.item for h in self._held.values()] + self._inbox, []
+            items = [h.item for h in self._held.values()] + self.inbox.take_back()
             self._held.clear()
             self._alone(items)
 
@@ -116,12 +121,8 @@ class StepRunner:
                 session = None  # a step raised: its rows ran alone, and the session's state is not to be trusted
 
     def _take(self) -> list[WorkItem] | None:
-        with self._lock:
-            items, self._inbox = self._inbox, []
-            if not items and not self._held:
-                self._accepting = False  # under the lock: an offer either lands before this or is refused
-                return None
-            return items
+        held = [h.item for h in self._held.values()]
+        return self.inbox.take(sum(i.weight for i in held), sum(i.cost for i in held))
 
     def _admit(self, session: StepSession, items: list[WorkItem]) -> bool:
         BatchEvents(self.executor.events, [item.job_id for item in items]).started()
@@ -153,11 +154,22 @@ class StepRunner:
             self._alone(items)
             return False
         record_step(self.model, rows, admitted, time.perf_counter() - started)
+        record_boundary(self.model, rows, self.inbox.max_rows, admitted, len(finished))
         for held in self._held.values():
             held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
         self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})
         self.reports.report_progress(session)
+        self._claim_ahead(session)
         return True
+
+    def _claim_ahead(self, session: StepSession) -> None:
+        """Rows one step from their end free their places at the next boundary: let the loop thread claim their
+        successors now (after their hand-back, if rows just left: it runs in order), so they join right then."""
+        last = [self._held[h].item for h in session.finishing_next() if h in self._held]
+        ahead = Ahead(sum(i.weight for i in last), sum(i.cost for i in last))
+        self.inbox.ahead = ahead
+        if ahead.weight and self.on_room is not None:
+            self.on_room()
 
     # --- rows leaving --------------------------------------------------------------------
 

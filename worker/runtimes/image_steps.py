@@ -168,6 +168,10 @@ class ImageStepSession(StepSession):
         """Images held (a job of num_images=n takes n slots)."""
         return sum(len(job.rows) for job in self._jobs.values())
 
+    def finishing_next(self) -> list[str]:
+        """Jobs whose every image has one timestep left (exact, where progress is scaled to the steps asked)."""
+        return [h for h, job in self._jobs.items() if max(len(r.timesteps) - r.done for r in job.rows) == 1]
+
     # --- the work -------------------------------------------------------------------------------------
 
     def _checked(self, row: Row) -> TextToImageInput:
