@@ -14,11 +14,12 @@ Not thread-safe: the model thread alone calls it, and never while the same pipel
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tasks.kinds import TextToImageInput
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
+from worker.runtimes.image_batch import BatchParts, parts_of
+from worker.runtimes.image_cache import DeepFeatures
 from worker.runtimes.image_outputs import image_seeds, png_bytes
 from worker.runtimes.image_rows import (
     Embeddings,
@@ -30,6 +31,7 @@ from worker.runtimes.image_rows import (
     start_job,
 )
 from worker.runtimes.image_sources import SourceReader
+from worker.step_metrics import record_cache
 from worker.torch_settings import TorchOptions, inference_context
 
 #: UNet config fields that add conditioning a text-to-image job does not carry (SDXL's text_time, LCM's
@@ -51,17 +53,6 @@ def can_step(pipe: Any) -> bool:
     return bool(config.in_channels == pipe.vae.config.latent_channels)  # not an inpainting UNet
 
 
-@dataclass
-class _BatchParts:
-    """The UNet's text embeddings ([unconditional of guided rows] + [conditional of all rows]), the guided rows'
-    positions (a list, so no step waits on the device to read them; and as an index tensor) and guidance column."""
-
-    embeds: Any
-    guided: list[int]
-    index: Any
-    scale: Any
-
-
 class ImageStepSession(StepSession):
     """The images of jobs of one size, stepped together; see the module docstring."""
 
@@ -74,6 +65,7 @@ class ImageStepSession(StepSession):
         new_scheduler: SchedulerFactory,
         read_source: SourceReader | None = None,
         masks: Any = None,
+        model: str = "",
     ) -> None:
         self.pipe = pipe
         self.device = device
@@ -83,7 +75,9 @@ class ImageStepSession(StepSession):
         self.read_source = read_source  # a job's source picture and mask; None: text-to-image jobs only
         self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
-        self._batch: _BatchParts | None = None  # rebuilt when rows come or go
+        self._batch: BatchParts | None = None  # rebuilt when rows come or go
+        self.model = model  # for its metrics
+        self._features: DeepFeatures | None = None  # built when a row first caches its deep features
 
     # --- the contract ---------------------------------------------------------------------------------
 
@@ -205,35 +199,76 @@ class ImageStepSession(StepSession):
     def _rows(self) -> list[ImageRow]:
         return [row for job in self._jobs.values() for row in job.rows if not row.finished]
 
-    def _batch_parts(self, rows: list[ImageRow]) -> _BatchParts:
+    def _batch_parts(self, rows: list[ImageRow]) -> BatchParts:
         """The parts of the UNet call that stay the same from step to step until rows come or go."""
-        import torch
-
         if self._batch is None:
-            guided = [i for i, row in enumerate(rows) if row.uncond is not None]
-            parts: list[Any] = [rows[i].uncond for i in guided] + [row.cond for row in rows]
-            embeds = torch.cat(parts)
-            index = torch.tensor(guided, dtype=torch.long, device=embeds.device)
-            scale = torch.tensor([rows[i].guidance for i in guided], dtype=embeds.dtype, device=embeds.device)
-            self._batch = _BatchParts(embeds, guided, index, scale.view(-1, 1, 1, 1))
+            self._batch = parts_of(rows)
         return self._batch
 
     def _denoise(self, rows: list[ImageRow]) -> None:
+        if any(row.cache is not None for row in rows):
+            self._denoise_cached(rows)
+            return
+        noise = self._noise(rows, self._batch_parts(rows))
+        for i, row in enumerate(rows):
+            row.advance(noise[i : i + 1])
+
+    def _noise(self, rows: list[ImageRow], parts: BatchParts, deep: Any = None) -> Any:
+        """The rows' guided noise predictions: one UNet call, or with ``deep`` (the rows' cached deep features,
+        laid out as the UNet's batch) the shallow call that reuses them."""
         import torch
 
-        parts = self._batch_parts(rows)
         guided = parts.guided
         scaled = [row.scaled_input() for row in rows]
         timesteps = [row.unet_timesteps[row.done] for row in rows]
         sample = torch.cat([scaled[i] for i in guided] + scaled)
         t = torch.stack([timesteps[i] for i in guided] + timesteps)
-        noise = self.pipe.unet(sample, t, encoder_hidden_states=parts.embeds, return_dict=False)[0]
+        if deep is None:
+            noise = self._unet(sample, t, parts.embeds)
+        else:
+            noise = self._deep_features().shallow(sample, t, parts.embeds, deep)
         uncond, noise = noise[: len(guided)], noise[len(guided) :]
         if guided:  # u + g * (c - u) per guided row, as the pipeline's guidance with the row's own g
             noise = noise.clone()
             noise[parts.index] = uncond + parts.scale * (noise[parts.index] - uncond)
-        for i, row in enumerate(rows):
-            row.advance(noise[i : i + 1])
+        return noise
+
+    def _unet(self, sample: Any, t: Any, embeds: Any) -> Any:
+        """The full UNet call of one step (a wrapper around the UNet's forward goes here)."""
+        return self.pipe.unet(sample, t, encoder_hidden_states=embeds, return_dict=False)[0]
+
+    def _denoise_cached(self, rows: list[ImageRow]) -> None:
+        """Rows due a full pass (and rows that do not cache) in one UNet call, keeping the deep features of those
+        that cache; rows reusing their cache in a second, shallow call (image_cache.py)."""
+        import torch
+
+        full = [row for row in rows if row.cache is None or row.cache.due]
+        reuse = [row for row in rows if row.cache is not None and not row.cache.due]
+        if full:
+            parts = self._batch_parts(rows) if not reuse else parts_of(full)
+            noise, deep = self._deep_features().full(lambda: self._noise(full, parts))
+            position = {i: k for k, i in enumerate(parts.guided)}
+            for i, row in enumerate(full):
+                if row.cache is not None:
+                    cond = deep[len(parts.guided) + i : len(parts.guided) + i + 1]
+                    row.cache.deep = (deep[position[i] : position[i] + 1], cond) if i in position else (cond,)
+                row.advance(noise[i : i + 1])
+        if reuse:
+            parts = parts_of(reuse)
+            kept = [row.cache.features() for row in reuse if row.cache is not None]  # every reusing row has one
+            deep = torch.cat([kept[i][0] for i in parts.guided] + [halves[-1] for halves in kept])
+            noise = self._noise(reuse, parts, deep)
+            for i, row in enumerate(reuse):
+                row.advance(noise[i : i + 1])
+        for row in rows:
+            if row.cache is not None:
+                row.cache.ran(full=row in full)
+        record_cache(self.model, sum(r.cache is not None for r in full), len(reuse))
+
+    def _deep_features(self) -> DeepFeatures:
+        if self._features is None:
+            self._features = DeepFeatures(self.pipe.unet)
+        return self._features
 
     def _decode(self, finished: list[tuple[ImageJob, int]]) -> None:
         """VAE-decode the images that finished together and postprocess them as the pipeline does (PIL)."""

@@ -153,6 +153,7 @@ class TextToImageRuntime(Runtime):
             self.new_scheduler,
             self._source,
             getattr(inpainting, "mask_processor", None),
+            model=self.spec.id,
         )
 
     def _source(self, inp: Any) -> Source | None:
