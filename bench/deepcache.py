@@ -9,6 +9,7 @@ uncached ones (mean and max of 255; random weights: a difference, not a quality 
 do not opt in (``--mixed``: every other job) come out equal to the uncached run::
 
     python bench/deepcache.py [--interval 3] [--steps 20] [--clients 8] [--channels 320,640,1280,1280] [--mixed]
+    python bench/deepcache.py --device cuda --steps 50      # a CUDA host: SD 1.5's layout (time a GPU's steps)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def larger_unet(pipe: Any, channels: tuple[int, ...]) -> Any:
     from worker.demo_models.stable_diffusion import TEXT_HIDDEN
 
     n = len(channels)
-    unet = UNet2DConditionModel(
+    unet: Any = UNet2DConditionModel(  # type: ignore[no-untyped-call]
         sample_size=8,
         in_channels=4,
         out_channels=4,
@@ -42,7 +43,7 @@ def larger_unet(pipe: Any, channels: tuple[int, ...]) -> Any:
         attention_head_dim=8,
         norm_num_groups=32,
     )
-    return unet.eval().to(dtype=pipe.unet.dtype)
+    return unet.eval().to(device=pipe.unet.device, dtype=pipe.unet.dtype)
 
 
 def run(runtime: Any, jobs: list[tuple[int, str, Any]]) -> tuple[float, dict[str, Any], int]:
@@ -80,14 +81,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--channels", default="320,640,1280,1280")
     parser.add_argument("--mixed", action="store_true", help="every other job opts in; the others must not change")
+    parser.add_argument("--device", default="cpu", help="cuda on a GPU host (bench/gpu.py's hosts); no GPU figure here")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="genq-deepcache-"))
     build(folder)
-    options = TorchOptions(num_threads=1)
-    apply_global(options, "cpu")
+    options = TorchOptions(num_threads=1 if args.device == "cpu" else None)
+    apply_global(options, args.device)
     spec = ModelSpec(id="sd-deepcache", kind=JobKind.text_to_image, source=str(folder), limits=LIMITS)
     runtime = TextToImageRuntime(spec, str(folder), options)
-    runtime.load("cpu")
+    runtime.load(args.device)
     torch.manual_seed(0)
     runtime.pipe.unet = larger_unet(runtime.pipe, tuple(int(c) for c in args.channels.split(",")))
     params = sum(p.numel() for p in runtime.pipe.unet.parameters()) / 1e6
