@@ -137,6 +137,8 @@ class StepRunner:
             self._alone(items + [h.item for h in self._held.values()])
             self._held.clear()
             return False
+        if not self._held:  # a fresh session: the claim has just read every newcomer's status and lease
+            self._checked_at = self.clock()
         held = {item.job_id: HeldRow(item, joined) for item in items}
         self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
         self._finish(ended, held)
@@ -180,19 +182,22 @@ class StepRunner:
         results = [r for r in results if r.handle in held]
         if not results:
             return
-        successes: list[tuple[WorkItem, Prediction, JobMetrics]] = []
+        done: list[tuple[HeldRow, Prediction]] = []
         for result in results:
             entry = held[result.handle]
-            metrics = self.reports.metrics(entry)
             if result.error is None and result.prediction is not None:
                 self.reports.progress_event(entry, entry.total)  # its last step, as predict reports it
-                successes.append((entry.item, result.prediction, metrics))
+                done.append((entry, result.prediction))
                 continue
             exc = result.error or RuntimeError("the session returned no prediction")
             entry.item.fail(*failure_of(exc))
-            self.executor.results.store_failure(entry.item, metrics)
+            self.executor.results.store_failure(entry.item, self.reports.metrics(entry))
         if self.executor.events is not None:
             BatchEvents(self.executor.events, []).flush()  # their text and progress are in Redis before their end
+        # Model time ends after the flush, as request-level's does (it flushes before it reads its clock).
+        successes: list[tuple[WorkItem, Prediction, JobMetrics]] = [
+            (entry.item, prediction, self.reports.metrics(entry)) for entry, prediction in done
+        ]
         if successes:
             self.executor.results.store_successes(successes)
         won = {id(item) for item, _, _ in successes}
