@@ -115,7 +115,8 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
                     str(len(runs)),
                 )
             )
-    lines = [markdown_table(("raw runtime", "batch", "jobs/s", "work/s", "call ms", "range", "measured"), raw_rows)]
+    header = ("raw runtime", "batch", "jobs/s", "work/s", "call ms", "range", "measured")
+    lines = [markdown_table(header, raw_rows)] if raw_rows else []  # the lone points run without the raw probe
     rows: list[tuple[str, ...]] = [
         (
             p.model,
