@@ -158,7 +158,8 @@ class StepRunner:
             self._alone(items)
             return False
         record_step(self.model, rows, admitted, time.perf_counter() - started)
-        record_boundary(self.model, rows, self.inbox.max_rows, admitted, len(finished))
+        weight = sum(h.item.weight for h in self._held.values())  # full or partial by max_batch_size's measure
+        record_boundary(self.model, weight, self.inbox.max_rows, admitted, len(finished))
         for held in self._held.values():
             held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
         self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})

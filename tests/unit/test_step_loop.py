@@ -289,11 +289,15 @@ def test_progress_reports_only_increases_from_one(store):
 def test_a_row_leaving_at_step_k_is_replaced_at_step_k_plus_1_when_a_job_waits(store, ahead):
     """The loop thread's hand-backs run while the next step runs: a successor claimed only after its row left
     joins a step late (an empty place); claimed ahead, it is in the inbox at the boundary the row leaves."""
+    from worker.step_metrics import STEPS_BY_FILL
+
     loop = Loop(store, max_batch_size=2, ahead=ahead)
     a, b, c, d = loop.jobs("a-steps=2", "b-steps=5", "c-steps=2", "d-steps=2")
     loop.consume([c, d], running=2)
+    full = STEPS_BY_FILL.labels("fake-steps", "full")._value.get()
     loop.run([a, b], [a, b, c, d])
     if ahead:
+        assert STEPS_BY_FILL.labels("fake-steps", "full")._value.get() - full == 5  # the metric says so too
         assert loop.steps() == [["a-steps=2", "b-steps=5"]] * 2 + [["b-steps=5", "c-steps=2"]] * 2 + [
             ["b-steps=5", "d-steps=2"]
         ] * 1 + [["d-steps=2"]]
