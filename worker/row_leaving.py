@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from tasks.errors import ErrorCode
 from tasks.schemas import JobMetrics, JobStatus
@@ -52,3 +53,17 @@ def settle_leaver(executor: Executor, held: HeldRow, reason: LeaveReason, metric
     else:
         log.warning("job %s: its lease passed to another worker; this run stops", item.job_id)
         item.settle(None)
+
+
+def leave_reasons(held: dict[str, HeldRow], now: float, is_revoked: Callable[[str], bool]) -> dict[str, LeaveReason]:
+    """The rows that leave before the next step by what this worker knows: lease taken over, revoked, deadline."""
+    leaving: dict[str, LeaveReason] = {}
+    for job_id, row in held.items():
+        item = row.item
+        if not item.claimed:  # the heartbeat found its lease taken over
+            leaving[job_id] = LeaveReason.lease_lost
+        elif is_revoked(job_id):
+            leaving[job_id] = LeaveReason.revoked
+        elif item.run_deadline is not None and now >= item.run_deadline:
+            leaving[job_id] = LeaveReason.deadline
+    return leaving

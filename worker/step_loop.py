@@ -1,20 +1,20 @@
 """The step loop: one step session on the model thread, rows joining and leaving between two steps
 (docs/scheduling.md).
 
-The loop thread claims newcomers and ``offer``s them (a locked inbox); between two steps the model thread admits
-them, drops rows canceled, revoked, past their deadline or without their lease, reports progress, and stores each
-finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending wins), then
-hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. A step that raises
-drops its session and reruns its rows in fresh ones (``_rerun``); newcomers that run out of memory beside the rows
-held wait until rows leave. The loop ends once it holds no row and its inbox is empty; from then
-``offer`` answers False.
+The loop thread claims newcomers and ``offer``s them (worker/step_inbox.py); between two steps the model thread
+admits those that fit, drops rows canceled, revoked, past their deadline or without their lease, reports progress,
+and stores each finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending
+wins), then hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. After a step
+that leaves rows one step from their end, ``on_room`` asks the loop thread to claim their successors ahead
+(``ahead``): they wait in the inbox and join at the very boundary those rows leave. A step that raises drops its
+session and reruns its rows in fresh ones (``_rerun``); newcomers that run out of memory beside the rows held wait
+until rows leave. The loop ends once it holds no row and its inbox is empty; from then ``offer`` answers False.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable
@@ -25,9 +25,11 @@ from worker.executor import Executor, failure_of, is_out_of_memory
 from worker.job import WorkItem
 from worker.lifecycle import LeaveReason, Left
 from worker.metrics import record_step
-from worker.row_leaving import read_leases, settle_leaver
+from worker.row_leaving import leave_reasons, read_leases, settle_leaver
 from worker.row_reports import HeldRow, RowReports
 from worker.runtimes.base import Prediction, Row, RowResult, StepSession
+from worker.step_inbox import Ahead, Inbox
+from worker.step_metrics import record_boundary
 
 log = logging.getLogger(__name__)
 # Cancels made through the API live in the job record: the loop reads its rows' statuses and lease tokens (one
@@ -46,18 +48,16 @@ class StepRunner:
         on_left: Callable[[list[Left]], None],
         *,
         is_revoked: Callable[[str], bool] | None = None,
+        on_room: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.executor, self.key, self.on_left = executor, key, on_left
+        self.executor, self.key, self.on_left, self.on_room = executor, key, on_left, on_room
         self.runtime, self.model = executor.runtime, executor.spec.id
         self.is_revoked = is_revoked or (lambda _: False)
-        self.clock = clock
-        self.session_id = uuid.uuid4().hex[:12]
-        self._lock = threading.Lock()
-        self._inbox: list[WorkItem] = []
-        self._waiting: list[WorkItem] = []  # newcomers out of memory beside the rows held: they join as rows leave
-        self._waiting_at = 0  # how many rows were held then
-        self._accepting = True
+        self.clock, self.session_id = clock, uuid.uuid4().hex[:12]
+        self.inbox = Inbox(executor.spec.batching.max_batch_size, executor.spec.batching.max_step_cost)
+        # Newcomers that ran out of memory beside the rows held wait (first in the inbox) until fewer are held.
+        self._wait_below: int | None = None
         self._held: dict[str, HeldRow] = {}
         self._checked_at = -math.inf
         self.reports = RowReports(
@@ -72,37 +72,37 @@ class StepRunner:
     # --- the loop thread's side ----------------------------------------------------------
 
     def offer(self, items: list[WorkItem]) -> bool:
-        """Claimed newcomers that join at the next step; False once the loop has ended (or was closed)."""
-        with self._lock:
-            if not self._accepting:
-                return False
-            self._inbox.extend(items)
-            return True
+        """Claimed newcomers that join at the next step they fit; False once the loop has ended (or was closed)."""
+        return self.inbox.offer(items)
 
     def close(self) -> None:
-        """Admit no more newcomers (warm shutdown, reconnect): the rows held and offered run to their end."""
-        with self._lock:
-            self._accepting = False
+        """Admit no more newcomers (a reconnect): the rows held and offered run to their end."""
+        self.inbox.close()
+
+    def take_back(self) -> list[WorkItem]:
+        """Admit no more newcomers (a warm shutdown): those offered that have not joined are handed back."""
+        return self.inbox.take_back()
 
     @property
     def accepting(self) -> bool:
-        return self._accepting
+        return self.inbox.accepting
+
+    @property
+    def ahead(self) -> Ahead:
+        """What frees at the next step: how much may be claimed beyond the free places."""
+        return self.inbox.ahead
 
     # --- the model thread's side ---------------------------------------------------------
 
     def run(self, first: list[WorkItem]) -> None:
         """Step until no row is held and nothing was offered."""
-        with self._lock:
-            self._inbox[:0] = first
+        self.inbox.put_first(first)
         try:
             self._loop()
         except Exception:  # outside every row's isolation (opening a session, say): each runs alone instead
             log.exception("step session of key %r crashed; running its rows alone", self.key)
-            with self._lock:
-                self._accepting = False
-                items, self._inbox = [h.item for h in self._held.values()] + self._waiting + self._inbox, []
+            items = [h.item for h in self._held.values()] + self.inbox.take_back()
             self._held.clear()
-            self._waiting = []
             self._alone(items)
 
     def _loop(self) -> None:
@@ -123,19 +123,18 @@ class StepRunner:
                 self._rerun(failed)
 
     def _take(self) -> list[WorkItem] | None:
-        with self._lock:
-            items, self._inbox = self._inbox, []
-            if self._waiting:  # newcomers out of memory: they, then later ones, join once rows have left since
-                items, self._waiting = (
-                    (self._waiting + items, []) if len(self._held) < self._waiting_at else ([], self._waiting + items)
-                )
-            if not items and not self._held and not self._waiting:
-                self._accepting = False  # under the lock: an offer either lands before this or is refused
-                return None
-            return items
+        if self._wait_below is not None:
+            if self._held and len(self._held) >= self._wait_below:
+                return []
+            self._wait_below = None
+        held = [h.item for h in self._held.values()]
+        return self.inbox.take(sum(i.weight for i in held), sum(i.cost for i in held))
 
     def _admit(self, session: StepSession, items: list[WorkItem]) -> list[WorkItem] | None:
         """None when ``items`` joined (or wait for memory); else the rows to run again, the session being broken."""
+        # Its model time starts here, as request-level's starts before predict: the admission (text encoder, prefill)
+        # is the model's work for this job (counted after it, a lone text job's prefill showed as ~20 ms of overhead).
+        joined = time.perf_counter()
         BatchEvents(self.executor.events, [item.job_id for item in items]).started()
         rows = [Row(item.job_id, item.parsed, self.reports.sink(item.job_id)) for item in items]
         try:
@@ -144,7 +143,8 @@ class StepRunner:
             out_of_memory = is_out_of_memory(exc)
             log.warning("admitting %d rows failed (%s)", len(items), "out of memory" if out_of_memory else exc)
         else:
-            joined = time.perf_counter()
+            if not self._held:  # a fresh session: the claim has just read every newcomer's status and lease
+                self._checked_at = self.clock()
             held = {item.job_id: HeldRow(item, joined) for item in items}
             self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
             self._finish(ended, held)
@@ -165,8 +165,8 @@ class StepRunner:
             log.warning("cannot drop the rows of a failed admission", exc_info=True)
             return False
         self.runtime.release_memory()
-        self._waiting.extend(items)
-        self._waiting_at = len(self._held)
+        self.inbox.put_first(items)
+        self._wait_below = len(self._held)
         log.info("%d newcomers wait for memory until some of the %d rows leave", len(items), len(self._held))
         return True
 
@@ -185,10 +185,13 @@ class StepRunner:
             self._held.clear()
             return items
         record_step(self.model, rows, admitted, time.perf_counter() - started)
+        weight = sum(h.item.weight for h in self._held.values())  # full or partial by max_batch_size's measure
+        record_boundary(self.model, weight, self.inbox.max_rows, admitted, len(finished))
         for held in self._held.values():
             held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
         self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})
         self.reports.report_progress(session)
+        self._claim_ahead(session)
         return None
 
     # --- rows of a failed session --------------------------------------------------------
@@ -232,6 +235,15 @@ class StepRunner:
         self._held.clear()
         return kept
 
+    def _claim_ahead(self, session: StepSession) -> None:
+        """Rows one step from their end free their places at the next boundary: let the loop thread claim their
+        successors now (after their hand-back, if rows just left: it runs in order), so they join right then."""
+        last = [self._held[h].item for h in session.finishing_next() if h in self._held]
+        ahead = Ahead(sum(i.weight for i in last), sum(i.cost for i in last))
+        self.inbox.ahead = ahead
+        if ahead.weight and self.on_room is not None:
+            self.on_room()
+
     # --- rows leaving --------------------------------------------------------------------
 
     def _finish(self, results: list[RowResult], held: dict[str, HeldRow]) -> None:
@@ -239,19 +251,22 @@ class StepRunner:
         results = [r for r in results if r.handle in held]
         if not results:
             return
-        successes: list[tuple[WorkItem, Prediction, JobMetrics]] = []
+        done: list[tuple[HeldRow, Prediction]] = []
         for result in results:
             entry = held[result.handle]
-            metrics = self.reports.metrics(entry)
             if result.error is None and result.prediction is not None:
                 self.reports.progress_event(entry, entry.total)  # its last step, as predict reports it
-                successes.append((entry.item, result.prediction, metrics))
+                done.append((entry, result.prediction))
                 continue
             exc = result.error or RuntimeError("the session returned no prediction")
             entry.item.fail(*failure_of(exc))
-            self.executor.results.store_failure(entry.item, metrics)
+            self.executor.results.store_failure(entry.item, self.reports.metrics(entry))
         if self.executor.events is not None:
             BatchEvents(self.executor.events, []).flush()  # their text and progress are in Redis before their end
+        # Model time ends after the flush, as request-level's does (it flushes before it reads its clock).
+        successes: list[tuple[WorkItem, Prediction, JobMetrics]] = [
+            (entry.item, prediction, self.reports.metrics(entry)) for entry, prediction in done
+        ]
         if successes:
             self.executor.results.store_successes(successes)
         won = {id(item) for item, _, _ in successes}
@@ -265,15 +280,7 @@ class StepRunner:
     def _drop_leavers(self, session: StepSession | None) -> None:
         """Rows canceled (API or Celery revoke), past their deadline, or whose lease is lost leave before the step."""
         now = self.clock()
-        leaving: dict[str, LeaveReason] = {}
-        for job_id, held in self._held.items():
-            item = held.item
-            if not item.claimed:  # the heartbeat found its lease taken over
-                leaving[job_id] = LeaveReason.lease_lost
-            elif self.is_revoked(job_id):
-                leaving[job_id] = LeaveReason.revoked
-            elif item.run_deadline is not None and now >= item.run_deadline:
-                leaving[job_id] = LeaveReason.deadline
+        leaving = leave_reasons(self._held, now, self.is_revoked)
         if now - self._checked_at >= CANCEL_CHECK_S:
             self._checked_at = now
             leaving.update(read_leases(self.executor.store, self._held, set(leaving)))

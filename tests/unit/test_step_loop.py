@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tasks.kinds import JobKind
-from tasks.models_file import ModelSpec
+from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.fleet import FleetStore
@@ -25,6 +25,7 @@ from worker.executor import Executor
 from worker.job import WorkItem
 from worker.lifecycle import Left
 from worker.results import ResultStore
+from worker.shutdown import give_back_running
 from worker.step_loop import CANCEL_CHECK_S, StepRunner
 
 STEP_S = 0.1  # the fake clock's time per step: more than CANCEL_CHECK_S, so every boundary reads the statuses
@@ -39,8 +40,15 @@ def store(key_prefix: str) -> JobStore:
 class Loop:
     """A runner over a fake stepping runtime whose steps advance a fake clock and may run hooks (before step n)."""
 
-    def __init__(self, store: JobStore, source: str = "fake://", events: Any = None) -> None:
-        spec = ModelSpec(id="fake-steps", kind=JobKind.fill_mask, source="x")
+    def __init__(
+        self, store: JobStore, source: str = "fake://", events: Any = None, max_batch_size: int = 8, ahead: bool = True
+    ) -> None:
+        spec = ModelSpec(
+            id="fake-steps",
+            kind=JobKind.fill_mask,
+            source="x",
+            batching=BatchingSettings(max_batch_size=max_batch_size),
+        )
         self.runtime = FakeSteppingRuntime(spec, source, None)
         self.runtime.load("cpu")
         self.clock = Clock(100.0)
@@ -59,18 +67,42 @@ class Loop:
         )
         self.left: list[list[str]] = []  # texts of the rows handed back, per hand-back, in order
         self.revoked: set[str] = set()
+        self.waiting: list[WorkItem] = []  # claimable jobs the loop thread offers as places free (``consume``)
+        self.running = 0  # the rows the loop thread counts as the session's (held and offered)
+        self.hand_backs: list[Callable[[], None]] = []  # run on the "loop thread": while the next step runs
         self.runner = StepRunner(
-            self.executor, ("top_k", None), self._on_left, is_revoked=self.revoked.__contains__, clock=self.clock
+            self.executor,
+            ("top_k", None),
+            self._on_left,
+            is_revoked=self.revoked.__contains__,
+            on_room=(lambda: self.hand_backs.append(self._fill)) if ahead else None,
+            clock=self.clock,
         )
 
     def _sleep(self, seconds: float) -> None:
         step = len(self.runtime.steps)  # the step now running (1-based)
         self.clock.now += STEP_S
+        hand_backs, self.hand_backs = self.hand_backs, []
+        for hand_back in hand_backs:
+            hand_back()
         if step in self.hooks:
             self.hooks.pop(step)()
 
     def _on_left(self, rows: list[Left]) -> None:
         self.left.append([text_of(item) for item, _ in rows])
+        self.hand_backs.append(lambda: self._fill(len(rows)))
+
+    def consume(self, waiting: list[WorkItem], running: int) -> None:
+        """The loop thread's side as the consumer does it: ``waiting`` jobs are offered for the places free and
+        those that free at the next step; ``running`` rows are the session's at first."""
+        self.waiting, self.running = list(waiting), running
+
+    def _fill(self, left: int = 0) -> None:
+        self.running -= left
+        room = self.runner.inbox.max_rows - self.running + self.runner.ahead.weight
+        offered, self.waiting = self.waiting[: max(0, room)], self.waiting[max(0, room) :]
+        if offered and self.runner.offer(offered):
+            self.running += len(offered)
 
     def jobs(self, *texts: str, deadline_s: float | None = None) -> list[WorkItem]:
         """Queued jobs, claimed as the loop thread claims them before they run or join."""
@@ -323,3 +355,68 @@ def test_progress_reports_only_increases_from_one(store):
     steps = [d.step for job_id, kind, d in publisher.events if kind == "progress"]
     assert steps == [1, 4]
     assert store.get(a.job_id).status == JobStatus.succeeded
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_row_leaving_at_step_k_is_replaced_at_step_k_plus_1_when_a_job_waits(store, ahead):
+    """The loop thread's hand-backs run while the next step runs: a successor claimed only after its row left
+    joins a step late (an empty place); claimed ahead, it is in the inbox at the boundary the row leaves."""
+    from worker.step_metrics import STEPS_BY_FILL
+
+    loop = Loop(store, max_batch_size=2, ahead=ahead)
+    a, b, c, d = loop.jobs("a-steps=2", "b-steps=5", "c-steps=2", "d-steps=2")
+    loop.consume([c, d], running=2)
+    full = STEPS_BY_FILL.labels("fake-steps", "full")._value.get()
+    loop.run([a, b], [a, b, c, d])
+    if ahead:
+        assert STEPS_BY_FILL.labels("fake-steps", "full")._value.get() - full == 5  # the metric says so too
+        assert loop.steps() == [["a-steps=2", "b-steps=5"]] * 2 + [["b-steps=5", "c-steps=2"]] * 2 + [
+            ["b-steps=5", "d-steps=2"]
+        ] * 1 + [["d-steps=2"]]
+        assert all(len(step) == 2 for step in loop.steps()[:5])  # no empty place while b runs and a job waits
+    else:
+        assert loop.steps()[2] == ["b-steps=5"]  # a left at step 2; c was claimed after, and joins at step 4
+        assert loop.steps()[3] == ["b-steps=5", "c-steps=2"]
+        d = c  # the session ended as c and b left, before d's offer (the consumer starts d's session then)
+    assert all(store.get(i.job_id).status == JobStatus.succeeded for i in (a, b, c, d))
+
+
+def test_rows_claimed_ahead_are_given_back_on_a_warm_shutdown_and_never_run_here(store):
+    loop = Loop(store, max_batch_size=1)
+    a, b = loop.jobs("a-steps=3", "b-steps=2")
+    loop.consume([b], running=1)
+    taken: list[WorkItem] = []
+    loop.hooks[3] = lambda: taken.extend(loop.runner.take_back())  # warm shutdown while a's last step runs
+    loop.run([a], [a, b])
+    assert taken == [b] and loop.steps() == [["a-steps=3"]] * 3  # b waited for a's place, claimed ahead
+    give_back_running(store, taken)  # what the consumer's drain does with them
+    record = store.get(b.job_id)
+    assert record.status == JobStatus.queued and not b.claimed
+    assert store.get(a.job_id).status == JobStatus.succeeded
+
+
+class Killed(BaseException):
+    """The worker process dies (SIGKILL): nothing after this point runs."""
+
+
+def test_a_row_claimed_ahead_is_redelivered_after_a_kill_and_runs_once(store):
+    loop = Loop(store, max_batch_size=1)
+    a, b = loop.jobs("a-steps=3", "b-steps=2")
+    loop.consume([b], running=1)
+
+    def kill() -> None:
+        assert loop.runner.inbox.take_back() == [b] and b.claimed  # b was claimed ahead, waiting for a's place
+        raise Killed
+
+    loop.hooks[3] = kill
+    with pytest.raises(Killed):
+        loop.run([a], [a, b])
+    assert all("b-steps=2" not in step for step in loop.steps())  # it never ran here
+    store.redis.hset(store.keys.job(b.job_id), "lease_until", 0)  # no heartbeat renews it: the lease lapses
+    other = Loop(store)  # another worker gets the redelivered message
+    again = WorkItem(job_id=b.job_id, raw_input={})
+    again.take_record(store.get(b.job_id))
+    assert other.executor.admit_all([again]) == [again]
+    other.run([again], [again])
+    assert other.steps() == [["b-steps=2"]] * 2  # one run in all, on the other worker
+    assert store.get(b.job_id).status == JobStatus.succeeded

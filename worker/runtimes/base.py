@@ -98,6 +98,11 @@ class StepSession(ABC):
         """Slots of ``max_batch_size`` in use (images of all held jobs, texts...)."""
         return len(self.handles)
 
+    def finishing_next(self) -> list[str]:
+        """The rows that will finish at the next ``step`` (their successors are claimed ahead); by default those
+        one step from their total (a text row may also stop earlier: it then frees its place a step later)."""
+        return [handle for handle, (done, total) in self.progress().items() if total - done == 1]
+
 
 class Runtime(ABC):
     """A model served by a worker. ``predict`` takes a list and returns a list of the same length."""

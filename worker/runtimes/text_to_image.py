@@ -158,6 +158,7 @@ class TextToImageRuntime(Runtime):
             self._source,
             getattr(inpainting, "mask_processor", None),
             self.adapters,
+            model=self.spec.id,
         )
 
     def _source(self, inp: Any) -> Source | None:
