@@ -6,7 +6,8 @@ read blocks that thread until the body arrives: 600 connections sending one body
 held every thread and froze /healthz and every tenant (issue 36; bench/README.md, "Slow request bodies"). granian
 has no setting that bounds a body read. Here a body costs a coroutine while it arrives, must keep up a minimum
 rate after a grace period (``BODY_GRACE_S`` + bytes / ``BODY_MIN_RATE``, and never ``BODY_IDLE_S`` without a byte),
-and a client address or an API key may have ``BODY_READS_PER_CLIENT`` bodies in flight at once. Health checks run
+and a client address or an API key may have ``BODY_READS_PER_CLIENT`` bodies in flight at once (counted once a body
+takes ``BODY_SLOW_AFTER_S``: a burst of small requests is never refused here). Health checks run
 on threads of their own. Every refusal made here is genq's JSON error with a request id.
 """
 
@@ -35,7 +36,8 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 BODY_GRACE_S = 5.0  # any body may take this long...
 BODY_MIN_RATE = 16 * 1024  # ...plus a second per this many bytes received (a 20 MiB upload at 16 KiB/s)
 BODY_IDLE_S = 5.0  # and never this long without a byte
-BODY_READS_PER_CLIENT = 64  # bodies in flight at once per client address, and per API key
+BODY_SLOW_AFTER_S = 0.5  # a body still arriving after this counts against its client's bodies in flight
+BODY_READS_PER_CLIENT = 256  # bodies in flight per client address and per key (a default process serves 256 at once)
 HEALTH_THREADS = 4  # /healthz, /readyz and /metrics never queue behind the app's threads
 HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _END, _HEAD, _BODY = "end", "head", "body"
@@ -88,31 +90,50 @@ class BodyReads:
                 del self._busy[owner]
 
 
-async def read_body(receive: Receive, declared: int | None, limit: int) -> bytes:
-    """The whole body, within the deadline and rate above and ``limit`` bytes, or a Refusal (408, 413)."""
+async def read_body(
+    receive: Receive, declared: int | None, limit: int, waiting: Callable[[], None] = lambda: None
+) -> bytes:
+    """The whole body, within the deadline and rate above and ``limit`` bytes, or a Refusal (408, 413).
+
+    ``waiting()`` is called once the body has taken ``BODY_SLOW_AFTER_S``: a body sent at once, as nearly all are,
+    is never counted as one in flight (a burst of small requests from one address is not refused for it).
+    """
     if declared is not None and declared > limit:
         raise Refusal(413, "payload_too_large", f"the body is {declared} bytes; at most {limit} are read")
-    parts, received, started = [], 0, time.monotonic()
-    while True:
-        allowed = started + BODY_GRACE_S + received / BODY_MIN_RATE - time.monotonic()
-        try:
-            message = await asyncio.wait_for(receive(), timeout=max(0.0, min(BODY_IDLE_S, allowed)))
-        except TimeoutError:
-            raise Refusal(
-                408,
-                "bad_request",
-                f"the request body arrived too slowly ({received} bytes in {time.monotonic() - started:.1f} s); "
-                f"send it at {BODY_MIN_RATE // 1024} KiB/s or more",
-            ) from None
-        if message["type"] == "http.disconnect":
-            raise ConnectionResetError("the client left while sending its body")
-        chunk = message.get("body", b"")
-        received += len(chunk)
-        if received > limit:
-            raise Refusal(413, "payload_too_large", f"the body is over {limit} bytes")
-        parts.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(parts)
+    parts, received, started, counted = [], 0, time.monotonic(), False
+    pending: asyncio.Future[Message] | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            if not counted and now - started >= BODY_SLOW_AFTER_S:
+                waiting()
+                counted = True
+            allowed = started + BODY_GRACE_S + received / BODY_MIN_RATE - now
+            timeout = min(BODY_IDLE_S, allowed) if counted else min(allowed, started + BODY_SLOW_AFTER_S - now)
+            pending = pending or asyncio.ensure_future(receive())
+            done, _ = await asyncio.wait({pending}, timeout=max(0.0, timeout))
+            if not done:  # never cancelled for the slow mark: a receive left pending loses nothing
+                if counted or allowed <= 0:
+                    raise Refusal(
+                        408,
+                        "bad_request",
+                        f"the request body arrived too slowly ({received} bytes in {time.monotonic() - started:.1f} "
+                        f"s); send it at {BODY_MIN_RATE // 1024} KiB/s or more",
+                    )
+                continue
+            message, pending = pending.result(), None
+            if message["type"] == "http.disconnect":
+                raise ConnectionResetError("the client left while sending its body")
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > limit:
+                raise Refusal(413, "payload_too_large", f"the body is over {limit} bytes")
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+    finally:
+        if pending is not None:
+            pending.cancel()
 
 
 def wsgi_environ(scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
@@ -243,11 +264,16 @@ class AsgiFront:
         owners = ["addr:" + str((scope.get("client") or ("",))[0])]
         if "authorization" in headers:
             owners.append(f"key:{hash(headers['authorization'])}")
-        self.reads.enter(owners)
+        entered: list[str] = []
+
+        def waiting() -> None:
+            self.reads.enter(owners)
+            entered.extend(owners)
+
         try:
-            return await read_body(receive, declared, self.body_limit)
+            return await read_body(receive, declared, self.body_limit, waiting)
         finally:
-            self.reads.leave(owners)
+            self.reads.leave(entered)
 
 
 async def relay(out: Outlet, send: Send) -> None:

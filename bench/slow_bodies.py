@@ -23,7 +23,7 @@ import httpx
 
 BODY_BYTES = 1000
 EVERY_S = 2.0
-PER_ADDRESS = 50  # slow connections per loopback address (under the front's cap of 64 per address)
+PER_ADDRESS = 200  # slow connections per loopback address (under the front's cap of 256 per address)
 JOB: dict[str, object] = {"model": "echo", "input": {"text": "hello [MASK]"}}
 
 
