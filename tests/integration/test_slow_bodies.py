@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from api.asgi_front import BODY_GRACE_S, BODY_IDLE_S, BODY_READS_PER_CLIENT
+from api.body_reads import BODY_GRACE_S, BODY_IDLE_S, BODY_READS_PER_CLIENT
 from bench.slow_bodies import SlowBodies, probe
 from tasks.settings import Settings
 from tests.harness import ApiServer

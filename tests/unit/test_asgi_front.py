@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from api import asgi_front
-from api.asgi_front import AsgiFront, BodyReads, Refusal, read_body
+from api import body_reads
+from api.asgi_front import AsgiFront
+from api.body_reads import BodyReads, Refusal, read_body
 
 
 def messages(*parts: bytes, gap_s: float = 0.0) -> Any:
@@ -37,8 +38,8 @@ def test_a_declared_or_read_body_past_the_limit_is_413() -> None:
 
 
 def test_a_trickling_body_is_408_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(asgi_front, "BODY_GRACE_S", 0.3)
-    monkeypatch.setattr(asgi_front, "BODY_SLOW_AFTER_S", 0.1)
+    monkeypatch.setattr(body_reads, "BODY_GRACE_S", 0.3)
+    monkeypatch.setattr(body_reads, "BODY_SLOW_AFTER_S", 0.1)
     counted: list[int] = []
     with pytest.raises(Refusal) as refused:
         asyncio.run(read_body(messages(*[b"x"] * 100, gap_s=0.05), None, 10**6, lambda: counted.append(1)))
