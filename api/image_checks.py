@@ -1,8 +1,9 @@
 """The API's checker of pictures (``tasks/media_checker.py``): an image's bytes checked before anything is accepted
-(PNG, JPEG or WebP, what it claims to be, within a pixel bound read from the header, before decoding: no
-decompression bomb; decodable to the last row: a truncated PNG is refused here, not by the worker), a job's mask
-the size of its image, and the output's size filled from the image. Sizes are as the picture is shown (its EXIF
-orientation), and modes the worker could not read as they look are refused: tasks/picture_reading.py."""
+(PNG, JPEG or WebP, what it claims to be, within a pixel bound read from the header and, for a JPEG, a scan bound
+read from its markers, before decoding: no decompression bomb, no CPU bomb; decodable to the last row: a truncated
+PNG is refused here, not by the worker), a job's mask the size of its image, and the output's size filled from the
+image. Sizes are as the picture is shown (its EXIF orientation), and modes the worker could not read as they look
+are refused: tasks/picture_reading.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from PIL import Image, UnidentifiedImageError
 
 from tasks.errors import InvalidInput
 from tasks.image_media import FORMATS
+from tasks.jpeg_scans import check_jpeg_scans
 from tasks.kinds import AnyInput, AnyLimits, TextToImageLimits
 from tasks.media_checker import MediaFacts
 from tasks.picture_reading import FORMAT_MEDIA, check_mode, shown_size
@@ -38,6 +40,7 @@ class Picture:
 
 def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None = None) -> Picture:
     """``data`` as a picture, or InvalidInput naming ``field`` with what is wrong."""
+    check_jpeg_scans(data, field)  # its decoding cost, from the markers alone
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # our bound is far below Pillow's

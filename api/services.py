@@ -27,7 +27,7 @@ from tasks.store.job_store import JobStore
 from tasks.store.outbox import Outbox
 from tasks.store.output_stores import output_store
 from tasks.store.queue_limit import QueueLimit
-from tasks.store.redis_client import connect
+from tasks.store.redis_client import connect, pool_size_for
 from tasks.store.redis_clock import RedisClock
 from tasks.store.uploads import UploadStore
 
@@ -61,7 +61,7 @@ class Services:
 
     @classmethod
     def build(cls, settings: ApiSettings) -> Services:
-        client = connect(settings, fail_fast=True)
+        client = connect(settings, fail_fast=True, pool_size=pool_size_for(settings.api_threads))
         store = JobStore(client, settings)
         outputs = output_store(client, settings, api=True)
         models = load_models_file(settings.models_file)

@@ -14,6 +14,7 @@ from typing import Any
 
 from tasks.errors import InvalidInput
 from tasks.image_modes import Mode, mode_of, strength_of
+from tasks.jpeg_scans import check_jpeg_scans
 from tasks.media import MediaRef
 from tasks.outputs import OutputStore
 from tasks.picture_reading import as_shown
@@ -70,6 +71,7 @@ def _picture(store: OutputStore, ref: MediaRef, field: str, pil_mode: str, size:
         raise InvalidInput(
             f"{field}: the uploaded picture is gone (it expired or was deleted); send it again", field=field
         )
+    check_jpeg_scans(data, field)  # the API checked it; a worker checks rather than trusts
     try:
         with Image.open(io.BytesIO(data)) as opened:
             picture = as_shown(opened, pil_mode, field)  # decodes all of it: a truncated file fails here
