@@ -21,6 +21,7 @@ from worker.adapters.cache import AdapterCache
 from worker.adapters.runtime_cache import build_cache, request_rows
 from worker.adapters.session_rows import image_row
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
+from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
 from worker.runtimes.image_sources import Source, read_source
 from worker.runtimes.image_steps import ImageStepSession, can_step
@@ -64,6 +65,7 @@ class TextToImageRuntime(Runtime):
 
     def load(self, device: str) -> None:
         """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
+        require_folder(self)
         from diffusers import AutoPipelineForText2Image
 
         kwargs: dict[str, Any] = {
@@ -159,6 +161,7 @@ class TextToImageRuntime(Runtime):
             self._source,
             getattr(inpainting, "mask_processor", None),
             self.adapters,
+            model=self.spec.id,
         )
 
     def _source(self, inp: Any) -> Source | None:
