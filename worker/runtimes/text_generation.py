@@ -138,7 +138,8 @@ class TextGenerationRuntime(Runtime):
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         ids = ids or [start or 0]  # a prompt that tokenizes to nothing
         max_new = inp.max_new_tokens
-        check_context(len(ids), max_new, self.max_length)  # the API refused a prompt already: never cut, a defence
+        # The API refused a long prompt already (a conversation is rendered here only): never cut, refused.
+        check_context(len(ids), max_new, self.max_length, field="input.messages" if chat else "input.prompt")
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
         rows = []
         for index in range(inp.n):
