@@ -15,6 +15,7 @@ from api.metrics import register_metrics
 from api.openai_compat import install as install_openai
 from api.playground import playground
 from api.redis_health import RedisHealth
+from api.routes_adapters import adapters
 from api.routes_batch import batches
 from api.routes_events import events
 from api.routes_jobs import jobs
@@ -54,7 +55,7 @@ def create_app(settings: ApiSettings | None = None) -> OpenAPI:
     # POST /v1/uploads reads its own body: raw image bytes, within their own limit.
     body.install(
         app,
-        bodiless=("not_here", "uploads.create_upload"),
+        bodiless=("not_here", "uploads.create_upload", "adapters.create_adapter"),
         limits={"batches.create_batch": settings.batch_max_content_length},
     )
 
@@ -63,6 +64,7 @@ def create_app(settings: ApiSettings | None = None) -> OpenAPI:
     app.register_api(events)
     app.register_api(models)
     app.register_api(uploads)
+    app.register_api(adapters)
     app.register_api(webhooks)
     install_openai(app)  # /openai/v1: OpenAI's shapes, outside the OpenAPI spec
     app.register_blueprint(playground)  # GET /: the playground page, outside the OpenAPI spec

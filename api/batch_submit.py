@@ -21,6 +21,7 @@ from api.admission import admission_fence, refusal
 from api.job_media import discard, stage_media
 from api.job_submit import new_record
 from api.redis_health import never_sent, out_of_memory
+from api.routes_adapters import uploaded_of
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError, OutcomeUnknown
 from tasks.kinds import AnyInput
@@ -47,7 +48,7 @@ def check_items(svc: Services, items: list[Any]) -> list[Checked]:
     checked: list[Checked] = []
     for item in items:
         try:
-            body, spec, inp = parse_job_create(item, svc.models)
+            body, spec, inp = parse_job_create(item, svc.models, uploaded_of(svc))
             if body.webhook is not None:
                 check_webhook_url(body.webhook, svc.settings, field="webhook")
             checked.append((spec, body, inp))

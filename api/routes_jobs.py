@@ -20,6 +20,7 @@ from api.job_media import discard
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
 from api.job_submit import admit_staged, new_record, stage
 from api.outputs import public_job, serve_output
+from api.routes_adapters import uploaded_of
 from api.services import Services, services
 from api.waiters import POLL_S, Watch
 from tasks.batch import BatchResult
@@ -114,7 +115,7 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
     with current_app.extensions["genq_submission_limit"]:
         # Parsed here, not by flask-openapi3: its body is one model's (api/spec.py), and a JSON string holding
         # JSON would be decoded a second time there.
-        body, spec, inp = parse_job_create(request.get_json(silent=True), svc.models)
+        body, spec, inp = parse_job_create(request.get_json(silent=True), svc.models, uploaded_of(svc))
         if body.webhook is not None:  # "" too: a webhook that was asked for is checked, never dropped
             check_webhook_url(body.webhook, svc.settings, field="webhook")
         job_id = str(uuid.uuid4())

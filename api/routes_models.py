@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field
 
 from api.auth import current_owner
 from api.backlog import read_backlog
+from api.routes_adapters import uploaded_by_model
 from api.services import services
 from tasks.errors import NotFound
 from tasks.kinds import KINDS
-from tasks.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList, model_input
+from tasks.schemas import AdapterInfo, BatchingInfo, ErrorBody, ModelInfo, ModelList, model_input
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
 
@@ -23,6 +24,7 @@ def list_models() -> Response:
     """Models being served: kind, input schema, limits, batching, queue depth and workers online."""
     current_owner()  # with keys configured, queue depths are for callers only
     svc = services()
+    mine = uploaded_by_model(svc)  # the caller's own adapters beside the models file's
     infos = []
     for spec in svc.models.models.values():
         kind = KINDS[spec.kind]
@@ -30,6 +32,9 @@ def list_models() -> Response:
             ModelInfo(
                 id=spec.id,
                 kind=spec.kind,
+                adapters=[
+                    AdapterInfo(id=name, parent=spec.id) for name in sorted({*spec.adapters, *mine.get(spec.id, ())})
+                ],
                 input_schema=model_input(spec).model_json_schema(),
                 example_input=kind.example(spec.limits),
                 display=kind.display,

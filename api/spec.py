@@ -81,7 +81,9 @@ def _request_bodies(
     for spec in specs:
         input_name, body_name = f"Input.{spec.id}", f"JobCreate.{spec.id}"
         input_schema = model_input(spec).model_json_schema(ref_template=SCHEMAS + "{model}")
-        schemas.update(input_schema.pop("$defs", {}))  # nested models (chat messages) are the same for every model
+        schemas.update(
+            input_schema.pop("$defs", {})
+        )  # nested models (chat messages, LoRA refs) are the same for every model
         schemas[input_name] = input_schema
         body = job_create_model(spec).model_json_schema(ref_template=SCHEMAS + "{model}")
         body.pop("$defs", None)  # the one nested model, the input, is referenced under its own name

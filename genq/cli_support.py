@@ -152,7 +152,17 @@ def input_options(command: F) -> F:
         flag = "--" + name.replace("_", "-")
         about = f"[{', '.join(seen[name])}] " + props[name].get("description", "")
         json_type = prop.get("type")
-        if json_type == "boolean":
+        if name == "loras":
+            option = click.option(
+                "--lora",
+                name,
+                multiple=True,
+                metavar="NAME[:SCALE]",
+                callback=_parse_loras,
+                help=f"[{', '.join(seen[name])}] a LoRA adapter of the model at a scale (1 when absent), e.g. "
+                "watercolor:0.8 (repeat for more)",
+            )
+        elif json_type == "boolean":
             option = click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=about)
         elif json_type == "array":
             option = click.option(flag, name, multiple=True, help=about + " (repeat for more)")
@@ -163,6 +173,18 @@ def input_options(command: F) -> F:
             option = click.option(flag, name, type=ptype, default=None, help=about)
         command = option(command)
     return command
+
+
+def _parse_loras(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
+    """``--lora watercolor:0.8`` -> ``{"name": "watercolor", "scale": 0.8}``."""
+    loras = []
+    for value in values:
+        name, sep, scale = value.rpartition(":") if ":" in value else (value, "", "")
+        try:
+            loras.append({"name": name, "scale": float(scale)} if sep else {"name": name})
+        except ValueError:
+            raise click.BadParameter(f"expected NAME or NAME:SCALE, got {value!r}", param=param) from None
+    return tuple(loras)
 
 
 def collect_input(fields: dict[str, Any], extra: tuple[str, ...]) -> dict[str, Any]:

@@ -31,8 +31,29 @@ OnUpdate = Callable[[Job], None]  # a fresh view of the job: its status and prog
 
 
 def merge_input(input: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-    """``submit("m", {"prompt": "x"}, seed=1)`` and ``submit("m", prompt="x", seed=1)`` mean the same."""
-    return {**(input or {}), **fields}
+    """``submit("m", {"prompt": "x"}, seed=1)`` and ``submit("m", prompt="x", seed=1)`` mean the same.
+
+    ``loras`` may also be given as ``{"watercolor": 0.8}`` or ``["watercolor:0.8", "neon"]``."""
+    merged = {**(input or {}), **fields}
+    if "loras" in merged:
+        merged["loras"] = lora_refs(merged["loras"])
+    return merged
+
+
+def lora_refs(loras: Any) -> Any:
+    """``{"name": scale}`` or ``"name[:scale]"`` entries as the API's ``[{"name", "scale"}]`` (others as given)."""
+    if isinstance(loras, dict):
+        return [{"name": name, "scale": scale} for name, scale in loras.items()]
+    if not isinstance(loras, list | tuple):
+        return loras
+    refs: list[Any] = []
+    for entry in loras:
+        if isinstance(entry, str):
+            name, sep, scale = entry.rpartition(":") if ":" in entry else (entry, "", "")
+            refs.append({"name": name, "scale": float(scale)} if sep else {"name": name})
+        else:
+            refs.append(entry)
+    return refs
 
 
 def job_path(job_id: str) -> str:

@@ -8,10 +8,13 @@ model as ``adapters = { name = "source" }``. The worker checks every adapter aga
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from tasks.errors import InvalidInput
 
 #: An adapter's name: the same alphabet as model ids, so ``<base>:<adapter>`` stays unambiguous on the OpenAI routes.
 ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
@@ -79,3 +82,35 @@ def resolve_adapter_source(source: str, base: Path) -> str:
 
 #: The models file's per-model ``adapters`` table: name -> source.
 AdapterSources = Annotated[dict[AdapterName, str], Field(max_length=MAX_ADAPTERS_PER_MODEL)]
+
+
+def adapters_named(inp: Any) -> list[tuple[str, str]]:
+    """The adapters a parsed input names, each with the field that names it: (field, name)."""
+    named = [(f"input.loras[{i}].name", ref.name) for i, ref in enumerate(getattr(inp, "loras", None) or ())]
+    adapter = getattr(inp, "adapter", None)
+    if adapter is not None:
+        named.append(("input.adapter", adapter))
+    return named
+
+
+def adapters_used(inp: Any) -> list[str] | None:
+    """The names of the adapters an input runs with, for its job's metrics; None when it names none."""
+    return [name for _, name in adapters_named(inp)] or None
+
+
+def check_adapters_offered(
+    model_id: str, offered: Collection[str], inp: Any, uploaded: Callable[[str], Collection[str]] | None = None
+) -> None:
+    """Refuse (422, naming the field) an input naming an adapter that ``model_id`` does not offer this caller:
+    neither in the models file (``offered``) nor one of the caller's own uploads (``uploaded(model_id)``, asked
+    only when the input names an adapter the file does not have). Checked at submission, so no job is accepted
+    that would then fail on it."""
+    named = adapters_named(inp)
+    if uploaded is not None and any(name not in offered for _, name in named):
+        offered = {*offered, *uploaded(model_id)}
+    for field, name in named:
+        if name not in offered:
+            known = ", ".join(sorted(offered)) or "none"
+            raise InvalidInput(
+                f"{field}: model {model_id} has no adapter {name!r} (its adapters: {known})", field=field
+            )

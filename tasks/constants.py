@@ -44,6 +44,14 @@ class Keys:
     def output(self, key: str) -> str:
         return f"{self.prefix}out:{key}"
 
+    def adapter(self, name: str) -> str:
+        """An uploaded adapter: its metadata and bytes (a hash, tasks/store/adapter_registry.py)."""
+        return f"{self.prefix}adapter:{name}"
+
+    def owner_adapters(self, owner: str) -> str:
+        """The names of one owner's uploaded adapters (a set)."""
+        return f"{self.prefix}adapters:{owner}"
+
     def done_channel(self, job_id: str) -> str:
         return f"{self.prefix}done:{job_id}"
 

@@ -91,7 +91,14 @@ def send_args(message: RunMessage) -> dict[str, Any]:
 
 def kwargs_repr(message: RunMessage) -> str:
     """What Flower shows of a message: its input (the rest is in the job record), cut to ``KWARGS_REPR_MAX``."""
-    return repr(message.input)[:KWARGS_REPR_MAX]
+    return input_repr(message.input)
+
+
+def input_repr(inp: dict[str, Any]) -> str:
+    """An input as Flower shows it, cut to ``KWARGS_REPR_MAX``: the adapters it names first, so a long prompt
+    never cuts them off."""
+    first = {key: inp[key] for key in ("loras", "adapter") if inp.get(key)}
+    return repr(first | {key: value for key, value in inp.items() if key not in first})[:KWARGS_REPR_MAX]
 
 
 def parse_run(task_id: object, body: object) -> RunMessage:

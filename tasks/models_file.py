@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from tasks.adapters import AdapterSources, resolve_adapter_source
 from tasks.constants import queue_name
 from tasks.errors import GenqError
 from tasks.kinds import KINDS, AnyLimits, JobKind, KindLimits
@@ -42,6 +43,8 @@ Scheduling = Literal["step", "request"]
 # The per-step memory budget of a step session: the sum of its rows' step_cost (images: latent pixels x images, so
 # 64x64 latents = one 512x512 image cost 4096). Generous: 16 images of 1024x1024 (128x128 latents) per step.
 DEFAULT_MAX_STEP_COST = 16 * 128 * 128
+#: The kinds whose runtimes apply LoRA adapters per row.
+ADAPTER_KINDS = (JobKind.text_to_image, JobKind.text_generation)
 
 
 class BatchingSettings(BaseModel):
@@ -110,6 +113,20 @@ class ModelSpec(BaseModel):
         description="text-generation: a Jinja chat template (the text itself, as in tokenizer_config.json) that "
         "sets or replaces the tokenizer's own; messages are rendered with it",
     )
+    adapters: AdapterSources = Field(
+        default_factory=dict,
+        description="LoRA adapters of this model by name: a folder (relative to the models file), a file, a hub id or "
+        "package:NAME/sub (text-to-image and text-generation models)",
+    )
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapters_of_kinds_that_take_them(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if value and info.data.get("kind") not in (None, *ADAPTER_KINDS):
+            raise PydanticCustomError(
+                "adapters", "{kind} models take no adapters", {"kind": getattr(info.data.get("kind"), "value", "")}
+            )
+        return value
 
     @field_validator("limits", mode="before")
     @classmethod
@@ -160,6 +177,10 @@ class ModelSpec(BaseModel):
             return str((base / Path(self.source).expanduser()).resolve())
         return self.source
 
+    def resolved_adapters(self, base: Path) -> dict[str, str]:
+        """Each adapter's source as a local path (relative to the models file, or in a package) or a hub id."""
+        return {name: resolve_adapter_source(source, base) for name, source in self.adapters.items()}
+
 
 class ModelsFile(BaseModel):
     path: Path
@@ -170,6 +191,10 @@ class ModelsFile(BaseModel):
 
     def source_of(self, model_id: str) -> str:
         return self.models[model_id].resolved_source(self.path.parent)
+
+    def adapters_of(self, model_id: str) -> dict[str, str]:
+        """The model's adapters by name, their sources resolved as ``source_of`` resolves the model's."""
+        return self.models[model_id].resolved_adapters(self.path.parent)
 
 
 def load_models_file(path: str | Path) -> ModelsFile:

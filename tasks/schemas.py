@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from tasks.adapters import check_adapters_offered
 from tasks.errors import InvalidInput, UnknownModel
 from tasks.input_checks import invalid_from_validation, limited_input_model
 from tasks.kinds import KINDS, AnyInput, AnyLimits, Display, JobKind, JobOutput
@@ -78,10 +80,13 @@ def _job_create_model(model_id: str, kind: JobKind, limits_json: str) -> type[Jo
     return model
 
 
-def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpec, AnyInput]:
+def parse_job_create(
+    data: Any, models: ModelsFile, uploaded: Callable[[str], Collection[str]] | None = None
+) -> tuple[JobCreate, ModelSpec, AnyInput]:
     """The body of ``POST /v1/jobs`` checked against its model, with its parsed input (defaults filled in).
 
-    Raises InvalidInput or UnknownModel naming the field.
+    Raises InvalidInput or UnknownModel naming the field. ``uploaded(model_id)``: the caller's own adapters of
+    that model (where a deployment takes uploads), beside the models file's.
     """
     if not isinstance(data, dict):
         raise InvalidInput("body: must be a JSON object", field="body")
@@ -93,6 +98,7 @@ def parse_job_create(data: Any, models: ModelsFile) -> tuple[JobCreate, ModelSpe
     if spec is None:
         known = ", ".join(sorted(models.models)) or "none"
         raise UnknownModel(f"model: unknown model {body.model!r} (served: {known})", field="model")
+    check_adapters_offered(spec.id, spec.adapters, body.input, uploaded)
     return body, spec, cast(AnyInput, body.input)  # the model's input class, where JobCreate says dict
 
 
@@ -114,6 +120,7 @@ class JobMetrics(BaseModel):
     rows_per_step: float | None = Field(
         default=None, description="step-level scheduling: mean rows per step while it ran (batch_size: the most)"
     )
+    adapters: list[str] | None = Field(default=None, description="the LoRA adapters it ran with (none: absent)")
 
 
 class Job(BaseModel):
@@ -158,9 +165,19 @@ class BatchingInfo(BaseModel):
     max_step_cost: int | None = None
 
 
+class AdapterInfo(BaseModel):
+    """A LoRA adapter a model offers: its name and its base model."""
+
+    id: str
+    parent: str
+
+
 class ModelInfo(BaseModel):
     id: str
     kind: JobKind
+    adapters: list[AdapterInfo] = Field(
+        default_factory=list, description="its LoRA adapters (input.loras / input.adapter name them)"
+    )
     input_schema: dict[str, Any]
     example_input: dict[str, Any] = Field(default_factory=dict, description="a valid input for this model")
     display: Display = Field(default="text", description="how a client shows its output (tasks/kinds)")

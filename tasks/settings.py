@@ -17,6 +17,12 @@ from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 from pydantic import StringConstraints, ValidationError
 
+from tasks.adapter_uploads import (
+    DEFAULT_ADAPTER_QUOTA_BYTES,
+    DEFAULT_MAX_ADAPTER_UPLOAD_BYTES,
+    DEFAULT_MAX_ADAPTERS_PER_OWNER,
+)
+from tasks.adapters import DEFAULT_DEVICE_CACHE_ADAPTERS, DEFAULT_HOST_CACHE_BYTES
 from tasks.errors import GenqError
 from tasks.type_adapters import adapter
 
@@ -181,6 +187,11 @@ class ApiSettings(SharedSettings):
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     upload_ttl_s: int = DEFAULT_UPLOAD_TTL_S
     owner_max_bytes: int = DEFAULT_OWNER_MAX_BYTES
+    # POST /v1/adapters: keys' own LoRAs (tasks/adapter_uploads.py); off unless a deployment allows them.
+    adapter_uploads: bool = False
+    max_adapters_per_owner: int = DEFAULT_MAX_ADAPTERS_PER_OWNER
+    adapter_quota_bytes: int = DEFAULT_ADAPTER_QUOTA_BYTES
+    max_adapter_upload_bytes: int = DEFAULT_MAX_ADAPTER_UPLOAD_BYTES
 
     @property
     def waiters_per_process(self) -> int:
@@ -209,6 +220,8 @@ class WorkerSettings(SharedSettings):
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens
     output_sweep_s: float = DEFAULT_OUTPUT_SWEEP_S
     output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
+    adapter_host_cache_bytes: int = DEFAULT_HOST_CACHE_BYTES  # LoRAs kept in host RAM (LRU by bytes)
+    adapter_device_cache: int = DEFAULT_DEVICE_CACHE_ADAPTERS  # LoRAs kept on the device (LRU by count)
 
     def webhook_sending(self) -> WebhookSending:
         """What the worker's webhook sender reads, and nothing else."""

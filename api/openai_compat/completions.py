@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.event_stream import JobEventStream
 from api.openai_compat.errors import error_body
-from api.openai_compat.jobs import accept, parse, run, served_model
+from api.openai_compat.jobs import accept, parse, run, served_model_and_adapter
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
 from tasks.events import EventType, TextPiece
@@ -84,10 +84,11 @@ class CompletionRequest(BaseModel):
 def create_completion() -> Response:
     """The completion once its job is done, or (``stream``) server-sent chunks as the text is generated."""
     req: CompletionRequest = parse(CompletionRequest, request.get_json(silent=True))
-    spec = served_model(req.model, JobKind.text_generation)
+    spec, adapter = served_model_and_adapter(req.model, JobKind.text_generation)
+    inp = req.genq_input() | ({} if adapter is None else {"adapter": adapter})
     if req.stream:
-        return _stream(req, spec)
-    record = run(spec, req.genq_input(), req.priority, PARAMS)
+        return _stream(req, spec, inp)
+    record = run(spec, inp, req.priority, PARAMS)
     out = record.output
     return jsonify(
         {
@@ -98,7 +99,7 @@ def create_completion() -> Response:
     )
 
 
-def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
+def _stream(req: CompletionRequest, spec: ModelSpec, inp: dict[str, Any]) -> Response:
     svc = services()
     job_id = str(uuid.uuid4())
     keys = svc.store.keys
@@ -107,7 +108,7 @@ def _stream(req: CompletionRequest, spec: ModelSpec) -> Response:
     # or the key's share of held requests: 503 with Retry-After.
     watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
     try:
-        record = accept(spec, req.genq_input(), req.priority, PARAMS, job_id)
+        record = accept(spec, inp, req.priority, PARAMS, job_id)
     except Exception:
         watch.close()
         raise

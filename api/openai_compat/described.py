@@ -22,7 +22,7 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
             "genq_kind": "text-to-image",
             "content_type": "application/json",
             "supported": ["prompt", "model", "n", "size (WIDTHxHEIGHT or auto)", "response_format (b64_json, url)"],
-            "genq_extras": IMAGE_EXTRAS,
+            "genq_extras": [*IMAGE_EXTRAS, "loras"],
         },
         {
             "method": "POST",

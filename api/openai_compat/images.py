@@ -9,7 +9,7 @@ from typing import Any, Literal
 from flask import Response, jsonify, request, url_for
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.openai_compat.jobs import parse, run, served_model
+from api.openai_compat.jobs import parse, run, served_model_and_adapter
 from api.services import services
 from tasks.errors import Gone
 from tasks.kinds import SEED_MAX, JobKind
@@ -39,6 +39,7 @@ class ImageGenerationRequest(BaseModel):
     guidance_scale: float | None = None
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     scheduler: str | None = None
+    loras: list[Any] | None = Field(default=None, description='[{"name": ..., "scale": ...}]: the model\'s LoRAs')
     priority: Priority = "normal"
 
     @field_validator("size")
@@ -53,7 +54,7 @@ class ImageGenerationRequest(BaseModel):
         if self.size and self.size != "auto":
             width, height = self.size.split("x")
             inp["width"], inp["height"] = int(width), int(height)
-        for name in ("negative_prompt", "num_inference_steps", "guidance_scale", "seed", "scheduler"):
+        for name in ("negative_prompt", "num_inference_steps", "guidance_scale", "seed", "scheduler", "loras"):
             if getattr(self, name) is not None:
                 inp[name] = getattr(self, name)
         return inp
@@ -62,8 +63,13 @@ class ImageGenerationRequest(BaseModel):
 def generate_images() -> Response:
     """Images as ``b64_json`` (the default) or as ``url`` (genq's output URL: fetch it with the same key)."""
     req: ImageGenerationRequest = parse(ImageGenerationRequest, request.get_json(silent=True))
-    spec = served_model(req.model, JobKind.text_to_image)
-    return images_response(run(spec, req.genq_input(), req.priority, PARAMS), req.response_format)
+    spec, adapter = served_model_and_adapter(req.model, JobKind.text_to_image)
+    inp = req.genq_input()
+    if adapter is not None and adapter not in {
+        ref.get("name") for ref in inp.get("loras", []) if isinstance(ref, dict)
+    }:
+        inp["loras"] = [*inp.get("loras", []), {"name": adapter}]  # the model's name chose it: at scale 1
+    return images_response(run(spec, inp, req.priority, PARAMS), req.response_format)
 
 
 def images_response(record: JobRecord, response_format: str) -> Response:

@@ -20,8 +20,10 @@ from api.job_submit import submit
 from api.metrics import JOBS_ACCEPTED
 from api.openai_compat.errors import JobNotDone
 from api.openai_compat.retries import answer_within_s, identity, retry_count
+from api.routes_adapters import uploaded_of
 from api.routes_jobs import wait_for
 from api.services import services
+from tasks.adapters import check_adapters_offered
 from tasks.errors import InvalidInput, OutcomeUnknown, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
 from tasks.kinds import JobKind
@@ -61,6 +63,29 @@ def served_model(model_id: str | None, kind: JobKind) -> ModelSpec:
     return spec
 
 
+def served_model_and_adapter(model_id: str | None, kind: JobKind) -> tuple[ModelSpec, str | None]:
+    """As ``served_model``, and vLLM's ways of naming an adapter as the model: ``"<base>:<adapter>"``, or the
+    adapter's own name (the first served model of ``kind`` offering it). The adapter is None for a base model."""
+    models = services().models.models
+    if model_id is not None and model_id not in models:
+        base, colon, adapter = model_id.partition(":")
+        if colon:
+            spec = served_model(base, kind)
+            if adapter not in spec.adapters and adapter not in uploaded_of(services())(spec.id):
+                known = ", ".join(sorted(spec.adapters)) or "none"
+                raise InvalidInput(f"model: {base} has no adapter {adapter!r} (its adapters: {known})", field="model")
+            return spec, adapter
+        parent = next((s for s in models.values() if s.kind == kind and model_id in s.adapters), None)
+        if parent is not None:
+            return parent, model_id
+        uploaded = next(
+            (s for s in models.values() if s.kind == kind and model_id in uploaded_of(services())(s.id)), None
+        )
+        if uploaded is not None:  # one of the caller's own
+            return uploaded, model_id
+    return served_model(model_id, kind), None
+
+
 def accept(
     spec: ModelSpec,
     inp: dict[str, Any],
@@ -78,6 +103,7 @@ def accept(
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
+            check_adapters_offered(spec.id, spec.adapters, parsed, uploaded_of(svc))
             record = submit(svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner())
         except InvalidInput as exc:
             raise _renamed(exc, params) from None

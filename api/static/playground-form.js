@@ -1,5 +1,6 @@
 // The request form, generated from a model's input_schema (JSON Schema from GET /v1/models) and its limits.
 
+import { ADAPTER_FIELDS, adapterControl, readAdapters } from "./playground-adapters.js";
 import { IMAGE_FIELDS, imageControl } from "./playground-image.js";
 
 // Per-model limits that bound a field, and the model default a blank field falls back to.
@@ -71,7 +72,8 @@ export function buildForm(container, model) {
       if (name === "image") container.append(imageControl("mask" in properties, model.limits?.size_multiple));
       continue;
     }
-    const el = control(name, prop, model);
+    const el = ADAPTER_FIELDS.has(name) ? adapterControl(name, model) : control(name, prop, model);
+    if (el === null) continue; // a model without adapters shows no picker
     if (example[name] !== undefined) el.value = example[name];
     if (required.has(name)) el.required = true;
     const label = document.createElement("label");
@@ -96,6 +98,7 @@ export function readForm(container, model) {
   const props = (model.input_schema || {}).properties || {};
   const input = {};
   for (const el of container.querySelectorAll("[name]")) {
+    if (ADAPTER_FIELDS.has(el.name)) continue; // read below
     const p = plain(props[el.name] || {});
     if (el.type === "checkbox") {
       if (el.checked !== Boolean(p.default)) input[el.name] = el.checked;
@@ -107,7 +110,7 @@ export function readForm(container, model) {
     else if (p.type === "integer" || p.type === "number") input[el.name] = Number(raw);
     else input[el.name] = el.tagName === "TEXTAREA" ? el.value : raw;
   }
-  return input;
+  return { ...input, ...readAdapters(container) };
 }
 
 // Mark the control the API named in a 422 (`input.width` -> the "width" control).

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from tasks.adapters import AdapterName
 from tasks.chat_input import ChatInput, chat_fields, chat_validators
 from tasks.kinds.base import SEED_MAX, InlineOutput, JobInput, JobKind, Kind, KindLimits
 from tasks.model_config import CHAT_TEMPLATE_FILES, has_file, read_config
@@ -32,6 +33,9 @@ class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput):  # chat fi
     do_sample: bool = False
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     stop: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=4)
+    adapter: AdapterName | None = Field(
+        default=None, description="a LoRA adapter of this model (GET /v1/models lists them); the base when absent"
+    )
 
     @classmethod
     def limited_fields(cls, lim: TextGenerationLimits) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tasks.adapters import LoraList, check_lora_names_unique
 from tasks.diffusion_limits import image_limits
 from tasks.image_media import IMAGE, ImageRef
 from tasks.image_modes import DEFAULT_STRENGTH, NEEDS_IMAGE, Mode, strength_of
@@ -118,6 +119,12 @@ class TextToImageInput(JobInput[TextToImageLimits]):
         description='opt-in speedups that trade some fidelity, e.g. {"deepcache": {"interval": 3}} (step-level '
         "scheduling; request-level batches run the full UNet); the model's default when absent",
     )
+    loras: LoraList = Field(
+        default_factory=list,
+        description="LoRA adapters of this model (GET /v1/models lists them), each with its scale; mixed per row",
+    )
+
+    _unique_loras = field_validator("loras")(check_lora_names_unique)
 
     @field_validator("mask", "strength")
     @classmethod

@@ -77,3 +77,28 @@ def test_demo_adapters_are_added_to_models_built_before_them(tmp_path: Path) -> 
     assert weights.stat().st_mtime_ns == built_at  # the complete model is left alone
     assert all((adapter / COMPLETE_MARKER).exists() for adapter in adapters.values())
     assert (adapters["pirate"] / "adapter_model.safetensors").read_bytes() == first  # seeded: the same bytes
+
+
+def test_a_job_naming_an_adapter_its_model_does_not_offer_is_refused_naming_the_field() -> None:
+    from tasks.adapters import check_adapters_offered
+    from tasks.errors import InvalidInput
+    from tasks.kinds.text_generation import TextGenerationInput
+    from tasks.kinds.text_to_image import TextToImageInput
+
+    image = TextToImageInput.model_validate({"prompt": "p", "loras": [{"name": "watercolor"}, {"name": "oil"}]})
+    with pytest.raises(InvalidInput) as refused:
+        check_adapters_offered("sd-demo", {"watercolor"}, image)
+    assert refused.value.field == "input.loras[1].name" and "'oil'" in str(refused.value)
+    check_adapters_offered("sd-demo", {"watercolor", "oil"}, image)
+    with pytest.raises(InvalidInput, match="input.adapter"):
+        check_adapters_offered("gpt2-demo", set(), TextGenerationInput.model_validate({"prompt": "p", "adapter": "x"}))
+    check_adapters_offered("gpt2-demo", set(), TextGenerationInput.model_validate({"prompt": "p"}))
+
+
+def test_only_models_whose_runtimes_apply_adapters_may_list_them() -> None:
+    from tasks.models_file import ModelSpec
+
+    spec = {"id": "m", "source": "./m", "adapters": {"a": "./a"}}
+    assert ModelSpec.model_validate({**spec, "kind": "text-generation"}).adapters == {"a": "./a"}
+    with pytest.raises(ValueError, match="take no adapters"):
+        ModelSpec.model_validate({**spec, "kind": "fill-mask"})

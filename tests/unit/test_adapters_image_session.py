@@ -22,16 +22,10 @@ from worker.runtimes.text_to_image import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
 
-class LoraJob(TextToImageInput):
-    """The text-to-image input with the ``loras`` field it is to gain (tasks/adapters.py)."""
-
-    loras: list[LoraRef] = []
-
-
-def lora_job(loras: list[tuple[str, float]], **fields: Any) -> LoraJob:
+def lora_job(loras: list[tuple[str, float]], **fields: Any) -> TextToImageInput:
     base = job(**fields)
     refs = [LoraRef(name=n, scale=s) for n, s in loras]
-    return LoraJob.model_construct(**dict(base), loras=refs)  # already validated, as the worker receives it
+    return TextToImageInput.model_construct(**(dict(base) | {"loras": refs}))  # validated, as the worker gets it
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +105,13 @@ def test_a_row_joins_once_its_cold_adapter_loads(runtime: TextToImageRuntime) ->
     finally:
         runtime.adapters = shared
         cache.close()
+
+
+def test_a_request_level_batch_mixes_adapters_per_image_as_a_session_does(runtime: TextToImageRuntime) -> None:
+    common: dict[str, Any] = {"num_inference_steps": 4, "scheduler": "euler", "guidance_scale": 5.0}
+    wc = lora_job([("watercolor", 0.7), ("neon", -0.4)], seed=11, num_images=2, **common)
+    base = job(seed=12, **common)
+    batch = runtime.predict([wc, base])  # one pipeline call: both guidance halves of each image get its loras
+    assert_same_images(batch[0], alone(runtime, wc))
+    assert_same_images(batch[1], alone(runtime, base))
+    assert max_diff(batch[0].blobs[0], runtime.predict([job(seed=11, **common)])[0].blobs[0]) > TOLERANCE

@@ -166,3 +166,30 @@ def test_async_client_runs_the_same_flows():
     assert done.status == "succeeded" and len(seen) == 2
     assert json.loads(seen[1].content)["input"] == {"text": "a [MASK]", "top_k": 2}
     assert seen[1].headers["Prefer"].startswith("wait=")
+
+
+def test_loras_may_be_given_as_a_mapping_or_as_name_scale_strings() -> None:
+    from genq.flows import merge_input
+
+    expected = [{"name": "watercolor", "scale": 0.8}, {"name": "neon", "scale": 1.0}]
+    assert merge_input(None, {"loras": {"watercolor": 0.8, "neon": 1.0}})["loras"] == expected
+    assert merge_input({"loras": ["watercolor:0.8", "neon"]}, {})["loras"] == [expected[0], {"name": "neon"}]
+    assert merge_input(None, {"prompt": "p"}) == {"prompt": "p"}
+
+
+def test_the_cli_takes_repeatable_lora_name_scale_options() -> None:
+    import click
+    from click.testing import CliRunner
+
+    from genq.cli_support import collect_input, input_options
+
+    @click.command()
+    @input_options
+    def show(**fields: object) -> None:
+        click.echo(repr(collect_input(fields, ())))
+
+    result = CliRunner().invoke(show, ["--lora", "watercolor:0.8", "--lora", "neon", "--adapter", "pirate"])
+    assert result.exit_code == 0, result.output
+    shown = eval(result.output)  # noqa: S307  # our own repr of a dict
+    assert shown["loras"] == [{"name": "watercolor", "scale": 0.8}, {"name": "neon"}] and shown["adapter"] == "pirate"
+    assert CliRunner().invoke(show, ["--lora", "neon:loud"]).exit_code == 2

@@ -95,3 +95,10 @@ def test_send_args_skip_the_declaration_and_carry_a_short_repr():
     args = send_args(RunMessage.of(record(input={"prompt": "x" * 1000})))
     assert args["declare"] == [] and args["argsrepr"] == "()"
     assert args["kwargsrepr"].startswith("{'prompt': 'xxx") and len(args["kwargsrepr"]) == KWARGS_REPR_MAX
+
+
+def test_flower_shows_a_jobs_adapters_before_a_long_prompt_could_cut_them_off() -> None:
+    from tasks.messages import KWARGS_REPR_MAX, input_repr
+
+    shown = input_repr({"prompt": "x" * 1000, "loras": [{"name": "watercolor", "scale": 0.8}]})
+    assert shown.startswith("{'loras': [{'name': 'watercolor'") and len(shown) == KWARGS_REPR_MAX

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,6 +54,9 @@ class AdapterCache:
         self.model = model
         self.device, self.dtype = parameter.device, parameter.dtype
         self.sources = dict(sources)
+        #: Adapters beyond ``sources`` (keys' uploads): a name -> a local safetensors file, None when unknown.
+        #: Called on a loading thread, never on the model thread.
+        self.resolve: Callable[[str], Path | None] | None = None
         self.host_bytes, self.device_adapters, self.max_rank = host_bytes, device_adapters, max_rank
         self.stats = AdapterStats()
         self._shapes = layer_shapes(model)
@@ -164,9 +167,11 @@ class AdapterCache:
                 self._host.move_to_end(name)
                 self.stats.host_hits += 1
                 return self._host[name]
-        if name not in self.sources:
-            raise AdapterRejected(f"unknown adapter {name!r}")
-        path = self.sources[name]
+        path = self.sources.get(name)
+        if path is None and self.resolve is not None:
+            path = self.resolve(name)
+        if path is None:
+            raise AdapterRejected(f"unknown adapter {name!r} (deleted, or never offered by this model)")
         file, _ = weights_file(path)
         needed = host_bytes(file)
         with self._lock:  # room first, from the file's header: a load never needs room that is still taken

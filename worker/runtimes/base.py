@@ -116,6 +116,7 @@ class Runtime(ABC):
         self.source = source  # a local folder or a hub id
         self.options = options  # worker.torch_settings.TorchOptions
         self.inputs: OutputStore | None = None  # where jobs' input objects are read (the loader sets it)
+        self.adapter_sources: dict[str, str] = {}  # the model's LoRAs, resolved (the loader sets them before load)
 
     @abstractmethod
     def load(self, device: str) -> None:

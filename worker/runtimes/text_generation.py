@@ -21,6 +21,8 @@ from typing import Any
 
 from tasks.context_fit import check_context
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
+from worker.adapters.cache import AdapterCache
+from worker.adapters.runtime_cache import build_cache
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.chat_prompt import chat_prompt
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
@@ -37,6 +39,8 @@ class TextGenerationRuntime(Runtime):
     streams_text = True
     #: Whether rows can join a running batch: the model's KV cache is a plain ``DynamicCache`` (checked at load).
     joins_rows = False
+    #: The model's LoRAs (worker/adapters), built at load; sessions apply each row's own.
+    adapters: AdapterCache | None = None
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
@@ -62,6 +66,7 @@ class TextGenerationRuntime(Runtime):
                 logits_to_keep=1,
             )
         self.joins_rows = splices(probe.past_key_values)
+        self.adapters = build_cache(self.model, self.adapter_sources)  # the LoRAs its sessions' rows name
         self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
 
     def batch_key(self, inp: Any) -> Hashable:

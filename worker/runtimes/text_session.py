@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from worker.adapters.session_rows import SessionAdapters, text_row
 from worker.runtimes import kv_rows
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text_rows import Decoder, DecodeRow
@@ -39,15 +40,17 @@ class TextStepSession(StepSession):
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
+        self.adapters = SessionAdapters(getattr(runtime, "adapters", None))  # each job's LoRA, on its rows only
+        self._parked: dict[str, Row] = {}  # jobs waiting for their adapter to load: they join a later step
 
     @property
     def handles(self) -> list[str]:
-        """The jobs held, in admission order."""
-        return list(dict.fromkeys(row.handle for row in self._rows))
+        """The jobs held, in admission order, then those waiting for their adapter."""
+        return list(dict.fromkeys(row.handle for row in self._rows)) + list(self._parked)
 
     def weight(self) -> int:
         """Rows held: a job's choices each take one."""
-        return len(self._rows)
+        return len(self._rows) + sum(int(getattr(row.input, "n", 1) or 1) for row in self._parked.values())
 
     def progress(self) -> dict[str, tuple[int, int]]:
         """Each held job's (tokens generated, its max_new_tokens), by its furthest choice."""
@@ -55,7 +58,7 @@ class TextStepSession(StepSession):
         for row in self._rows:
             step = (len(row.state.generated), row.state.max_new_tokens)
             done[row.handle] = max(done.get(row.handle, step), step)
-        return done
+        return done | {handle: (0, int(row.input.max_new_tokens)) for handle, row in self._parked.items()}
 
     def shape(self) -> tuple[int, int]:
         """(rows, columns) of the held KV cache: what one step attends over."""
@@ -63,7 +66,23 @@ class TextStepSession(StepSession):
 
     def admit(self, rows: Sequence[Row]) -> list[RowResult]:
         """Prefill ``rows`` together (alone, one by one, if that fails), choose each one's first token and splice
-        the unfinished ones into the batch; returns the rows that failed or finished with their first token."""
+        the unfinished ones into the batch; returns the rows that failed or finished with their first token. A job
+        whose adapter is cold waits parked while it loads off the model thread, and joins a later step."""
+        results: list[RowResult] = []
+        now = []
+        for row in rows:
+            try:
+                joins = self.adapters.arrive(row.handle, text_row(getattr(row.input, "adapter", None)))
+            except Exception as error:  # a model without adapters
+                results.append(RowResult(row.handle, error=error))
+                continue
+            if joins:
+                now.append(row)
+            else:
+                self._parked[row.handle] = row
+        return self._left(results + self._admit_now(now))
+
+    def _admit_now(self, rows: Sequence[Row]) -> list[RowResult]:
         results: list[RowResult] = []
         jobs: list[list[_Held]] = []
         for row in rows:
@@ -93,10 +112,11 @@ class TextStepSession(StepSession):
         """One decode step for every held row; returns the rows that finished (eos, stop string, length)."""
         import torch
 
+        ended = self._unpark()
         if not self._rows:
-            return []
+            return self._left(ended)
         runtime = self.runtime
-        with runtime.grad_off():
+        with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=-1)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
@@ -109,17 +129,36 @@ class TextStepSession(StepSession):
                 logits_to_keep=1,
             )
             self._cache, self._mask = out.past_key_values, mask
-            return self._advance(self._rows, out.logits[:, -1, :])[0]
+            return self._left(ended + self._advance(self._rows, out.logits[:, -1, :])[0])
 
     def drop(self, handles: Iterable[str]) -> None:
         """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
         leaving = set(handles)
         for handle in leaving:
             self._ended.pop(handle, None)
+            self._parked.pop(handle, None)
+        self.adapters.leave(leaving)
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
 
     # --- internals -------------------------------------------------------------------------------------------
+
+    def _unpark(self) -> list[RowResult]:
+        """Parked jobs whose adapter loaded join before this step; those whose adapter was refused leave."""
+        if not self._parked:
+            return []
+        if not self._rows:
+            self.adapters.wait(timeout=0.05)  # nothing to step meanwhile: don't spin
+        ended = [RowResult(handle, error=error) for handle, error in self.adapters.failed()]
+        for result in ended:
+            self._parked.pop(result.handle, None)
+        joined = [self._parked.pop(handle) for handle in self.adapters.ready() if handle in self._parked]
+        return ended + (self._admit_now(joined) if joined else [])
+
+    def _left(self, results: list[RowResult]) -> list[RowResult]:
+        """Jobs that ended (finished or failed) unpin their adapters."""
+        self.adapters.leave(result.handle for result in results)
+        return results
 
     def _streamer(self, row: Row, state: DecodeRow, choices: int) -> Any:
         if row.text_sink is None:
@@ -141,9 +180,10 @@ class TextStepSession(StepSession):
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = runtime.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
-        )
+        with self.adapters.forward([held.handle for held in group]):
+            out = runtime.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+            )
         cache = out.past_key_values
         if self._cache is not None and not (kv_rows.splices(cache) and kv_rows.splices(self._cache)):
             raise TypeError(f"{type(cache).__name__} rows cannot join a running batch (request-level only)")

@@ -18,6 +18,8 @@ from tasks.image_modes import Mode, mode_of, strength_of
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
 from worker.adapters.cache import AdapterCache
+from worker.adapters.runtime_cache import build_cache, request_rows
+from worker.adapters.session_rows import image_row
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
 from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
@@ -83,6 +85,7 @@ class TextToImageRuntime(Runtime):
         self.pipes = {Mode.text: pipe, **_derived_pipelines(pipe)}
         self._schedulers = {"default": pipe.scheduler}
         self._steppable = can_step(pipe)
+        self.adapters = build_cache(pipe.unet, self.adapter_sources)
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -198,7 +201,10 @@ class TextToImageRuntime(Runtime):
             kwargs = {"image": pictures, "strength": strength_of(first)}
         elif mode == Mode.inpaint:
             kwargs.update(image=pictures, mask_image=masks, strength=strength_of(first))
-        with inference_context(self.options):
+        # Each image's LoRAs, in the UNet's batch order: diffusers puts [negatives, positives] when it guides.
+        per_row = [image_row(inp.loras) for inp, job_seeds in zip(inputs, seeds, strict=True) for _ in job_seeds]
+        guided = first.guidance_scale > 1 and getattr(pipe.unet.config, "time_cond_proj_dim", None) is None
+        with inference_context(self.options), request_rows(self.adapters, per_row * (2 if guided else 1)):
             images = pipe(
                 prompt=prompts,
                 negative_prompt=negatives,

@@ -1,0 +1,130 @@
+"""``/v1/adapters``: keys' own LoRAs, checked at registration against their base, within a quota, private to
+their owner, and run by a real worker as the models file's adapters are."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import save
+
+from tests.integration.jobs import poll, submit
+from tests.integration.test_step_scheduling_models import alone, pixels
+
+NEON = "sd-demo/adapters/neon/adapter_model.safetensors"
+PIRATE = "gpt2-demo/adapters/pirate/adapter_model.safetensors"
+MODULE = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_k"  # a Linear 32 -> 32 of the demo UNet
+
+
+@pytest.fixture(scope="module")
+def clients(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Test clients of an API taking adapter uploads (2 per key, 400 kB each), for alice and bob."""
+    from api import create_app
+
+    keys = tmp_path_factory.mktemp("adapters") / "keys.txt"
+    keys.write_text("".join(f"{hashlib.sha256(k.encode()).hexdigest()} {k}\n" for k in ("alice", "bob")))
+    app = create_app(
+        dataclasses.replace(
+            settings, api_keys_file=keys, adapter_uploads=True, max_adapters_per_owner=2, adapter_quota_bytes=400_000
+        )
+    )
+    out = {}
+    for key in ("alice", "bob"):
+        client = app.test_client()
+        client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {key}"
+        out[key] = client
+    return out
+
+
+def upload(client: Any, data: bytes, name: str, model: str = "sd-demo") -> Any:
+    return client.post(f"/v1/adapters?model={model}&name={name}", data=data, content_type="application/octet-stream")
+
+
+def lora(down: tuple[int, ...], up: tuple[int, ...], module: str = MODULE) -> bytes:
+    return save(
+        {
+            f"{module}.lora_A.weight": np.zeros(down, np.float32),
+            f"{module}.lora_B.weight": np.zeros(up, np.float32),
+        }
+    )
+
+
+def test_an_uploaded_adapter_is_its_owners_and_runs_as_the_same_weights_from_the_models_file(
+    clients, demo_models: Path, api, worker_for
+):
+    alice, bob = clients["alice"], clients["bob"]
+    response = upload(alice, (demo_models / NEON).read_bytes(), "alice-neon")
+    assert response.status_code == 201, response.json
+    assert response.json["parent"] == "sd-demo" and response.json["rank"] == 8
+    assert [a["id"] for a in alice.get("/v1/adapters").json["adapters"]] == ["alice-neon"]
+    assert bob.get("/v1/adapters").json["adapters"] == []
+    listed = {m["id"]: m for m in alice.get("/v1/models").json["models"]}
+    assert {"id": "alice-neon", "parent": "sd-demo"} in listed["sd-demo"]["adapters"]
+    assert "alice-neon" not in str(bob.get("/v1/models").json)
+    assert "alice-neon" in {m["id"] for m in alice.get("/openai/v1/models").json["data"]}
+    inp = {"prompt": "a neon city", "seed": 3, "num_inference_steps": 4, "loras": [{"name": "alice-neon"}]}
+    refused = bob.post("/v1/jobs", json={"model": "sd-demo", "input": inp})
+    assert refused.status_code == 422 and refused.json["error"]["message"].startswith("input.loras[0].name")
+    worker_for("sd-demo")
+    job = poll(alice, submit(alice, "sd-demo", inp)["id"])
+    assert job["status"] == "succeeded", job
+    assert job["metrics"]["adapters"] == ["alice-neon"]
+    same = alone(api, "sd-demo", inp | {"loras": [{"name": "neon"}]})  # the folder's copy: alpha = rank, scale 1
+    assert np.abs(pixels(alice, job) - pixels(api, same)).max() <= 2
+    assert bob.delete("/v1/adapters/alice-neon").status_code == 404  # another key's: not found
+    assert alice.delete("/v1/adapters/alice-neon").status_code == 204
+    gone = alice.post("/v1/jobs", json={"model": "sd-demo", "input": inp})
+    assert gone.status_code == 422 and "alice-neon" in gone.json["error"]["message"]
+    again = upload(bob, (demo_models / NEON).read_bytes(), "alice-neon")  # workers may still cache the old weights
+    assert again.status_code == 409, again.json
+
+
+def test_bad_adapters_are_refused_at_registration_each_with_a_clear_4xx(clients, demo_models: Path):
+    alice = clients["alice"]
+    cases = [
+        (pickle.dumps({"lora_A": [0.0] * 64}), "not a safetensors file", 422),
+        ((demo_models / PIRATE).read_bytes(), "modules the base model does not have", 422),
+        (lora((8, 16), (32, 8)), "do not fit the base's weight", 422),
+        (lora((65, 32), (32, 65)), "over the cap of 64", 422),
+        (save({f"{MODULE}.weight": np.zeros((32, 32), np.float32)}), "not a LoRA factor", 422),
+    ]
+    for data, message, status in cases:
+        response = upload(alice, data, "bad")
+        assert response.status_code == status, (message, response.json)
+        assert message in response.json["error"]["message"], response.json
+    assert upload(alice, lora((4, 32), (32, 4)), "neon").status_code == 409  # the models file's name
+
+
+def test_an_upload_over_the_keys_quota_is_refused(clients):
+    bob = clients["bob"]
+    assert upload(bob, lora((4, 32), (32, 4)), "bob-one").status_code == 201
+    big = upload(bob, lora((4, 32), (32, 4), MODULE) + b"", "bob-one")
+    assert big.status_code == 409  # the name is taken
+    assert upload(bob, lora((64, 32), (32, 64)), "bob-two").status_code == 201
+    over = upload(bob, lora((2, 32), (32, 2)), "bob-three")
+    assert over.status_code == 422 and "at most 2 per key" in over.json["error"]["message"]
+    for name in ("bob-one", "bob-two"):
+        assert bob.delete(f"/v1/adapters/{name}").status_code == 204
+
+
+def test_an_upload_over_the_byte_quota_or_the_size_cap_is_refused(settings):
+    from api import create_app
+
+    small = dataclasses.replace(
+        settings, adapter_uploads=True, adapter_quota_bytes=20_000, max_adapter_upload_bytes=40_000
+    )
+    client = create_app(small).test_client()
+    assert upload(client, lora((16, 32), (32, 16)), "quota-one").status_code == 201  # 4 kB
+    over = upload(client, lora((64, 32), (32, 64)), "quota-two")  # 16 kB more: 20.5 kB in all
+    assert over.status_code == 422 and "over its quota of 20000" in over.json["error"]["message"]
+    assert upload(client, b"\0" * 50_000, "too-big").status_code == 413
+    assert client.delete("/v1/adapters/quota-one").status_code == 204
+
+
+def test_a_deployment_without_uploads_has_no_adapter_routes(api):
+    assert api.get("/v1/adapters").status_code == 404
