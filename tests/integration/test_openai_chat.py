@@ -162,3 +162,39 @@ def test_a_client_that_leaves_cancels_the_job(live_api, worker_for):
             break
         time.sleep(0.2)
     assert job["status"] == "canceled", job
+
+
+def test_legacy_completions_honour_every_field_they_take(client, live_api, worker_for):
+    worker_for("gpt2-demo")
+    result = client.completions.create(
+        model="gpt2-demo",
+        prompt="Once upon a time",
+        max_tokens=30,
+        extra_body={"max_completion_tokens": 6},
+        n=2,
+        seed=3,
+        temperature=0.9,
+        presence_penalty=0.5,
+        frequency_penalty=0.5,
+        logprobs=3,
+    )
+    assert [c.index for c in result.choices] == [0, 1] and result.usage.completion_tokens <= 12
+    for choice in result.choices:
+        lp = choice.logprobs
+        assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) <= 6
+        assert all(len(alts) <= 3 for alts in lp.top_logprobs) and "".join(lp.tokens) == choice.text
+    streamed = {0: "", 1: ""}
+    for chunk in client.completions.create(
+        model="gpt2-demo", prompt="Once upon a time", max_tokens=6, n=2, seed=3, temperature=0.9, stream=True
+    ):
+        for c in chunk.choices:
+            streamed[c.index] += c.text
+    plain = client.completions.create(
+        model="gpt2-demo", prompt="Once upon a time", max_tokens=6, n=2, seed=3, temperature=0.9
+    )
+    assert [streamed[0], streamed[1]] == [c.text for c in plain.choices]
+    for body, param in [({"echo": True}, "echo"), ({"suffix": "x"}, "suffix"), ({"nope": 1}, "nope")]:
+        response = httpx.post(
+            f"{live_api}/openai/v1/completions", json={"model": "gpt2-demo", "prompt": "x", **body}, timeout=30
+        )
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
