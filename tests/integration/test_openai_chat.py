@@ -198,3 +198,13 @@ def test_legacy_completions_honour_every_field_they_take(client, live_api, worke
             f"{live_api}/openai/v1/completions", json={"model": "gpt2-demo", "prompt": "x", **body}, timeout=30
         )
         assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+def test_the_spec_says_what_chat_supports(live_api):
+    described = httpx.get(f"{live_api}/openapi.json").json()["x-openai-compatible"]
+    chat = next(r for r in described["routes"] if r["path"] == "/chat/completions")
+    assert (
+        "logit_bias" in chat["supported"]
+        and "prediction" in chat["refused"]
+        and "user" in chat["accepted_without_effect"]
+    )
