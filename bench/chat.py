@@ -2,7 +2,8 @@
 
 1. The same mixed text load (bench/steps_plan.py's lengths 4-64 and mixed temperatures) at 16 and 32 streamed
    clients, through ``/openai/v1/chat/completions`` (the prompt as one user message) and through ``POST /v1/jobs``
-   with the prompt (its event stream): tokens/s ratio, and the difference of time-to-first-text p50.
+   with the prompt as the chat template renders it (the same tokens to prefill; its event stream): tokens/s
+   ratio, and the difference of time-to-first-text p50. ``POST /v1/jobs`` with ``input.messages`` is a third path.
 2. One ``n = 4`` request against four ``n = 1`` requests sent at once, each against one ``n = 1`` alone.
 3. Penalties + logprobs (top 5) on every row against none, at 16 clients, through the chat route.
 
@@ -75,6 +76,29 @@ def chat_sender(extra: dict[str, Any]) -> Any:
         return Done(spec.tag, started, time.perf_counter(), ok, float(tokens), first_text_s=first)
 
     return send
+
+
+RENDERED: dict[str, str] = {}  # prompt -> the demo chat template's rendering of it as one user message
+
+
+def render_prompts(model_dir: Path) -> None:
+    """The prompt path sends what the chat path's template renders, so both prefill the same tokens."""
+    from transformers import AutoTokenizer
+
+    from bench.workload import PROMPTS
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    for prompt in PROMPTS:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        RENDERED[prompt] = str(rendered)
+
+
+def rendered_sender(client: httpx.Client, model: str, spec: JobSpec) -> Done:
+    """The prompt path with the chat template's rendering as the prompt (the same tokens as the chat path)."""
+    inp = {**spec.input, "prompt": RENDERED[spec.input["prompt"]]}
+    return prompt_sender(client, model, JobSpec(spec.tag, inp, spec.work))
 
 
 def messages_sender(client: httpx.Client, model: str, spec: JobSpec) -> Done:
@@ -175,6 +199,7 @@ def main() -> None:
 
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("gpt2-demo",))
+    render_prompts(demo_dir / "gpt2-demo")
     config = ModelConfig(MODEL, "gpt2-demo", 32, 50, scheduling="step")
     work_dir = Path(tempfile.mkdtemp(prefix="genq-bench-chat-"))
     with BenchStack([config], demo_dir, work_dir) as stack:
@@ -185,7 +210,7 @@ def main() -> None:
         try:
             timed_chat(stack.url, 1, 4, 0)  # warm the model's first forward
             for clients in (int(c) for c in args.clients.split(",")):
-                prompt = measure(stack.url, f"prompt x{clients}", prompt_sender, clients, warmup_s, duration_s)
+                prompt = measure(stack.url, f"prompt x{clients}", rendered_sender, clients, warmup_s, duration_s)
                 messages = measure(stack.url, f"messages x{clients}", messages_sender, clients, warmup_s, duration_s)
                 chat = measure(stack.url, f"chat x{clients}", chat_sender({}), clients, warmup_s, duration_s)
                 rows.append(
