@@ -116,7 +116,13 @@ class ChatChunks:
             return
         assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
         out = job.output.model_dump(mode="json")
-        for choice in choices_of(out):
+        choices = choices_of(out)
+        if any(not _final(c).startswith(self.sent[c["index"]] if c["index"] < self.n else "") for c in choices):
+            # A rerun made other text than the one streamed: never end on a silent mix (as /completions).
+            message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
+            yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
+            return
+        for choice in choices:
             yield from self._last(choice)
         if self.include_usage:
             yield data_text({**self.head, "choices": [], "usage": usage(out)})
@@ -124,10 +130,8 @@ class ChatChunks:
 
     def _last(self, choice: dict[str, Any]) -> Iterator[str]:
         i = choice["index"]
-        message = choice.get("message") or {}
-        calls = message.get("tool_calls") or []
-        final = message.get("content") if message else choice["text"]
-        final = final or ""
+        calls = (choice.get("message") or {}).get("tool_calls") or []
+        final = _final(choice)
         sent = self.sent[i] if i < self.n else ""
         rest = final[len(sent) :] if final.startswith(sent) else ""
         if rest:
@@ -139,6 +143,12 @@ class ChatChunks:
             yield self.chunk([_delta(i, {"tool_calls": deltas})])
         reason = "tool_calls" if calls else (choice.get("finish_reason") or "stop")
         yield self.chunk([{**_delta(i, {}), "logprobs": chat_logprobs(choice), "finish_reason": reason}])
+
+
+def _final(choice: dict[str, Any]) -> str:
+    """The text a choice's content deltas add up to: its message's content (tool calls apart), else its text."""
+    message = choice.get("message")
+    return (message.get("content") or "") if message else str(choice["text"])
 
 
 def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:

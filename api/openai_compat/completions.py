@@ -159,10 +159,15 @@ def _end(job: Job, head: dict[str, Any], sent: list[str], include_usage: bool) -
         return
     assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
     out = job.output.model_dump(mode="json")
-    for c in choices_of(out):
+    choices = choices_of(out)
+    if any(not c["text"].startswith(sent[c["index"]] if c["index"] < len(sent) else "") for c in choices):
+        # A rerun made other text than the one streamed: never end on a silent mix.
+        message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
+        yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
+        return
+    for c in choices:
         i, final = c["index"], c["text"]
-        done = sent[i] if i < len(sent) else ""
-        rest = final[len(done) :] if final.startswith(done) else ""  # whatever the events did not carry
+        rest = final[len(sent[i]) :] if i < len(sent) else final  # whatever the events did not carry
         yield data_text({**head, "choices": [_choice(i, rest, c.get("finish_reason") or "stop", c)]})
     if include_usage:
         yield data_text({**head, "choices": [], "usage": usage(out)})

@@ -218,10 +218,13 @@ def test_a_messages_job_renders_through_the_chat_template(textgen: TextGeneratio
     )
 
 
-def test_a_conversation_longer_than_the_context_keeps_its_end(textgen: TextGenerationRuntime) -> None:
+def test_a_conversation_longer_than_the_context_is_refused_never_cut(textgen: TextGenerationRuntime) -> None:
+    from tasks.context_fit import ContextTooLong
+
     long = [{"role": "user", "content": "word " * 1500}]
-    out = alone(textgen, messages=long, max_new_tokens=4)
-    assert out["tokens"] == 4 and out["prompt_tokens"] == textgen.max_length - 4
+    with pytest.raises(ContextTooLong) as refused:
+        alone(textgen, messages=long, max_new_tokens=4)
+    assert refused.value.field == "input.messages" and "maximum context length" in str(refused.value)
 
 
 def test_chat_template_kwargs_reach_the_template(
