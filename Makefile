@@ -24,6 +24,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install -q -e '.[worker,embedded,dev]'
+	# LlamaIndex's OpenAI clients declare openai<3 (they run on openai 3): see pyproject.toml's dev extra.
+	$(PIP) install -q --no-deps llama-index-llms-openai-like==0.8.1 llama-index-llms-openai==0.8.3
 	touch $@
 
 install: $(VENV)/.installed

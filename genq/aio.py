@@ -14,6 +14,7 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from genq import batch_flows, flows, image_inputs
+from genq.chat import achat_stream, chat_input
 from genq.media_inputs import Upload
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
@@ -136,6 +137,33 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
             deadline_s=deadline_s,
         )
         return await self._run(flow)
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        priority: str | None = None,
+        **fields: Any,
+    ) -> Job:
+        """See ``Client.chat``; ``chat_stream`` streams."""
+        return await self.generate(model, chat_input(messages, fields), timeout=timeout, priority=priority)
+
+    def chat_stream(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        priority: str | None = None,
+        **fields: Any,
+    ) -> AsyncIterator[str | Job]:
+        """``async for item in client.chat_stream(...)``: text deltas (``str``), then the finished ``Job``."""
+        inp = chat_input(messages, fields)
+        return achat_stream(
+            lambda on_text: self.generate(model, inp, timeout=timeout, on_text=on_text, priority=priority)
+        )
 
     async def submit_many(
         self,

@@ -19,6 +19,7 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from genq import batch_flows, flows, image_inputs
+from genq.chat import ChatStream, chat_input
 from genq.media_inputs import Upload
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
@@ -150,6 +151,26 @@ class Client(ClientBase[httpx.Client]):
                 deadline_s=deadline_s,
             )
         )
+
+    def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        stream: bool = False,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        priority: str | None = None,
+        **fields: Any,
+    ) -> Job | ChatStream:
+        """A chat turn: ``messages`` (OpenAI's shapes) through the model's chat template; ``fields`` are the
+        text-generation input's (``max_new_tokens``, ``temperature``, ``n``, ``logprobs``...). The finished job
+        (``job.output.message``), or with ``stream`` an iterator of the text as it comes (``.job`` at its end)."""
+        inp = chat_input(messages, fields)
+
+        def run(on_text: OnText | None) -> Job:
+            return self.generate(model, inp, timeout=timeout, on_text=on_text, priority=priority)
+
+        return ChatStream(run) if stream else run(None)
 
     def submit_many(
         self,

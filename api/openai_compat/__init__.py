@@ -1,5 +1,5 @@
-"""OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, completions
-(streamed too) and models.
+"""OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, chat
+completions and completions (streamed too) and models.
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, g, request
 
+from api.openai_compat.chat import create_chat_completion
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
 from api.openai_compat.errors import JobNotDone, job_not_done, to_openai_error
@@ -35,6 +36,7 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/images/generations", view_func=generate_images, methods=["POST"])
     bp.add_url_rule("/images/edits", view_func=edit_images, methods=["POST"])
     bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])
+    bp.add_url_rule("/chat/completions", view_func=create_chat_completion, methods=["POST"])
     bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
     bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
     bp.add_url_rule("/models/<path:model_id>", view_func=retrieve_model, methods=["GET"])

@@ -1,4 +1,5 @@
-"""``POST /completions`` onto a text-generation job; with ``stream`` the text goes out as it is generated."""
+"""``POST /completions`` onto a text-generation job (``n`` choices as its rows); with ``stream`` the text goes out as
+it is generated."""
 
 from __future__ import annotations
 
@@ -12,41 +13,49 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from api.event_stream import JobEventStream
 from api.openai_compat.errors import error_body
 from api.openai_compat.jobs import accept, parse, run, served_model_and_adapter
+from api.openai_compat.text_params import choices_of, legacy_logprobs, max_new_tokens, penalties, sampling, usage
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
+from tasks.chat_messages import MAX_TOP_LOGPROBS
 from tasks.events import EventType, TextPiece
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationOutput
 from tasks.models_file import ModelSpec
 from tasks.schemas import Job, JobStatus, Priority
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
-PARAMS = {"max_new_tokens": "max_tokens"}
+PARAMS = {"max_new_tokens": "max_tokens", "top_logprobs": "logprobs", "do_sample": "temperature"}
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")  # options that change no token
     include_usage: bool = False
 
 
 class CompletionRequest(BaseModel):
-    """OpenAI's completion request: one prompt, one choice; penalties and ``user`` are accepted and ignored."""
+    """OpenAI's legacy completion request: one prompt; every field it names is honoured, refused (400 naming it),
+    or changes nothing (``user``); an unknown field is refused."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
     prompt: str | list[str]
-    max_tokens: int | None = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="0: greedy; default 1")
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=1, description="genq makes one completion per request")
-    stream: bool = False
+    n: int | None = None
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
     echo: bool = Field(default=False, description="not supported")
-    logprobs: int | None = Field(default=None, description="not supported")
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, description="alternatives per token")
     best_of: int | None = Field(default=None, ge=1, le=1)
     suffix: str | None = Field(default=None, description="not supported")
-    user: str | None = None
+    user: str | None = None  # changes nothing
     priority: Priority = "normal"  # genq's own, for extra_body
 
     @field_validator("prompt")
@@ -56,28 +65,29 @@ class CompletionRequest(BaseModel):
             raise ValueError("genq completes one prompt per request")
         return value
 
-    @field_validator("echo", "logprobs", "suffix")
+    @field_validator("echo", "suffix")
     @classmethod
     def _unsupported(cls, value: object) -> object:
         if value not in (None, False):
             raise ValueError("not supported by genq")
         return value
 
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
     def genq_input(self) -> dict[str, Any]:
-        temperature = 1.0 if self.temperature is None else self.temperature
         inp: dict[str, Any] = {
             "prompt": self.prompt if isinstance(self.prompt, str) else self.prompt[0],
-            "max_new_tokens": self.max_tokens or DEFAULT_MAX_TOKENS,
-            "do_sample": temperature > 0,  # OpenAI's temperature 0 is greedy decoding
+            "max_new_tokens": max_new_tokens(self.max_tokens, self.max_completion_tokens, DEFAULT_MAX_TOKENS),
+            **sampling(self.temperature, self.top_p, self.seed, self.stop),
+            **penalties(self.presence_penalty, self.frequency_penalty, self.logit_bias),
         }
-        if temperature > 0:
-            inp["temperature"] = temperature
-        if self.top_p is not None:
-            inp["top_p"] = self.top_p
-        if self.seed is not None:
-            inp["seed"] = self.seed
-        if self.stop:
-            inp["stop"] = [self.stop] if isinstance(self.stop, str) else self.stop
+        if self.n is not None:
+            inp["n"] = self.n
+        if self.logprobs is not None:  # the legacy shape: an int, the alternatives per token (0: the token's own)
+            inp["logprobs"] = True
+            inp["top_logprobs"] = self.logprobs
         return inp
 
 
@@ -93,8 +103,8 @@ def create_completion() -> Response:
     return jsonify(
         {
             **_head(record.id, spec.id, record.created_at),
-            "choices": [_choice(out["text"], out.get("finish_reason"))],
-            "usage": _usage(out),
+            "choices": [_choice(c["index"], c["text"], c.get("finish_reason") or "stop", c) for c in choices_of(out)],
+            "usage": usage(out),
         }
     )
 
@@ -113,27 +123,28 @@ def _stream(req: CompletionRequest, spec: ModelSpec, inp: dict[str, Any]) -> Res
         watch.close()
         raise
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
     head = _head(job_id, spec.id, record.created_at)
-    return sse_response(_chunks(events, head, include_usage), on_close=events.close)
+    return sse_response(_chunks(events, head, req.include_usage, req.n or 1), on_close=events.close)
 
 
-def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool) -> Iterator[str]:
-    """OpenAI's chunks from the job's events: new text as it comes, the finish reason, usage, ``[DONE]``."""
-    text, sent = "", ""  # the job's text so far; the part of it the client has
+def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool, n: int) -> Iterator[str]:
+    """OpenAI's chunks from the job's events: new text as it comes (each choice's ``index``), the finish reasons,
+    usage, ``[DONE]``."""
+    text, sent = [""] * n, [""] * n  # each choice's text so far; the part of it the client has
     gap = False  # the stream lost entries this reader needed (its cap trimmed the head): the record tells the rest
     for event in events:
         if event is None:
             yield KEEPALIVE
         elif event.type == EventType.text and not gap:
             piece = TextPiece.model_validate(event.data)
-            if piece.offset > len(text):  # a piece of text after some this reader never saw
+            i = piece.index or 0
+            if i >= n or piece.offset > len(text[i]):  # a piece of text after some this reader never saw
                 gap = True
                 continue
-            text = text[: piece.offset] + piece.text
-            if text.startswith(sent) and len(text) > len(sent):  # a restarted generation re-sends nothing
-                yield data_text({**head, "choices": [_choice(text[len(sent) :], None)]})
-                sent = text
+            text[i] = text[i][: piece.offset] + piece.text
+            if text[i].startswith(sent[i]) and len(text[i]) > len(sent[i]):  # a restarted generation re-sends nothing
+                yield data_text({**head, "choices": [_choice(i, text[i][len(sent[i]) :], None)]})
+                sent[i] = text[i]
         elif event.type == EventType.status and JobStatus(event.data["status"]).terminal:
             yield from _end(Job.model_validate(event.data["job"]), head, sent, include_usage)
             return
@@ -142,22 +153,25 @@ def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool) -
             return
 
 
-def _end(job: Job, head: dict[str, Any], sent: str, include_usage: bool) -> Iterator[str]:
+def _end(job: Job, head: dict[str, Any], sent: list[str], include_usage: bool) -> Iterator[str]:
     if job.status != JobStatus.succeeded:
         reason = f": {job.error.code}: {job.error.message}" if job.error else ""
         yield data_text(error_body(f"job {job.id} {job.status.value}{reason}", "server_error", job.status.value))
         return
-    out = job.output
-    assert isinstance(out, TextGenerationOutput), "a succeeded text-generation job has a text output"
-    final = out.text
-    if not final.startswith(sent):  # a rerun made other text than the one streamed: never end on a silent mix
+    assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
+    out = job.output.model_dump(mode="json")
+    choices = choices_of(out)
+    if any(not c["text"].startswith(sent[c["index"]] if c["index"] < len(sent) else "") for c in choices):
+        # A rerun made other text than the one streamed: never end on a silent mix.
         message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
         yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
         return
-    rest = final[len(sent) :]  # whatever the events did not carry
-    yield data_text({**head, "choices": [_choice(rest, out.finish_reason or "stop")]})
+    for c in choices:
+        i, final = c["index"], c["text"]
+        rest = final[len(sent[i]) :] if i < len(sent) else final  # whatever the events did not carry
+        yield data_text({**head, "choices": [_choice(i, rest, c.get("finish_reason") or "stop", c)]})
     if include_usage:
-        yield data_text({**head, "choices": [], "usage": _usage(out)})
+        yield data_text({**head, "choices": [], "usage": usage(out)})
     yield data_text("[DONE]")
 
 
@@ -165,10 +179,6 @@ def _head(job_id: str, model: str, created_at: float) -> dict[str, Any]:
     return {"id": f"cmpl-{job_id}", "object": "text_completion", "created": int(created_at), "model": model}
 
 
-def _choice(text: str, finish_reason: str | None) -> dict[str, Any]:
-    return {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
-
-
-def _usage(out: TextGenerationOutput | dict[str, Any]) -> dict[str, int]:
-    prompt, completion = int(out.get("prompt_tokens", 0)), int(out.get("tokens", 0))
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def _choice(index: int, text: str, finish_reason: str | None, choice: dict[str, Any] | None = None) -> dict[str, Any]:
+    logprobs = legacy_logprobs(choice) if choice is not None else None
+    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.openai_compat.chat_request import UNSUPPORTED
+from api.openai_compat.text_params import NO_EFFECT
+from tasks.chat_messages import MAX_CHOICES, MAX_TOP_LOGPROBS
+
 IMAGE_EXTRAS = ["seed", "num_inference_steps", "negative_prompt", "guidance_scale", "scheduler", "priority"]
 
 OPENAI_COMPATIBLE: dict[str, Any] = {
@@ -49,6 +53,34 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
         },
         {
             "method": "POST",
+            "path": "/chat/completions",
+            "genq_kind": "text-generation (messages)",
+            "content_type": "application/json",
+            "supported": [
+                "messages (system, developer, user, assistant, tool; text content; the model's chat template)",
+                "model",
+                "max_tokens",
+                "max_completion_tokens (the smaller of the two)",
+                "temperature (0: greedy)",
+                "top_p",
+                "seed",
+                "stop (a string or up to 4)",
+                f"n (at most {MAX_CHOICES}: rows of one job, seeded seed + i)",
+                "presence_penalty",
+                "frequency_penalty",
+                "logit_bias",
+                "logprobs",
+                f"top_logprobs (at most {MAX_TOP_LOGPROBS})",
+                "stream",
+                "stream_options.include_usage",
+                "response_format, tools, tool_choice, parallel_tool_calls (when the text runtime takes them)",
+            ],
+            "accepted_without_effect": list(NO_EFFECT),
+            "refused": sorted([*UNSUPPORTED, "modalities (other than text)", "image or audio content parts"]),
+            "genq_extras": ["priority", "chat_template_kwargs"],
+        },
+        {
+            "method": "POST",
             "path": "/completions",
             "genq_kind": "text-generation",
             "content_type": "application/json",
@@ -56,13 +88,20 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
                 "prompt (one)",
                 "model",
                 "max_tokens",
+                "max_completion_tokens (the smaller of the two)",
                 "temperature",
                 "top_p",
                 "stop",
                 "seed",
+                f"n (at most {MAX_CHOICES})",
+                "presence_penalty",
+                "frequency_penalty",
+                "logit_bias",
+                f"logprobs (an int, at most {MAX_TOP_LOGPROBS}: the legacy shape)",
                 "stream",
                 "stream_options.include_usage",
             ],
+            "refused": ["echo", "suffix", "best_of (above 1)"],
         },
         {"method": "GET", "path": "/models"},
         {"method": "GET", "path": "/models/{id}"},

@@ -1,6 +1,7 @@
 // The genq playground: pick a model, fill its inputs, submit, watch the job, see the result.
 // It uses only the public REST API (the same calls as `genq.Client`), with the API key if one is entered.
 
+import { chatTab } from "./playground-chat.js";
 import { followEvents } from "./playground-events.js";
 import { buildForm, markInvalid, readForm } from "./playground-form.js";
 import { imageInputs } from "./playground-image.js";
@@ -13,6 +14,7 @@ const RECENT_MAX = 25;
 const KEY_KEY = "genq.playground.apiKey";
 let models = [];
 let watching = null; // the id of the job being watched; a newer watch stops an older one
+let chat = null; // the chat tab (playground-chat.js)
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -97,6 +99,14 @@ async function loadModels() {
   if (models.some((m) => m.id === previous)) select.value = previous;
   if (selected()) describe(selected());
   else $("fields").replaceChildren();
+  if (chat) chat.fillModels();
+}
+
+function showTab(name) {
+  $("jobs-view").hidden = name !== "jobs";
+  $("chat-view").hidden = name !== "chat";
+  $("tab-jobs").setAttribute("aria-pressed", String(name === "jobs"));
+  $("tab-chat").setAttribute("aria-pressed", String(name === "chat"));
 }
 
 // --- recent jobs (this browser's localStorage) --------------------------------------------
@@ -247,6 +257,9 @@ function start() {
     localStorage.removeItem(RECENT_KEY);
     renderRecent();
   });
+  chat = chatTab({ call, headers, apiUrl, models: () => models });
+  $("tab-jobs").addEventListener("click", () => showTab("jobs"));
+  $("tab-chat").addEventListener("click", () => showTab("chat"));
   renderRecent();
   loadModels();
 }

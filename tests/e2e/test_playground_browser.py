@@ -250,3 +250,27 @@ def test_playground_inpaints_a_dropped_picture_with_a_painted_mask(live_api, wor
     assert page.eval_on_selector("#result img", "i => [i.naturalWidth, i.naturalHeight]") == [96, 64]  # the picture's
     assert uploads == ["image/png", "image/png"]  # the picture and the mask, uploaded before the job
     assert problems == []
+
+
+def test_playground_chat_tab_keeps_a_streamed_conversation(live_api, worker_for, browser):
+    worker_for("gpt2-demo")
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda msg: msg.type == "error" and problems.append(msg.text))
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.goto(f"{live_api}/")
+    page.click("#tab-chat")
+    page.wait_for_selector("#chat-model option[value=gpt2-demo]", state="attached")
+    page.select_option("#chat-model", "gpt2-demo")
+    page.fill("#chat-max-tokens", "16")
+    for turn, line in enumerate(["Hello", "Tell me more"], start=1):
+        page.fill("#chat-input", line)
+        page.click("#chat-send")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('#chat-log .assistant').length === {turn} "
+            "&& !document.querySelector('#chat-send').disabled",
+            timeout=120_000,
+        )
+    roles = page.eval_on_selector_all("#chat-log .bubble", "els => els.map(e => e.dataset.role)")
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert problems == []

@@ -136,7 +136,7 @@ def test_unknown_model_and_bad_parameters_raise_the_packages_errors(client):
         client.embeddings.create(model="minilm", input="hello", dimensions=64)
     assert dims.value.param == "dimensions"
     with pytest.raises(openai.BadRequestError) as choices:
-        client.completions.create(model="gpt2-demo", prompt="Hello", n=2)
+        client.completions.create(model="gpt2-demo", prompt="Hello", n=9)  # over the limit of choices
     assert choices.value.param == "n"
 
 

@@ -1,0 +1,163 @@
+"""The streamed chat completion: OpenAI's ``chat.completion.chunk`` messages from the job's live events.
+
+Each choice first gets a chunk with ``delta.role``, then its content deltas (text events carry the choice's
+``index``), then a chunk with its ``finish_reason`` (and its logprobs, all at once: the live events carry text, the
+job's output the tokens). With ``stream_options.include_usage`` every chunk has ``usage: null`` and one more chunk
+with ``choices: []`` and the usage comes before ``[DONE]``. A client that leaves cancels the job: its rows stop at
+the next decode step.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Response, current_app
+
+from api.event_stream import JobEventStream
+from api.openai_compat.chat_request import ChatCompletionRequest
+from api.openai_compat.errors import error_body
+from api.openai_compat.jobs import accept
+from api.openai_compat.text_params import PARAMS, chat_head, chat_logprobs, choices_of, usage
+from api.services import services
+from api.sse import KEEPALIVE, data_text, sse_response
+from tasks.events import EventType, TextPiece
+from tasks.kinds import TextGenerationOutput
+from tasks.schemas import Job, JobStatus
+
+TOOL_OPEN = "<tool_call>"  # the demo chat template's tool-call format (notes: tools contract)
+
+
+def stream_chat(req: ChatCompletionRequest, spec: Any, inp: dict[str, Any]) -> Response:
+    svc = services()
+    job_id = str(uuid.uuid4())
+    keys = svc.store.keys
+    current_app.extensions["genq_stream_limit"].check()
+    # Watch before submitting: no event of the job can come before the stream listens.
+    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
+    try:
+        record = accept(spec, inp, req.priority, PARAMS, job_id)
+    except Exception:
+        watch.close()
+        raise
+    events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
+    chunks = ChatChunks(
+        chat_head(job_id, spec.id, record.created_at, "chat.completion.chunk"), req, int(inp.get("n", 1))
+    )
+
+    def close() -> None:
+        events.close()
+        if not chunks.done:  # the client left mid-answer: nobody reads the rest, stop its rows
+            svc.store.cancel(job_id)
+
+    return sse_response(chunks.stream(events), on_close=close)
+
+
+class ChatChunks:
+    """The chunks of one streamed completion, choice by choice."""
+
+    def __init__(self, head: dict[str, Any], req: ChatCompletionRequest, n: int) -> None:
+        self.head, self.n = head, n
+        self.include_usage, self.hold_tools = req.include_usage, req.uses_tools
+        self.text = [""] * n  # each choice's text so far
+        self.sent = [""] * n  # the part of it the client has
+        self.done = False
+
+    def chunk(self, choices: list[dict[str, Any]]) -> str:
+        body = {**self.head, "choices": choices}
+        if self.include_usage:
+            body["usage"] = None
+        return data_text(body)
+
+    def stream(self, events: JobEventStream) -> Iterator[str]:
+        yield self.chunk([_delta(i, {"role": "assistant", "content": ""}) for i in range(self.n)])
+        gap = False  # the stream lost entries this reader needed: the record tells the rest
+        for event in events:
+            if event is None:
+                yield KEEPALIVE
+            elif event.type == EventType.text and not gap:
+                piece = TextPiece.model_validate(event.data)
+                i = piece.index or 0
+                if i >= self.n or piece.offset > len(self.text[i]):
+                    gap = True
+                    continue
+                self.text[i] = self.text[i][: piece.offset] + piece.text
+                new = self._sendable(i)
+                if new:
+                    yield self.chunk([_delta(i, {"content": new})])
+                    self.sent[i] += new
+            elif event.type == EventType.status and JobStatus(event.data["status"]).terminal:
+                yield from self._end(Job.model_validate(event.data["job"]))
+                return
+            elif event.type == EventType.error:
+                self.done = True
+                yield data_text(error_body(str(event.data.get("message")), "server_error", str(event.data.get("code"))))
+                return
+
+    def _sendable(self, i: int) -> str:
+        """New text of choice i the client may have now; with tools, never what could start a tool call."""
+        text, sent = self.text[i], self.sent[i]
+        if not text.startswith(sent):  # a restarted generation re-sends nothing
+            return ""
+        if self.hold_tools:
+            start = text.find(TOOL_OPEN)
+            if start >= 0:
+                text = text[:start]
+            else:
+                text = text[: len(text) - _open_prefix(text)]
+        return text[len(sent) :] if len(text) > len(sent) else ""
+
+    def _end(self, job: Job) -> Iterator[str]:
+        self.done = True
+        if job.status != JobStatus.succeeded:
+            reason = f": {job.error.code}: {job.error.message}" if job.error else ""
+            yield data_text(error_body(f"job {job.id} {job.status.value}{reason}", "server_error", job.status.value))
+            return
+        assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
+        out = job.output.model_dump(mode="json")
+        choices = choices_of(out)
+        if any(not _final(c).startswith(self.sent[c["index"]] if c["index"] < self.n else "") for c in choices):
+            # A rerun made other text than the one streamed: never end on a silent mix (as /completions).
+            message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
+            yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
+            return
+        for choice in choices:
+            yield from self._last(choice)
+        if self.include_usage:
+            yield data_text({**self.head, "choices": [], "usage": usage(out)})
+        yield data_text("[DONE]")
+
+    def _last(self, choice: dict[str, Any]) -> Iterator[str]:
+        i = choice["index"]
+        calls = (choice.get("message") or {}).get("tool_calls") or []
+        final = _final(choice)
+        sent = self.sent[i] if i < self.n else ""
+        rest = final[len(sent) :] if final.startswith(sent) else ""
+        if rest:
+            yield self.chunk([_delta(i, {"content": rest})])
+        if calls:
+            deltas = [
+                {"index": k, "id": c["id"], "type": "function", "function": c["function"]} for k, c in enumerate(calls)
+            ]
+            yield self.chunk([_delta(i, {"tool_calls": deltas})])
+        reason = "tool_calls" if calls else (choice.get("finish_reason") or "stop")
+        yield self.chunk([{**_delta(i, {}), "logprobs": chat_logprobs(choice), "finish_reason": reason}])
+
+
+def _final(choice: dict[str, Any]) -> str:
+    """The text a choice's content deltas add up to: its message's content (tool calls apart), else its text."""
+    message = choice.get("message")
+    return (message.get("content") or "") if message else str(choice["text"])
+
+
+def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+
+
+def _open_prefix(text: str) -> int:
+    """The length of the longest end of ``text`` that begins ``<tool_call>`` (held back until it is known)."""
+    for size in range(min(len(TOOL_OPEN) - 1, len(text)), 0, -1):
+        if TOOL_OPEN.startswith(text[-size:]):
+            return size
+    return 0
