@@ -15,6 +15,7 @@ from celery import Celery
 
 from api.admission import admission_fence, refusal
 from api.job_media import discard, stage_media
+from api.text_checks import check_text_input
 from api.job_submit import new_record
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
@@ -60,6 +61,7 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
                 continue
             spec, body, inp = item
             try:  # a job's media go to the store before its record, as for POST /v1/jobs; a bad one is its error
+                check_text_input(inp)
                 inp, staged[i] = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
             except GenqError as exc:
                 entries[i] = exc

@@ -14,6 +14,7 @@ from api.admission import admission_fence, refusal
 from api.auth import current_key
 from api.job_media import discard, stage_media
 from api.redis_health import never_sent
+from api.text_checks import check_text_input
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import OutcomeUnknown, Unavailable
 from tasks.kinds import AnyInput
@@ -43,6 +44,7 @@ def submit(
     when its message cannot be sent now, as the sweeper re-sends a queued job whose message is nowhere (a 503
     here would be a 503 that later runs).
     """
+    check_text_input(inp)  # grammars that cannot compile: a 422 before anything is written
     # Media first: their bytes go to the output store under the job's input keys, the record names the keys.
     inp, staged = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
     try:

@@ -13,6 +13,7 @@ from pydantic import Field
 from tasks.chat_input import ChatInput, chat_fields, chat_validators
 from tasks.kinds.base import SEED_MAX, InlineOutput, JobInput, JobKind, Kind, KindLimits
 from tasks.model_config import CHAT_TEMPLATE_FILES, has_file, read_config
+from tasks.tool_input import ToolsInput
 from tasks.tokenizer_limits import max_positions
 
 
@@ -22,7 +23,7 @@ class TextGenerationLimits(KindLimits):
     vocab_size: int | None = Field(default=None, ge=1, description="logit_bias keys are below it")
 
 
-class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput):  # chat fields: tasks/chat_input.py
+class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput, ToolsInput):  # chat: tasks/chat_input.py
     prompt: str | None = Field(default=None, min_length=1, validate_default=True, description="or messages")
     max_new_tokens: int = Field(default=32, ge=1)
     temperature: float = Field(default=1.0, gt=0.0, le=5.0)
@@ -43,7 +44,7 @@ class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput):  # chat fi
         return chat_validators(lim.has_chat_template, lim.vocab_size)
 
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class TokenAlternative(InlineOutput):
@@ -60,11 +61,25 @@ class TokenLogprob(TokenAlternative):
     top_logprobs: list[TokenAlternative] = Field(default_factory=list)
 
 
+class ToolCallFunction(InlineOutput):
+    name: str
+    arguments: str = Field(description="the arguments as JSON text")
+
+
+class ToolCallOutput(InlineOutput):
+    """A call the model made (OpenAI's ``message.tool_calls`` entry)."""
+
+    id: str = Field(description="call_<hex>: a tool message's tool_call_id answers it")
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class AssistantMessage(InlineOutput):
-    """A messages job's answer as a chat message."""
+    """A messages job's answer as a chat message; ``content`` None when the answer is only tool calls."""
 
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOutput] | None = None
 
 
 class TextChoice(InlineOutput):
