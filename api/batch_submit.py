@@ -15,10 +15,10 @@ from celery import Celery
 
 from api.admission import admission_fence, refusal
 from api.job_media import discard, stage_media
-from api.text_checks import check_text_input
 from api.job_submit import new_record
 from api.redis_health import never_sent
 from api.services import PUBLISH_RETRY_POLICY, Services
+from api.text_checks import check_text_input
 from tasks.errors import GenqError
 from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args

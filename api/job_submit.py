@@ -14,8 +14,8 @@ from api.admission import admission_fence, refusal
 from api.auth import current_key
 from api.job_media import discard, stage_media
 from api.redis_health import never_sent
-from api.text_checks import check_text_input
 from api.services import PUBLISH_RETRY_POLICY, Services
+from api.text_checks import check_text_input
 from tasks.errors import OutcomeUnknown, Unavailable
 from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from tasks.response_format import MAX_SCHEMA_BYTES, ResponseFormat, compact, for_schema
+from tasks.response_format import MAX_SCHEMA_BYTES, JsonSchemaFormat, ResponseFormat, compact, for_schema
 
 MAX_TOOLS = 64
 
@@ -100,7 +100,7 @@ class ToolsInput(BaseModel):
         return []
 
 
-def tool_call_format(functions: list[ToolFunction]) -> Any:
+def tool_call_format(functions: list[ToolFunction]) -> JsonSchemaFormat:
     """The JSON-schema format a forced call's JSON is constrained to: ``{"name": one of them, "arguments": its
     parameters}`` (the demo template's ``<tool_call>`` body)."""
     branches = [

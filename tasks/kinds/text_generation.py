@@ -13,8 +13,8 @@ from pydantic import Field
 from tasks.chat_input import ChatInput, chat_fields, chat_validators
 from tasks.kinds.base import SEED_MAX, InlineOutput, JobInput, JobKind, Kind, KindLimits
 from tasks.model_config import CHAT_TEMPLATE_FILES, has_file, read_config
-from tasks.tool_input import ToolsInput
 from tasks.tokenizer_limits import max_positions
+from tasks.tool_input import ToolsInput
 
 
 class TextGenerationLimits(KindLimits):
@@ -96,6 +96,15 @@ class TextChoice(InlineOutput):
     )
 
 
+class ConstrainedStats(InlineOutput):
+    """What a grammar cost the job (response_format or a forced tool call, issue 32)."""
+
+    masks: int = Field(description="token masks computed (one per generated token per row)")
+    mask_ms_per_token: float = Field(description="CPU time of a mask, mean")
+    compile_ms: float = Field(description="the grammar's compile time (once per schema: 0 work on a cache hit)")
+    cache_hit: bool = Field(description="the grammar was compiled for an earlier job")
+
+
 class TextGenerationOutput(InlineOutput):
     """The generated text (the prompt not included); with ``n`` > 1 or logprobs, every choice in ``choices``."""
 
@@ -108,6 +117,7 @@ class TextGenerationOutput(InlineOutput):
     choices: list[TextChoice] | None = Field(
         default=None, description="every choice, in order, when the job has n > 1 or asked for logprobs"
     )
+    constrained: ConstrainedStats | None = Field(default=None, description="present when a grammar masked the rows")
 
 
 def derived_limits(source: str, revision: str | None = None) -> dict[str, Any]:

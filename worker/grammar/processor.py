@@ -31,6 +31,8 @@ class GrammarProcessor:
         self._eos = torch.tensor(sorted(eos_ids), dtype=torch.long)
         self.masks = 0
         self.mask_seconds = 0.0  # CPU-side mask time, summed: for the job's and the worker's metrics
+        self.compile_seconds = 0.0  # the grammar's (set by the compiler)
+        self.cache_hit = False
 
     @property
     def accepting(self) -> bool:

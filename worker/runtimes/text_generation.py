@@ -27,6 +27,7 @@ from worker.runtimes.row_processors import processed, processors_for
 from worker.runtimes.text_outputs import job_output
 from worker.runtimes.text_rows import DecodeRow
 from worker.runtimes.token_logprobs import TokenPieces, record_logprobs
+from worker.runtimes.tool_calls import grammar_format, tool_mode
 
 
 class TextGenerationRuntime(Runtime):
@@ -61,6 +62,9 @@ class TextGenerationRuntime(Runtime):
                 logits_to_keep=1,
             )
         self.joins_rows = splices(probe.past_key_values)
+        from worker.grammar import GrammarCompiler
+
+        self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)
         self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
 
     def batch_key(self, inp: Any) -> Hashable:
@@ -122,9 +126,16 @@ class TextGenerationRuntime(Runtime):
                 raise result.error  # request-level: the executor isolates a bad input by splitting the batch
         return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
-    def decode_rows(self, inp: Any) -> list[DecodeRow]:
+    def grammar_future(self, inp: Any) -> Any:
+        """The job's grammar compiling off the model thread (a Future), or None: a forced tool call's JSON, else a
+        ``response_format`` other than text (worker/runtimes/tool_calls.py)."""
+        fmt = grammar_format(inp)
+        return None if fmt is None else self.grammars.prepare(fmt)
+
+    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
         """A job's decoding state, one row per choice: its prompt's token ids (a conversation rendered with the chat
-        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors."""
+        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors
+        (``grammar``, a compiled one, masks each row last)."""
         import torch
 
         chat = inp.messages is not None
@@ -149,8 +160,9 @@ class TextGenerationRuntime(Runtime):
                     inp.top_p,
                     chat=chat,
                     index=index,
-                    processors=processors_for(inp),
+                    processors=processors_for(inp) + ([self.grammars.processor(grammar)] if grammar else []),
                     top_logprobs=(inp.top_logprobs or 0) if inp.logprobs else None,
+                    tool_mode=tool_mode(inp),
                 )
             )
         return rows

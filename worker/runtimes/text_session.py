@@ -12,6 +12,7 @@ together, each leaves the batch when it finishes, and the job ends (one ``RowRes
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,15 +40,18 @@ class TextStepSession(StepSession):
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
+        # Rows whose grammar is compiling (issue 32): they join a later step, the running rows step on meanwhile.
+        self._parked: dict[str, tuple[Row, Future[Any]]] = {}
+        self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be row's grammar, by handle
 
     @property
     def handles(self) -> list[str]:
-        """The jobs held, in admission order."""
-        return list(dict.fromkeys(row.handle for row in self._rows))
+        """The jobs held, in admission order (then those waiting for their grammar)."""
+        return list(dict.fromkeys(row.handle for row in self._rows)) + list(self._parked)
 
     def weight(self) -> int:
-        """Rows held: a job's choices each take one."""
-        return len(self._rows)
+        """Rows held: a job's choices each take one (a job waiting for its grammar too)."""
+        return len(self._rows) + sum(int(row.input.n) for row, _ in self._parked.values())
 
     def progress(self) -> dict[str, tuple[int, int]]:
         """Each held job's (tokens generated, its max_new_tokens), by its furthest choice."""
@@ -55,7 +59,7 @@ class TextStepSession(StepSession):
         for row in self._rows:
             step = (len(row.state.generated), row.state.max_new_tokens)
             done[row.handle] = max(done.get(row.handle, step), step)
-        return done
+        return done | {handle: (0, int(row.input.max_new_tokens)) for handle, (row, _) in self._parked.items()}
 
     def shape(self) -> tuple[int, int]:
         """(rows, columns) of the held KV cache: what one step attends over."""
@@ -63,12 +67,33 @@ class TextStepSession(StepSession):
 
     def admit(self, rows: Sequence[Row]) -> list[RowResult]:
         """Prefill ``rows`` together (alone, one by one, if that fails), choose each one's first token and splice
-        the unfinished ones into the batch; returns the rows that failed or finished with their first token."""
+        the unfinished ones into the batch; returns the rows that failed or finished with their first token.
+        A row whose grammar is still compiling is parked: it joins before a later step (``_unpark``)."""
+        ended: list[RowResult] = []
+        now: list[Row] = []
+        for row in rows:
+            try:
+                future = self.runtime.grammar_future(row.input)
+            except Exception as error:
+                ended.append(RowResult(row.handle, error=error))
+                continue
+            self._grammars[row.handle] = future
+            if future is None or future.done():
+                now.append(row)
+            else:
+                self._parked[row.handle] = (row, future)
+        return ended + (self._admit_now(now) if now else [])
+
+    def _admit_now(self, rows: Sequence[Row]) -> list[RowResult]:
         results: list[RowResult] = []
         jobs: list[list[_Held]] = []
         for row in rows:
             try:
-                states = self.runtime.decode_rows(row.input)
+                future = self._grammars.pop(row.handle, None)
+                inp = row.input
+                states = (
+                    self.runtime.decode_rows(inp) if future is None else self.runtime.decode_rows(inp, future.result())
+                )
                 jobs.append([_Held(row.handle, st, self._streamer(row, st, len(states)), len(states)) for st in states])
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
@@ -93,8 +118,9 @@ class TextStepSession(StepSession):
         """One decode step for every held row; returns the rows that finished (eos, stop string, length)."""
         import torch
 
+        ended = self._unpark()
         if not self._rows:
-            return []
+            return ended
         runtime = self.runtime
         with runtime.grad_off():
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
@@ -109,17 +135,30 @@ class TextStepSession(StepSession):
                 logits_to_keep=1,
             )
             self._cache, self._mask = out.past_key_values, mask
-            return self._advance(self._rows, out.logits[:, -1, :])[0]
+            return ended + self._advance(self._rows, out.logits[:, -1, :])[0]
 
     def drop(self, handles: Iterable[str]) -> None:
         """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
         leaving = set(handles)
         for handle in leaving:
             self._ended.pop(handle, None)
+            self._parked.pop(handle, None)
+            self._grammars.pop(handle, None)
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
 
     # --- internals -------------------------------------------------------------------------------------------
+
+    def _unpark(self) -> list[RowResult]:
+        """Rows whose grammar compiled join before this step (one that failed leaves with its error)."""
+        if not self._parked:
+            return []
+        if not self._rows:  # nothing to step meanwhile: wait a little rather than spin
+            wait([future for _, future in self._parked.values()], timeout=0.05, return_when=FIRST_COMPLETED)
+        joined = [row for row, future in self._parked.values() if future.done()]
+        for row in joined:
+            del self._parked[row.handle]
+        return self._admit_now(joined) if joined else []
 
     def _streamer(self, row: Row, state: DecodeRow, choices: int) -> Any:
         if row.text_sink is None:
