@@ -223,7 +223,12 @@ class TextGenerationRuntime(Runtime):
     def prediction(self, rows: list[DecodeRow]) -> Prediction:
         """A finished job's output (text_outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
         finish_reason}``, with ``choices`` and ``message`` where the job asked for them."""
-        return Prediction(output=job_output(rows, self._text, self.pieces, self.eos_ids))
+        output = job_output(rows, self._text, self.pieces, self.eos_ids)
+        if "constrained" in output:
+            from worker.metrics import record_grammar
+
+            record_grammar(self.spec.id, output["constrained"])
+        return Prediction(output=output)
 
     def _decode(self, tokens: list[int]) -> str:
         return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
