@@ -122,6 +122,11 @@ class TextStepSession(StepSession):
         if not self._rows:
             return ended
         runtime = self.runtime
+        for row in self._rows:  # grammar masks compute while the forward pass runs (worker/grammar/processor.py)
+            for processor in row.state.processors:
+                prefetch = getattr(processor, "prefetch", None)
+                if prefetch is not None:
+                    prefetch()
         with runtime.grad_off():
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=-1)
