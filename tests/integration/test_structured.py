@@ -154,3 +154,33 @@ def test_responses_refusals(client):
     with pytest.raises(openai.BadRequestError, match="text.format"):
         bad = {"type": "json_schema", "name": "x", "schema": {"type": "object", "properties": {"a": {"not": {}}}}}
         client.responses.create(model="gpt2-demo", input="x", text={"format": bad})
+
+
+@pytest.fixture(scope="module")
+def keyed_api(settings, tmp_path_factory):
+    """The API with two keys (the same Redis and workers as live_api)."""
+    import dataclasses
+
+    from api import create_app
+    from api.auth import hash_key
+    from tests.live_server import LiveServer
+
+    keys_file = tmp_path_factory.mktemp("responses-keys") / "keys"
+    keys_file.write_text(f"{hash_key('resp-key-a')} tenant-a\n{hash_key('resp-key-b')} tenant-b\n")
+    with LiveServer(create_app(dataclasses.replace(settings, api_keys_file=keys_file))) as server:
+        yield f"{server.url}/openai/v1"
+
+
+def test_another_keys_response_is_a_404_and_cancel_stops_it(keyed_api, worker_for):
+    worker_for("gpt2-demo")
+    with (
+        OpenAI(base_url=keyed_api, api_key="resp-key-a", max_retries=0, timeout=120) as owner,
+        OpenAI(base_url=keyed_api, api_key="resp-key-b", max_retries=0, timeout=120) as other,
+    ):
+        long = owner.responses.create(model="gpt2-demo", input="Go on", max_output_tokens=250, background=True)
+        for call in (other.responses.retrieve, other.responses.cancel, other.responses.delete):
+            with pytest.raises(openai.NotFoundError):
+                call(long.id)
+        cancelled = owner.responses.cancel(long.id)
+        assert cancelled.status == "cancelled"
+        assert owner.responses.retrieve(long.id).status == "cancelled"
