@@ -18,6 +18,10 @@ MIN_RETRY_AFTER_S, MAX_RETRY_AFTER_S = 1, 60  # a full queue: at least a second,
 # started writes nothing, so the call (which waits the whole budget) cannot time out on a job that was accepted
 # unless its reply took longer than the other half to come back.
 FENCE_SHARE = 0.5
+#: An ADMIT answered "late" (Redis answered: the fence passed while the API waited for a CPU) is sent once more on
+#: a fresh fence, if that fence ends within this many fences of the first: a binding made before the first fence
+#: settles after all of them (``settled_after_s``).
+RETRY_FENCE_SHARES = 2
 
 
 def fence_s(settings: ApiSettings) -> float:
@@ -32,8 +36,9 @@ def admission_fence(clock: RedisClock, settings: ApiSettings) -> float:
 
 def settled_after_s(settings: ApiSettings) -> int:
     """Whole seconds (an Idempotency-Key binding's age is counted in them, so one more) after which a binding
-    made after its request's fence was computed, with no record, will never have one."""
-    return math.ceil(fence_s(settings)) + 1
+    made after its request's fence was computed, with no record, will never have one (the first fence and a
+    retry's, ``RETRY_FENCE_SHARES`` more)."""
+    return math.ceil((1 + RETRY_FENCE_SHARES) * fence_s(settings)) + 1
 
 
 def refusal(fleet: FleetStore, spec: ModelSpec, reservation: Reservation) -> Unavailable:

@@ -2,24 +2,28 @@
 
 Per job the outcome is what ``POST /v1/jobs`` would have given it: its record (as written), or the error it would
 have got (invalid input, unknown model, over the rate limit, the queue full). Only a failure of the whole round
-trip (Redis or the broker unreachable) fails the request, after undoing every record it wrote.
+trip fails the request: nothing sent (a 503 that nothing was accepted), or an admission whose answer never came
+(``outcome_unknown`` naming every job it sent; a keyed retry finds them, api/batch_idempotency.py). Jobs written
+whose messages could not be sent are accepted, as for one job: the sweeper sends a queued job's missing message.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from api.admission import admission_fence, refusal
 from api.job_media import discard, stage_media
 from api.job_submit import new_record
-from api.redis_health import never_sent
+from api.redis_health import never_sent, out_of_memory
 from api.services import PUBLISH_RETRY_POLICY, Services
 from api.text_checks import check_text_input
-from tasks.errors import GenqError
+from tasks.errors import GenqError, OutcomeUnknown
 from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
@@ -34,6 +38,9 @@ log = logging.getLogger(__name__)
 Checked = tuple[ModelSpec, JobCreate, AnyInput] | GenqError
 #: One job's outcome: its record as written, or its error.
 Entry = JobRecord | GenqError
+#: Called just before the admission is sent: the entries known so far (None: being admitted), the ids being
+#: admitted and their fence (Redis' clock). A keyed batch saves them there (api/batch_idempotency.py).
+BeforeAdmit = Callable[[list["Entry | None"], list[str], float], None]
 
 
 def check_items(svc: Services, items: list[Any]) -> list[Checked]:
@@ -50,7 +57,13 @@ def check_items(svc: Services, items: list[Any]) -> list[Checked]:
     return checked
 
 
-def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner: str) -> list[Entry]:
+def submit_many(
+    svc: Services,
+    checked: list[Checked],
+    job_ids: list[str],
+    owner: str,
+    before_admit: BeforeAdmit | None = None,
+) -> list[Entry]:
     """Admit the valid jobs (reservations and records in one round trip) and publish the admitted ones."""
     entries: list[Entry | None] = [c if isinstance(c, GenqError) else None for c in checked]
     todo: list[tuple[int, ModelSpec, JobRecord]] = []
@@ -67,15 +80,17 @@ def submit_many(svc: Services, checked: list[Checked], job_ids: list[str], owner
                 entries[i] = exc
                 continue
             todo.append((i, spec, new_record(spec, body, inp, job_id, owner)))
-        return _admit_and_publish(svc, entries, todo, staged)
+        return _admit_and_publish(svc, entries, todo, staged, before_admit)
+    except OutcomeUnknown:
+        raise  # the jobs may exist: their pictures stay (the output sweeper deletes those of jobs that never do)
     except (redis.RedisError, OSError) as exc:
-        if never_sent(exc):  # nothing reached Redis: none of it was accepted
-            discard(svc, [key for keys in staged.values() for key in keys])
+        if never_sent(exc) or out_of_memory(exc):  # none of it was accepted
+            discard(svc, [key for keys in staged.values() for key in keys], owner)
         # Otherwise the admission may have run and its reply was lost: the jobs may exist, so their pictures stay
         # (the output sweeper deletes those of jobs that never do, under the tombstones written first).
         raise
     except BaseException:
-        discard(svc, [key for keys in staged.values() for key in keys])  # none of it was accepted
+        discard(svc, [key for keys in staged.values() for key in keys], owner)  # none of it was accepted
         raise
 
 
@@ -84,10 +99,14 @@ def _admit_and_publish(
     entries: list[Entry | None],
     todo: list[tuple[int, ModelSpec, JobRecord]],
     staged: dict[int, list[str]],
+    before_admit: BeforeAdmit | None,
 ) -> list[Entry]:
     if not todo:
         return [e for e in entries if e is not None]
+    ids = [record.id for _, _, record in todo]
     not_after = admission_fence(svc.clock, svc.settings)  # run after it (a Redis stall), ADMIT_MANY writes nothing
+    if before_admit is not None:
+        before_admit(entries, ids, not_after)
     places = [
         (
             record,
@@ -99,27 +118,46 @@ def _admit_and_publish(
     ]
     try:
         admitted = svc.batches.admit_many(places)
-    except GenqError:  # written but not replicated in time: none of it is accepted
-        undo(svc, [record for _, _, record in todo])
+    except GenqError as exc:  # written but not replicated in time: none of it is accepted, once taken back
+        if not undo(svc, [record for _, _, record in todo]):
+            raise unknown_batch(ids) from exc
         raise
+    except (redis.RedisError, OSError) as exc:
+        if never_sent(exc) or out_of_memory(exc):  # the first attempt's error (redis_client never resends), or
+            # an answer that refused it whole (api/errors.py: 503 storage_full)
+            raise
+        log.warning("a batch of %d: admission got no answer (%s); its fence settles it", len(ids), exc)
+        raise unknown_batch(ids) from exc
     refusals: dict[tuple[str, Outcome], GenqError] = {}  # one per model and reason: Retry-After reads Redis
     created: list[JobRecord] = []
-    for (i, spec, _), (reservation, written) in zip(todo, admitted, strict=True):
+    for (i, spec, record), (reservation, written) in zip(todo, admitted, strict=True):
         if written is None:
             reason = (spec.id, reservation.outcome)
             if reason not in refusals:
                 refusals[reason] = refusal(svc.fleet, spec, reservation)
             entries[i] = refusals[reason]
-            discard(svc, staged.pop(i, []))
+            discard(svc, staged.pop(i, []), record.owner or "")
         else:
             entries[i] = written
             created.append(written)
     try:
         publish_many(svc.celery, created)
+    except (redis.RedisError, OSError, OperationalError) as exc:  # accepted: the sweeper sends their messages
+        log.warning("a batch of %d: accepted, its messages not sent (%s); the sweeper sends them", len(created), exc)
     except Exception:
-        undo(svc, created)
+        if not undo(svc, created):
+            raise unknown_batch([r.id for r in created]) from None
         raise
     return [e for e in entries if e is not None]
+
+
+def unknown_batch(ids: list[str]) -> OutcomeUnknown:
+    return OutcomeUnknown(
+        f"the job queue did not answer; the batch's {len(ids)} jobs may have been accepted: GET /v1/jobs?ids= "
+        "says which (404: not, and never will be); retrying with the same Idempotency-Key is safe",
+        job_id=ids[0],
+        job_ids=ids,
+    )
 
 
 def publish_many(celery: Celery, records: list[JobRecord]) -> None:
@@ -137,9 +175,12 @@ def publish_many(celery: Celery, records: list[JobRecord]) -> None:
             )
 
 
-def undo(svc: Services, records: list[JobRecord]) -> None:
-    """Remove records (and their reservations) whose jobs the client is told were not accepted."""
+def undo(svc: Services, records: list[JobRecord]) -> bool:
+    """Remove records (and their reservations) whose jobs the client is told were not accepted. False when they
+    may still be there (Redis failed meanwhile): the client must then hear that the outcome is unknown."""
     try:
         svc.batches.delete_many(records, [(r.model, r.id) for r in records])
-    except Exception:  # Redis is gone: stale reservations are pruned later (tasks/store/queue_limit.py)
+    except Exception:
         log.warning("could not undo %d records and reservations of a failed batch", len(records))
+        return False
+    return True

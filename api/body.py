@@ -40,10 +40,19 @@ def read_json_body() -> Response | None:
     try:
         request.get_json()  # past MAX_CONTENT_LENGTH with a length, werkzeug raises the 413 itself
     except RequestEntityTooLarge:
-        raise
+        raise too_large(larger is not None) from None
     except BadRequest:
         return error_response(ErrorCode.bad_request, "body is not valid JSON (UTF-8, at most a few hundred levels)")
     return None
+
+
+def too_large(own_limit: bool) -> RequestEntityTooLarge:
+    """The 413 naming the limit's setting, and the way to send a large picture (an inline one counts in the body)."""
+    setting = "GENQ_BATCH_MAX_CONTENT_LENGTH" if own_limit else "GENQ_MAX_CONTENT_LENGTH"
+    return RequestEntityTooLarge(
+        f"the body is larger than {request.max_content_length} bytes ({setting}); a picture sent inline as a data: "
+        "URI counts in it: upload large pictures with POST /v1/uploads and name the upload's id instead"
+    )
 
 
 def _buffer_chunked_body() -> None:
@@ -55,7 +64,7 @@ def _buffer_chunked_body() -> None:
     limit = request.max_content_length
     raw = request.environ["wsgi.input"].read(-1 if limit is None else limit + 1)
     if limit is not None and len(raw) > limit:
-        raise RequestEntityTooLarge()
+        raise too_large(request.endpoint in current_app.extensions.get("genq_body_limits", {}))
     request.environ["wsgi.input"] = io.BytesIO(raw)
     request.environ["CONTENT_LENGTH"] = str(len(raw))
     request.environ.pop("HTTP_TRANSFER_ENCODING", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 
@@ -11,12 +12,14 @@ from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from api.redis_health import out_of_memory
 from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, OutcomeUnknown, Unavailable, code_for_status
 from tasks.input_checks import invalid_from_validation
 
 log = logging.getLogger(__name__)
 
 BROKER_RETRY_AFTER_S = 2
+STORAGE_FULL_RETRY_AFTER_S = 10  # memory frees as results are read or expire: minutes, not milliseconds
 OVERLOADED_RETRY_AFTER_S = 1  # a burst passes in seconds; a client's backoff spreads the retries
 
 
@@ -86,8 +89,26 @@ def register_error_handlers(app: Flask) -> None:
         if isinstance(exc, OutcomeUnknown):
             response = error_response(exc.code, exc.message, retry_after=retry_after, job_id=exc.job_id)
             response.headers["Location"] = f"/v1/jobs/{exc.job_id}"
+            if exc.job_ids is not None:  # a batch: every job it sent, read back with GET /v1/jobs?ids=
+                body = error_body(exc.code, exc.message, job_id=exc.job_id)
+                body["error"]["job_ids"] = exc.job_ids  # type: ignore[index]
+                response.set_data(json.dumps(body))
+                response.headers["Location"] = "/v1/jobs?ids=" + ",".join(exc.job_ids)
             return response
         return error_response(exc.code, exc.message, field=exc.field, retry_after=retry_after)
+
+    @app.errorhandler(redis.exceptions.ResponseError)
+    def _refused(exc: Exception) -> Response:
+        # Redis answered (its maxmemory is reached): a write was refused whole, never a 500 (a script is refused at
+        # its first write). Other tenants' reads go on; this clears as results expire or are read.
+        if not out_of_memory(exc):
+            return _unexpected(exc)
+        log.warning("redis is out of memory: %s", exc)
+        return error_response(
+            ErrorCode.storage_full,
+            "the job store is out of memory; nothing was written, retry later",
+            retry_after=STORAGE_FULL_RETRY_AFTER_S,
+        )
 
     @app.errorhandler(redis.exceptions.ConnectionError)
     @app.errorhandler(redis.exceptions.TimeoutError)

@@ -1,7 +1,9 @@
 """The API's checker of pictures (``tasks/media_checker.py``): an image's bytes checked before anything is accepted
-(PNG, JPEG or WebP, what it claims to be, within a pixel bound read from the header, before decoding: no
-decompression bomb; decodable to the last row: a truncated PNG is refused here, not by the worker), a job's mask
-the size of its image, and the output's size filled from the image."""
+(PNG, JPEG or WebP, what it claims to be, within a pixel bound read from the header and, for a JPEG, a scan bound
+read from its markers, before decoding: no decompression bomb, no CPU bomb; decodable to the last row: a truncated
+PNG is refused here, not by the worker), a job's mask the size of its image, and the output's size filled from the
+image. Sizes are as the picture is shown (its EXIF orientation), and modes the worker could not read as they look
+are refused: tasks/picture_reading.py."""
 
 from __future__ import annotations
 
@@ -15,11 +17,18 @@ from PIL import Image, UnidentifiedImageError
 
 from tasks.errors import InvalidInput
 from tasks.image_media import FORMATS
+from tasks.jpeg_scans import check_jpeg_scans
 from tasks.kinds import AnyInput, AnyLimits, TextToImageLimits
 from tasks.media_checker import MediaFacts
+from tasks.picture_reading import FORMAT_MEDIA, check_mode, shown_size
 
 MEDIA_TYPE_OF = {fmt: media for media, fmt in FORMATS.items()}
 DEFAULT_MAX_PIXELS = 4096 * 4096  # no model taking pictures served: the bound an upload is checked against
+#: The most bytes a picture's file may hold per pixel: 16-bit RGBA stored raw (8) and a filter byte a row, plus
+#: room for metadata (EXIF, an ICC profile). Beyond, the bytes are padding (measured: a 64x64 PNG padded to
+#: 19 MiB was accepted, and copied per job): they would take a tenant's Redis memory for pixels that are not there.
+MAX_BYTES_PER_PIXEL = 8
+METADATA_ALLOWANCE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -31,18 +40,26 @@ class Picture:
 
 def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None = None) -> Picture:
     """``data`` as a picture, or InvalidInput naming ``field`` with what is wrong."""
+    check_jpeg_scans(data, field)  # its decoding cost, from the markers alone
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)  # our bound is far below Pillow's
             with Image.open(io.BytesIO(data), formats=list(MEDIA_TYPE_OF)) as img:  # the header only
-                width, height = img.size
-                media_type = MEDIA_TYPE_OF[str(img.format)]
+                width, height = shown_size(img)  # as the worker reads it (tasks/picture_reading.py)
+                media_type = FORMAT_MEDIA[str(img.format)]
+                check_mode(img, field)
                 if declared is not None and declared != media_type:
-                    raise InvalidInput(f"{field}: declared {declared} but holds a {img.format} image", field=field)
+                    raise InvalidInput(f"{field}: declared {declared} but holds a {media_type} image", field=field)
                 if width * height > max_pixels:
                     raise InvalidInput(
                         f"{field}: the image is {width}x{height} ({width * height} pixels); at most "
                         f"{max_pixels} pixels here: resize it",
+                        field=field,
+                    )
+                if len(data) > max_file_bytes(width, height):
+                    raise InvalidInput(
+                        f"{field}: the file holds {len(data)} bytes for {width}x{height} pixels; at most "
+                        f"{max_file_bytes(width, height)} (8 a pixel and 256 KiB of metadata): re-encode it",
                         field=field,
                     )
                 img.load()  # every row: a truncated or corrupt file fails now
@@ -64,6 +81,11 @@ def pixel_limits(limits: AnyLimits) -> TextToImageLimits:
     if not isinstance(limits, TextToImageLimits):
         raise TypeError(f"pictures are checked against an image model's limits, not {type(limits).__name__}")
     return limits
+
+
+def max_file_bytes(width: int, height: int) -> int:
+    """The largest file a ``width`` x ``height`` picture may be (``MAX_BYTES_PER_PIXEL``)."""
+    return MAX_BYTES_PER_PIXEL * width * height + height + METADATA_ALLOWANCE_BYTES
 
 
 class ImageChecker:

@@ -17,8 +17,9 @@ from typing import Any
 
 from api.media_checkers import checker_of
 from api.metrics import INPUT_IMAGES
+from api.prompt_tokens import check_prompt_fits
 from api.services import Services
-from tasks.errors import InvalidInput
+from tasks.errors import ErrorCode, InvalidInput, Unavailable
 from tasks.kinds import AnyInput, AnyLimits
 from tasks.media import MediaRef, RefForm, media_refs
 from tasks.media_checker import MediaChecker, MediaFacts
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 #: A job without a deadline may wait this long (the longest deadline a client may set): the Redis store keeps its
 #: inputs that long plus the result TTL. The filesystem and S3 stores keep them as long as the record.
 UNBOUNDED_WAIT_S = 7 * 86400
+QUOTA_RETRY_AFTER_S = 60  # bytes free as uploads are deleted or expire and jobs end
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def stage_media(
     """``inp`` naming its media by this job's input keys (their bytes written there) with what their checkers fill
     in (a picture's size), and the keys written (to delete if the job is not accepted after all). An input without
     media is unchanged."""
+    check_prompt_fits(svc.models, spec, inp)  # every route stages: the one place before the record for all of them
     refs = media_refs(inp)
     if not refs:
         return inp, []
@@ -90,6 +93,8 @@ def stage_media(
         found = {name: sources[name].facts for name, ref in refs.items() if ref.media == media}
         filled |= checker_of(media).complete(inp, found, lim)
     ttl_s = svc.settings.result_ttl_s + int(deadline_s or UNBOUNDED_WAIT_S)
+    size = sum(len(s.data or b"") if s.upload is None else s.upload.bytes for s in sources.values())
+    charge(svc, owner, job_id, size, ttl_s)  # until the job's result expires (its ending shortens it)
     svc.store.keep_tombstone(
         job_id, owner, svc.settings.result_ttl_s + svc.settings.tombstone_ttl_s + int(deadline_s or 0)
     )
@@ -104,14 +109,39 @@ def stage_media(
             else:
                 put_for(svc.outputs, key, source.data or b"", source.facts.media_type, ttl_s)
     except Exception:
-        discard(svc, written)
+        discard(svc, written, owner)
+        give_back(svc, owner, job_id)  # when nothing was written yet
         raise
     stored = {name: ref.stored_as(input_key(job_id, name)) for name, ref in refs.items()}
     return inp.model_copy(update={**filled, **stored}), written
 
 
-def discard(svc: Services, keys: list[str]) -> None:
-    """Delete the inputs of a job that was not accepted (best effort: the sweeper deletes what this misses)."""
+def charge(svc: Services, owner: str, entry: str, size: int, ttl_s: float) -> None:
+    """Count ``size`` bytes against ``owner``'s quota (``GENQ_OWNER_MAX_BYTES``), or 429 quota_exceeded."""
+    taken, held = svc.quota.take(owner, entry, size, ttl_s)
+    if not taken:
+        raise Unavailable(
+            f"this key holds {held} bytes of uploads and job inputs; {size} more would pass its "
+            f"{svc.quota.limit} (GENQ_OWNER_MAX_BYTES): delete uploads it no longer needs, or wait for jobs to end",
+            retry_after=QUOTA_RETRY_AFTER_S,
+            code=ErrorCode.quota_exceeded,
+        )
+
+
+def give_back(svc: Services, owner: str, job_id: str) -> None:
+    """A job not accepted: its inputs' bytes no longer count against ``owner``."""
+    try:
+        svc.quota.give(owner, job_id)
+    except Exception:  # it expires with the job's result instead
+        log.warning("could not give back the bytes of job %s's inputs", job_id)
+
+
+def discard(svc: Services, keys: list[str], owner: str | None = None) -> None:
+    """Delete the inputs of a job that was not accepted (best effort: the sweeper deletes what this misses), and
+    with ``owner`` give their bytes back to its quota."""
+    if owner is not None:
+        for job_id in dict.fromkeys(key.split("/", 1)[0] for key in keys):
+            give_back(svc, owner, job_id)
     for key in keys:
         try:
             svc.outputs.delete(key)

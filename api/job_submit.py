@@ -5,25 +5,28 @@ the OpenAI routes."""
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 
 import redis
 from kombu.exceptions import OperationalError
 
-from api.admission import admission_fence, refusal
+from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s, refusal
 from api.auth import current_key
 from api.job_media import discard, stage_media
-from api.redis_health import never_sent
+from api.redis_health import never_sent, out_of_memory
 from api.services import PUBLISH_RETRY_POLICY, Services
 from api.text_checks import check_text_input
 from tasks.errors import OutcomeUnknown, Unavailable
-from tasks.kinds import AnyInput
+from tasks.kinds import SEED_MAX, AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus
 from tasks.store.job_store import JobRecord
+from tasks.store.queue_limit import Outcome, Reservation
 
 log = logging.getLogger(__name__)
+SEED_ROOM = 16  # a drawn seed leaves room for seed + j of each image of a job (worker/runtimes/image_outputs.py)
 
 
 def submit(
@@ -44,36 +47,45 @@ def submit(
     when its message cannot be sent now, as the sweeper re-sends a queued job whose message is nowhere (a 503
     here would be a 503 that later runs).
     """
-    check_text_input(inp)  # grammars that cannot compile: a 422 before anything is written
-    # Media first: their bytes go to the output store under the job's input keys, the record names the keys.
-    inp, staged = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+    # Media first: their bytes go to the output store under the job's input keys, the record names the keys. The
+    # fence is read after them (when not given): staging from a slow store must not use up the admission's time.
+    inp, staged = stage(svc, spec, body, inp, job_id, owner)
+    return admit_staged(svc, spec, new_record(spec, body, inp, job_id, owner), staged, not_after)
+
+
+def stage(
+    svc: Services, spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str
+) -> tuple[AnyInput, list[str]]:
+    """The job's media put in the output store (api/job_media.py): its input naming them, and their keys. A text
+    job's grammars are checked first (one that cannot compile: a 422 before anything is written)."""
+    check_text_input(inp)
+    return stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+
+
+def admit_staged(
+    svc: Services, spec: ModelSpec, record: JobRecord, staged: list[str], not_after: float | None = None
+) -> JobRecord:
+    """``admit_and_send`` for a job whose media are staged: not accepted, they are deleted (the outcome unknown,
+    they stay: the job may exist, and the output sweeper deletes them if it never does)."""
     try:
-        return admit_and_send(svc, spec, new_record(spec, body, inp, job_id, owner), not_after)
+        return admit_and_send(svc, spec, record, not_after)
     except OutcomeUnknown:
         raise
     except BaseException:
-        discard(svc, staged)  # not accepted: its inputs go too
+        discard(svc, staged, record.owner or "")  # not accepted: its inputs go too
         raise
 
 
 def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after: float | None = None) -> JobRecord:
-    job_id = record.id
-    if not_after is None:
-        not_after = admission_fence(svc.clock, svc.settings)
-    place = svc.queue_limit.reservation(
-        spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0, not_after=not_after
-    )
-    try:
-        reservation, created = svc.store.admit(record, place)
-    except Unavailable as exc:  # written but not replicated in time: taken back, or the outcome is unknown
-        if not undo(svc, spec, record):
-            raise unknown(job_id) from exc
-        raise
-    except (redis.RedisError, OSError) as exc:  # sent, maybe run: Redis stalled or the connection broke
-        if never_sent(exc):
-            raise
-        log.warning("job %s: admission got no answer (%s); its outcome is settled by its fence", job_id, exc)
-        raise unknown(job_id) from exc
+    fence = admission_fence(svc.clock, svc.settings) if not_after is None else not_after
+    reservation, created = _admit(svc, spec, record, fence)
+    if created is None and reservation.outcome == Outcome.late:
+        # Redis answered (no stall): the fence passed while this process waited for a CPU, not Redis. Once more on
+        # a fresh fence, within the window an Idempotency-Key's binding allows for (api/admission.py): load is not
+        # a refusal, and nothing is ever written after a stall.
+        fresh = admission_fence(svc.clock, svc.settings)
+        if fresh <= fence + RETRY_FENCE_SHARES * fence_s(svc.settings):
+            reservation, created = _admit(svc, spec, record, fresh)
     if created is None:
         raise refusal(svc.fleet, spec, reservation)  # nothing was written
     try:
@@ -85,11 +97,31 @@ def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after:
             ignore_result=True,
         )
     except (redis.RedisError, OSError, OperationalError) as exc:
-        log.warning("job %s: accepted, its message not sent (%s); the sweeper sends it", job_id, exc)
+        log.warning("job %s: accepted, its message not sent (%s); the sweeper sends it", record.id, exc)
     except Exception:
         undo(svc, spec, created)
         raise
     return created
+
+
+def _admit(svc: Services, spec: ModelSpec, record: JobRecord, not_after: float) -> tuple[Reservation, JobRecord | None]:
+    """One ADMIT, fenced at ``not_after``: (reservation, the record written or None)."""
+    job_id = record.id
+    place = svc.queue_limit.reservation(
+        spec.id, job_id, spec.max_queue_depth, need_worker=spec.min_workers > 0, not_after=not_after
+    )
+    try:
+        return svc.store.admit(record, place)
+    except Unavailable as exc:  # written but not replicated in time: taken back, or the outcome is unknown
+        if not undo(svc, spec, record):
+            raise unknown(job_id) from exc
+        raise
+    except (redis.RedisError, OSError) as exc:  # sent, maybe run: Redis stalled or the connection broke
+        if never_sent(exc) or out_of_memory(exc):  # never sent (judged by the first attempt: no resends), or
+            # answered and refused whole (api/errors.py: 503 storage_full)
+            raise
+        log.warning("job %s: admission got no answer (%s); its outcome is settled by its fence", job_id, exc)
+        raise unknown(job_id) from exc
 
 
 def unknown(job_id: str) -> OutcomeUnknown:
@@ -104,6 +136,11 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, own
     """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
+    fields = inp.model_dump(mode="json")  # its media as their stored keys
+    if "seed" in fields and fields["seed"] is None:
+        # Drawn once, here, into the record: a rerun (worker death, lost lease, a failed step) makes the same
+        # text or pictures, never other text than a stream already sent. Room for seed + j per image, no wrap.
+        fields["seed"] = secrets.randbelow(SEED_MAX - SEED_ROOM + 1)
     return JobRecord(
         id=job_id,
         model=spec.id,
@@ -114,7 +151,7 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, own
         priority=body.priority,
         created_at=now,
         deadline_at=now + deadline_s if deadline_s else None,
-        input=inp.model_dump(mode="json"),  # its media as their stored keys
+        input=fields,
         webhook=body.webhook,
         webhook_events=list(body.webhook_events) if body.webhook else [],
     )

@@ -27,7 +27,7 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 from api.auth import Unauthorized, current_key
 from tasks.errors import ErrorCode, Unavailable
 from tasks.settings import ApiSettings
-from tasks.store.redis_client import API_CALL_SHARE, SentinelConnection, SentinelURL, is_sentinel
+from tasks.store.redis_client import API_CALL_SHARE, SentinelConnection, SentinelURL, is_sentinel, pool_size_for
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,12 @@ def limiter_storage(settings: ApiSettings) -> tuple[str, dict[str, Any]]:
     """The same Redis for the limits library; behind Sentinel it wants ``redis+sentinel://h:p,h:p/master``."""
     # The limits library's own prefix ("LIMITS") would put its counters outside GENQ_KEY_PREFIX.
     timeouts = redis_timeouts(settings)
-    options: dict[str, Any] = {**timeouts, "key_prefix": f"{settings.key_prefix}limits"}
+    # Every request thread may be counting at once: redis-py's default pool (100) refused the rest.
+    options: dict[str, Any] = {
+        **timeouts,
+        "key_prefix": f"{settings.key_prefix}limits",
+        "max_connections": pool_size_for(settings.api_threads),
+    }
     if not is_sentinel(settings.redis_url):
         return settings.redis_url, options
     url = SentinelURL.parse(settings.redis_url)

@@ -46,6 +46,15 @@ def never_sent(exc: BaseException) -> bool:
     )
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Redis refused a write at its maxmemory (a plain command's OOM error, or a script's, which Redis before 7
+    wraps as "Error running script ... -OOM"): answered, and nothing of the refused call was written (a script is
+    refused at its first write)."""
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or (
+        isinstance(exc, redis.exceptions.ResponseError) and "OOM command not allowed" in str(exc)
+    )
+
+
 class RedisHealth:
     def __init__(self, settings: ApiSettings) -> None:
         self.call_budget_s = settings.redis_timeout_s * API_CALL_SHARE

@@ -8,16 +8,18 @@ a 503.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from contextlib import ExitStack
 from typing import Any
 
+import redis
 from flask import Response, current_app, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from api.auth import current_owner
 from api.batch_idempotency import BatchGuard
-from api.batch_submit import Entry, check_items, submit_many
+from api.batch_submit import BeforeAdmit, Entry, check_items, submit_many
 from api.errors import error_body
 from api.idempotency import body_digest, requested_key
 from api.job_reads import wait_all
@@ -27,9 +29,11 @@ from api.routes_jobs import prefer_wait_s
 from api.services import Services, services
 from api.waiters import POLL_S, Watch
 from tasks.batch import BatchResult, batch_items
-from tasks.errors import ErrorCode, GenqError, Unavailable
+from tasks.errors import ErrorCode, GenqError, OutcomeUnknown, Unavailable
 from tasks.schemas import ErrorBody
 from tasks.store.job_store import JobRecord
+
+log = logging.getLogger(__name__)
 
 batches = APIBlueprint(
     "batches",
@@ -69,7 +73,9 @@ def create_batch() -> Response:
         # Watched before the messages are sent: a finish cannot come before its watch (as POST /v1/jobs does).
         watch = scope.enter_context(svc.waiters.watching_many(valid, min(wait, POLL_S))) if wait > 0 else None
         try:
-            entries = submit_many(svc, checked, job_ids, owner)
+            entries = submit_many(svc, checked, job_ids, owner, _saving_pending(guard) if guard else None)
+        except OutcomeUnknown:
+            raise  # the key stays bound to the saved ids: a retry with it finds the jobs (api/batch_idempotency.py)
         except Exception:
             if guard:
                 guard.release()
@@ -80,10 +86,20 @@ def create_batch() -> Response:
             ["" if isinstance(e, JobRecord) else e.code.value for e in entries],
         )
         if guard:
-            guard.save([{"id": e.id} if isinstance(e, JobRecord) else _error(e) for e in entries])
+            try:
+                guard.save([{"id": e.id} if isinstance(e, JobRecord) else _error(e) for e in entries])
+            except (redis.RedisError, OSError):  # accepted all the same: a replay reads the ids saved as pending
+                log.warning("a batch's answer was not saved under its Idempotency-Key; its pending ids stand")
         records = {e.id: e for e in entries if isinstance(e, JobRecord)}
         return _answer(svc, entries, records, wait, watch)
     raise AssertionError("unreachable")  # pragma: no cover (ExitStack does not swallow)
+
+
+def _saving_pending(guard: BatchGuard) -> BeforeAdmit:
+    def save(entries: list[Entry | None], ids: list[str], not_after: float) -> None:
+        guard.save_pending([_error(e) if isinstance(e, GenqError) else None for e in entries], ids, not_after)
+
+    return save
 
 
 def _rate_limited(checked: list[Any]) -> list[Any]:
@@ -110,6 +126,10 @@ def _replayed_entries(saved: list[dict[str, Any]], records: dict[str, JobRecord]
             entries.append(entry)
         elif entry["id"] in records:
             entries.append(records[entry["id"]])
+        elif "pending_until" in entry:  # its admission's answer was lost, and it was not written: submit it again
+            entries.append(
+                error_body(ErrorCode.overloaded, f"job {entry['id']} was not accepted (its admission came too late)")
+            )
         else:
             entries.append(error_body(ErrorCode.gone, f"job {entry['id']} has expired"))
     return entries
@@ -120,7 +140,11 @@ def _answer(
 ) -> Response:
     """The entries in order; with ``Prefer: wait`` once every job is done (200) or the wait is over (202)."""
     if wait > 0:
-        wait_all(svc, records, wait, watch)
+        try:
+            wait_all(svc, records, wait, watch)
+        except (redis.RedisError, OSError) as exc:  # accepted all the same: answered as written, never a 503
+            log.warning("a batch was accepted; its wait lost Redis (%s): answered as written", exc)
+            wait = 0.0
     done = wait > 0 and all(r.status.terminal for r in records.values())
     body = [
         public_job(svc, records[e.id]) if isinstance(e, JobRecord) else _error(e) if isinstance(e, GenqError) else e

@@ -7,6 +7,7 @@ import re
 import uuid
 from contextlib import ExitStack
 
+import redis
 from flask import Response, current_app, jsonify, make_response, request, url_for
 from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field
@@ -15,8 +16,9 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import admission_fence, settled_after_s
 from api.auth import current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
+from api.job_media import discard
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
-from api.job_submit import submit
+from api.job_submit import admit_staged, new_record, stage
 from api.outputs import public_job, serve_output
 from api.services import Services, services
 from api.waiters import POLL_S, Watch
@@ -99,7 +101,10 @@ def create_job() -> Response:
     with ExitStack() as scope:  # closes the wait's watch, if one was opened, on every path
         record, watch = accept_job(svc, scope, wait)
         if wait > 0 and not record.status.terminal:
-            record = wait_for(svc, record, wait, watch)
+            try:
+                record = wait_for(svc, record, wait, watch)
+            except (redis.RedisError, OSError) as exc:  # accepted all the same: never a 503 for a job that runs
+                log.warning("job %s: accepted, its wait lost Redis (%s); answered as written", record.id, exc)
     return job_response(record, 200 if record.status.terminal else 202)
 
 
@@ -130,16 +135,23 @@ def accept_job(svc: Services, scope: ExitStack, wait: float) -> tuple[JobRecord,
         def fence() -> float:
             return admission_fence(svc.clock, svc.settings)
 
-        # The fence is read before the key's binding is made (api/idempotency.py says why).
-        existing = guard.existing_record(job_id, fence) if guard else None
+        # Media first (a slow store must not use up the admission's fence), then the fence, read before the key's
+        # binding is made (api/idempotency.py says why), then the admission at once.
+        inp, staged = stage(svc, spec, body, inp, job_id, owner)
+        try:
+            existing = guard.existing_record(job_id, fence) if guard else None
+        except BaseException:
+            discard(svc, staged, owner)
+            raise
         not_after = guard.not_after if guard else fence()
         if existing is not None:  # a replay: the record as read once (one that expires meanwhile is no 500)
+            discard(svc, staged, owner)
             return existing, None
         # Watched before the message is sent: the finish cannot come before it, so the wait can start from the
         # record written here, and reads only when the job's done channel fires.
         watch = scope.enter_context(svc.waiters.watching(job_id, min(wait, POLL_S))) if wait > 0 else None
         try:
-            return submit(svc, spec, body, inp, job_id, owner, not_after), watch
+            return admit_staged(svc, spec, new_record(spec, body, inp, job_id, owner), staged, not_after), watch
         except OutcomeUnknown:
             raise  # the key stays bound to the job: a retry with it replays the job, or binds anew once it is
             # certain that nothing was written (api/idempotency.py)

@@ -16,6 +16,7 @@ from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field, ValidationError
 
 from api.auth import current_owner
+from api.job_media import charge
 from api.media_checkers import checker_of
 from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
@@ -101,9 +102,13 @@ def create_upload() -> Response:
             raise InvalidInput("body: the upload is empty", field="body")
         media = taken[media_type].media
         facts = checker_of(media).inspect_upload(data, media_type, takers(svc, media))
-        meta = svc.uploads.create(
-            current_owner(), media_type, data, facts.width, facts.height, svc.settings.upload_ttl_s
-        )
+        owner = current_owner()
+        meta = svc.uploads.create(owner, media_type, data, facts.width, facts.height, svc.settings.upload_ttl_s)
+        try:  # counted once it exists (its id is made there): past the owner's quota, it goes again
+            charge(svc, owner, f"upload:{meta.id}", len(data), svc.settings.upload_ttl_s)
+        except Exception:
+            svc.uploads.delete(meta)
+            raise
     UPLOADS.labels("direct").inc()
     UPLOAD_BYTES.inc(len(data))
     return created(meta)
@@ -125,6 +130,11 @@ def presign(svc: Services) -> Response:
             "(Content-Type: image/png, image/jpeg or image/webp)",
             field="body",
         )
+    try:  # the bytes it will hold count from now
+        charge(svc, current_owner(), f"upload:{made[0].id}", asked.bytes, svc.settings.upload_ttl_s)
+    except Exception:
+        svc.uploads.delete(made[0])
+        raise
     UPLOADS.labels("presigned").inc()
     return created(*made)
 
@@ -145,5 +155,7 @@ def get_upload(path: UploadPath) -> Response:
 @uploads.delete("/<upload_id>", responses={"204": None})
 def delete_upload(path: UploadPath) -> Response:
     """Forget an upload now; jobs that named it keep their own copies."""
-    services().uploads.delete(owned_upload(path.upload_id))
+    meta = owned_upload(path.upload_id)
+    services().uploads.delete(meta)
+    services().quota.give(current_owner(), f"upload:{meta.id}")
     return Response(status=204)

@@ -1,4 +1,7 @@
-"""``python -m api.serve``: the API as deployed, on granian's WSGI interface (bench/front.py chose it).
+"""``python -m api.serve``: the API as deployed, on granian (bench/front.py chose it) through its ASGI interface.
+
+The ASGI front (api/asgi_front.py) reads request bodies on the event loop, with a deadline and a minimum rate,
+before the Flask app gets a thread: under the WSGI interface slow bodies held every thread (bench/README.md).
 
 Its settings are the API's own (``ApiSettings``, as the gunicorn config reads them): ``GENQ_API_BIND`` (host:port,
 default 0.0.0.0:8000), ``GENQ_API_WORKERS`` processes (2) and ``GENQ_API_THREADS`` Python threads per process (256:
@@ -14,6 +17,9 @@ import sys
 from tasks.settings import ApiSettings
 
 TARGET = "api.wsgi:app"
+ASGI_TARGET = "api.asgi:app"
+#: Requests in flight per process that granian lets in: a body being read costs a coroutine, not a thread.
+BACKPRESSURE = 4096
 
 
 def bind(settings: ApiSettings) -> tuple[str, int]:
@@ -30,13 +36,15 @@ def main() -> None:
 
     settings = ApiSettings.from_env()
     host, port = bind(settings)
+    wsgi = os.environ.get("GENQ_API_SERVER") == "granian-wsgi"
     Server(
-        TARGET,
+        TARGET if wsgi else ASGI_TARGET,
         address=host,
         port=port,
-        interface=Interfaces.WSGI,
+        interface=Interfaces.WSGI if wsgi else Interfaces.ASGI,
         workers=settings.api_workers,
-        blocking_threads=settings.api_threads,
+        blocking_threads=settings.api_threads if wsgi else 1,  # ASGI: the front's own threads run the app
+        backpressure=None if wsgi else BACKPRESSURE,
         websockets=False,
         log_access=True,
         respawn_failed_workers=True,

@@ -16,6 +16,7 @@ from tasks.errors import UnknownModel
 from tasks.models_file import ModelsFile, ModelSpec, load_models_file
 from tasks.outputs import OutputStore
 from tasks.settings import ApiSettings
+from tasks.store.byte_quota import ByteQuota
 from tasks.store.celery_app import create_celery
 from tasks.store.deadlines import OverdueSweep
 from tasks.store.event_log import EventLog
@@ -26,7 +27,7 @@ from tasks.store.job_store import JobStore
 from tasks.store.outbox import Outbox
 from tasks.store.output_stores import output_store
 from tasks.store.queue_limit import QueueLimit
-from tasks.store.redis_client import connect
+from tasks.store.redis_client import connect, pool_size_for
 from tasks.store.redis_clock import RedisClock
 from tasks.store.uploads import UploadStore
 
@@ -51,6 +52,7 @@ class Services:
     batches: JobBatches
     clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     uploads: UploadStore
+    quota: ByteQuota  # each owner's live bytes: uploads and staged inputs (api/job_media.py)
     overdue: OverdueSweep  # the read paths' sweep of overdue jobs of models with no worker (api/job_reads.py)
     events: EventLog  # jobs' event streams (api/event_stream.py)
     outbox: Outbox  # webhook deliveries, read for /metrics' backlog
@@ -59,7 +61,7 @@ class Services:
 
     @classmethod
     def build(cls, settings: ApiSettings) -> Services:
-        client = connect(settings, fail_fast=True)
+        client = connect(settings, fail_fast=True, pool_size=pool_size_for(settings.api_threads))
         store = JobStore(client, settings)
         outputs = output_store(client, settings, api=True)
         models = load_models_file(settings.models_file)
@@ -79,6 +81,7 @@ class Services:
             batches=JobBatches(store),
             clock=RedisClock(client),
             uploads=UploadStore(client, store.keys, outputs, settings.tombstone_ttl_s),
+            quota=ByteQuota(client, store.keys, settings.owner_max_bytes),
             overdue=OverdueSweep(store, models.models),
             events=EventLog(client, store.keys),
             outbox=Outbox(client, settings),

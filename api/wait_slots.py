@@ -1,8 +1,10 @@
 """The held requests of one API process (``Prefer: wait``, event streams, ``/openai/v1`` calls), shared per owner.
 
 A held request parks a gunicorn thread, so a process holds at most ``total`` of them; besides, one owner
-(an API key's owner) holds at most ``per_owner`` of them, so a key that opens hundreds of streams leaves
-the rest of the slots to the others, and at most ``streams_per_job`` streams watch one job for one owner.
+(an API key's owner) holds at most ``per_owner`` of them, and an owner already holding some takes another only
+within its share of the process with room for one more owner (``total // (owners active + 1)``): a fixed share
+let four owners take every slot and the fifth's stream got 503, while an owner holding none now gets any free
+slot. At most ``streams_per_job`` streams watch one job for one owner.
 In open mode (no keys) there are no tenants to share between: only the process's cap applies. A refused
 hold gets what the contract says: ``Prefer: wait`` answers the job as it stands (202), a stream a 503 with
 ``Retry-After``.
@@ -41,8 +43,12 @@ class SlotShares:
         with self._lock:
             if self._held >= self.total:
                 return "this API process holds as many waits and streams as it may"
-            if owner and self._by_owner[owner] >= self.per_owner:
+            mine = self._by_owner[owner] if owner else 0
+            if mine >= self.per_owner:
                 return f"this key holds its share ({self.per_owner}) of this API process's waits and streams"
+            share = self._share()
+            if mine and mine >= share:
+                return f"this key holds its share ({share}) of this API process's waits and streams, with others active"
             if owner and stream_of is not None and self._streams[(owner, stream_of)] >= self.streams_per_job:
                 return f"this key has {self.streams_per_job} streams open on job {stream_of} already"
             self._held += 1
@@ -50,6 +56,12 @@ class SlotShares:
             if stream_of is not None:
                 self._streams[(owner, stream_of)] += 1
             return None
+
+    def _share(self) -> int:
+        """An owner's share while it holds some: the slots split among the owners active and one more (a newcomer
+        always finds one free, unless the process holds all it may). Under the lock."""
+        active = sum(1 for o, n in self._by_owner.items() if o and n > 0)
+        return max(1, self.total // (active + 1))
 
     def give(self, owner: str, stream_of: str | None = None) -> None:
         with self._lock:

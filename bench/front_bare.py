@@ -21,3 +21,11 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
         stream.read(length)
     start_response("200 OK", HEADERS)
     return [BODY]
+
+
+def asgi_app() -> Any:
+    """``app`` behind the API's ASGI front (granian's ``--interface asgi --factory``), as api/asgi.py serves the
+    real one."""
+    from api.asgi_front import AsgiFront
+
+    return AsgiFront(app, threads=256, body_limit=1 << 20)

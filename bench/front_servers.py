@@ -3,6 +3,7 @@
 ``gthread``: gunicorn's threaded worker, as deployed until now (api/gunicorn_conf.py: 2 processes x 256 threads).
 ``gevent``: gunicorn with gevent workers (same config file, ``-k gevent``; threads become greenlets).
 ``granian``: granian's WSGI interface (Rust HTTP, the app on a pool of Python threads per worker: 2 x 256).
+``granian-asgi``: granian's ASGI interface and the API's body-reading front (api/asgi_front.py, 2 x 256 threads).
 Every server runs 2 worker processes and writes an access log, as deployed.
 """
 
@@ -22,7 +23,9 @@ from tests.harness import ROOT
 
 WORKERS = 2
 THREADS = 256  # GENQ_API_THREADS: gthread's threads, granian's blocking threads, the wait cap's base
-SERVERS = ("gthread", "gevent", "granian")
+SERVERS = ("gthread", "gevent", "granian", "granian-asgi")
+#: The ASGI form of each WSGI target.
+ASGI_TARGETS = {"api.wsgi:app": ["api.asgi:app"], "bench.front_bare:app": ["--factory", "bench.front_bare:asgi_app"]}
 
 
 def command(server: str, port: int, target: str = "api.wsgi:app") -> list[str]:
@@ -32,6 +35,12 @@ def command(server: str, port: int, target: str = "api.wsgi:app") -> list[str]:
         return [*gunicorn, target]
     if server == "gevent":
         return [*gunicorn, "-k", "gevent", "--worker-connections", "1000", target]
+    if server == "granian-asgi":
+        return [
+            str(Path(sys.executable).parent / "granian"),
+            *("--interface", "asgi", "--host", "127.0.0.1", "--port", str(port), "--workers", str(WORKERS)),
+            *("--backpressure", "4096", "--access-log", "--no-ws", *ASGI_TARGETS[target]),
+        ]
     if server == "granian":
         return [
             str(Path(sys.executable).parent / "granian"),

@@ -8,7 +8,9 @@ One private stack (bench/stack.py), one real worker at a time (1 torch thread), 
 2. images, uniform load (4 steps) at 1, 8 and 16 closed-loop clients (no regression);
 3. text, closed loop at 16 and 32 clients, ``max_new_tokens`` mixed 4-64 and mixed temperatures (tokens/s),
    and time to the first streamed token at 16 clients;
-4. mixed keys: 8 steady clients of one image size plus odd jobs of another (their longest wait).
+4. mixed keys: 8 steady clients of one image size plus odd jobs of another (their longest wait);
+5. a lone client, images (4 steps) and text (16 tokens, greedy): latency, and its time beyond the model call
+   (latency less the job's ``inference_ms``), step against request (issue 34).
 
 The raw runtime (``predict()`` at batch 1 and max batch, 4 steps / 16 tokens) is measured before and after
 every scenario and printed beside each of its points. Prints the tables and the targets, writes
@@ -125,7 +127,8 @@ class Run:
         self.points.append(point)
         tags = ", ".join(f"{t} p50 {fmt(v)}" for t, v in point.p50_ms.items())
         print(
-            f"  {point.model} {point.label}: {point.jobs_per_s:.2f} jobs/s, {point.work_per_s:.1f} work/s; {tags}",
+            f"  {point.model} {point.label}: {point.jobs_per_s:.2f} jobs/s, {point.work_per_s:.1f} work/s; {tags}; "
+            f"beyond the model p50 {fmt(point.beyond_model_p50_ms)} ms",
             flush=True,
         )
         return point
@@ -192,7 +195,22 @@ def mixed(run: Run) -> None:
                 thread.join()
 
 
-SCENARIOS: dict[str, Callable[[Run], None]] = {"images": images, "uniform": uniform, "text": text, "mixed": mixed}
+def lone(run: Run) -> None:
+    """One closed-loop client: what a job pays outside its model call under each scheduling."""
+    plan = run.plan
+    for short, kind, jobs in (("sd", "image", plan.uniform_images), ("gpt2", "text", plan.lone_text)):
+        for mode in MODES:
+            with run.stack.worker(f"{short}-{mode}"):
+                run.closed(plan.lone_label(kind), f"{short}-{mode}", jobs, 1)
+
+
+SCENARIOS: dict[str, Callable[[Run], None]] = {
+    "images": images,
+    "uniform": uniform,
+    "text": text,
+    "mixed": mixed,
+    "lone": lone,
+}
 
 
 def scenario_names(only: str) -> list[str]:

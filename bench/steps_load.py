@@ -41,6 +41,7 @@ class Done:
     first_text_s: float | None = None  # time to the first streamed text (text jobs that were streamed)
     rows_per_step: float | None = None
     first_text_tokens: int | None = None  # tokens generated when the first text was sent (whole words: often > 1)
+    inference_ms: float | None = None  # the job's model time, as its metrics say
 
 
 @dataclass
@@ -66,6 +67,7 @@ class MixedPoint:
     first_token_jobs: int = 0
     mean_rows: float = float("nan")
     raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
+    beyond_model_p50_ms: float = float("nan")  # p50 of each job's latency less its inference_ms (path outside)
 
 
 def image_job(n: int, steps: int, size: int = 64, seed: int | None = None, tag: str | None = None) -> JobSpec:
@@ -106,7 +108,13 @@ def submit_and_wait(client: httpx.Client, model: str, spec: JobSpec) -> Done:
     if isinstance(output, dict) and isinstance(output.get("tokens"), int):
         work = float(output["tokens"])  # a text that stopped early did less work than it asked for
     return Done(
-        spec.tag, started, ended, job.get("status") == "succeeded", work, rows_per_step=metrics.get("rows_per_step")
+        spec.tag,
+        started,
+        ended,
+        job.get("status") == "succeeded",
+        work,
+        rows_per_step=metrics.get("rows_per_step"),
+        inference_ms=metrics.get("inference_ms"),
     )
 
 
@@ -229,6 +237,8 @@ def summarize(
     point.first_token_jobs = len(at_one)
     rows = [d.rows_per_step for d in ok if d.rows_per_step]
     point.mean_rows = sum(rows) / len(rows) if rows else float("nan")
+    beyond = [(d.ended - d.started) * 1000 - d.inference_ms for d in ok if d.inference_ms is not None]
+    point.beyond_model_p50_ms = percentile(beyond, 50)
     return point
 
 

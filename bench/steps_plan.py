@@ -68,6 +68,9 @@ class StepsPlan:
     def mixed_text(n: int) -> JobSpec:
         return text_job(n, TEXT_TOKENS[n % len(TEXT_TOKENS)], TEMPERATURES[(n // len(TEXT_TOKENS)) % len(TEMPERATURES)])
 
+    def lone_text(self, n: int) -> JobSpec:
+        return text_job(n, self.raw_tokens)
+
     # The points' labels: the targets find their points by these.
     def capacity_label(self, clients: int) -> str:
         return f"mixed steps x{clients}"
@@ -82,6 +85,10 @@ class StepsPlan:
     @staticmethod
     def text_label(clients: int) -> str:
         return f"mixed text x{clients}"
+
+    @staticmethod
+    def lone_label(kind: str) -> str:
+        return f"lone {kind}"
 
     def odd_label(self) -> str:
         return f"odd {self.odd_size}px beside x{self.steady_clients}"

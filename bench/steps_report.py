@@ -72,6 +72,19 @@ def targets(points: list[MixedPoint], plan: StepsPlan, bound_s: float) -> list[t
     for clients in plan.text_clients:
         value = compare(points, "gpt2", plan.text_label(clients), lambda p: p.work_per_s)
         add(f"text x{clients}: tokens/s, step / request >= 2", value, value >= 2)
+    for short, kind in (("sd", "image"), ("gpt2", "text")):
+        request, step = (
+            find(points, f"{short}-request", plan.lone_label(kind)),
+            find(points, f"{short}-step", plan.lone_label(kind)),
+        )
+        if request and step:
+            extra = max(step.p50_ms.values()) - max(request.p50_ms.values())
+            add(f"lone {kind}: step p50 - request p50 (ms) <= 2", extra, extra <= 2)
+            add(
+                f"lone {kind}: step's p50 beyond its model call (ms) <= 15",
+                step.beyond_model_p50_ms,
+                step.beyond_model_p50_ms <= 15,
+            )
     odd = find(points, "sd-step", plan.odd_label())
     value = max(odd.max_ms.values(), default=math.nan) / 1000 if odd else math.nan
     add(
@@ -102,7 +115,8 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
                     str(len(runs)),
                 )
             )
-    lines = [markdown_table(("raw runtime", "batch", "jobs/s", "work/s", "call ms", "range", "measured"), raw_rows)]
+    header = ("raw runtime", "batch", "jobs/s", "work/s", "call ms", "range", "measured")
+    lines = [markdown_table(header, raw_rows)] if raw_rows else []  # the lone points run without the raw probe
     rows: list[tuple[str, ...]] = [
         (
             p.model,
@@ -116,6 +130,7 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
             "; ".join(f"{t}: {fmt(v)}" for t, v in p.max_ms.items()),
             f"{fmt(p.ttft_p50_ms)} ({p.ttft_jobs} of {p.jobs})" if p.ttft_jobs else "-",
             f"{fmt(p.first_token_p50_ms)} ({p.first_token_jobs})" if p.first_token_jobs else "-",
+            fmt(p.beyond_model_p50_ms),
             str(p.errors),
         )
         for p in points
@@ -134,6 +149,7 @@ def report(points: list[MixedPoint], raw: dict[str, list[RawEntry]], plan: Steps
                 "max ms by tag",
                 "first text p50 (jobs)",
                 "first token p50 (jobs)",
+                "beyond model p50 ms",
                 "errors",
             ),
             rows,

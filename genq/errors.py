@@ -131,11 +131,13 @@ _BY_CODE: dict[ErrorCode, type[APIError]] = {
     ErrorCode.invalid_input: InvalidInput,
     ErrorCode.unknown_model: UnknownModel,
     ErrorCode.rate_limited: RateLimited,
+    ErrorCode.quota_exceeded: RateLimited,
     ErrorCode.overloaded: Overloaded,
     ErrorCode.no_workers: NoWorkers,
     ErrorCode.broker_unavailable: Unavailable,
     ErrorCode.outcome_unknown: OutcomeUnknown,
     ErrorCode.output_store_unavailable: Unavailable,
+    ErrorCode.storage_full: Unavailable,
 }
 
 

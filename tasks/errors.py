@@ -29,6 +29,8 @@ class ErrorCode(StrEnum):
     deadline_exceeded = "deadline_exceeded"
     invalid_message = "invalid_message"
     output_store_unavailable = "output_store_unavailable"
+    quota_exceeded = "quota_exceeded"  # an owner's live bytes (uploads, staged inputs) at GENQ_OWNER_MAX_BYTES
+    storage_full = "storage_full"  # Redis refused a write: out of memory (maxmemory); nothing was written
     internal = "internal"
 
 
@@ -48,9 +50,11 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.invalid_input: 422,
     ErrorCode.unknown_model: 422,
     ErrorCode.rate_limited: 429,
+    ErrorCode.quota_exceeded: 429,
     ErrorCode.broker_unavailable: 503,
     ErrorCode.outcome_unknown: 503,
     ErrorCode.overloaded: 503,
+    ErrorCode.storage_full: 503,
     ErrorCode.no_workers: 503,
     ErrorCode.output_store_unavailable: 503,
     ErrorCode.internal: 500,
@@ -123,11 +127,13 @@ class Unavailable(GenqError):
 class OutcomeUnknown(Unavailable):
     """Redis took the submission of ``job_id`` and gave no answer: it may have been written. Admission is fenced
     (``job_admit.lua`` refuses after ``not_after`` on Redis' clock), so the outcome is settled within about a
-    second: ``GET /v1/jobs/{job_id}`` answers the job (accepted) or 404 (nothing accepted, and never will be)."""
+    second: ``GET /v1/jobs/{job_id}`` answers the job (accepted) or 404 (nothing accepted, and never will be).
+    A batch's names every job it sent (``job_ids``; ``job_id`` is the first)."""
 
-    def __init__(self, message: str, *, job_id: str, retry_after: int = 2) -> None:
+    def __init__(self, message: str, *, job_id: str, retry_after: int = 2, job_ids: list[str] | None = None) -> None:
         super().__init__(message, retry_after=retry_after, code=ErrorCode.outcome_unknown)
         self.job_id = job_id
+        self.job_ids = job_ids
 
 
 class OutputStoreUnavailable(Unavailable):

@@ -155,7 +155,7 @@ class MediaField:
     def __get_pydantic_json_schema__(
         self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        return {"type": "string", "format": self.spec.schema_format}
+        return media_schema(self.spec)
 
     def _validate(self, value: Any, info: ValidationInfo) -> MediaRef:
         if isinstance(value, MediaRef):
@@ -164,6 +164,21 @@ class MediaField:
             raise PydanticKnownError("string_type")
         job_id = (info.context or {}).get(STORED_FOR)
         return parse_ref(value, self.spec, info.field_name or self.spec.media, job_id)
+
+
+def media_schema(spec: MediaSpec) -> JsonSchemaValue:
+    """The client's two forms as patterns, so a schema-valid value is one of them (its bytes must still decode and
+    fit the model: a 422 otherwise, which no pattern can say)."""
+    types = "|".join(re.escape(t) for t in spec.media_types)
+    return {
+        "type": "string",
+        "format": spec.schema_format,
+        "description": f"{spec.forms_help}; its bytes must decode as what it says and fit the model (else 422)",
+        "anyOf": [
+            {"pattern": f"^{UPLOAD_ID.pattern}$", "description": "an upload id, from POST /v1/uploads"},
+            {"pattern": f"^data:({types});base64,[A-Za-z0-9+/]*={{0,2}}$", "description": "a data: URI, base64"},
+        ],
+    }
 
 
 def media_fields(model: type[Any]) -> dict[str, MediaSpec]:

@@ -20,10 +20,15 @@ if TYPE_CHECKING:  # the kinds' modules read their models' files with read_confi
 log = logging.getLogger(__name__)
 
 
+def model_file(source: str, name: str, revision: str | None = None) -> Path | None:
+    """A file of the model (``name`` relative to its root): in its folder or the local hub cache; None if not."""
+    local = Path(source) / name
+    return local if local.is_file() else _hub_cached(source, name, revision)
+
+
 def read_config(source: str, name: str, revision: str | None = None) -> dict[str, Any] | None:
     """A JSON file of the model (``name`` relative to its root), or None when it is not at hand."""
-    local = Path(source) / name
-    path = local if local.is_file() else _hub_cached(source, name, revision)
+    path = model_file(source, name, revision)
     if path is None:
         return None
     try:

@@ -187,12 +187,28 @@ def load_models_file(path: str | Path) -> ModelsFile:
     else:
         raw = tomllib.loads(text)
     entries = raw.get("models") or {}
-    try:
-        models = {mid: ModelSpec.model_validate({"id": mid, **body}) for mid, body in entries.items()}
-    except ValidationError as exc:
-        raise GenqError(f"invalid models file {path}: {exc}") from None
+    models: dict[str, ModelSpec] = {}
+    errors: list[str] = []
+    for mid, body in entries.items():
+        try:
+            models[mid] = ModelSpec.model_validate({"id": mid, **body})
+        except ValidationError as exc:
+            errors.extend(f"model {mid!r}: {entry_error(err)}" for err in exc.errors())
+        except TypeError:  # not a table
+            errors.append(f"model {mid!r}: must be a table of settings")
+    if errors:
+        # One bad entry refuses the whole file, in the API and every worker alike: a file applied in part would
+        # have the API answer unknown_model for a model its operator meant to serve, with no error anywhere.
+        raise GenqError(f"invalid models file {path}: " + "; ".join(errors) + " (no model is served until it is fixed)")
     base = path.resolve().parent
     return ModelsFile(path=path.resolve(), models={mid: _within_model(spec, base) for mid, spec in models.items()})
+
+
+def entry_error(err: Any) -> str:
+    """One pydantic error of an entry as ``field: message (got value)``."""
+    field = ".".join(str(part) for part in err.get("loc", ())) or "entry"
+    got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+    return f"{field}: {err['msg']}{got}"
 
 
 def _within_model(spec: ModelSpec, base: Path) -> ModelSpec:

@@ -86,6 +86,9 @@ DEFAULT_MAX_UPLOAD_BYTES = 20 << 20  # POST /v1/uploads: a 4096 x 4096 photo as 
 # An upload is usable this long: enough to upload and then submit its jobs. A job copies the upload's bytes when
 # it is accepted, so a job never depends on its upload's lifetime.
 DEFAULT_UPLOAD_TTL_S = 3600
+# One owner's live bytes in the store (uploads and jobs' staged inputs) at most; past it, 429 quota_exceeded. 2 GiB:
+# a hundred 20 MiB photos, and a Redis store shared by a few tenants stays within a small server's memory.
+DEFAULT_OWNER_MAX_BYTES = 2 << 30
 
 
 class SettingError(GenqError, ValueError):
@@ -177,6 +180,7 @@ class ApiSettings(SharedSettings):
     output_url_ttl_s: int = DEFAULT_OUTPUT_URL_TTL_S
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     upload_ttl_s: int = DEFAULT_UPLOAD_TTL_S
+    owner_max_bytes: int = DEFAULT_OWNER_MAX_BYTES
 
     @property
     def waiters_per_process(self) -> int:

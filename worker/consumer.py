@@ -174,20 +174,22 @@ class BatchingConsumer:
     # --- step sessions -------------------------------------------------------------------
 
     def _start_session(self, key: StepKey, items: list[WorkItem]) -> None:
-        runner = StepRunner(self.executor, key.key, self._threadsafe_rows(self._rows_left), is_revoked=self._revoked)
+        rows_left, room_ahead = self._threadsafe_rows(self._rows_left), self._threadsafe(self._room_ahead)
+        runner = StepRunner(self.executor, key.key, rows_left, is_revoked=self._revoked, on_room=room_ahead)
         self.session, self.running = runner, list(items)
         self.model.submit(partial(runner.run, items), self._threadsafe(self._session_done))
         self.listeners.started(items)
         self.offer_joiners()  # what else of its key fits (a session restarted from ``ready`` may have room)
 
     def offer_joiners(self) -> bool:
-        """Buffered jobs of the session's key join at its next step as rows and budget allow; True if any did."""
+        """Buffered jobs of the session's key join at its next step as rows and budget allow; True if any did. The
+        places that free at the next step count as room (claimed ahead: they join the boundary those rows leave)."""
         runner = self.session
         if runner is None or self.retired or not runner.accepting or self.claims.backing_off() is not None:
             return False
-        batching = self.loaded.spec.batching
-        room = batching.max_batch_size - sum(i.weight for i in self.running)
-        budget = batching.max_step_cost - sum(i.cost for i in self.running)
+        batching, ahead = self.loaded.spec.batching, runner.ahead
+        room = batching.max_batch_size - sum(i.weight for i in self.running) + ahead.weight
+        budget = batching.max_step_cost - sum(i.cost for i in self.running) + ahead.cost
         items = self.batcher.take_joiners(StepKey(runner.key), room, budget)
         if not items:
             return False
@@ -212,6 +214,11 @@ class BatchingConsumer:
         self.settlement.settle([item for item, _ in left], report_held=False)
         if not (self.successor or self).offer_joiners():
             self.settlement.report_held()
+
+    def _room_ahead(self) -> None:
+        """A step left rows one step from their end: claim their successors now (nothing buffered: no claim)."""
+        if len(self.batcher):
+            self.offer_joiners()
 
     def _session_done(self) -> None:
         self.session = None
@@ -273,8 +280,10 @@ class BatchingConsumer:
 
     def drain(self, timeout: float) -> None:
         """Finish the running batch or session (no newcomers join) and ack it; buffered messages go back."""
-        if self.session is not None:
-            self.session.close()
+        if self.session is not None:  # newcomers that never joined (claimed ahead, say) go back as ``ready`` ones do
+            unjoined = {id(item): item for item in self.session.take_back()}
+            self.running = [item for item in self.running if id(item) not in unjoined]
+            self.ready += unjoined.values()
         if self.running:
             log.info("warm shutdown: finishing the running %d jobs", len(self.running))
             if not self.model.wait(timeout):

@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tasks.errors import ErrorCode, GenqError, OutOfMemory
 from tasks.input_checks import validate_input
@@ -17,10 +18,11 @@ from tasks.models_file import ModelSpec
 from tasks.schemas import JobMetrics, JobStatus
 from tasks.store.job_store import Claim, JobStore, Verdict
 from worker.events import BatchEvents, EventPublisher
+from worker.intake import deadline_at_claim
 from worker.job import WorkItem
 from worker.metrics import record_batch
 from worker.results import ResultStore
-from worker.runtimes.base import Runtime
+from worker.runtimes.base import Prediction, Runtime
 from worker.store_retry import with_retries
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,15 @@ def batch_metrics(
     return JobMetrics(
         queue_ms=item.queue_ms, inference_ms=round(inference_ms, 2), batch_size=batch_size, batch_id=batch_id
     )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a predict call failed, without the exception (whose traceback holds the attempt's memory)."""
+
+    out_of_memory: bool
+    code: ErrorCode
+    message: str
 
 
 class Executor:
@@ -144,6 +155,7 @@ class Executor:
             item.settle(_settled_status(claim))
             return False
         item.claimed, item.claimed_at = True, claim.now
+        item.run_deadline = deadline_at_claim(item, claim.now)  # judged on Redis' clock from here on
         if claim.attempts > self.max_attempts:
             item.fail(
                 ErrorCode.worker_lost,
@@ -161,6 +173,37 @@ class Executor:
 
     def _predict_isolated(self, batch: list[WorkItem], started: float) -> None:
         batch_id = uuid.uuid4().hex[:12]
+        outcome = self._predict(batch)
+        if isinstance(outcome, Failure):
+            # Retried here, after the handler: inside it the exception's traceback still held the failed attempt's
+            # frames and so its tensors, and a retry there ran out of memory again on memory nobody used.
+            if len(batch) > 1 or outcome.out_of_memory:
+                self.runtime.release_memory()
+            if len(batch) > 1 and outcome.out_of_memory:
+                log.warning("out of memory on a batch of %d: splitting in halves", len(batch))
+                half = len(batch) // 2
+                self._predict_isolated(batch[:half], started)
+                self._predict_isolated(batch[half:], started)
+            elif len(batch) > 1:
+                log.warning("batch of %d failed (%s): retrying item by item", len(batch), outcome.message)
+                for item in batch:
+                    self._predict_isolated([item], started)
+            else:
+                if outcome.out_of_memory:
+                    log.warning("job %s ran out of memory alone: %s", batch[0].job_id, outcome.message)
+                batch[0].fail(outcome.code, outcome.message)
+                self.results.store_failure(batch[0], batch_metrics(batch[0], 1, started, batch_id))
+            return
+        inference_ms = (time.perf_counter() - started) * 1000
+        self.results.store_successes(
+            [
+                (item, prediction, batch_metrics(item, len(batch), started, batch_id, inference_ms))
+                for item, prediction in zip(batch, outcome, strict=True)
+            ]
+        )
+
+    def _predict(self, batch: list[WorkItem]) -> list[Prediction] | Failure:
+        """The batch's predictions, or what its failure says (the exception itself is not kept: see above)."""
         events = BatchEvents(self.events, [item.job_id for item in batch])
         events.started()
         # A runtime that streams text reports it, not its steps (one event per token is enough).
@@ -174,28 +217,12 @@ class Executor:
             events.flush()  # a job's events are all in Redis before its result (and its end) is
             if len(predictions) != len(batch):
                 raise RuntimeError(f"runtime returned {len(predictions)} results for {len(batch)} inputs")
+            return predictions
         except Exception as exc:
-            if len(batch) > 1 and is_out_of_memory(exc):
-                log.warning("out of memory on a batch of %d: splitting in halves", len(batch))
-                half = len(batch) // 2
-                self._predict_isolated(batch[:half], started)
-                self._predict_isolated(batch[half:], started)
-            elif len(batch) > 1:
-                log.warning("batch of %d failed (%s): retrying item by item", len(batch), exc)
-                for item in batch:
-                    self._predict_isolated([item], started)
-            else:
+            out_of_memory = is_out_of_memory(exc)
+            if len(batch) == 1 and not out_of_memory:
                 log.exception("job %s failed", batch[0].job_id)
-                batch[0].fail(*failure_of(exc))
-                self.results.store_failure(batch[0], batch_metrics(batch[0], 1, started, batch_id))
-            return
-        inference_ms = (time.perf_counter() - started) * 1000
-        self.results.store_successes(
-            [
-                (item, prediction, batch_metrics(item, len(batch), started, batch_id, inference_ms))
-                for item, prediction in zip(batch, predictions, strict=True)
-            ]
-        )
+            return Failure(out_of_memory, *failure_of(exc))
 
     def run_alone(self, item: WorkItem) -> None:
         """``item`` on its own, request-level (a step that failed is run again this way): its own status."""

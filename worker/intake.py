@@ -60,6 +60,16 @@ def monotonic_deadline(item: WorkItem) -> float | None:
     return item.arrived + (item.deadline_at - time.time())
 
 
+def deadline_at_claim(item: WorkItem, redis_now: float) -> float | None:
+    """The job's monotonic deadline corrected at its claim by this worker's clock error (``redis_now``: Redis'
+    time at the claim, read moments ago). ``deadline_at`` is on Redis' clock and ``monotonic_deadline`` counted it
+    from the worker's own, so a worker whose clock was off (measured: +15 s dropped a row at its first step) now
+    runs a job for the time it has."""
+    if item.run_deadline is None:
+        return None
+    return item.run_deadline + (time.time() - redis_now)
+
+
 def schedule_key(item: WorkItem, spec: ModelSpec, runtime: Runtime) -> ScheduleKey:
     """Which group the job runs with: a ``StepKey`` joins a step session, a ``RequestKey`` a request-level batch,
     a ``SuspectKey`` runs alone.

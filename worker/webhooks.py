@@ -6,9 +6,9 @@ host once, refuses it if any address is not public, and connects to the address 
 URL's host is replaced by that address; Host and TLS SNI keep the name): DNS rebinding gains nothing.
 
 An attempt is bounded as a whole, lookup included, well inside the lease (``worker/webhook_attempt.py``),
-and a worker sends at most ``HOST_IN_FLIGHT`` deliveries to one host at a time: a delivery taken for a
-host that has its share in flight goes back unattempted (``tasks/store/outbox_defer.py``), so slow
-receivers hold one sender thread each, never all of them.
+and a worker sends a bounded number of deliveries per owner, per receiver host and per both at a time
+(``worker/webhook_slots.py``): a delivery taken while its share is in flight goes back unattempted
+(``tasks/store/outbox_defer.py``), so one owner's slow receivers hold a few sender threads, never all of them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import logging
 import socket
 import threading
-from collections import Counter as Tally
 from urllib.parse import SplitResult
 
 import httpx
@@ -33,10 +32,10 @@ from tasks.store.outbox import Delivery, Outbox
 from tasks.store.outbox_defer import OutboxDeferral
 from tasks.webhooks import EVENT_HEADER, Unsigned, signing_headers
 from worker.webhook_attempt import AttemptExpired, Deadline, Resolver, new_client, post_within, resolve_within
+from worker.webhook_slots import DeliverySlots
 
 log = logging.getLogger(__name__)
-SENDER_THREADS = 4  # k slow receivers hold k of them at most (HOST_IN_FLIGHT): the others keep sending
-HOST_IN_FLIGHT = 1  # deliveries one worker sends to one receiver host at once
+SENDER_THREADS = 8  # one owner's slow receivers hold OWNER_IN_FLIGHT of them at most: the others keep sending
 BUSY_DEFER_S = 1.0  # a delivery for a host with its share in flight is due again this soon (no attempt counted)
 DELIVERIES = Counter("genq_worker_webhooks", "Webhook attempts by outcome", ["outcome"])
 
@@ -60,28 +59,6 @@ def pinned_request(parts: SplitResult, address: str) -> tuple[str, dict[str, str
     host = parts.netloc.rpartition("@")[2]
     extensions = {"sni_hostname": parts.hostname or ""} if parts.scheme == "https" else {}
     return url, {"Host": host}, extensions
-
-
-class HostSlots:
-    """Deliveries in flight per receiver host in this process, at most ``per_host`` each."""
-
-    def __init__(self, per_host: int) -> None:
-        self.per_host = per_host
-        self._busy: Tally[str] = Tally()
-        self._lock = threading.Lock()
-
-    def take(self, host: str) -> bool:
-        with self._lock:
-            if self._busy[host] >= self.per_host:
-                return False
-            self._busy[host] += 1
-            return True
-
-    def give(self, host: str) -> None:
-        with self._lock:
-            self._busy[host] -= 1
-            if self._busy[host] <= 0:
-                del self._busy[host]
 
 
 def attempt_seconds(lease_s: float, attempt_s: float) -> float:
@@ -109,7 +86,7 @@ class WebhookSender:
             settings,
             resolver,
         )
-        self.hosts = HostSlots(HOST_IN_FLIGHT)
+        self.slots = DeliverySlots()
         self.attempt_s = attempt_seconds(settings.lease_s, settings.attempt_s)
         self._wake = threading.Event()
         self._client = new_client()
@@ -171,7 +148,7 @@ class WebhookSender:
 
     def send(self, delivery: Delivery) -> str:
         """POST the event: ``delivered`` (2xx), ``rejected`` (a 4xx: not worth retrying), ``retry``, ``gone``,
-        or ``busy`` (its host has this worker's share of deliveries in flight: not attempted)."""
+        or ``busy`` (its owner or host has this worker's share of deliveries in flight: not attempted)."""
         deadline = Deadline(self.attempt_s)
         record = self.store.get(delivery.job_id)
         if record is None or not record.webhook:
@@ -182,7 +159,8 @@ class WebhookSender:
             literal = check_host(parts.hostname, allow_private=self.settings.allow_private)
         except InvalidInput as exc:
             raise Refused(exc.message) from None
-        if not self.hosts.take(parts.hostname):
+        owner = record.owner or ""
+        if not self.slots.take(owner, parts.hostname):
             return "busy"
         try:
             return self._send(delivery, record, parts, literal, deadline)
@@ -190,7 +168,7 @@ class WebhookSender:
             log.info("webhook for job %s: %s", delivery.job_id, exc)
             return "retry"
         finally:
-            self.hosts.give(parts.hostname)
+            self.slots.give(owner, parts.hostname)
 
     def _send(
         self, delivery: Delivery, record: JobRecord, parts: SplitResult, literal: IPAddress | None, deadline: Deadline

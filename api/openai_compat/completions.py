@@ -149,7 +149,11 @@ def _end(job: Job, head: dict[str, Any], sent: str, include_usage: bool) -> Iter
     out = job.output
     assert isinstance(out, TextGenerationOutput), "a succeeded text-generation job has a text output"
     final = out.text
-    rest = final[len(sent) :] if final.startswith(sent) else ""  # whatever the events did not carry
+    if not final.startswith(sent):  # a rerun made other text than the one streamed: never end on a silent mix
+        message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
+        yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
+        return
+    rest = final[len(sent) :]  # whatever the events did not carry
     yield data_text({**head, "choices": [_choice(rest, out.finish_reason or "stop")]})
     if include_usage:
         yield data_text({**head, "choices": [], "usage": _usage(out)})

@@ -16,6 +16,7 @@ from pydantic import Field
 from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from api.openai_compat.edit_masks import genq_mask
 from api.openai_compat.images import ImageGenerationRequest, images_response
 from api.openai_compat.jobs import parse, run, served_model
 from api.services import services
@@ -69,13 +70,16 @@ def sniff(data: bytes) -> str | None:
 
 def _data_uri(name: str, file: FileStorage) -> str:
     """The part's bytes as a data: URI: the job input then goes through the same checks and storing as one
-    sent in JSON."""
+    sent in JSON. A mask with alpha is read as OpenAI documents it (transparent = edit): edit_masks.py."""
     data = file.stream.read(max_image_bytes() + 1)
     if len(data) > max_image_bytes():
         raise RequestEntityTooLarge(f"{name}: larger than {max_image_bytes()} bytes")
     kind = sniff(data)
     if kind is None:
         raise InvalidInput(f"{name}: not a PNG, JPEG or WebP image", field=name)
+    if name == "mask":
+        data = genq_mask(data)
+        kind = sniff(data) or kind
     return f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}"
 
 

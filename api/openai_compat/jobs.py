@@ -3,6 +3,7 @@ priorities), then waited for on the process's shared wait mechanism, holding one
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -10,6 +11,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from flask import current_app, g
 from pydantic import BaseModel, ValidationError
 
@@ -17,16 +19,19 @@ from api.auth import current_owner
 from api.job_submit import submit
 from api.metrics import JOBS_ACCEPTED
 from api.openai_compat.errors import JobNotDone
+from api.openai_compat.retries import answer_within_s, identity, retry_count
 from api.routes_jobs import wait_for
 from api.services import services
-from tasks.errors import InvalidInput, Unavailable, UnknownModel
+from tasks.errors import InvalidInput, OutcomeUnknown, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
 from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus, Priority
 from tasks.store.job_store import JobRecord
 
+log = logging.getLogger(__name__)
 WAITS_FULL_RETRY_AFTER_S = 2  # a slot frees as soon as any held wait or stream ends
+REMEMBER_EXTRA_S = 120  # a call's identity outlives its wait (the retries' backoff)
 _FIELD_HEAD = re.compile(r"[.\[]")
 
 
@@ -57,13 +62,19 @@ def served_model(model_id: str | None, kind: JobKind) -> ModelSpec:
 
 
 def accept(
-    spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str], job_id: str | None = None
+    spec: ModelSpec,
+    inp: dict[str, Any],
+    priority: Priority,
+    params: Mapping[str, str],
+    job_id: str | None = None,
+    wait_s: float | None = None,
 ) -> JobRecord:
     """Submit the genq job behind a call; input errors name the OpenAI parameter (``params``: genq -> OpenAI)."""
     svc = services()
     with current_app.extensions["genq_submission_limit"]:
-        # Nobody waits past openai_wait_s: a job not started by then expires instead of running for no one.
-        deadline_s = min(svc.settings.openai_wait_s, spec.default_deadline_s or math.inf)
+        # Nobody waits past the call's wait: a job not started by then expires instead of running for no one.
+        wait_s = answer_within_s(svc.settings) if wait_s is None else wait_s
+        deadline_s = min(wait_s, spec.default_deadline_s or math.inf)
         body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
@@ -77,31 +88,62 @@ def accept(
 
 def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]) -> JobRecord:
     """Submit and wait: the succeeded job, or JobNotDone. The wait slot is taken first, so a call that could
-    not wait never leaves a job behind."""
-    with services().waiters.slot() as free:
+    not wait never leaves a job behind. A retry of the openai package's attaches to the job its first attempt
+    started (api/openai_compat/retries.py) and answers before the caller's own deadline."""
+    svc = services()
+    with svc.waiters.slot() as free:
         if not free:
             raise Unavailable(
                 "this API process holds as many waiting requests as it may; retry shortly",
                 retry_after=WAITS_FULL_RETRY_AFTER_S,
             )
-        return succeeded(finished(accept(spec, inp, priority, params)))
+        wait_s, owner = answer_within_s(svc.settings), current_owner()
+        call = identity(spec.id, inp, str(priority))
+        record = attached(owner, call) if retry_count() > 0 else None
+        if record is None:
+            record = accept(spec, inp, priority, params, wait_s=wait_s)
+            try:
+                svc.idempotency.remember(owner, call, record.id, math.ceil(wait_s) + REMEMBER_EXTRA_S)
+            except (redis.RedisError, OSError) as exc:  # the job runs all the same; a retry would start another
+                log.warning("job %s: its call's identity was not saved (%s)", record.id, exc)
+        return succeeded(finished(record, wait_s))
 
 
-def finished(record: JobRecord) -> JobRecord:
-    """The job once it has ended (waiting at most ``openai_wait_s``); JobNotDone if it has not by then."""
+def attached(owner: str, call: str) -> JobRecord | None:
+    """The caller's job that an earlier attempt of this call started, while its record lives."""
     svc = services()
-    end = time.monotonic() + svc.settings.openai_wait_s
+    job_id = svc.idempotency.recall(owner, call)
+    record = svc.store.get(job_id) if job_id else None
+    if record is None or record.owner != owner:
+        return None
+    g.genq_job_id = record.id
+    log.info("job %s: a retried call attaches to it", record.id)
+    return record
+
+
+def finished(record: JobRecord, wait_s: float | None = None) -> JobRecord:
+    """The job once it has ended (waiting at most ``wait_s``, the call's); JobNotDone if it has not by then."""
+    svc = services()
+    wait_s = svc.settings.openai_wait_s if wait_s is None else wait_s
+    end = time.monotonic() + wait_s
     while not record.status.terminal:
         left = end - time.monotonic()
         if left <= 0:
             raise JobNotDone(
                 504,
                 f"job {record.id} is still {record.status.value} after "
-                f"{svc.settings.openai_wait_s:.0f} s; follow it at GET /v1/jobs/{record.id}",
+                f"{wait_s:.0f} s; follow it at GET /v1/jobs/{record.id}",
                 "timeout",
             )
-        waited = wait_for(svc, record, left)
-        if not waited.status.terminal and svc.store.get(record.id) is None:
+        try:
+            waited = wait_for(svc, record, left)
+            vanished = not waited.status.terminal and svc.store.get(record.id) is None
+        except (redis.RedisError, OSError) as exc:  # the job exists: say so, never a plain 503 that a client retries
+            raise OutcomeUnknown(
+                f"job {record.id} was accepted and its wait lost the job queue; follow it at GET /v1/jobs/{record.id}",
+                job_id=record.id,
+            ) from exc
+        if vanished:
             raise JobNotDone(500, f"job {record.id} vanished while running", "gone")
         record = waited
     return record

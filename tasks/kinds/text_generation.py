@@ -21,6 +21,8 @@ class TextGenerationLimits(KindLimits):
     max_new_tokens: int = Field(default=256, ge=1)
     has_chat_template: bool = Field(default=True, description="False: the model's tokenizer has none (no messages)")
     vocab_size: int | None = Field(default=None, ge=1, description="logit_bias keys are below it")
+    #: The model's context in tokens (prompt and new tokens together); derived from its files, None: unknown.
+    context_tokens: int | None = Field(default=None, ge=2)
 
 
 class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput, ToolsInput):  # chat: tasks/chat_input.py
@@ -121,15 +123,18 @@ class TextGenerationOutput(InlineOutput):
 
 
 def derived_limits(source: str, revision: str | None = None) -> dict[str, Any]:
-    """The most new tokens the model's position table leaves room for; whether its tokenizer has a chat template
-    (known when its tokenizer_config.json is at hand) and the vocabulary size ``logit_bias`` keys index."""
+    """The model's context and the most new tokens its position table leaves room for; whether its tokenizer
+    has a chat template (known when its tokenizer_config.json is at hand) and the vocabulary size ``logit_bias``
+    keys index."""
     config, tokenizer_config = (
         read_config(source, "config.json", revision),
         read_config(source, "tokenizer_config.json", revision),
     )
     positions = max_positions(config, tokenizer_config)
     # The worker caps new tokens at the position table less the prompt's last token.
-    limits: dict[str, Any] = {"max_new_tokens": positions - 1} if positions and positions > 1 else {}
+    limits: dict[str, Any] = {}
+    if positions and positions > 1:
+        limits.update(max_new_tokens=positions - 1, context_tokens=positions)
     if tokenizer_config is not None:
         limits["has_chat_template"] = bool(tokenizer_config.get("chat_template")) or any(
             has_file(source, name, revision) for name in CHAT_TEMPLATE_FILES

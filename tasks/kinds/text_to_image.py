@@ -6,7 +6,7 @@ import math
 from collections.abc import Set
 from typing import Any, Literal, Self
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tasks.diffusion_limits import image_limits
@@ -19,6 +19,26 @@ from tasks.model_config import read_config
 #: Schedulers that can be swapped into a Stable Diffusion pipeline from its config safely.
 SCHEDULERS = ("default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc")
 Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "unipc"]
+MAX_DEEPCACHE_INTERVAL = 10  # past ~5 the published fidelity falls off (DeepCache paper); 10 bounds a typo
+
+
+class DeepCache(BaseModel):
+    """Per-row deep feature caching (worker/runtimes/image_cache.py), under step-level scheduling."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    interval: int = Field(
+        ge=1,
+        le=MAX_DEEPCACHE_INTERVAL,
+        description="a full UNet pass every this many steps; the steps between reuse the row's cached deep "
+        "features and run only the UNet's outer layers (1: no caching)",
+    )
+
+
+class Accel(BaseModel):
+    """Speed for fidelity, per job: each opt-in says what it trades."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    deepcache: DeepCache | None = None
 
 
 class TextToImageLimits(KindLimits):
@@ -33,6 +53,8 @@ class TextToImageLimits(KindLimits):
     default_width: int = 512
     default_height: int = 512
     default_steps: int = 25
+    #: The model's DeepCache interval for jobs that do not set ``accel`` (None: no caching unless a job asks).
+    default_deepcache_interval: int | None = Field(default=None, ge=1, le=MAX_DEEPCACHE_INTERVAL)
 
     def settled(self, chosen: Set[str]) -> Self:
         width, height = self._fit_default("width", chosen), self._fit_default("height", chosen)
@@ -91,6 +113,11 @@ class TextToImageInput(JobInput[TextToImageLimits]):
         description=f"how much of the image is repainted (needs image): default {DEFAULT_STRENGTH[Mode.image]} for "
         f"image-to-image, {DEFAULT_STRENGTH[Mode.inpaint]} for inpainting",
     )
+    accel: Accel | None = Field(
+        default=None,
+        description='opt-in speedups that trade some fidelity, e.g. {"deepcache": {"interval": 3}} (step-level '
+        "scheduling; request-level batches run the full UNet); the model's default when absent",
+    )
 
     @field_validator("mask", "strength")
     @classmethod
@@ -148,6 +175,8 @@ class TextToImageInput(JobInput[TextToImageLimits]):
                 inp.width = inp.width or lim.default_width
                 inp.height = inp.height or lim.default_height
             inp.num_inference_steps = inp.num_inference_steps or lim.default_steps
+            if inp.accel is None and lim.default_deepcache_interval is not None:
+                inp.accel = Accel(deepcache=DeepCache(interval=lim.default_deepcache_interval))
             fit_strength(inp)  # after the parent's validator filled the strength, now that the steps are known
             return inp
 

@@ -75,3 +75,12 @@ class IdempotencyBindings:
         if not isinstance(current, bytes) or not current.startswith(f"{job_id} ".encode()):
             return False
         return bool(self._scripts.run(SwapArgs(binding=self._key(owner, key), expected=current)))
+
+    def remember(self, owner: str, identity: str, job_id: str, ttl_s: int) -> None:
+        """The job an OpenAI-style call started, under its request's identity (api/openai_compat/retries.py)."""
+        self._client.set(self._keys.idempotency(owner, f"call-{identity}"), job_id, ex=max(1, ttl_s))
+
+    def recall(self, owner: str, identity: str) -> str | None:
+        """The job the last call with this identity started, while it is remembered."""
+        found = self._client.get(self._keys.idempotency(owner, f"call-{identity}"))
+        return found.decode() if isinstance(found, bytes) else None

@@ -3,24 +3,29 @@
 -- Per job (``AdmitManyArgs``): 5 KEYS (job, active set, tombstone, queued set, workers) and 6 ARGV from jobs_from
 -- (id, owner, deadline offset or '', queue limit, need_worker, the record's fields as one JSON object of strings:
 -- one argument instead of a pair each, which was most of the API's CPU per batched job).
--- Returns {outcome, depth, created_at or ''} per job.
+-- Returns {outcome, depth, created_at or ''} per job. Idempotent per job id, as ADMIT: a job already written answers
+-- "reserved" with its own created_at (a resent batch never counts its own places, nor writes a job twice).
 --#include time
 local queued, workers, id, limit, need_worker  -- reserve()'s per-job arguments, set before each call
 --#include queue_reserve_fn
 local created = stamp(now)
 local replies = {}
-if not_after ~= '' and now > tonumber(not_after) then  -- past its fence (ADMIT's): nothing written, -2 each
-  for j = 1, #KEYS / 5 do replies[j] = {-2, 0, ''} end
-  return replies
+local function written(job)  -- this job's record is already there: {1, depth, created} (its tombstone comes first)
+  if redis.call('EXISTS', job) == 0 then return nil end
+  return {1, redis.call('ZCARD', queued), redis.call('HGET', job, 'created_at') or created}
 end
+local late = not_after ~= '' and now > tonumber(not_after)  -- past its fence (ADMIT's): no new job is written
 for j = 0, #KEYS / 5 - 1 do
   local at, arg = j * 5, jobs_from + j * 6
   local job, active, tombstone = KEYS[at + 1], KEYS[at + 2], KEYS[at + 3]
   queued, workers = KEYS[at + 4], KEYS[at + 5]
   id, limit, need_worker = ARGV[arg], ARGV[arg + 3], ARGV[arg + 4]
   local owner, offset, fields = ARGV[arg + 1], ARGV[arg + 2], ARGV[arg + 5]
-  local outcome, depth = reserve()
-  if outcome == 1 then
+  local again, outcome, depth = written(job), -2, 0
+  if not again and not late then outcome, depth = reserve() end
+  if again then
+    replies[j + 1] = again
+  elseif outcome == 1 then
     local flat = {'created_at', created}
     for name, value in pairs(cjson.decode(fields)) do
       flat[#flat + 1] = name

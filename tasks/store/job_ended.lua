@@ -12,5 +12,20 @@ local function ended(status)
   redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
   redis.call('ZREM', active_prefix .. model, job_id)
   redis.call('ZREM', queued_prefix .. model, job_id)
+  -- Its staged inputs count against its owner's bytes (byte_quota.lua) as long as its result lives, no longer,
+  -- and in the Redis output store they expire with it (staged for its longest wait, up to 8 days).
+  if bytes_prefix ~= '' and redis.call('ZSCORE', bytes_prefix .. owner, job_id) then
+    redis.call('ZADD', bytes_prefix .. owner, 'XX', now + tonumber(record_ttl), job_id)
+    local raw = redis.call('HGET', job, 'input')
+    local mine = job_id .. '/input/'
+    if outputs_prefix ~= '' and raw and string.find(raw, mine, 1, true) then
+      for _, value in pairs(cjson.decode(raw)) do
+        if type(value) == 'string' and string.sub(value, 1, #mine) == mine then
+          local ttl = redis.call('TTL', outputs_prefix .. value)
+          if ttl > tonumber(record_ttl) then redis.call('EXPIRE', outputs_prefix .. value, record_ttl) end
+        end
+      end
+    end
+  end
   redis.call('PUBLISH', done_channel, status)
 end

@@ -57,6 +57,8 @@ class JobFrame(ScriptArgs):
     queued_prefix: str
     record_ttl: int
     tombstone_ttl: int  # from the ending: the record's TTL plus the tombstone's own
+    bytes_prefix: str = ""  # owners' byte ledgers (tasks/store/byte_quota.py): the ending shortens the job's entry
+    outputs_prefix: str = ""  # the Redis output store's keys: the job's staged inputs expire with its result
 
 
 @dataclass(frozen=True, kw_only=True)

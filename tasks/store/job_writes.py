@@ -14,6 +14,7 @@ from tasks.constants import Keys
 from tasks.job_record import encode
 from tasks.schemas import JobStatus
 from tasks.settings import SharedSettings
+from tasks.store.byte_quota import ledger_key
 from tasks.store.lua import ScriptCalls, Tail
 from tasks.store.lua_scripts import Scripts
 
@@ -47,6 +48,8 @@ class JobWrites:
             queued_prefix=self.keys.queued(""),
             record_ttl=ttl,
             tombstone_ttl=ttl + self.settings.tombstone_ttl_s,
+            bytes_prefix=ledger_key(self.keys, ""),
+            outputs_prefix=self.keys.output(""),
         )
 
     def replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:

@@ -31,13 +31,26 @@ log = logging.getLogger(__name__)
 #: rate limiter's included, which never lets a request through), and with the outage probe's PING
 #: (api/redis_health.py) a stall still answers 503 within GENQ_REDIS_TIMEOUT_S.
 API_CALL_SHARE = 0.5
+#: Connections past one per request thread: the wait listener's pub/sub, the metrics and sweep reads.
+POOL_SPARE = 16
 
 
-def connect(settings: SharedSettings, *, timeout: float | None = None, fail_fast: bool = False) -> redis.Redis:
+def pool_size_for(threads: int) -> int:
+    """One connection per request a process serves at once (its threads, under granian or gunicorn), so a burst
+    waits on nothing but Redis itself and never reads as an outage."""
+    return threads + POOL_SPARE
+
+
+def connect(
+    settings: SharedSettings, *, timeout: float | None = None, fail_fast: bool = False, pool_size: int | None = None
+) -> redis.Redis:
     """A client with connect and socket timeouts; ``timeout`` widens the socket one for blocking reads.
 
-    ``fail_fast`` (the API): each call gets half the Redis timeout, a timeout is never retried, and a
-    dropped connection is retried once at once (a Redis restart costs no request), never after a backoff.
+    ``fail_fast`` (the API): each call gets half the Redis timeout, a timeout is never retried, and only a
+    connection that failed before its command left (``SendOnceRetry``) is tried again, once, at once.
+    ``pool_size``: the most connections open at once; a call that finds them all busy waits for one within its
+    call timeout (redis-py's default pool holds 100 and refuses the 101st at once: "Too many connections", which
+    an API with 256 threads answered as ``broker_unavailable`` with Redis healthy).
     """
     call_timeout = settings.redis_timeout_s * (API_CALL_SHARE if fail_fast else 1.0)
     options: dict[str, Any] = {
@@ -47,10 +60,60 @@ def connect(settings: SharedSettings, *, timeout: float | None = None, fail_fast
         "retry_on_timeout": False,
     }
     if fail_fast:
-        options["retry"] = Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+        options["retry"] = SendOnceRetry()
     if is_sentinel(settings.redis_url):
+        if pool_size is not None:
+            options["max_connections"] = pool_size
         return sentinel_master(settings, options)
-    return redis.Redis.from_url(settings.redis_url, **options)
+    if pool_size is None:
+        return redis.Redis.from_url(settings.redis_url, **options)
+    pool = redis.BlockingConnectionPool.from_url(
+        settings.redis_url, max_connections=pool_size, timeout=call_timeout, **options
+    )
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True
+    return client
+
+
+def unsent(exc: BaseException) -> bool:
+    """redis-py's words for a command that never left this process: the connect failed, or the write did (a
+    command cut short on a closed connection is never run)."""
+    text = str(exc)
+    return "connecting to" in text or "while writing to socket" in text
+
+
+class SendOnceRetry(Retry):
+    """redis-py's retry, less the resend of a command that may have run.
+
+    redis-py retries the whole command (send and read) on a ConnectionError: a reply lost to a dropped
+    connection resends the write, which runs twice (an ADMIT that then counts its own place, a cancel, an
+    upload). This retries, once and at once, only what certainly never reached Redis: a connect (a pooled
+    connection Redis closed on a restart), a write that failed, and the connection's health-check PING. Any
+    other failure is raised as the first attempt's, so that the caller judges "never sent" by it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,))
+
+    def call_with_retry(
+        self,
+        do: Callable[[], Any],
+        fail: Callable[..., Any],
+        is_retryable: Any = None,
+        with_failure_count: bool = False,
+    ) -> Any:
+        failures = 0
+        while True:
+            try:
+                return do()
+            except redis.exceptions.ConnectionError as error:
+                failures += 1
+                fail(error, failures) if with_failure_count else fail(error)  # the connection is closed either way
+                pinging = getattr(do, "__name__", "") == "_send_ping"  # a PING is harmless to resend
+                if failures > self.get_retries() or not (pinging or unsent(error)):
+                    raise
+                if is_retryable is not None and not is_retryable(error):
+                    raise
 
 
 def probe(settings: SharedSettings, timeout_s: float) -> Callable[[], bool]:

@@ -93,3 +93,25 @@ def test_a_2_token_text_sent_mid_decode_finishes_first(api, worker_for):
     # Another temperature no longer keeps a job apart, and joining changes no token of either job.
     assert short_done["output"] == alone(api, "gpt2-demo", short_input)["output"]
     assert long_done["output"] == alone(api, "gpt2-demo", long_input)["output"]
+
+
+def test_a_cached_row_beside_an_uncached_one_leaves_the_uncached_one_as_alone(api, worker_for):
+    """Per-row DeepCache through a real worker: a job with ``accel.deepcache`` joins a running uncached job; the
+    uncached one's picture is the one it makes alone, the cached one's is its own cached picture alone."""
+    worker_for("sd-demo")
+    plain_input = {"prompt": "a plain painting of a castle", "seed": 11, "num_inference_steps": 30}
+    cached_input = {
+        "prompt": "a cached sketch of a boat",
+        "seed": 12,
+        "num_inference_steps": 12,
+        "scheduler": "euler",
+        "accel": {"deepcache": {"interval": 3}},
+    }
+    plain = submit(api, "sd-demo", plain_input)
+    wait_until_running(api, plain["id"], min_step=2)
+    cached = submit(api, "sd-demo", cached_input)
+    cached_done, plain_done = poll(api, cached["id"]), poll(api, plain["id"])
+    assert cached_done["status"] == plain_done["status"] == "succeeded"
+    assert cached_done["metrics"]["rows_per_step"] > 1  # they shared steps
+    assert np.abs(pixels(api, plain_done) - pixels(api, alone(api, "sd-demo", plain_input))).max() <= 2
+    assert np.abs(pixels(api, cached_done) - pixels(api, alone(api, "sd-demo", cached_input))).max() <= 2

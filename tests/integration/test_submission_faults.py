@@ -120,3 +120,110 @@ def test_the_client_retrying_a_stalled_submission_gets_one_job(private, monkeypa
         job = client.submit("echo", text=f"{tag} [MASK]")
     assert told and told[0].code == "outcome_unknown"
     assert job.status == "queued" and len(private.jobs_with(tag)) == 1
+
+
+def test_a_batch_whose_admission_answer_is_lost_names_its_jobs_and_a_keyed_retry_finds_them(private, monkeypatch):
+    """ADMIT_MANY ran, its reply never came: 503 outcome_unknown with every id, the key stays bound, and the
+    retry answers the jobs that exist (never a 409, never a second set)."""
+    batches = private.svc.batches
+    admit_many = batches.admit_many
+
+    def lost_reply(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(batches, "admit_many", admit_many)
+        admit_many(*args, **kwargs)
+        raise redis.exceptions.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(batches, "admit_many", lost_reply)
+    tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+    batch = {"jobs": [body(f"{tag}-1"), {"model": "nope", "input": {}}, body(f"{tag}-2")]}
+    response = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert response.status_code == 503 and response.json["error"]["code"] == "outcome_unknown", response.json
+    ids = response.json["error"]["job_ids"]
+    assert len(ids) == 2 and response.headers["Location"] == "/v1/jobs?ids=" + ",".join(ids)
+    time.sleep(0.6)  # past the admission's fence
+    retried = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert retried.status_code == 202, retried.json
+    entries = retried.json["jobs"]
+    assert [e.get("id") for e in entries[::2]] == ids and entries[1]["error"]["code"] == "unknown_model"
+    assert len(private.jobs_with(tag)) == 2
+
+
+def test_a_keyed_batch_stalled_in_redis_is_submitted_once_by_its_retry(private, monkeypatch):
+    assert private.client.post("/v1/jobs/batch", json={"jobs": [body("warm-up")]}).status_code == 202
+    tag, key = uuid.uuid4().hex, {"Idempotency-Key": uuid.uuid4().hex}
+    batch = {"jobs": [body(f"{tag}-1"), body(f"{tag}-2")]}
+    private.stall_during_admission(monkeypatch, batch=True)
+    first = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert first.status_code == 503 and first.json["error"]["code"] == "outcome_unknown", first.json
+    time.sleep(STALL_S + 0.5)  # ran after its fence: nothing written; the retry binds anew
+    retried = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert retried.status_code == 202, retried.json
+    again = private.client.post("/v1/jobs/batch", json=batch, headers=key)
+    assert [e["id"] for e in again.json["jobs"]] == [e["id"] for e in retried.json["jobs"]]
+    assert len(private.jobs_with(tag)) == 2
+
+
+def test_a_waited_submission_whose_wait_loses_redis_answers_its_job_not_503(private, monkeypatch):
+    """``Prefer: wait``: the job was written; a Redis failure during the wait must not answer "nothing accepted"."""
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(private.svc.waiters, "wait_on", lost)
+    tag = uuid.uuid4().hex
+    response = private.client.post("/v1/jobs", json=body(tag), headers={"Prefer": "wait=5"})
+    assert response.status_code == 202, response.json
+    assert response.json["status"] == "queued" and len(private.jobs_with(tag)) == 1
+
+
+def test_slow_staging_does_not_use_up_the_admission_fence(private, monkeypatch):
+    """Staging a picture from a slow store (S3, a large picture) takes longer than the fence: the fence is read
+    after it, so the job is accepted, not refused as "late"."""
+    import api.job_submit
+
+    stage_media = api.job_submit.stage_media
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.4)  # longer than the fence (a quarter of GENQ_REDIS_TIMEOUT_S)
+        return stage_media(*args, **kwargs)
+
+    monkeypatch.setattr(api.job_submit, "stage_media", slow)
+    tag = uuid.uuid4().hex
+    for headers in ({}, {"Idempotency-Key": uuid.uuid4().hex}):
+        response = private.client.post("/v1/jobs", json=body(tag), headers=headers)
+        assert response.status_code == 202, response.json
+    assert len(private.jobs_with(tag)) == 2
+
+
+def test_a_fence_passed_while_waiting_for_a_cpu_is_not_a_refusal(private, monkeypatch):
+    """The API stalls between reading the fence and sending ADMIT (a busy CPU), Redis answers "late": with room
+    in the queue the job is admitted on a fresh fence, once, never refused."""
+    queue_limit = private.svc.queue_limit
+    reservation = queue_limit.reservation
+    stalls: list[float] = []
+
+    def busy_cpu(*args: Any, **kwargs: Any) -> Any:
+        if not stalls:
+            stalls.append(time.monotonic())
+            time.sleep(0.4)
+        return reservation(*args, **kwargs)
+
+    monkeypatch.setattr(queue_limit, "reservation", busy_cpu)
+    tag = uuid.uuid4().hex
+    response = private.client.post("/v1/jobs", json=body(tag), headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert response.status_code == 202, response.json
+    assert stalls and len(private.jobs_with(tag)) == 1
+
+
+@pytest.mark.parametrize("path, payload", [("/v1/jobs", body("full")), ("/v1/jobs/batch", {"jobs": [body("full")]})])
+def test_redis_out_of_memory_answers_503_storage_full_and_writes_nothing(private, path, payload):
+    assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
+    before = len(private.jobs_with("full"))
+    private.redis.config_set("maxmemory", "1")  # every write is refused (noeviction): Redis is full
+    try:
+        response = private.client.post(path, json=payload, headers={"Idempotency-Key": uuid.uuid4().hex})
+    finally:
+        private.redis.config_set("maxmemory", "0")
+    assert response.status_code == 503, response.json
+    assert response.json["error"]["code"] == "storage_full" and int(response.headers["Retry-After"]) >= 1
+    assert len(private.jobs_with("full")) == before

@@ -142,7 +142,7 @@ def test_the_api_tells_from_the_files_whether_a_model_has_a_chat_template(tmp_pa
     for name in ("a", "b", "c"):
         (tmp_path / name).mkdir()
     none = derived_limits(kind, str(model_folder(tmp_path / "a")))
-    assert none == {"max_new_tokens": 127, "has_chat_template": False, "vocab_size": 500}
+    assert none == {"max_new_tokens": 127, "context_tokens": 128, "has_chat_template": False, "vocab_size": 500}
     assert derived_limits(kind, str(model_folder(tmp_path / "b", template="{{ x }}")))["has_chat_template"] is True
     assert derived_limits(kind, str(model_folder(tmp_path / "c", jinja=True)))["has_chat_template"] is True
     assert "has_chat_template" not in derived_limits(kind, str(tmp_path / "missing"))  # unknown: the worker decides
@@ -209,6 +209,7 @@ def test_a_demo_model_of_an_older_version_is_built_again(tmp_path: Path, monkeyp
     import worker.demo_models as demo
 
     monkeypatch.setitem(demo._BUILDERS, "gpt2-demo", __name__)
+    monkeypatch.setattr(demo, "_build_adapters", lambda *args, **kwargs: None)  # the fake model has no layers
     old = tmp_path / "gpt2-demo"
     old.mkdir()
     (old / ".complete").write_text("")  # a checkout's cache from before the chat template

@@ -21,13 +21,16 @@ from worker.consumer import BatchingConsumer
 from worker.holdings import Holdings
 from worker.job import WorkItem
 from worker.lifecycle import LeaveReason
+from worker.step_inbox import Ahead
 
 
 class Runner:
     """A step session as the loop thread sees it: offers land in ``offered``; the test makes rows leave."""
 
-    def __init__(self, executor: Any, key: Any, on_left: Any, **_: Any) -> None:
-        self.key, self.on_left, self.accepting = key, on_left, True
+    def __init__(self, executor: Any, key: Any, on_left: Any, on_room: Any = None, **_: Any) -> None:
+        self.key, self.on_left, self.on_room, self.accepting = key, on_left, on_room, True
+        self.ahead = Ahead()  # what the test says frees at the next step
+        self.unjoined: list[WorkItem] = []  # offered, not joined yet: what ``take_back`` hands back
         self.ended = False  # the loop ended between the consumer's look at ``accepting`` and its offer
         self.first: list[WorkItem] = []
         self.offered: list[WorkItem] = []
@@ -43,6 +46,11 @@ class Runner:
 
     def close(self) -> None:
         self.accepting = False
+
+    def take_back(self) -> list[WorkItem]:
+        self.accepting = False
+        items, self.unjoined = self.unjoined, []
+        return items
 
     def leave(self, *items: WorkItem) -> None:
         for item in items:
@@ -222,3 +230,26 @@ def test_joiners_whose_claim_fails_wait_in_the_buffer_and_join_once_redis_answer
     time.sleep(0.06)
     runner.leave(first)  # the next chance to join: claimed now
     assert runner.offered == [second] and executor.claimed[-1] == "second" and calls.acks == [["first"]]
+
+
+def test_successors_are_claimed_ahead_for_the_places_that_free_at_the_next_step(setup, monkeypatch):  # type: ignore[no-untyped-def]
+    batching, model, dispatcher, calls, executor = setup
+    released: list[WorkItem] = []
+    monkeypatch.setattr(consumer_module, "give_back_running", lambda store, items: released.extend(items))
+    executor.store = None  # type: ignore[attr-defined]
+    first = arrive(batching, "first")
+    [runner] = RUNNERS
+    model.work()
+    second, third, fourth, fifth = (arrive(batching, name) for name in ("second", "third", "fourth", "fifth"))
+    assert runner.offered == [second, third]  # full: three rows
+    runner.ahead = Ahead(weight=1, cost=1)  # after a step, one row has one step left
+    runner.on_room()
+    assert runner.offered == [second, third, fourth]  # claimed ahead: it waits in the inbox for that place
+    assert executor.claimed[-1] == "fourth" and batching.batcher.items() == [fifth]  # no more than what frees
+    runner.on_room()  # the same step's news again claims nothing more
+    assert batching.batcher.items() == [fifth]
+    runner.unjoined = [fourth]
+    model.wait = lambda timeout: runner.leave(first, second, third) or True  # type: ignore[attr-defined]
+    batching.drain(5)  # warm shutdown: what never joined goes back to the queue, unacked, never run
+    assert fourth not in batching.running and released == [fourth]  # its lease released: queued again
+    assert "fourth" not in [job for acks in calls.acks for job in acks]

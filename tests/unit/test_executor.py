@@ -19,6 +19,7 @@ from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect
 from tests.conftest import REDIS_URL
+from tests.device_budget import BudgetRuntime
 from tests.round_trips import counting_client
 from worker.endings import parked
 from worker.executor import Executor
@@ -155,6 +156,18 @@ def test_out_of_memory_splits_the_batch_in_halves(store):
     run(store, runtime, batch)
     assert all(store.get(i.job_id).status == JobStatus.succeeded for i in batch)
     assert [len(c) for c in runtime.calls] == [8, 4, 2, 2, 4, 2, 2]
+
+
+def test_out_of_memory_is_retried_after_the_failed_attempt_is_freed(store):
+    """On a device budget, a retry inside the handler meets the failed attempt's memory (its traceback holds it)."""
+    runtime = BudgetRuntime(
+        ModelSpec(id="fake", kind=JobKind.fill_mask, source="x"), "fake://?budget=4&predict_mem=2", None
+    )
+    runtime.load("cpu")
+    batch = items(store, ["a", "b", "c", "d"])
+    run(store, runtime, batch)
+    assert [store.get(i.job_id).status for i in batch] == [JobStatus.succeeded] * 4
+    assert runtime.batches == [2, 2] and runtime.released >= 1 and runtime.device.live == 0
 
 
 def test_out_of_memory_on_a_single_job_fails_it_clearly(store):
@@ -327,3 +340,19 @@ def test_outputs_of_a_job_canceled_while_running_are_deleted(store):
     executor.execute(admitted)
     assert item.status == JobStatus.canceled and store.get(item.job_id).binary_outputs == []
     assert list(store.redis.scan_iter(store.keys.output(f"{item.job_id}/*"))) == []  # this run's objects went
+
+
+def test_a_running_jobs_deadline_is_judged_on_redis_clock_not_the_workers(store, monkeypatch):
+    """A worker whose clock runs 15 s ahead saw a 10 s deadline as passed on arrival and dropped the row at its
+    first step; from the claim on, the deadline is counted from Redis' time."""
+    import worker.intake
+
+    [item] = items(store, ["skewed"], deadline_s=10)
+    ahead = time.time
+
+    monkeypatch.setattr(worker.intake.time, "time", lambda: ahead() + 15)  # this worker's clock, all along
+    item.arrived = time.monotonic()
+    item.run_deadline = worker.intake.monotonic_deadline(item)  # on arrival: the worker's own clock
+    assert item.run_deadline < time.monotonic()
+    [admitted] = executor_for(store, ScriptedRuntime()).admit_all([item])
+    assert admitted.run_deadline is not None and 8 < admitted.run_deadline - time.monotonic() <= 10

@@ -39,3 +39,31 @@ def test_whole_pictures_pass_and_cut_or_corrupt_ones_are_422(fmt, media):
             inspect_image(bytes(spoiled), "input.image", 10**6)
         except InvalidInput as exc:
             assert exc.field == "input.image"
+
+
+def test_a_large_inline_picture_is_a_413_naming_the_limit_and_uploads(api):
+    import base64
+
+    picture = base64.b64encode(random.Random(3).randbytes(1200 * 1024)).decode()
+    body = {"model": "sd-demo", "input": {"prompt": "x", "image": f"data:image/png;base64,{picture}"}}
+    response = api.post("/v1/jobs", json=body)
+    assert response.status_code == 413
+    message = response.get_json()["error"]["message"]
+    assert "GENQ_MAX_CONTENT_LENGTH" in message and "POST /v1/uploads" in message
+    batch = api.post("/v1/jobs/batch", data=b'{"jobs": [' + b" " * (17 << 20) + b"]}", content_type="application/json")
+    assert batch.status_code == 413 and "GENQ_BATCH_MAX_CONTENT_LENGTH" in batch.get_json()["error"]["message"]
+
+
+def test_a_small_picture_padded_to_megabytes_is_422_and_real_metadata_passes():
+    """A 64x64 PNG padded to 19 MiB passed (the rate limit bounds calls, not bytes): bytes a pixel are bounded."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), "white").save(out, format="PNG")
+    padded = out.getvalue() + b"\0" * (19 * 2**20)  # after IEND: Pillow reads the picture, the bytes are waste
+    with pytest.raises(InvalidInput, match="re-encode it") as refused:
+        inspect_image(padded, "input.image", 10**6)
+    assert refused.value.field == "input.image"
+    raw = io.BytesIO()
+    Image.frombytes("RGBA", (64, 64), random.Random(3).randbytes(64 * 64 * 4)).save(raw, format="PNG", compress_level=0)
+    assert inspect_image(raw.getvalue(), "input.image", 10**6).width == 64  # uncompressed noise: within the bound

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -13,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from tasks.store import fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit
+from tasks.store import byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit
 from tasks.store.lua_scripts import ScriptArgs, Scripts, key, pairs, read_lua, source
 from tests.conftest import REDIS_URL
 
-MODULES = (fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit)
+MODULES = (byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit)
 STORE_DIR = Path(resources.files("tasks.store"))  # type: ignore[arg-type]
 
 
@@ -128,9 +129,15 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         outcome, depth, created = s.run(job_scripts.AdmitArgs.of(create_args, reserve))
         assert (outcome, depth) == (1, 1) and float(created) > 0 and client.hget(p + "job:j2", "owner") is None
         full = job_scripts.AdmitArgs.of(
-            dataclasses.replace(create_args, id="j3", job=p + "job:j3"), dataclasses.replace(reserve, id="j3")
+            dataclasses.replace(create_args, id="j3", job=p + "job:j3", tombstone=p + "gone:j3"),
+            dataclasses.replace(reserve, id="j3"),
         )
         assert s.run(full)[:2] == [0, 1] and not client.exists(p + "job:j3")  # full: nothing written
+        # Run again (a resend after a lost reply), even past its fence: the job's own place is not counted
+        # against it and nothing is written twice.
+        late = dataclasses.replace(reserve, not_after="1")
+        again = s.run(job_scripts.AdmitArgs.of(create_args, late))
+        assert again == [1, 1, created] and client.zcard(p + "queued:m") == 1
 
     def admit_many(s: Scripts) -> None:
         client.zadd(p + "workers:b", {"w1": float(client.time()[0])})
@@ -169,6 +176,17 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.hget(p + "job:b2", "status") == b"queued" and not client.exists(p + "job:b3")
         assert float(client.hget(p + "job:b1", "deadline_at")) == pytest.approx(float(replies[0][2]) + 2)
         assert client.get(p + "gone:b1") == b"bob" and client.zscore(p + "active:b", "b2") is not None
+        again = s.run(  # resent: the written jobs answer "reserved" as they were; the refused one is still refused
+            job_scripts.AdmitManyArgs(
+                tombstone_ttl=60,
+                worker_ttl=30,
+                job_prefix=p + "job:",
+                stale_after=60,
+                prune_batch=10,
+                jobs=[job(1), job(2), job(3)],
+            )
+        )
+        assert again == [[1, 2, replies[0][2]], [1, 2, replies[1][2]], [0, 2, b""]]
 
     def claim(s: Scripts) -> None:
         before, attempts, verdict, _ = s.run(
@@ -246,7 +264,20 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         s.run(fleet.BeatArgs(workers=p + "workers:m", held_counts=p + "held:m", worker="w1", held=3))
         assert client.hget(p + "held:m", "w1") == b"3" and client.zscore(p + "workers:m", "w1") is not None
 
+    def quota(s: Scripts) -> None:
+        args = byte_quota.ByteQuotaArgs(
+            ledger=p + "bytes", sizes=p + "bytes:s", entry="u1", bytes=60, ttl_s=30, limit=100
+        )
+        assert s.run(args) == [1, 60]
+        assert s.run(dataclasses.replace(args, entry="u2")) == [0, 60]  # past the limit: refused whole
+        assert s.run(dataclasses.replace(args, entry="u2", bytes=40)) == [1, 100]
+        assert s.run(dataclasses.replace(args, bytes=0)) == [1, 40]  # u1 given back
+        assert s.run(dataclasses.replace(args, entry="u3", bytes=50, ttl_s=0.001)) == [1, 90]
+        time.sleep(0.01)
+        assert s.run(dataclasses.replace(args, entry="u4", bytes=1)) == [1, 41]  # u3 expired: its bytes went
+
     return {
+        "byte_quota": quota,
         "job_create": create,
         "job_admit": admit,
         "job_admit_many": admit_many,

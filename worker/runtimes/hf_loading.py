@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from tasks.errors import GenqError
 from worker.runtimes.base import Runtime
+
+#: How the models file names a local folder (tasks/models_file.py ``resolved_source``); anything else is a hub id.
+LOCAL_SOURCES = (".", "/", "~", "package:")
+
+
+def require_folder(runtime: Runtime) -> None:
+    """A model named by a local folder that is not there: said so (the hub's loaders would call its path a bad
+    "repo id")."""
+    if runtime.spec.source.startswith(LOCAL_SOURCES) and not Path(runtime.source).is_dir():
+        raise GenqError(
+            f"model {runtime.spec.id}: its folder {runtime.source} does not exist (source {runtime.spec.source!r} "
+            "in the models file names a local folder): build or copy the model there, or name a hub id"
+        )
 
 
 def load_pretrained(runtime: Runtime, model_class: Any, device: str, **tokenizer_options: Any) -> tuple[Any, Any]:
     """Tokenizer and ``model_class`` from ``runtime.source`` (hub id or folder): safetensors only, no remote code."""
+    require_folder(runtime)
     from transformers import AutoTokenizer
 
     revision = runtime.spec.revision

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.runtimes.image_cache import RowCache, cache_interval
 from worker.runtimes.image_outputs import scaled_step
 from worker.runtimes.image_sources import Source
 from worker.runtimes.image_start import Blend, start_row
@@ -39,6 +40,7 @@ class ImageRow:
     step_kwargs: dict[str, Any]  # eta / generator, as the pipeline passes them to scheduler.step
     done: int = 0  # timesteps done
     blend: Blend | None = None  # inpainting: outside the mask, the source noised to the next timestep
+    cache: RowCache | None = None  # its deep feature cache, when its job opted in (image_cache.py)
 
     @property
     def timestep(self) -> Any:
@@ -126,6 +128,7 @@ def start_job(
     factor = pipe.vae_scale_factor
     shape = (1, pipe.unet.config.in_channels, int(inp.height) // factor, int(inp.width) // factor)
     rows = []
+    interval = cache_interval(inp)
     for j, seed in enumerate(seeds):
         scheduler = new_scheduler(inp.scheduler)
         scheduler.set_timesteps(steps, device=device)
@@ -142,6 +145,7 @@ def start_job(
                 guidance=float(inp.guidance_scale),
                 step_kwargs=step_kwargs(scheduler, generator),
                 blend=start.blend,
+                cache=RowCache(interval) if interval else None,
             )
         )
     return ImageJob(handle=handle, steps=steps, seeds=seeds, rows=rows)

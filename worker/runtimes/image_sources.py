@@ -14,8 +14,10 @@ from typing import Any
 
 from tasks.errors import InvalidInput
 from tasks.image_modes import Mode, mode_of, strength_of
+from tasks.jpeg_scans import check_jpeg_scans
 from tasks.media import MediaRef
 from tasks.outputs import OutputStore
+from tasks.picture_reading import as_shown
 
 
 def denoising_steps(steps: int, strength: float) -> int:
@@ -25,7 +27,8 @@ def denoising_steps(steps: int, strength: float) -> int:
 
 @dataclass(frozen=True)
 class Source:
-    """A job's source picture (RGB, at the job's size), its mask (L, white = repaint) and strength."""
+    """A job's source picture (RGB, at the job's size), its mask (L, white = repaint) and strength; both read as the
+    API checked them (tasks/picture_reading.py: as shown, 16-bit scaled, an MPO's first frame)."""
 
     image: Any  # PIL.Image.Image
     mask: Any | None
@@ -68,9 +71,12 @@ def _picture(store: OutputStore, ref: MediaRef, field: str, pil_mode: str, size:
         raise InvalidInput(
             f"{field}: the uploaded picture is gone (it expired or was deleted); send it again", field=field
         )
+    check_jpeg_scans(data, field)  # the API checked it; a worker checks rather than trusts
     try:
         with Image.open(io.BytesIO(data)) as opened:
-            picture = opened.convert(pil_mode)  # decodes all of it: a truncated file fails here
+            picture = as_shown(opened, pil_mode, field)  # decodes all of it: a truncated file fails here
+    except InvalidInput:
+        raise
     except Exception as exc:  # PIL raises UnidentifiedImageError, OSError, DecompressionBombError, ValueError...
         why = f"{type(exc).__name__}: {exc}"[:200]
         raise InvalidInput(f"{field}: not a readable picture ({why})", field=field) from None

@@ -14,14 +14,13 @@ Not thread-safe: the model thread alone calls it, and never while the same pipel
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tasks.kinds import TextToImageInput
 from worker.adapters.cache import AdapterCache
-from worker.adapters.mixing import with_guidance
 from worker.adapters.session_rows import SessionAdapters, image_row
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
+from worker.runtimes.image_denoise import Denoiser
 from worker.runtimes.image_outputs import image_seeds, png_bytes
 from worker.runtimes.image_rows import (
     Embeddings,
@@ -54,17 +53,6 @@ def can_step(pipe: Any) -> bool:
     return bool(config.in_channels == pipe.vae.config.latent_channels)  # not an inpainting UNet
 
 
-@dataclass
-class _BatchParts:
-    """The UNet's text embeddings ([unconditional of guided rows] + [conditional of all rows]), the guided rows'
-    positions (a list, so no step waits on the device to read them; and as an index tensor) and guidance column."""
-
-    embeds: Any
-    guided: list[int]
-    index: Any
-    scale: Any
-
-
 class ImageStepSession(StepSession):
     """The images of jobs of one size, stepped together; see the module docstring."""
 
@@ -78,6 +66,7 @@ class ImageStepSession(StepSession):
         read_source: SourceReader | None = None,
         masks: Any = None,
         adapters: AdapterCache | None = None,
+        model: str = "",
     ) -> None:
         self.pipe = pipe
         self.device = device
@@ -87,9 +76,10 @@ class ImageStepSession(StepSession):
         self.read_source = read_source  # a job's source picture and mask; None: text-to-image jobs only
         self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
-        self._batch: _BatchParts | None = None  # rebuilt when rows come or go
+        self.model = model  # for its metrics
         self.adapters = SessionAdapters(adapters)  # each row's LoRAs (``loras``), applied to its rows only
         self._parked: dict[str, Row] = {}  # rows waiting for their adapters to load: they join a later step
+        self.denoiser = Denoiser(pipe, model, self.adapters)
 
     # --- the contract ---------------------------------------------------------------------------------
 
@@ -143,7 +133,7 @@ class ImageStepSession(StepSession):
                     ended.append(RowResult(row.handle, error=exc))
                     self.adapters.leave([row.handle])
                 else:
-                    self._batch = None
+                    self.denoiser.reset()
         return ended
 
     def step(self) -> list[RowResult]:
@@ -156,7 +146,7 @@ class ImageStepSession(StepSession):
             return ended
         with inference_context(self.options):
             rows = self._rows()
-            self._denoise(rows)
+            self.denoiser.denoise(rows, {id(row): job.handle for job in self._jobs.values() for row in job.rows})
             finished = [
                 (job, i)
                 for job in self._jobs.values()
@@ -165,7 +155,7 @@ class ImageStepSession(StepSession):
             ]
             if finished:
                 self._decode(finished)
-                self._batch = None
+                self.denoiser.reset()
         results = ended
         for job in [job for job in self._jobs.values() if job.complete]:
             del self._jobs[job.handle]
@@ -180,7 +170,7 @@ class ImageStepSession(StepSession):
             self._parked.pop(handle, None)
             self.adapters.leave([handle])
             if self._jobs.pop(handle, None) is not None:
-                self._batch = None
+                self.denoiser.reset()
 
     def progress(self) -> dict[str, tuple[int, int]]:
         """Each held job's (step, num_inference_steps), scaled as the request-level callback reports it."""
@@ -195,6 +185,10 @@ class ImageStepSession(StepSession):
         """Images held (a job of num_images=n takes n slots)."""
         held = sum(len(job.rows) for job in self._jobs.values())
         return held + sum(int(row.input.num_images or 1) for row in self._parked.values())
+
+    def finishing_next(self) -> list[str]:
+        """Jobs whose every image has one timestep left (exact, where progress is scaled to the steps asked)."""
+        return [h for h, job in self._jobs.items() if max(len(r.timesteps) - r.done for r in job.rows) == 1]
 
     # --- the work -------------------------------------------------------------------------------------
 
@@ -240,38 +234,6 @@ class ImageStepSession(StepSession):
 
     def _rows(self) -> list[ImageRow]:
         return [row for job in self._jobs.values() for row in job.rows if not row.finished]
-
-    def _batch_parts(self, rows: list[ImageRow]) -> _BatchParts:
-        """The parts of the UNet call that stay the same from step to step until rows come or go."""
-        import torch
-
-        if self._batch is None:
-            guided = [i for i, row in enumerate(rows) if row.uncond is not None]
-            parts: list[Any] = [rows[i].uncond for i in guided] + [row.cond for row in rows]
-            embeds = torch.cat(parts)
-            index = torch.tensor(guided, dtype=torch.long, device=embeds.device)
-            scale = torch.tensor([rows[i].guidance for i in guided], dtype=embeds.dtype, device=embeds.device)
-            self._batch = _BatchParts(embeds, guided, index, scale.view(-1, 1, 1, 1))
-        return self._batch
-
-    def _denoise(self, rows: list[ImageRow]) -> None:
-        import torch
-
-        parts = self._batch_parts(rows)
-        guided = parts.guided
-        scaled = [row.scaled_input() for row in rows]
-        timesteps = [row.unet_timesteps[row.done] for row in rows]
-        sample = torch.cat([scaled[i] for i in guided] + scaled)
-        t = torch.stack([timesteps[i] for i in guided] + timesteps)
-        handles = [job.handle for job in self._jobs.values() for row in job.rows if not row.finished]  # as _rows()
-        with self.adapters.forward(with_guidance(handles, guided)):
-            noise = self.pipe.unet(sample, t, encoder_hidden_states=parts.embeds, return_dict=False)[0]
-        uncond, noise = noise[: len(guided)], noise[len(guided) :]
-        if guided:  # u + g * (c - u) per guided row, as the pipeline's guidance with the row's own g
-            noise = noise.clone()
-            noise[parts.index] = uncond + parts.scale * (noise[parts.index] - uncond)
-        for i, row in enumerate(rows):
-            row.advance(noise[i : i + 1])
 
     def _decode(self, finished: list[tuple[ImageJob, int]]) -> None:
         """VAE-decode the images that finished together and postprocess them as the pipeline does (PIL)."""

@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from tasks.context_fit import check_context
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.chat_prompt import chat_prompt
@@ -140,10 +141,10 @@ class TextGenerationRuntime(Runtime):
 
         chat = inp.messages is not None
         ids = chat_prompt(self.tokenizer, inp) if chat else self.tokenizer(inp.prompt)["input_ids"]
-        max_new = min(inp.max_new_tokens, self.max_length - 1)
-        ids = ids[-(self.max_length - max_new) :]  # keep the end of a prompt that leaves no room to answer
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         ids = ids or [start or 0]  # a prompt that tokenizes to nothing
+        max_new = inp.max_new_tokens
+        check_context(len(ids), max_new, self.max_length)  # the API refused a prompt already: never cut, a defence
         seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
         rows = []
         for index in range(inp.n):

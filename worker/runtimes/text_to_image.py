@@ -19,6 +19,7 @@ from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
 from worker.adapters.cache import AdapterCache
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
+from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.image_outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
 from worker.runtimes.image_sources import Source, read_source
 from worker.runtimes.image_steps import ImageStepSession, can_step
@@ -62,6 +63,7 @@ class TextToImageRuntime(Runtime):
 
     def load(self, device: str) -> None:
         """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
+        require_folder(self)
         from diffusers import AutoPipelineForText2Image
 
         kwargs: dict[str, Any] = {
@@ -156,6 +158,7 @@ class TextToImageRuntime(Runtime):
             self._source,
             getattr(inpainting, "mask_processor", None),
             self.adapters,
+            model=self.spec.id,
         )
 
     def _source(self, inp: Any) -> Source | None:

@@ -1,0 +1,37 @@
+"""A completion stream whose job's final text is not what it already sent ends with an error chunk."""
+
+from __future__ import annotations
+
+import json
+
+from api.openai_compat.completions import _end
+from tasks.schemas import Job
+
+
+def job(text: str) -> Job:
+    return Job.model_validate(
+        {
+            "id": "j1",
+            "model": "gpt2-demo",
+            "kind": "text-generation",
+            "status": "succeeded",
+            "created_at": "2026-01-01T00:00:00Z",
+            "output": {"text": text, "seed": 1, "tokens": 2, "prompt_tokens": 1, "finish_reason": "length"},
+        }
+    )
+
+
+def chunks(text: str, sent: str) -> list[str]:
+    return list(_end(job(text), {"id": "cmpl-j1"}, sent, include_usage=False))
+
+
+def test_a_stream_that_sent_a_prefix_of_the_text_gets_the_rest_and_done():
+    out = chunks("Hello world", "Hello")
+    assert json.loads(out[0].removeprefix("data: ").strip())["choices"][0]["text"] == " world"
+    assert "[DONE]" in out[-1]
+
+
+def test_a_stream_whose_job_made_other_text_ends_with_an_error_chunk():
+    out = chunks("Goodbye", "Hello")
+    assert len(out) == 1 and "[DONE]" not in out[0]
+    assert json.loads(out[0].removeprefix("data: ").strip())["error"]["code"] == "stream_diverged"
