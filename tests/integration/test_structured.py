@@ -115,19 +115,27 @@ def test_bad_structured_input_is_a_422_naming_the_field(live_api, extra, field):
 
 def test_responses_plain_streamed_background_resumed(client, live_api, worker_for):
     worker_for("gpt2-demo")
-    plain = client.responses.create(model="gpt2-demo", input="Hello", instructions="Be brief.", max_output_tokens=8)
+    plain = client.responses.create(
+        model="gpt2-demo", input="Hello", instructions="Be brief.", max_output_tokens=8, extra_body={"seed": 1}
+    )
     assert plain.status in ("completed", "incomplete") and plain.id.startswith("resp_") and plain.output_text
     schema = {"type": "json_schema", "name": "person", "schema": PERSON, "strict": True}
     structured = client.responses.create(model="gpt2-demo", input="Hi", text={"format": schema}, max_output_tokens=120)
     jsonschema.validate(json.loads(structured.output_text), PERSON)
-    events = list(client.responses.create(model="gpt2-demo", input="Tell me", max_output_tokens=12, stream=True))
+    events = list(
+        client.responses.create(
+            model="gpt2-demo", input="Tell me", max_output_tokens=12, stream=True, extra_body={"seed": 2}
+        )
+    )
     numbers = [e.sequence_number for e in events]
     assert numbers == list(range(len(events)))
     assert events[0].type == "response.created" and events[-1].type in ("response.completed", "response.incomplete")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == events[-1].response.output_text
 
-    queued = client.responses.create(model="gpt2-demo", input="Later", max_output_tokens=16, background=True)
+    queued = client.responses.create(
+        model="gpt2-demo", input="Later", max_output_tokens=16, background=True, extra_body={"seed": 3}
+    )
     assert queued.status == "queued"
     every = list(client.responses.retrieve(queued.id, stream=True))
     got = client.responses.retrieve(queued.id)
