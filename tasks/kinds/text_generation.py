@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from tasks.chat_input import ChatInput, chat_fields, chat_validators
 from tasks.kinds.base import SEED_MAX, InlineOutput, JobInput, JobKind, Kind, KindLimits
@@ -82,6 +82,14 @@ class AssistantMessage(InlineOutput):
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ToolCallOutput] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_calls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``tool_calls`` key when there are none (OpenAI's shape; a plain answer stays ``{role, content}``)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("tool_calls") is None:
+            data.pop("tool_calls", None)
+        return data
 
 
 class TextChoice(InlineOutput):
