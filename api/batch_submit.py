@@ -23,6 +23,7 @@ from api.job_submit import new_record
 from api.redis_health import never_sent, out_of_memory
 from api.routes_adapters import uploaded_of
 from api.services import PUBLISH_RETRY_POLICY, Services
+from api.text_checks import check_text_input
 from tasks.errors import GenqError, OutcomeUnknown
 from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
@@ -74,6 +75,7 @@ def submit_many(
                 continue
             spec, body, inp = item
             try:  # a job's media go to the store before its record, as for POST /v1/jobs; a bad one is its error
+                check_text_input(inp)
                 inp, staged[i] = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
             except GenqError as exc:
                 entries[i] = exc

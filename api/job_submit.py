@@ -16,6 +16,7 @@ from api.auth import current_key
 from api.job_media import discard, stage_media
 from api.redis_health import never_sent, out_of_memory
 from api.services import PUBLISH_RETRY_POLICY, Services
+from api.text_checks import check_text_input
 from tasks.errors import OutcomeUnknown, Unavailable
 from tasks.kinds import SEED_MAX, AnyInput
 from tasks.messages import RunMessage, send_args
@@ -55,7 +56,9 @@ def submit(
 def stage(
     svc: Services, spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str
 ) -> tuple[AnyInput, list[str]]:
-    """The job's media put in the output store (api/job_media.py): its input naming them, and their keys."""
+    """The job's media put in the output store (api/job_media.py): its input naming them, and their keys. A text
+    job's grammars are checked first (one that cannot compile: a 422 before anything is written)."""
+    check_text_input(inp)
     return stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
 
 

@@ -95,5 +95,6 @@ def one_turn(client: Client, model: str, history: list[dict[str, Any]], fields: 
 def answer_text(job: Job) -> str:
     out = job.output
     if isinstance(out, TextGenerationOutput):
-        return out.message.content if out.message is not None else out.text
+        message = out.message
+        return message.content if message is not None and message.content is not None else out.text
     return ""

@@ -37,7 +37,15 @@ RULES: dict[str, Any] = {
                 {"properties": {"top_logprobs": {"enum": [0, None]}}},
                 {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
             ]
-        }
+        },
+        # tasks/tool_input.py: a tool_choice other than none needs tools (a named one must be declared: not
+        # expressible in JSON Schema, the input's own check says so).
+        "tool_choice": {
+            "anyOf": [
+                {"properties": {"tool_choice": {"enum": ["none", None]}}},
+                {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+            ]
+        },
     },
 }
 _RESERVED: list[JsonValue] = [*sorted(RESERVED_TEMPLATE_KWARGS)]

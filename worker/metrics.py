@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
@@ -107,6 +107,29 @@ def record_batch(spec: ModelSpec, runtime: Runtime, batch: list[WorkItem], start
     ITEMS.labels(model).inc(done)
     if seconds > 0:
         ITEMS_PER_SECOND.labels(model).set(done / seconds)
+
+
+GRAMMAR_MASKS = Counter("genq_worker_grammar_masks", "Token masks computed for constrained rows", ["model"])
+GRAMMAR_MASK_SECONDS = Counter(
+    "genq_worker_grammar_mask_seconds", "CPU seconds spent computing constrained rows' token masks", ["model"]
+)
+GRAMMAR_JOBS = Counter(
+    "genq_worker_grammar_jobs", "Constrained jobs, by whether their grammar was already compiled", ["model", "cache"]
+)
+GRAMMAR_COMPILE = Histogram(
+    "genq_worker_grammar_compile_seconds", "Compile time of the grammars constrained jobs used (first use)", ["model"]
+)
+
+
+def record_grammar(model: str, constrained: dict[str, Any]) -> None:
+    """A finished constrained job's grammar costs (its output's ``constrained``, issue 32)."""
+    masks = int(constrained["masks"])
+    GRAMMAR_MASKS.labels(model).inc(masks)
+    GRAMMAR_MASK_SECONDS.labels(model).inc(masks * float(constrained["mask_ms_per_token"]) / 1000)
+    hit = bool(constrained["cache_hit"])
+    GRAMMAR_JOBS.labels(model, "hit" if hit else "miss").inc()
+    if not hit:
+        GRAMMAR_COMPILE.labels(model).observe(float(constrained["compile_ms"]) / 1000)
 
 
 def record_step(model: str, rows: int, admitted: int, seconds: float) -> None:

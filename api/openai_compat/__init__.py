@@ -18,6 +18,7 @@ from api.openai_compat.errors import JobNotDone, job_not_done, to_openai_error
 from api.openai_compat.image_edits import edit_images
 from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
+from api.openai_compat.responses import cancel_response, create_response, delete_response, retrieve_response
 
 PREFIX = "/openai/v1"
 
@@ -39,6 +40,10 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/chat/completions", view_func=create_chat_completion, methods=["POST"])
     bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
     bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
+    bp.add_url_rule("/responses", view_func=create_response, methods=["POST"])
+    bp.add_url_rule("/responses/<resp_id>", view_func=retrieve_response, methods=["GET"])
+    bp.add_url_rule("/responses/<resp_id>", view_func=delete_response, methods=["DELETE"])
+    bp.add_url_rule("/responses/<resp_id>/cancel", view_func=cancel_response, methods=["POST"])
     bp.add_url_rule("/models/<path:model_id>", view_func=retrieve_model, methods=["GET"])
     app.register_blueprint(bp)
     # Its body is a multipart form, read by the view itself (api/body.py decodes JSON bodies up front).

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from tasks.adapters import AdapterName
 from tasks.chat_input import ChatInput, chat_fields, chat_validators
 from tasks.kinds.base import SEED_MAX, InlineOutput, JobInput, JobKind, Kind, KindLimits
 from tasks.model_config import CHAT_TEMPLATE_FILES, has_file, read_config
 from tasks.tokenizer_limits import max_positions
+from tasks.tool_input import ToolsInput
 
 
 class TextGenerationLimits(KindLimits):
@@ -25,7 +26,7 @@ class TextGenerationLimits(KindLimits):
     context_tokens: int | None = Field(default=None, ge=2)
 
 
-class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput):  # chat fields: tasks/chat_input.py
+class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput, ToolsInput):  # chat: tasks/chat_input.py
     prompt: str | None = Field(default=None, min_length=1, validate_default=True, description="or messages")
     max_new_tokens: int = Field(default=32, ge=1)
     temperature: float = Field(default=1.0, gt=0.0, le=5.0)
@@ -49,7 +50,7 @@ class TextGenerationInput(JobInput[TextGenerationLimits], ChatInput):  # chat fi
         return chat_validators(lim.has_chat_template, lim.vocab_size)
 
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class TokenAlternative(InlineOutput):
@@ -66,11 +67,33 @@ class TokenLogprob(TokenAlternative):
     top_logprobs: list[TokenAlternative] = Field(default_factory=list)
 
 
+class ToolCallFunction(InlineOutput):
+    name: str
+    arguments: str = Field(description="the arguments as JSON text")
+
+
+class ToolCallOutput(InlineOutput):
+    """A call the model made (OpenAI's ``message.tool_calls`` entry)."""
+
+    id: str = Field(description="call_<hex>: a tool message's tool_call_id answers it")
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class AssistantMessage(InlineOutput):
-    """A messages job's answer as a chat message."""
+    """A messages job's answer as a chat message; ``content`` None when the answer is only tool calls."""
 
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOutput] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_calls(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``tool_calls`` key when there are none (OpenAI's shape; a plain answer stays ``{role, content}``)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("tool_calls") is None:
+            data.pop("tool_calls", None)
+        return data
 
 
 class TextChoice(InlineOutput):
@@ -87,6 +110,15 @@ class TextChoice(InlineOutput):
     )
 
 
+class ConstrainedStats(InlineOutput):
+    """What a grammar cost the job (response_format or a forced tool call, issue 32)."""
+
+    masks: int = Field(description="token masks computed (one per generated token per row)")
+    mask_ms_per_token: float = Field(description="CPU time of a mask, mean")
+    compile_ms: float = Field(description="the grammar's compile time (once per schema: 0 work on a cache hit)")
+    cache_hit: bool = Field(description="the grammar was compiled for an earlier job")
+
+
 class TextGenerationOutput(InlineOutput):
     """The generated text (the prompt not included); with ``n`` > 1 or logprobs, every choice in ``choices``."""
 
@@ -99,6 +131,7 @@ class TextGenerationOutput(InlineOutput):
     choices: list[TextChoice] | None = Field(
         default=None, description="every choice, in order, when the job has n > 1 or asked for logprobs"
     )
+    constrained: ConstrainedStats | None = Field(default=None, description="present when a grammar masked the rows")
 
 
 def derived_limits(source: str, revision: str | None = None) -> dict[str, Any]:

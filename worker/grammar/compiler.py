@@ -58,6 +58,7 @@ class GrammarCompiler:
         self._cache: OrderedDict[str, Future[CompiledGrammar]] = OrderedDict()
         self._lock = threading.Lock()
         self.stats = GrammarStats()
+        self._served: set[str] = set()  # schemas a row was already given (a job's cache_hit)
 
     def prepare(self, fmt: AnyFormat) -> Future[CompiledGrammar | None]:
         """The format's compiled grammar (None for plain text), compiling it in the pool unless cached."""
@@ -80,7 +81,14 @@ class GrammarCompiler:
 
     def processor(self, compiled: CompiledGrammar) -> GrammarProcessor:
         """A new row's processor over ``compiled`` (a prepared future's result), at the grammar's start."""
-        return GrammarProcessor(compiled.matcher.deep_copy(), self.n_tokens, self._eos)
+        processor = GrammarProcessor(compiled.matcher.deep_copy(), self.n_tokens, self._eos)
+        processor.compile_seconds = compiled.compile_seconds
+        with self._lock:
+            processor.cache_hit = compiled.schema in self._served
+            self._served.add(compiled.schema)
+            if len(self._served) > 4 * self._capacity:
+                self._served.clear()
+        return processor
 
     def cached(self) -> int:
         with self._lock:

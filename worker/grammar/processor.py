@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import llguidance
 import torch
@@ -13,6 +14,8 @@ from torch import Tensor
 log = logging.getLogger(__name__)
 
 _SHIFTS = torch.arange(32, dtype=torch.int32)
+#: Masks computed while the model's forward pass runs (llguidance and torch's CPU ops drop the GIL).
+_MASKS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grammar-mask")
 
 
 class GrammarProcessor:
@@ -31,6 +34,9 @@ class GrammarProcessor:
         self._eos = torch.tensor(sorted(eos_ids), dtype=torch.long)
         self.masks = 0
         self.mask_seconds = 0.0  # CPU-side mask time, summed: for the job's and the worker's metrics
+        self.compile_seconds = 0.0  # the grammar's (set by the compiler)
+        self._next: Future[tuple[Tensor, float]] | None = None  # the next mask, computing (``prefetch``)
+        self.cache_hit = False
 
     @property
     def accepting(self) -> bool:
@@ -55,11 +61,25 @@ class GrammarProcessor:
             allowed[self._eos[self._eos < self._n_tokens]] = True
         return allowed
 
+    def prefetch(self) -> None:
+        """Start computing the next mask in the pool (the step session calls it before the forward pass: the
+        mask depends only on the tokens taken so far, so it overlaps the model's work)."""
+        if self._next is None:
+            self._next = _MASKS.submit(self._timed_allowed)
+
+    def _timed_allowed(self) -> tuple[Tensor, float]:
+        start = time.perf_counter()
+        return self.allowed(), time.perf_counter() - start
+
     def process(self, logits: Tensor) -> Tensor:
         start = time.perf_counter()
         width = logits.shape[-1]
         keep = torch.zeros(width, dtype=torch.bool)
-        allowed = self.allowed()
+        if self._next is not None:
+            (allowed, spent), self._next = self._next.result(), None
+            start -= spent  # the mask's own CPU time counts, whichever thread spent it
+        else:
+            allowed = self.allowed()
         keep[: min(width, self._n_tokens)] = allowed[:width]
         out = logits.masked_fill(~keep.to(logits.device, non_blocking=True), float("-inf"))
         self.masks += 1
@@ -67,6 +87,9 @@ class GrammarProcessor:
         return out
 
     def accept(self, token: int) -> None:
+        if self._next is not None:  # a mask computed for a state this token leaves (never used): wait it out
+            self._next.result()
+            self._next = None
         if self._matcher.is_stopped():
             return  # the EOS that ends a complete document: nothing to advance
         if not self._matcher.consume_token(token):

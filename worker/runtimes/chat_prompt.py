@@ -18,9 +18,12 @@ FIELD = "input.messages"
 
 
 def template_extras(inp: Any) -> dict[str, Any]:
-    """What ``apply_chat_template`` gets besides the messages: the seam for ``tools`` (and documents) once the
-    input takes them (``{"tools": [...]}``, OpenAI's tool definitions as the templates expect them)."""
-    return {}
+    """What ``apply_chat_template`` gets besides the messages: ``tools`` (OpenAI's tool definitions, as the
+    templates expect them) unless ``tool_choice`` is none."""
+    tools = getattr(inp, "tools", None)
+    if not tools or inp.effective_tool_choice() == "none":
+        return {}
+    return {"tools": [tool.model_dump(exclude_none=True) for tool in tools]}
 
 
 def render(tokenizer: Any, inp: Any) -> str:

@@ -30,6 +30,7 @@ from worker.runtimes.row_processors import processed, processors_for
 from worker.runtimes.text_outputs import job_output
 from worker.runtimes.text_rows import DecodeRow
 from worker.runtimes.token_logprobs import TokenPieces, record_logprobs
+from worker.runtimes.tool_calls import grammar_format, tool_mode
 
 
 class TextGenerationRuntime(Runtime):
@@ -67,6 +68,9 @@ class TextGenerationRuntime(Runtime):
             )
         self.joins_rows = splices(probe.past_key_values)
         self.adapters = build_cache(self.model, self.adapter_sources)  # the LoRAs its sessions' rows name
+        from worker.grammar import GrammarCompiler
+
+        self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)
         self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
 
     def batch_key(self, inp: Any) -> Hashable:
@@ -128,9 +132,16 @@ class TextGenerationRuntime(Runtime):
                 raise result.error  # request-level: the executor isolates a bad input by splitting the batch
         return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
-    def decode_rows(self, inp: Any) -> list[DecodeRow]:
+    def grammar_future(self, inp: Any) -> Any:
+        """The job's grammar compiling off the model thread (a Future), or None: a forced tool call's JSON, else a
+        ``response_format`` other than text (worker/runtimes/tool_calls.py)."""
+        fmt = grammar_format(inp)
+        return None if fmt is None else self.grammars.prepare(fmt)
+
+    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
         """A job's decoding state, one row per choice: its prompt's token ids (a conversation rendered with the chat
-        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors."""
+        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors
+        (``grammar``, a compiled one, masks each row last)."""
         import torch
 
         chat = inp.messages is not None
@@ -156,8 +167,9 @@ class TextGenerationRuntime(Runtime):
                     inp.top_p,
                     chat=chat,
                     index=index,
-                    processors=processors_for(inp),
+                    processors=processors_for(inp) + ([self.grammars.processor(grammar)] if grammar else []),
                     top_logprobs=(inp.top_logprobs or 0) if inp.logprobs else None,
+                    tool_mode=tool_mode(inp),
                 )
             )
         return rows
@@ -218,7 +230,12 @@ class TextGenerationRuntime(Runtime):
     def prediction(self, rows: list[DecodeRow]) -> Prediction:
         """A finished job's output (text_outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
         finish_reason}``, with ``choices`` and ``message`` where the job asked for them."""
-        return Prediction(output=job_output(rows, self._text, self.pieces, self.eos_ids))
+        output = job_output(rows, self._text, self.pieces, self.eos_ids)
+        if "constrained" in output:
+            from worker.metrics import record_grammar
+
+            record_grammar(self.spec.id, output["constrained"])
+        return Prediction(output=output)
 
     def _decode(self, tokens: list[int]) -> str:
         return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))

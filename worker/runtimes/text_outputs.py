@@ -12,6 +12,7 @@ from typing import Any
 
 from worker.runtimes.text_rows import DecodeRow
 from worker.runtimes.token_logprobs import TokenPieces, logprob_entries
+from worker.runtimes.tool_calls import read_calls
 
 
 def job_output(
@@ -19,35 +20,63 @@ def job_output(
 ) -> dict[str, Any]:
     """The job's output; ``rows`` are its choices in order, ``text_of`` a row's final text."""
     first = rows[0]
+    message, finish_reason = _answer(first, text_of(first))
     output: dict[str, Any] = {
         "text": text_of(first),
         "seed": first.seed,
         "tokens": len(first.generated),
         "prompt_tokens": len(first.prompt_ids),
-        "finish_reason": first.finish_reason,
+        "finish_reason": finish_reason,
     }
     if first.chat:
-        output["message"] = _message(text_of(first))
+        output["message"] = message
+    constrained = _constrained(rows)
+    if constrained:
+        output["constrained"] = constrained
     if len(rows) > 1 or first.top_logprobs is not None:
         output["choices"] = [_choice(row, text_of(row), pieces, eos_ids) for row in rows]
     return output
 
 
 def _choice(row: DecodeRow, text: str, pieces: TokenPieces, eos_ids: Collection[int]) -> dict[str, Any]:
+    message, finish_reason = _answer(row, text)
     choice: dict[str, Any] = {
         "index": row.index,
         "text": text,
         "seed": row.seed,
         "tokens": len(row.generated),
-        "finish_reason": row.finish_reason,
+        "finish_reason": finish_reason,
     }
     if row.chat:
-        choice["message"] = _message(text)
+        choice["message"] = message
     if row.top_logprobs is not None:
         # The end-of-sequence token is not part of the text: OpenAI's content logprobs leave it out too.
         choice["logprobs"] = logprob_entries(pieces, [entry for entry in row.logprobs if entry[0] not in eos_ids])
     return choice
 
 
-def _message(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
+def _answer(row: DecodeRow, text: str) -> tuple[dict[str, Any], str | None]:
+    """The row's assistant message and finish reason: ``tool_calls`` when its answer is calls (never when it ended
+    by length: a cut call is not one)."""
+    if row.finish_reason == "length":
+        return {"role": "assistant", "content": text}, row.finish_reason
+    content, calls = read_calls(text, row.tool_mode)
+    if not calls:
+        return {"role": "assistant", "content": text}, row.finish_reason
+    return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"
+
+
+def _constrained(rows: list[DecodeRow]) -> dict[str, Any] | None:
+    """What the grammar cost the job (issue 32): masks computed, their CPU time per token, the compile."""
+    grammars: list[Any] = [p for row in rows for p in row.processors if hasattr(p, "mask_seconds")]
+    if not grammars:
+        return None
+    masks = sum(int(p.masks) for p in grammars)
+    seconds = sum(float(p.mask_seconds) for p in grammars)
+    first = grammars[0]
+    return {
+        "masks": masks,
+        "mask_ms_per_token": round(1000 * seconds / masks, 4) if masks else 0.0,
+        "compile_ms": round(1000 * float(getattr(first, "compile_seconds", 0.0)), 3),
+        "cache_hit": bool(getattr(first, "cache_hit", False)),
+    }

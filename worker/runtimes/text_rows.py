@@ -35,6 +35,9 @@ class DecodeRow:
     top_logprobs: int | None = None
     #: Per generated token: (token, its logprob, [(alternative, logprob)] best first), from the processed logits.
     logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+    #: How the answer's tool calls are read (issue 32): "forced" (the grammar made the text one call's JSON),
+    #: "auto" (parsed from ``<tool_call>`` tags in the text) or "none".
+    tool_mode: str = "none"
 
 
 class Decoder(Protocol):
@@ -47,8 +50,11 @@ class Decoder(Protocol):
     def grad_off(self) -> Any:
         """The context the model runs under."""
 
-    def decode_rows(self, inp: Any) -> list[DecodeRow]:
-        """A job's decoding state: one row per choice."""
+    def grammar_future(self, inp: Any) -> Any:
+        """The job's compiled grammar as a Future (None: the job has none)."""
+
+    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
+        """A job's decoding state: one row per choice (with ``grammar``, a compiled one, each row masked by it)."""
 
     def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
         """Next token per batch position."""

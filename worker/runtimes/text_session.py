@@ -12,6 +12,7 @@ together, each leaves the batch when it finishes, and the job ends (one ``RowRes
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +42,18 @@ class TextStepSession(StepSession):
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
         self.adapters = SessionAdapters(getattr(runtime, "adapters", None))  # each job's LoRA, on its rows only
-        self._parked: dict[str, Row] = {}  # jobs waiting for their adapter to load: they join a later step
+        # Jobs waiting for their adapter to load or their grammar to compile (issue 32), both off the model thread:
+        # they join a later step while the running rows step on.
+        self._parked: dict[str, Row] = {}
+        self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be job's grammar, by handle
 
     @property
     def handles(self) -> list[str]:
-        """The jobs held, in admission order, then those waiting for their adapter."""
+        """The jobs held, in admission order, then those parked (adapter or grammar)."""
         return list(dict.fromkeys(row.handle for row in self._rows)) + list(self._parked)
 
     def weight(self) -> int:
-        """Rows held: a job's choices each take one."""
+        """Rows held: a job's choices each take one (a parked job's too)."""
         return len(self._rows) + sum(int(getattr(row.input, "n", 1) or 1) for row in self._parked.values())
 
     def progress(self) -> dict[str, tuple[int, int]]:
@@ -67,16 +71,19 @@ class TextStepSession(StepSession):
     def admit(self, rows: Sequence[Row]) -> list[RowResult]:
         """Prefill ``rows`` together (alone, one by one, if that fails), choose each one's first token and splice
         the unfinished ones into the batch; returns the rows that failed or finished with their first token. A job
-        whose adapter is cold waits parked while it loads off the model thread, and joins a later step."""
+        whose adapter is cold or whose grammar is compiling waits parked (both off the model thread), and joins a
+        later step (``_unpark``)."""
         results: list[RowResult] = []
         now = []
         for row in rows:
             try:
                 joins = self.adapters.arrive(row.handle, text_row(getattr(row.input, "adapter", None)))
-            except Exception as error:  # a model without adapters
+                future = self.runtime.grammar_future(row.input)
+            except Exception as error:  # a model without adapters; a grammar that cannot be prepared
                 results.append(RowResult(row.handle, error=error))
                 continue
-            if joins:
+            self._grammars[row.handle] = future
+            if joins and (future is None or future.done()):
                 now.append(row)
             else:
                 self._parked[row.handle] = row
@@ -87,7 +94,11 @@ class TextStepSession(StepSession):
         jobs: list[list[_Held]] = []
         for row in rows:
             try:
-                states = self.runtime.decode_rows(row.input)
+                future = self._grammars.pop(row.handle, None)
+                inp = row.input
+                states = (
+                    self.runtime.decode_rows(inp) if future is None else self.runtime.decode_rows(inp, future.result())
+                )
                 jobs.append([_Held(row.handle, st, self._streamer(row, st, len(states)), len(states)) for st in states])
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
@@ -116,6 +127,11 @@ class TextStepSession(StepSession):
         if not self._rows:
             return self._left(ended)
         runtime = self.runtime
+        for row in self._rows:  # grammar masks compute while the forward pass runs (worker/grammar/processor.py)
+            for processor in row.state.processors:
+                prefetch = getattr(processor, "prefetch", None)
+                if prefetch is not None:
+                    prefetch()
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=-1)
@@ -137,6 +153,7 @@ class TextStepSession(StepSession):
         for handle in leaving:
             self._ended.pop(handle, None)
             self._parked.pop(handle, None)
+            self._grammars.pop(handle, None)
         self.adapters.leave(leaving)
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
@@ -144,15 +161,29 @@ class TextStepSession(StepSession):
     # --- internals -------------------------------------------------------------------------------------------
 
     def _unpark(self) -> list[RowResult]:
-        """Parked jobs whose adapter loaded join before this step; those whose adapter was refused leave."""
+        """Parked jobs whose adapter loaded and whose grammar compiled join before this step; those whose adapter
+        was refused leave (a grammar that failed leaves with its error as it is admitted)."""
         if not self._parked:
             return []
-        if not self._rows:
-            self.adapters.wait(timeout=0.05)  # nothing to step meanwhile: don't spin
+        if not self._rows:  # nothing to step meanwhile: wait a little rather than spin
+            compiling = [f for h in self._parked if (f := self._grammars.get(h)) is not None and not f.done()]
+            if compiling:
+                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+            else:
+                self.adapters.wait(timeout=0.05)
         ended = [RowResult(handle, error=error) for handle, error in self.adapters.failed()]
         for result in ended:
             self._parked.pop(result.handle, None)
-        joined = [self._parked.pop(handle) for handle in self.adapters.ready() if handle in self._parked]
+            self._grammars.pop(result.handle, None)
+        self.adapters.ready()  # pins the adapters that loaded
+        waiting = set(self.adapters.waiting)
+        joined = [
+            row
+            for handle, row in self._parked.items()
+            if handle not in waiting and ((f := self._grammars.get(handle)) is None or f.done())
+        ]
+        for row in joined:
+            del self._parked[row.handle]
         return ended + (self._admit_now(joined) if joined else [])
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:

@@ -1,0 +1,125 @@
+"""``/openai/v1/responses`` (OpenAI's Responses API) on genq text jobs (issue 32).
+
+A response is a job: ``resp_<job id>``, owned by the key that made it (another key's id is a 404, as for jobs),
+kept as long as the job record is (``result_ttl_s`` after it ends; the README says so). ``background: true``
+answers at once with status ``queued``; ``GET /responses/{id}`` reads it, ``?stream=true&starting_after=N``
+replays its event stream after event N (numbered the same way on every read: responses_events.py);
+``POST /responses/{id}/cancel`` cancels the job (its rows stop at the next step); ``DELETE`` removes the record.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Response, current_app, jsonify, request
+
+from api.event_stream import JobEventStream
+from api.openai_compat.jobs import accept, finished, parse, served_model, succeeded
+from api.openai_compat.responses_events import job_id_of, response_events, response_id, response_object
+from api.openai_compat.responses_request import PARAMS, ResponsesRequest
+from api.routes_jobs import owned_record
+from api.services import services
+from api.sse import KEEPALIVE, compact, sse_response
+from tasks.errors import InvalidInput, NotFound
+from tasks.kinds import JobKind
+from tasks.store.job_store import JobRecord
+
+
+def create_response() -> Response:
+    req: ResponsesRequest = parse(ResponsesRequest, request.get_json(silent=True))
+    spec = served_model(req.model, JobKind.text_generation)
+    inp = req.genq_input()
+    if req.stream:
+        return _stream_new(spec, inp, req)
+    record = accept(spec, inp, req.priority, PARAMS)
+    if req.background:
+        return jsonify(response_object(record, background=True))
+    with services().waiters.slot():
+        record = finished(record)
+    if record.status.value == "failed" and record.error and record.error.code == "invalid_input":
+        succeeded(record)  # a 400 naming the job's error
+    return jsonify(response_object(record))
+
+
+def retrieve_response(resp_id: str) -> Response:
+    record = _owned(resp_id)
+    if request.args.get("stream", "").lower() in ("true", "1"):
+        after = request.args.get("starting_after")
+        if after is not None and not after.lstrip("-").isdigit():
+            raise InvalidInput("starting_after: an event's sequence_number", field="starting_after")
+        return _stream(record, int(after) if after is not None else -1)
+    return jsonify(response_object(record))
+
+
+def cancel_response(resp_id: str) -> Response:
+    record = _owned(resp_id)
+    store = services().store
+    if not record.status.terminal:
+        store.cancel(record.id)
+        record = store.get(record.id) or record
+    return jsonify(response_object(record))
+
+
+def delete_response(resp_id: str) -> Response:
+    record = _owned(resp_id)
+    store = services().store
+    if not record.status.terminal:
+        store.cancel(record.id)
+    store.delete(record)
+    return jsonify({"id": response_id(record.id), "object": "response.deleted", "deleted": True})
+
+
+def _owned(resp_id: str) -> JobRecord:
+    job_id = job_id_of(resp_id)
+    if job_id is None:
+        raise NotFound(f"no response {resp_id}")
+    try:
+        record = owned_record(job_id)
+    except NotFound:
+        raise NotFound(f"no response {resp_id}") from None
+    if record.kind != JobKind.text_generation:
+        raise NotFound(f"no response {resp_id}")
+    return record
+
+
+def _stream_new(spec: Any, inp: dict[str, Any], req: ResponsesRequest) -> Response:
+    svc = services()
+    job_id = str(uuid.uuid4())
+    keys = svc.store.keys
+    current_app.extensions["genq_stream_limit"].check()
+    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
+    try:
+        record = accept(spec, inp, req.priority, PARAMS, job_id)
+    except Exception:
+        watch.close()
+        raise
+    return _events_response(record, watch, -1, background=req.background)
+
+
+def _stream(record: JobRecord, starting_after: int) -> Response:
+    svc = services()
+    watch = None
+    if not record.status.terminal:
+        keys = svc.store.keys
+        current_app.extensions["genq_stream_limit"].check()
+        watch = svc.waiters.watch([keys.done_channel(record.id), keys.event_channel(record.id)], record.id)
+    return _events_response(record, watch, starting_after)
+
+
+def _events_response(record: JobRecord, watch: Any, starting_after: int, background: bool = False) -> Response:
+    svc = services()
+    stream = JobEventStream(svc.store, svc.events, watch, record.id, None, show=response_object)
+    head = response_object(record, background)
+    head["status"] = "queued" if not record.status.terminal else head["status"]
+    holds_text = bool(record.input.get("tools"))
+
+    def chunks() -> Iterator[str]:
+        for event in response_events(iter(stream), head, holds_text):
+            if not event:
+                yield KEEPALIVE
+            elif event["sequence_number"] > starting_after:
+                yield f"event: {event['type']}\ndata: {compact(event)}\n\n"
+
+    return sse_response(chunks(), on_close=stream.close)
