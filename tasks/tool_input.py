@@ -64,7 +64,9 @@ class ToolsInput(BaseModel):
     )
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS, description="functions the model may call")
     tool_choice: ToolChoice | None = Field(
-        default=None, description='none, auto, required or a named function; default "auto" with tools, else "none"'
+        default=None,
+        description="none, auto, required or a named function (one of tools; a name no tool declares is a 422); "
+        'default "auto" with tools, else "none"',
     )
     parallel_tool_calls: bool = True
 
