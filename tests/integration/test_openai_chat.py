@@ -148,7 +148,16 @@ def test_bad_chat_input_is_a_400_naming_the_param(client, live_api):
 
 def test_a_client_that_leaves_cancels_the_job(live_api, worker_for):
     worker_for("gpt2-demo")
-    body = {"model": "gpt2-demo", "messages": CHAT, "max_tokens": 200, "temperature": 1.0, "stream": True}
+    # The random-weight model may end its text early; an end-of-text token it cannot choose (id 0, the demo's)
+    # keeps the job running until the client's leaving cancels it.
+    body = {
+        "model": "gpt2-demo",
+        "messages": CHAT,
+        "max_tokens": 200,
+        "temperature": 1.0,
+        "stream": True,
+        "logit_bias": {"0": -100},
+    }
     with httpx.stream("POST", f"{live_api}/openai/v1/chat/completions", json=body, timeout=60) as response:
         assert response.status_code == 200, response.read()
         job_id = response.headers["x-genq-job-id"]
