@@ -50,6 +50,9 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: ApiSetting
     _request_bodies(
         doc, schemas, list(models.models.values()), webhooks, settings.webhook_allow_http, settings.batch_max_jobs
     )
+    if not settings.adapter_uploads:  # a model's adapters are then its models file's: the spec names them
+        for spec in models.models.values():
+            _adapter_names(schemas, spec.id, sorted(spec.adapters))
     _upload_body(doc, schemas, settings.max_upload_bytes, OutputStoreSpec.parse(settings).backend == "s3")
     for path, operations in doc.get("paths", {}).items():
         for method, operation in operations.items():
@@ -123,6 +126,23 @@ def _request_bodies(
         "required": True,
         "content": {"application/json": {"schema": {"$ref": SCHEMAS + "BatchCreate"}}},
     }
+
+
+def _adapter_names(schemas: dict[str, Any], model_id: str, names: list[str]) -> None:
+    """``adapter`` and each of ``loras`` name one of ``names`` (none: no adapter may be given)."""
+    props = schemas[f"Input.{model_id}"].get("properties", {})
+    adapter = props.get("adapter")
+    if adapter is not None:
+        adapter["anyOf"] = ([{"type": "string", "enum": names}] if names else []) + [{"type": "null"}]
+    loras = props.get("loras")
+    if loras is not None and not names:
+        loras["maxItems"] = 0
+    elif loras is not None and "LoraRef" in schemas:
+        ref = copy.deepcopy(schemas["LoraRef"])
+        ref["properties"]["name"] = {"type": "string", "enum": names, "description": "an adapter of this model"}
+        ref["title"] = f"LoraRef.{model_id}"
+        schemas[ref["title"]] = ref
+        loras["items"] = {"$ref": SCHEMAS + ref["title"]}
 
 
 def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, presigned: bool) -> None:
