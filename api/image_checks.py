@@ -49,7 +49,7 @@ def inspect_image(data: bytes, field: str, max_pixels: int, declared: str | None
                 media_type = FORMAT_MEDIA[str(img.format)]
                 check_mode(img, field)
                 if declared is not None and declared != media_type:
-                    raise InvalidInput(f"{field}: declared {declared} but holds a {media_type} image", field=field)
+                    raise InvalidInput(f"{field}: declared {declared} but holds a {img.format}", field=field)
                 if width * height > max_pixels:
                     raise InvalidInput(
                         f"{field}: the image is {width}x{height} ({width * height} pixels); at most "

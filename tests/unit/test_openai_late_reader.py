@@ -34,7 +34,7 @@ def events(pieces: list[tuple[int, str]]) -> Iterator[JobEvent | None]:
 
 
 def streamed_text(pieces: list[tuple[int, str]]) -> str:
-    chunks = [c for c in _chunks(events(pieces), {"id": "cmpl-j1"}, include_usage=False)]  # type: ignore[arg-type]
+    chunks = [c for c in _chunks(events(pieces), {"id": "cmpl-j1"}, include_usage=False, n=1)]  # type: ignore[arg-type]
     payloads = [json.loads(c.removeprefix("data: ").strip()) for c in chunks if "[DONE]" not in c]
     return "".join(p["choices"][0]["text"] for p in payloads)
 

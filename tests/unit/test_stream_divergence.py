@@ -22,7 +22,7 @@ def job(text: str) -> Job:
 
 
 def chunks(text: str, sent: str) -> list[str]:
-    return list(_end(job(text), {"id": "cmpl-j1"}, sent, include_usage=False))
+    return list(_end(job(text), {"id": "cmpl-j1"}, [sent], include_usage=False))
 
 
 def test_a_stream_that_sent_a_prefix_of_the_text_gets_the_rest_and_done():
