@@ -9,16 +9,15 @@ the next decode step.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Response, current_app
+from flask import Response
 
 from api.event_stream import JobEventStream
 from api.openai_compat.chat_request import ChatCompletionRequest
 from api.openai_compat.errors import error_body
-from api.openai_compat.jobs import accept
+from api.openai_compat.jobs import accept_streamed
 from api.openai_compat.text_params import PARAMS, chat_head, chat_logprobs, choices_of, usage
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
@@ -31,16 +30,8 @@ TOOL_OPEN = "<tool_call>"  # the demo chat template's tool-call format (notes: t
 
 def stream_chat(req: ChatCompletionRequest, spec: Any, inp: dict[str, Any]) -> Response:
     svc = services()
-    job_id = str(uuid.uuid4())
-    keys = svc.store.keys
-    current_app.extensions["genq_stream_limit"].check()
-    # Watch before submitting: no event of the job can come before the stream listens.
-    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
-    try:
-        record = accept(spec, inp, req.priority, PARAMS, job_id)
-    except Exception:
-        watch.close()
-        raise
+    record, watch = accept_streamed(spec, inp, req.priority, PARAMS)
+    job_id = record.id
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     chunks = ChatChunks(
         chat_head(job_id, spec.id, record.created_at, "chat.completion.chunk"), req, int(inp.get("n", 1))

@@ -3,16 +3,15 @@ it is generated."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Response, current_app, jsonify, request
+from flask import Response, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.event_stream import JobEventStream
 from api.openai_compat.errors import error_body
-from api.openai_compat.jobs import accept, parse, run, served_model_and_adapter
+from api.openai_compat.jobs import accept_streamed, parse, run, served_model_and_adapter
 from api.openai_compat.text_params import choices_of, legacy_logprobs, max_new_tokens, penalties, sampling, usage
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
@@ -111,17 +110,8 @@ def create_completion() -> Response:
 
 def _stream(req: CompletionRequest, spec: ModelSpec, inp: dict[str, Any]) -> Response:
     svc = services()
-    job_id = str(uuid.uuid4())
-    keys = svc.store.keys
-    current_app.extensions["genq_stream_limit"].check()
-    # Watch before submitting: no event of the job can come before the stream listens. Beyond the process's
-    # or the key's share of held requests: 503 with Retry-After.
-    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
-    try:
-        record = accept(spec, inp, req.priority, PARAMS, job_id)
-    except Exception:
-        watch.close()
-        raise
+    record, watch = accept_streamed(spec, inp, req.priority, PARAMS)
+    job_id = record.id
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     head = _head(job_id, spec.id, record.created_at)
     return sse_response(_chunks(events, head, req.include_usage, req.n or 1), on_close=events.close)

@@ -23,6 +23,7 @@ from api.openai_compat.retries import answer_within_s, identity, retry_count
 from api.routes_adapters import uploaded_of
 from api.routes_jobs import wait_for
 from api.services import services
+from api.wait_watch import Watch
 from tasks.adapters import check_adapters_offered
 from tasks.errors import InvalidInput, OutcomeUnknown, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
@@ -110,6 +111,23 @@ def accept(
     JOBS_ACCEPTED.labels(spec.id).inc()
     g.genq_job_id = record.id
     return record
+
+
+def accept_streamed(
+    spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]
+) -> tuple[JobRecord, Watch]:
+    """Submit a streamed call's job, watching its channels first: no event of the job can come before the stream
+    listens. Beyond the process's or the key's share of held requests: 503 with Retry-After."""
+    svc = services()
+    job_id = str(uuid.uuid4())
+    keys = svc.store.keys
+    current_app.extensions["genq_stream_limit"].check()
+    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
+    try:
+        return accept(spec, inp, priority, params, job_id), watch
+    except Exception:
+        watch.close()
+        raise
 
 
 def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]) -> JobRecord:

@@ -9,14 +9,13 @@ replays its event stream after event N (numbered the same way on every read: res
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from flask import Response, current_app, jsonify, request
 
 from api.event_stream import JobEventStream
-from api.openai_compat.jobs import accept, finished, parse, served_model, succeeded
+from api.openai_compat.jobs import accept, accept_streamed, finished, parse, served_model, succeeded
 from api.openai_compat.responses_events import job_id_of, response_events, response_id, response_object
 from api.openai_compat.responses_request import PARAMS, ResponsesRequest
 from api.routes_jobs import owned_record
@@ -85,16 +84,7 @@ def _owned(resp_id: str) -> JobRecord:
 
 
 def _stream_new(spec: Any, inp: dict[str, Any], req: ResponsesRequest) -> Response:
-    svc = services()
-    job_id = str(uuid.uuid4())
-    keys = svc.store.keys
-    current_app.extensions["genq_stream_limit"].check()
-    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
-    try:
-        record = accept(spec, inp, req.priority, PARAMS, job_id)
-    except Exception:
-        watch.close()
-        raise
+    record, watch = accept_streamed(spec, inp, req.priority, PARAMS)
     return _events_response(record, watch, -1, background=req.background)
 
 
