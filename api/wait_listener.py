@@ -123,6 +123,7 @@ class WaitListener:
 
     def _listen(self) -> None:
         name_os_thread("genq-waits")
+        lost_since: float | None = None
         while not self._stop.is_set():
             subscription = Subscription(self._client)
             try:
@@ -136,6 +137,9 @@ class WaitListener:
                     subscription.no_health_checks()
                     with self._lock:
                         self._subscription = subscription
+                if lost_since is not None:
+                    log.warning("wait listener reconnected to Redis after %.1f s", time.monotonic() - lost_since)
+                    lost_since = None
                 pinged = time.monotonic()
                 while not self._stop.is_set():
                     if time.monotonic() - pinged >= HEALTH_CHECK_S:
@@ -150,7 +154,11 @@ class WaitListener:
                     elif message.kind == "message":
                         self._wake(message.channel, message.channel)
             except (redis.RedisError, OSError) as exc:
-                log.warning("wait listener lost Redis (%s); reconnecting", exc)
+                if lost_since is None:  # once per outage: a retry every RECONNECT_DELAY_S would flood the log
+                    log.warning("wait listener lost Redis (%s); reconnecting", exc)
+                    lost_since = time.monotonic()
+                else:
+                    log.debug("wait listener still cannot reach Redis (%s)", exc)
                 with self._lock:
                     self._subscription, self._confirmed = None, set()
                     self._pending.clear()
