@@ -104,6 +104,11 @@ class ChatCompletionRequest(BaseModel):
         """Whether the answer may be tool calls (the stream then holds back what could start one)."""
         return bool(self.tools) and self.tool_choice != "none"
 
+    @property
+    def forces_tool_call(self) -> bool:
+        """Whether the answer is one call's JSON (``required`` or a named function): none of it is content."""
+        return bool(self.tools) and (self.tool_choice == "required" or isinstance(self.tool_choice, dict))
+
     def genq_input(self, default_max_tokens: int) -> dict[str, Any]:
         inp: dict[str, Any] = {
             "messages": self.messages,

@@ -2,7 +2,8 @@
 
 Each choice first gets a chunk with ``delta.role``, then its content deltas (text events carry the choice's
 ``index``), then a chunk with its ``finish_reason`` (and its logprobs, all at once: the live events carry text, the
-job's output the tokens). With ``stream_options.include_usage`` every chunk has ``usage: null`` and one more chunk
+job's output the tokens). Tool calls come whole in one delta at the end: with tools the text from a ``<tool_call>``
+on is held back, and a forced call (``required``, a named function) is all JSON, so none of its text is content. With ``stream_options.include_usage`` every chunk has ``usage: null`` and one more chunk
 with ``choices: []`` and the usage comes before ``[DONE]``. A client that leaves cancels the job: its rows stop at
 the next decode step.
 """
@@ -51,6 +52,8 @@ class ChatChunks:
     def __init__(self, head: dict[str, Any], req: ChatCompletionRequest, n: int) -> None:
         self.head, self.n = head, n
         self.include_usage, self.hold_tools = req.include_usage, req.uses_tools
+        # A forced call's text is its JSON without tags: all of it is held back, the call comes at the end.
+        self.hold_all = req.forces_tool_call
         self.text = [""] * n  # each choice's text so far
         self.sent = [""] * n  # the part of it the client has
         self.done = False
@@ -89,7 +92,7 @@ class ChatChunks:
     def _sendable(self, i: int) -> str:
         """New text of choice i the client may have now; with tools, never what could start a tool call."""
         text, sent = self.text[i], self.sent[i]
-        if not text.startswith(sent):  # a restarted generation re-sends nothing
+        if self.hold_all or not text.startswith(sent):  # a restarted generation re-sends nothing
             return ""
         if self.hold_tools:
             start = text.find(TOOL_OPEN)
