@@ -68,7 +68,11 @@ class ToolsInput(BaseModel):
         description="none, auto, required or a named function (one of tools; a name no tool declares is a 422); "
         'default "auto" with tools, else "none"',
     )
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool = Field(
+        default=True,
+        description="false: at most one call (required or a named function always make exactly one; under auto "
+        "the first parsed call is kept and what follows it is dropped)",
+    )
 
     @field_validator("tool_choice")
     @classmethod

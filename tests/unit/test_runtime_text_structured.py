@@ -102,6 +102,31 @@ def test_auto_parses_tool_call_tags() -> None:
     assert read_calls("no calls", "auto") == ("no calls", [])
 
 
+def test_auto_keeps_declared_calls_and_one_without_parallel_calls() -> None:
+    from worker.runtimes.tool_calls import read_calls
+
+    two = '<tool_call>{"name": "f", "arguments": {}}</tool_call> then '
+    two += '<tool_call>{"name": "g", "arguments": {}}</tool_call>'
+    assert [c["function"]["name"] for c in read_calls(two, "auto", {"f", "g"})[1]] == ["f", "g"]
+    content, calls = read_calls(two, "auto", {"f", "g"}, parallel=False)
+    assert content is None and [c["function"]["name"] for c in calls] == ["f"]
+    assert [c["function"]["name"] for c in read_calls(two, "auto", {"g"}, parallel=False)[1]] == ["g"]
+    assert read_calls('<tool_call>{"name": "h", "arguments": {}}</tool_call>', "auto", {"f"})[1] == []
+
+
+def test_parallel_tool_calls_reaches_the_rows(textgen: TextGenerationRuntime) -> None:
+    inp = TextGenerationInput(messages=CHAT, tools=[WEATHER], parallel_tool_calls=False, max_new_tokens=5)
+    (row,) = textgen.decode_rows(inp)
+    assert row.tool_mode == "auto" and not row.parallel_tool_calls and row.tool_names == {"get_weather"}
+    from worker.runtimes.text_outputs import job_output
+
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}}</tool_call>'
+    row.finish_reason = "stop"
+    out = job_output([row], lambda _: f"Sure.{call}{call}", None, ())  # type: ignore[arg-type]
+    assert out["finish_reason"] == "tool_calls" and out["message"]["content"] == "Sure."
+    assert len(out["message"]["tool_calls"]) == 1
+
+
 def test_mixed_rows_leave_unconstrained_rows_untouched(textgen: TextGenerationRuntime) -> None:
     plain = {"prompt": "Once upon a time", "max_new_tokens": 24, "do_sample": True, "seed": 5}
     alone = run(textgen, **plain)

@@ -30,7 +30,7 @@ from worker.runtimes.row_processors import processed, processors_for
 from worker.runtimes.text_outputs import job_output
 from worker.runtimes.text_rows import DecodeRow
 from worker.runtimes.token_logprobs import TokenPieces, record_logprobs
-from worker.runtimes.tool_calls import grammar_format, tool_mode
+from worker.runtimes.tool_calls import grammar_format, tool_mode, tool_names
 
 
 class TextGenerationRuntime(Runtime):
@@ -170,6 +170,8 @@ class TextGenerationRuntime(Runtime):
                     processors=processors_for(inp) + ([self.grammars.processor(grammar)] if grammar else []),
                     top_logprobs=(inp.top_logprobs or 0) if inp.logprobs else None,
                     tool_mode=tool_mode(inp),
+                    tool_names=tool_names(inp),
+                    parallel_tool_calls=inp.parallel_tool_calls,
                 )
             )
         return rows

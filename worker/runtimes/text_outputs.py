@@ -60,7 +60,7 @@ def _answer(row: DecodeRow, text: str) -> tuple[dict[str, Any], str | None]:
     by length: a cut call is not one)."""
     if row.finish_reason == "length":
         return {"role": "assistant", "content": text}, row.finish_reason
-    content, calls = read_calls(text, row.tool_mode)
+    content, calls = read_calls(text, row.tool_mode, row.tool_names, row.parallel_tool_calls)
     if not calls:
         return {"role": "assistant", "content": text}, row.finish_reason
     return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"

@@ -38,6 +38,9 @@ class DecodeRow:
     #: How the answer's tool calls are read (issue 32): "forced" (the grammar made the text one call's JSON),
     #: "auto" (parsed from ``<tool_call>`` tags in the text) or "none".
     tool_mode: str = "none"
+    #: The functions the job declares, and whether its answer may hold several calls (``parallel_tool_calls``).
+    tool_names: frozenset[str] = frozenset()
+    parallel_tool_calls: bool = True
 
 
 class Decoder(Protocol):

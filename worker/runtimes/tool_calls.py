@@ -4,7 +4,10 @@ The demo chat template's format (worker/demo_models/gpt2.py): the model writes e
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. A ``required`` or named ``tool_choice`` constrains
 the whole answer to one call's JSON (``tasks/tool_input.py:tool_call_format``): the text is that JSON. ``auto``
 lets the model choose; its text is searched for ``<tool_call>`` blocks afterwards (those that parse as a call to
-a declared tool become calls; the text before the first is the content).
+a declared tool become calls; the text before the first is the content, the text after the calls is dropped).
+
+``parallel_tool_calls: false``: a forced answer is one call by its grammar either way; under ``auto`` only the first
+call is kept, and whatever the model wrote after it (further calls included) is dropped, as if it had stopped there.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Collection
 from typing import Any
 
 from tasks.response_format import AnyFormat, TextFormat
@@ -39,11 +43,16 @@ def tool_mode(inp: Any) -> str:
     return "none" if choice == "none" else "auto" if choice == "auto" else "forced"
 
 
+def tool_names(inp: Any) -> frozenset[str]:
+    """The functions a job declares (a parsed call to any other is not a call)."""
+    return frozenset(tool.function.name for tool in getattr(inp, "tools", None) or [])
+
+
 def call_id() -> str:
     return f"call_{secrets.token_hex(12)}"
 
 
-def _call(value: Any, names: set[str] | None) -> dict[str, Any] | None:
+def _call(value: Any, names: Collection[str] | None) -> dict[str, Any] | None:
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None
     if names is not None and value["name"] not in names:
@@ -53,8 +62,11 @@ def _call(value: Any, names: set[str] | None) -> dict[str, Any] | None:
     return {"id": call_id(), "type": "function", "function": {"name": value["name"], "arguments": text}}
 
 
-def read_calls(text: str, mode: str, names: set[str] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
-    """(content, tool calls) of an answer; no calls: the text as content."""
+def read_calls(
+    text: str, mode: str, names: Collection[str] | None = None, parallel: bool = True
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """(content, tool calls) of an answer, calls only to ``names`` (None: any), at most one unless ``parallel``; no
+    calls: the text as content."""
     if mode == "forced":
         try:
             call = _call(json.loads(text), names)
@@ -71,6 +83,8 @@ def read_calls(text: str, mode: str, names: set[str] | None = None) -> tuple[str
             continue
         if call:
             calls.append(call)
+            if not parallel:
+                break
     if not calls:
         return text, []
     content = text[: text.find("<tool_call>")].strip()
