@@ -3,9 +3,9 @@
 Each choice first gets a chunk with ``delta.role``, then its content deltas (text events carry the choice's
 ``index``), then a chunk with its ``finish_reason`` (and its logprobs, all at once: the live events carry text, the
 job's output the tokens). Tool calls come whole in one delta at the end: with tools the text from a ``<tool_call>``
-on is held back, and a forced call (``required``, a named function) is all JSON, so none of its text is content. With ``stream_options.include_usage`` every chunk has ``usage: null`` and one more chunk
-with ``choices: []`` and the usage comes before ``[DONE]``. A client that leaves cancels the job: its rows stop at
-the next decode step.
+on is held back, and a forced call (``required``, a named function) is all JSON, so none of its text is content.
+With ``stream_options.include_usage`` every chunk has ``usage: null`` and one more chunk with ``choices: []`` and
+the usage comes before ``[DONE]``. A client that leaves cancels the job: its rows stop at the next decode step.
 """
 
 from __future__ import annotations
