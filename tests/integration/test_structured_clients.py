@@ -41,6 +41,18 @@ class Person(BaseModel):
     tags: list[Annotated[str, StringConstraints(max_length=4)]] = Field(max_length=2)
 
 
+class Pet(BaseModel):
+    kind: Literal["cat", "dog"]
+    legs: int = Field(ge=0, le=4)
+
+
+class Home(BaseModel):
+    """A nested model: the package's strict schema refers to it through ``$defs``."""
+
+    pet: Pet
+    pets: list[Pet] = Field(max_length=2)
+
+
 class Weather(BaseModel):
     """The weather in a city (a tool for LangChain's bind_tools)."""
 
@@ -64,6 +76,10 @@ def test_parse_returns_a_validated_pydantic_object(client, worker_for):
         assert choice.finish_reason == "stop", choice
         assert isinstance(choice.message.parsed, Person)
         assert Person.model_validate_json(choice.message.content) == choice.message.parsed
+    nested = client.chat.completions.parse(
+        model="gpt2-demo", messages=CHAT, response_format=Home, max_completion_tokens=ENOUGH, seed=2
+    )
+    assert nested.choices[0].finish_reason == "stop" and isinstance(nested.choices[0].message.parsed, Home)
 
 
 def test_json_object_and_json_schema_through_create(client, worker_for):
