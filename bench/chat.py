@@ -7,6 +7,9 @@
 2. One ``n = 4`` request against four ``n = 1`` requests sent at once, each against one ``n = 1`` alone.
 3. Penalties + logprobs (top 5) on every row against none, at 16 clients, through the chat route.
 
+Beside 2 and 3, the same ratios of genq's text step session driven in this process (bench/chat_raw.py): the raw
+limit on this machine, measured in the same run.
+
 Tokens are the ones generated (usage), not the ones asked for. Usage::
 
     python bench/chat.py [--quick]   # --quick: short points (under 2 minutes), a check, not a figure to keep
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import httpx  # noqa: E402
 
+from bench.chat_raw import raw_ratios  # noqa: E402
 from bench.load import http_client  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
 from bench.steps_load import Done, JobSpec, run_clients, summarize  # noqa: E402
@@ -192,6 +196,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short points (under 2 minutes)")
     parser.add_argument("--clients", default="16,32")
     parser.add_argument("--only-paths", action="store_true", help="the path comparison only")
+    parser.add_argument("--skip-paths", action="store_true", help="n = 4 and penalties + logprobs only")
     args = parser.parse_args()
     warmup_s, duration_s = (1.0, 4.0) if args.quick else (CPU.warmup_s, CPU.duration_s)
     from genq.redis_server import free_port
@@ -200,6 +205,7 @@ def main() -> None:
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("gpt2-demo",))
     render_prompts(demo_dir / "gpt2-demo")
+    raw = {} if args.only_paths else raw_ratios(demo_dir / "gpt2-demo", EXTRAS, 32, 1 if args.quick else 5, duration_s)
     config = ModelConfig(MODEL, "gpt2-demo", 32, 50, scheduling="step")
     work_dir = Path(tempfile.mkdtemp(prefix="genq-bench-chat-"))
     with BenchStack([config], demo_dir, work_dir) as stack:
@@ -209,7 +215,7 @@ def main() -> None:
         rows: list[str] = []
         try:
             timed_chat(stack.url, 1, 4, 0)  # warm the model's first forward
-            for clients in (int(c) for c in args.clients.split(",")):
+            for clients in () if args.skip_paths else (int(c) for c in args.clients.split(",")):
                 prompt = measure(stack.url, f"prompt x{clients}", rendered_sender, clients, warmup_s, duration_s)
                 messages = measure(stack.url, f"messages x{clients}", messages_sender, clients, warmup_s, duration_s)
                 chat = measure(stack.url, f"chat x{clients}", chat_sender({}), clients, warmup_s, duration_s)
@@ -227,7 +233,8 @@ def main() -> None:
                 alone, four, apart = n_rows(stack.url, 32, 1 if args.quick else 5)
                 rows.append(
                     f"| n=4 vs 1 request alone | {four / alone:.2f}x ({four:.2f} s / {alone:.2f} s); "
-                    f"four n=1 at once {apart / alone:.2f}x ({apart:.2f} s) |"
+                    f"four n=1 at once {apart / alone:.2f}x ({apart:.2f} s); raw step session "
+                    f"{raw['n4_s'] / raw['n1_s']:.2f}x ({raw['n4_s']:.2f} s / {raw['n1_s']:.2f} s) |"
                 )
                 plain = measure(stack.url, "chat x16", chat_sender({}), 16, warmup_s, duration_s)
                 extras = measure(
@@ -236,7 +243,8 @@ def main() -> None:
                 rows.append(
                     f"| penalties + logprobs(5) on every row, 16 clients | "
                     f"{extras.tokens_per_s / plain.tokens_per_s:.3f}x tokens/s ({extras.tokens_per_s:.0f} / "
-                    f"{plain.tokens_per_s:.0f}) |"
+                    f"{plain.tokens_per_s:.0f}); raw step session {raw['extras_tps'] / raw['plain_tps']:.3f}x "
+                    f"({raw['extras_tps']:.0f} / {raw['plain_tps']:.0f}) |"
                 )
         finally:
             worker.stop()
