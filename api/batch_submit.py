@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from api.admission import admission_fence, refusal
+from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s, refusal
 from api.job_media import discard, stage_media
 from api.job_submit import new_record
 from api.redis_health import never_sent, out_of_memory
@@ -29,6 +29,7 @@ from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, parse_job_create
+from tasks.store.job_batches import Admitted
 from tasks.store.job_store import JobRecord
 from tasks.store.queue_limit import Outcome
 from tasks.webhooks import check_webhook_url
@@ -104,31 +105,15 @@ def _admit_and_publish(
 ) -> list[Entry]:
     if not todo:
         return [e for e in entries if e is not None]
-    ids = [record.id for _, _, record in todo]
     not_after = admission_fence(svc.clock, svc.settings)  # run after it (a Redis stall), ADMIT_MANY writes nothing
-    if before_admit is not None:
-        before_admit(entries, ids, not_after)
-    places = [
-        (
-            record,
-            svc.queue_limit.reservation(
-                spec.id, record.id, spec.max_queue_depth, need_worker=spec.min_workers > 0, not_after=not_after
-            ),
-        )
-        for _, spec, record in todo
-    ]
-    try:
-        admitted = svc.batches.admit_many(places)
-    except GenqError as exc:  # written but not replicated in time: none of it is accepted, once taken back
-        if not undo(svc, [record for _, _, record in todo]):
-            raise unknown_batch(ids) from exc
-        raise
-    except (redis.RedisError, OSError) as exc:
-        if never_sent(exc) or out_of_memory(exc):  # the first attempt's error (redis_client never resends), or
-            # an answer that refused it whole (api/errors.py: 503 storage_full)
-            raise
-        log.warning("a batch of %d: admission got no answer (%s); its fence settles it", len(ids), exc)
-        raise unknown_batch(ids) from exc
+    admitted = _admit_many(svc, entries, todo, not_after, before_admit)
+    if any(written is None and reservation.outcome == Outcome.late for reservation, written in admitted):
+        # Redis answered (no stall): the fence passed while this process waited for a CPU. Once more on a fresh
+        # fence within the bound an Idempotency-Key's binding allows for, as one job (api/job_submit.py): load is
+        # not a refusal. ADMIT_MANY is idempotent per job id, so a job written the first time is not counted twice.
+        fresh = admission_fence(svc.clock, svc.settings)
+        if fresh <= not_after + RETRY_FENCE_SHARES * fence_s(svc.settings):
+            admitted = _admit_many(svc, entries, todo, fresh, before_admit)
     refusals: dict[tuple[str, Outcome], GenqError] = {}  # one per model and reason: Retry-After reads Redis
     created: list[JobRecord] = []
     for (i, spec, record), (reservation, written) in zip(todo, admitted, strict=True):
@@ -150,6 +135,41 @@ def _admit_and_publish(
             raise unknown_batch([r.id for r in created]) from None
         raise
     return [e for e in entries if e is not None]
+
+
+def _admit_many(
+    svc: Services,
+    entries: list[Entry | None],
+    todo: list[tuple[int, ModelSpec, JobRecord]],
+    not_after: float,
+    before_admit: BeforeAdmit | None,
+) -> list[Admitted]:
+    """One ADMIT_MANY of ``todo`` fenced at ``not_after`` (saved first with ``before_admit``): what Redis answered,
+    or the error that says nothing was accepted, or that the outcome is unknown."""
+    ids = [record.id for _, _, record in todo]
+    if before_admit is not None:
+        before_admit(entries, ids, not_after)
+    places = [
+        (
+            record,
+            svc.queue_limit.reservation(
+                spec.id, record.id, spec.max_queue_depth, need_worker=spec.min_workers > 0, not_after=not_after
+            ),
+        )
+        for _, spec, record in todo
+    ]
+    try:
+        return svc.batches.admit_many(places)
+    except GenqError as exc:  # written but not replicated in time: none of it is accepted, once taken back
+        if not undo(svc, [record for _, _, record in todo]):
+            raise unknown_batch(ids) from exc
+        raise
+    except (redis.RedisError, OSError) as exc:
+        if never_sent(exc) or out_of_memory(exc):  # the first attempt's error (redis_client never resends), or
+            # an answer that refused it whole (api/errors.py: 503 storage_full)
+            raise
+        log.warning("a batch of %d: admission got no answer (%s); its fence settles it", len(ids), exc)
+        raise unknown_batch(ids) from exc
 
 
 def unknown_batch(ids: list[str]) -> OutcomeUnknown:

@@ -5,9 +5,11 @@
     .venv/bin/python bench/chaos.py --only failover [--failover-jobs 1000 --rate 40]  # bench/chaos_failover.py
 
 Prints one table per kind: for each fault alone, jobs accepted, faults injected, lost, duplicate
-executions, the longest recovery (fault to the next job finishing) and the 503s answered while
-Redis was down; for the mixed run, lost, stuck, jobs run by two live workers at once, and
-duplicates against their bound.
+executions, duplicate jobs (jobs created for one submission beyond the first: must be 0), the longest
+recovery (fault to the next job finishing) and the 503s answered while Redis was down; for the mixed run,
+lost, stuck, jobs run by two live workers at once, duplicate executions against their bound, and duplicate
+jobs. Every submission is one text, sent as a client sends it: with its own ``Idempotency-Key``, retried with
+it after a 503 (or a 409 while its first attempt is settling) until it is accepted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,14 +31,38 @@ from bench.chaos_failover import scenarios as failovers  # noqa: E402
 from bench.chaos_mixed import mixed  # noqa: E402
 from tests.faults.cluster import Cluster  # noqa: E402
 
+RETRY_S = 0.05  # between a refused attempt of a submission and its retry
+
+
+def submit_once(cluster: Cluster, text: str, give_up_s: float = 120) -> tuple[str | None, int]:
+    """One submission as a client makes it: its own Idempotency-Key, retried with it until it is accepted (or
+    ``give_up_s`` passed). Returns the job id (None: never accepted) and how many attempts were refused."""
+    key, refused, end = uuid.uuid4().hex, 0, time.monotonic() + give_up_s
+    while time.monotonic() < end:
+        try:
+            status, job_id = cluster.submit(text, key)
+        except Exception:  # the app itself raised (Redis gone mid-call): as a dropped connection, retry
+            status, job_id = 0, None
+        if status == 202 and job_id:
+            return job_id, refused
+        refused += 1
+        time.sleep(RETRY_S)
+    return None, refused
+
 
 def submit_all(cluster: Cluster, texts: list[str]) -> list[str]:
     ids = []
     for text in texts:
-        status, job_id = cluster.submit(text)
-        assert status == 202 and job_id, status
+        job_id, refused = submit_once(cluster, text, give_up_s=10)
+        assert job_id and not refused, (text, refused)
         ids.append(job_id)
     return ids
+
+
+def duplicate_jobs(cluster: Cluster) -> int:
+    """Jobs created beyond one per submission (each submission's text is its own; the scenario's Redis holds
+    only its jobs)."""
+    return sum(n - 1 for n in cluster.jobs_per_text().values())
 
 
 def time_to_progress(cluster: Cluster, since: float) -> float:
@@ -77,12 +104,11 @@ def redis_faults(folder: Path, restarts: int, outage_s: float) -> dict[str, obje
         def load() -> None:
             n = 0
             while not stop.is_set():
-                status, job_id = cluster.submit(f"redis-{n}")
+                job_id, refused = submit_once(cluster, f"redis-{n}")
                 n += 1
-                if status == 202 and job_id:
+                unavailable[0] += refused
+                if job_id:
                     accepted.append(job_id)
-                else:
-                    unavailable[0] += 1
                 time.sleep(0.01)
 
         thread = threading.Thread(target=load)
@@ -122,6 +148,7 @@ def row(
         "lost": sum(1 for s in statuses.values() if s not in ("succeeded", "failed")),
         "failed": sum(1 for s in statuses.values() if s == "failed"),
         "duplicates": sum(n - 1 for n in executions.values()),
+        "dup jobs": duplicate_jobs(cluster),
         "recovery_max_s": round(recovery, 1),
         "503s": unavailable,
     }
@@ -181,6 +208,7 @@ def main() -> None:
         any(r["lost"] or r.get("stuck") or r.get("overlaps") for r in rows)
         or any(r["WAIT"] and r["lost"] or r["stuck"] or r["other errors"] for r in failover_rows)
         or any(int(str(r["duplicates"])) > int(str(r["bound"])) for r in together)
+        or any(r["dup jobs"] for r in rows)  # one job per submission, whatever the faults
     )
     sys.exit(1 if bad else 0)
 

@@ -11,7 +11,8 @@ Counted from the runtime's own logs (a line as each run starts, another as it en
 *lost*: accepted jobs whose record is gone; *stuck*: not terminal at the end; *overlaps*: jobs run by
 two workers at once while both were alive (a run cut by a SIGKILL ends at the kill); *duplicates*:
 runs beyond the first; *bound*: the runs on SIGKILLed workers whose results were never stored (cut
-mid-batch, or killed between the batch and its writes).
+mid-batch, or killed between the batch and its writes); *dup jobs*: jobs created for one submission beyond
+the first (a refused submission is retried with its own Idempotency-Key, as a client does): 0.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,18 +74,18 @@ class Stream:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        n = 0
+        n, key = 0, uuid.uuid4().hex
         while len(self.accepted) < self.jobs:
             text = f"long-{n}" if n % LONG_EVERY == LONG_EVERY - 1 else f"job-{n}"
             body = {"model": "work", "input": {"text": f"{text} [MASK]", "top_k": 3 if "long" in text else 5}}
-            try:
-                response = self.cluster.api.post("/v1/jobs", json=body)
+            try:  # a refused submission is sent again with its own key, as a client retries (one job each)
+                response = self.cluster.api.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
                 status, job_id = response.status_code, (response.json or {}).get("id")
             except Exception:
                 status, job_id = 0, None
             if status == 202 and job_id:
                 self.accepted.append(job_id)
-                n += 1
+                n, key = n + 1, uuid.uuid4().hex
             else:
                 self.unavailable += 1
             time.sleep(1 / self.rate)
@@ -222,6 +224,7 @@ def mixed(
             "overlaps": overlaps(runs, faults.kills),
             "duplicates": sum(n - 1 for n in executions.values()),
             "bound": killed_runs(cluster, runs, faults, stream.accepted),
+            "dup jobs": sum(n - 1 for n in cluster.jobs_per_text().values()),  # jobs beyond one per submission
             "503s": stream.unavailable,
             "faults_s": round(faulted),
             "drain_s": round(drained, 1),

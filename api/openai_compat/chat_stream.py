@@ -31,7 +31,7 @@ TOOL_OPEN = "<tool_call>"  # the demo chat template's tool-call format (notes: t
 
 def stream_chat(req: ChatCompletionRequest, spec: Any, inp: dict[str, Any]) -> Response:
     svc = services()
-    record, watch = accept_streamed(spec, inp, req.priority, PARAMS)
+    record, watch, leave = accept_streamed(spec, inp, req.priority, PARAMS)
     job_id = record.id
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     chunks = ChatChunks(
@@ -40,8 +40,8 @@ def stream_chat(req: ChatCompletionRequest, spec: Any, inp: dict[str, Any]) -> R
 
     def close() -> None:
         events.close()
-        if not chunks.done:  # the client left mid-answer: nobody reads the rest, stop its rows
-            svc.store.cancel(job_id)
+        if not chunks.done:  # the client left mid-answer: nobody reads the rest, stop its rows (unless a retry reads)
+            leave()
 
     return sse_response(chunks.stream(events), on_close=close)
 

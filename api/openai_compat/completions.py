@@ -110,11 +110,18 @@ def create_completion() -> Response:
 
 def _stream(req: CompletionRequest, spec: ModelSpec, inp: dict[str, Any]) -> Response:
     svc = services()
-    record, watch = accept_streamed(spec, inp, req.priority, PARAMS)
+    record, watch, _ = accept_streamed(spec, inp, req.priority, PARAMS)
     job_id = record.id
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     head = _head(job_id, spec.id, record.created_at)
-    return sse_response(_chunks(events, head, req.include_usage, req.n or 1), on_close=events.close)
+    return sse_response(_opened(_chunks(events, head, req.include_usage, req.n or 1)), on_close=events.close)
+
+
+def _opened(chunks: Iterator[str]) -> Iterator[str]:
+    """The headers go out at once (as chat's role chunk sends them), not with the first token: a caller's read
+    timeout is not spent while the job waits in the queue, so no retry is sent for a call that was accepted."""
+    yield KEEPALIVE
+    yield from chunks
 
 
 def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool, n: int) -> Iterator[str]:

@@ -8,7 +8,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -115,19 +115,72 @@ def accept(
 
 def accept_streamed(
     spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]
-) -> tuple[JobRecord, Watch]:
+) -> tuple[JobRecord, Watch, Callable[[], None]]:
     """Submit a streamed call's job, watching its channels first: no event of the job can come before the stream
-    listens. Beyond the process's or the key's share of held requests: 503 with Retry-After."""
+    listens. Beyond the process's or the key's share of held requests: 503 with Retry-After.
+
+    A retry of the openai package's (``x-stainless-retry-count``) attaches to the job its first attempt started,
+    streaming its events from the first, as the non-streamed retry does (``run``). The third item is what to do
+    when the client leaves mid-answer: cancel the job, unless a later attempt of the call streams it now.
+    """
     svc = services()
-    job_id = str(uuid.uuid4())
-    keys = svc.store.keys
     current_app.extensions["genq_stream_limit"].check()
-    watch = svc.waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
+    owner, call, retries = current_owner(), identity(spec.id, inp, str(priority)), retry_count()
+    found = _attached_stream(owner, call) if retries > 0 else None
+    if found is None:
+        job_id = str(uuid.uuid4())
+        watch = _watch_job(job_id)
+        try:
+            record = accept(spec, inp, priority, params, job_id)
+        except Exception:
+            watch.close()
+            raise
+    else:
+        record, watch = found
+    mine = f"{record.id} {retries}"  # this attempt's mark: the latest attempt to stream the job
     try:
-        return accept(spec, inp, priority, params, job_id), watch
-    except Exception:
+        svc.idempotency.remember(owner, call, mine, math.ceil(answer_within_s(svc.settings)) + REMEMBER_EXTRA_S)
+    except (redis.RedisError, OSError) as exc:  # the job runs all the same; a retry would start another
+        log.warning("job %s: its streamed call's identity was not saved (%s)", record.id, exc)
+
+    def leave() -> None:
+        try:
+            latest = svc.idempotency.recall(owner, call)
+        except (redis.RedisError, OSError):
+            latest = None
+        if latest in (None, mine):
+            svc.store.cancel(record.id)
+        else:
+            log.info("job %s: its stream's client left; a retry of the call streams it", record.id)
+
+    return record, watch, leave
+
+
+def _watch_job(job_id: str) -> Watch:
+    keys = services().store.keys
+    return services().waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
+
+
+def _attached_stream(owner: str, call: str) -> tuple[JobRecord, Watch] | None:
+    """The job an earlier attempt of this streamed call started, watched (before its record is read: no event
+    is missed), unless it is gone or was canceled (its client left before this retry came: a new job)."""
+    svc = services()
+    found = svc.idempotency.recall(owner, call)
+    if not found:
+        return None
+    job_id = _job_id(found)
+    watch = _watch_job(job_id)
+    try:
+        record = svc.store.get(job_id)
+    except BaseException:
         watch.close()
         raise
+    if record is None or record.owner != owner or record.status == JobStatus.canceled:
+        watch.close()
+        return None
+    g.genq_job_id = record.id
+    log.info("job %s: a retried stream attaches to it", record.id)
+    return record, watch
 
 
 def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]) -> JobRecord:
@@ -156,13 +209,18 @@ def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mappin
 def attached(owner: str, call: str) -> JobRecord | None:
     """The caller's job that an earlier attempt of this call started, while its record lives."""
     svc = services()
-    job_id = svc.idempotency.recall(owner, call)
-    record = svc.store.get(job_id) if job_id else None
+    found = svc.idempotency.recall(owner, call)
+    record = svc.store.get(_job_id(found)) if found else None
     if record is None or record.owner != owner:
         return None
     g.genq_job_id = record.id
     log.info("job %s: a retried call attaches to it", record.id)
     return record
+
+
+def _job_id(remembered: str) -> str:
+    """The job id of a call's remembered value (a streamed attempt adds its retry count after a space)."""
+    return remembered.split(" ", 1)[0]
 
 
 def finished(record: JobRecord, wait_s: float | None = None) -> JobRecord:

@@ -84,7 +84,7 @@ def _owned(resp_id: str) -> JobRecord:
 
 
 def _stream_new(spec: Any, inp: dict[str, Any], req: ResponsesRequest) -> Response:
-    record, watch = accept_streamed(spec, inp, req.priority, PARAMS)
+    record, watch, _ = accept_streamed(spec, inp, req.priority, PARAMS)
     return _events_response(record, watch, -1, background=req.background)
 
 

@@ -99,9 +99,21 @@ class Cluster:
         self.workers.append(proc)
         return proc
 
-    def submit(self, text: str) -> tuple[int, str | None]:
-        response = self.api.post("/v1/jobs", json={"model": "work", "input": {"text": f"{text} [MASK]"}})
+    def submit(self, text: str, key: str | None = None) -> tuple[int, str | None]:
+        headers = {"Idempotency-Key": key} if key else {}
+        response = self.api.post(
+            "/v1/jobs", json={"model": "work", "input": {"text": f"{text} [MASK]"}}, headers=headers
+        )
         return response.status_code, (response.json or {}).get("id")
+
+    def jobs_per_text(self) -> Counter[str]:
+        """How many job records hold each text: the jobs created per submission (every submission has its own)."""
+        client, found = self.store.redis, Counter[str]()
+        for name in client.scan_iter(self.store.keys.job("*"), count=1000):
+            raw = client.hget(name, "input") if client.type(name) == b"hash" else None
+            if raw:
+                found[str(json.loads(raw).get("text", "")).removesuffix(" [MASK]")] += 1
+        return found
 
     def executions(self) -> Counter[str]:
         return Counter(run.text for run in self.runs())

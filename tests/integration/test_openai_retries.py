@@ -36,3 +36,59 @@ def test_a_call_answers_before_its_callers_read_timeout_and_its_retry_attaches(p
     assert len(private.jobs_with(tag)) == 1  # one job for the call and its retry
     _, fresh = call(private, tag, 0)  # a new call (not a retry) with the same body is its own job
     assert fresh.headers["x-genq-job-id"] != first.headers["x-genq-job-id"] and len(private.jobs_with(tag)) == 2
+
+
+@pytest.fixture
+def texts(tmp_path, settings) -> Iterator[Private]:
+    """As ``private``, with the demo GPT-2 online (a ghost: its streams stay queued, as a busy model's do)."""
+    with private_api(tmp_path, settings, online=("gpt2-demo",), openai_wait_s=30) as own:
+        yield own
+
+
+STREAMED = {
+    "/openai/v1/chat/completions": lambda tag: {"messages": [{"role": "user", "content": tag}], "max_tokens": 4},
+    "/openai/v1/completions": lambda tag: {"prompt": tag, "max_tokens": 4},
+    "/openai/v1/responses": lambda tag: {"input": tag, "max_output_tokens": 4},
+}
+
+
+def stream(private: Private, path: str, tag: str, retry: int) -> object:
+    """A streamed call as the openai package sends it (its retry headers), its body left unread."""
+    headers = {"x-stainless-read-timeout": "60", "x-stainless-retry-count": str(retry), "x-stainless-lang": "python"}
+    body = {"model": "gpt2-demo", "stream": True, **STREAMED[path](tag)}
+    response = private.client.post(path, json=body, headers=headers, buffered=False)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response
+
+
+@pytest.mark.parametrize("path", list(STREAMED))
+def test_a_retried_stream_attaches_to_the_job_its_first_attempt_started(texts, path):
+    tag = uuid.uuid4().hex
+    first = stream(texts, path, tag, 0)
+    job_id = first.headers["x-genq-job-id"]
+    retried = stream(texts, path, tag, 1)
+    try:
+        assert retried.headers["x-genq-job-id"] == job_id
+        assert len(texts.jobs_with(tag)) == 1  # one job for the call and its retry
+        if path.endswith("chat/completions"):
+            assert job_id in next(iter(retried.response)).decode()  # its first chunk names the job
+        first.close()  # the first attempt's client is gone: its leaving does not cancel what the retry streams
+        assert texts.client.get(f"/v1/jobs/{job_id}").json["status"] == "queued"
+    finally:
+        first.close()
+        retried.close()
+    fresh = stream(texts, path, tag, 0)  # a new call (not a retry) with the same body is its own job
+    fresh.close()
+    assert fresh.headers["x-genq-job-id"] != job_id and len(texts.jobs_with(tag)) == 2
+
+
+def test_a_retry_after_its_first_stream_was_canceled_starts_anew(texts):
+    path = "/openai/v1/chat/completions"
+    tag = uuid.uuid4().hex
+    first = stream(texts, path, tag, 0)
+    first.close()  # the client left before the retry came: the job is canceled
+    job_id = first.headers["x-genq-job-id"]
+    assert texts.client.get(f"/v1/jobs/{job_id}").json["status"] == "canceled"
+    retried = stream(texts, path, tag, 1)
+    retried.close()
+    assert retried.headers["x-genq-job-id"] != job_id

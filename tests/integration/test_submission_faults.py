@@ -215,6 +215,32 @@ def test_a_fence_passed_while_waiting_for_a_cpu_is_not_a_refusal(private, monkey
     assert stalls and len(private.jobs_with(tag)) == 1
 
 
+def test_a_batch_whose_fence_passed_while_waiting_for_a_cpu_is_admitted_on_a_fresh_one(private, monkeypatch):
+    """As for one job: ADMIT_MANY answered "late" (the API stalled between reading the fence and sending it) is
+    sent once more on a fresh fence; every job is accepted, once, and a keyed replay answers the same jobs."""
+    queue_limit = private.svc.queue_limit
+    reservation = queue_limit.reservation
+    stalls: list[float] = []
+
+    def busy_cpu(*args: Any, **kwargs: Any) -> Any:
+        if not stalls:
+            stalls.append(time.monotonic())
+            time.sleep(0.4)  # longer than the fence (a quarter of GENQ_REDIS_TIMEOUT_S)
+        return reservation(*args, **kwargs)
+
+    monkeypatch.setattr(queue_limit, "reservation", busy_cpu)
+    tag, key = uuid.uuid4().hex, uuid.uuid4().hex
+    payload = {"jobs": [body(f"{tag}-{n}") for n in range(3)]}
+    response = private.client.post("/v1/jobs/batch", json=payload, headers={"Idempotency-Key": key})
+    assert response.status_code == 202, response.json
+    entries = response.json["jobs"]
+    assert stalls and all("id" in e for e in entries), entries  # no entry refused as overloaded
+    assert len(private.jobs_with(tag)) == 3
+    replay = private.client.post("/v1/jobs/batch", json=payload, headers={"Idempotency-Key": key})
+    assert [e["id"] for e in replay.json["jobs"]] == [e["id"] for e in entries]
+    assert len(private.jobs_with(tag)) == 3
+
+
 @pytest.mark.parametrize("path, payload", [("/v1/jobs", body("full")), ("/v1/jobs/batch", {"jobs": [body("full")]})])
 def test_redis_out_of_memory_answers_503_storage_full_and_writes_nothing(private, path, payload):
     assert private.client.post("/v1/jobs", json=body("warm-up")).status_code == 202
