@@ -155,6 +155,57 @@ def unet_steps(models: Path, reps: int) -> dict[str, float]:
         cache.close()
 
 
+def synthetic_adapters(cache: AdapterCache, rank: int, targets: tuple[str, ...], count: int = 4) -> None:
+    """``count`` random rank-``rank`` LoRAs on every module whose name ends with one of ``targets``, put on the
+    device directly (a bench shortcut: no files; the cost of a step depends on the shapes, not the values)."""
+    import torch
+
+    from worker.adapters.weights import LayerDelta
+
+    generator = torch.Generator().manual_seed(0)
+    for i in range(count):
+        layers = {}
+        for module, shape in cache._shapes.items():
+            if shape.kind == "linear" and module.endswith(targets):
+                down = torch.randn(rank, shape.in_features, generator=generator) / shape.in_features**0.5
+                up = torch.randn(shape.out_features, rank, generator=generator) * 0.01
+                layers[module] = LayerDelta(shape, down, up)
+        with cache._lock:
+            cache._device[f"sd15-lora-{i}"] = LoraWeights(f"sd15-lora-{i}", layers)
+
+
+def sd15_steps(reps: int) -> dict[str, float]:
+    """ms per UNet call of SD 1.5's architecture (random weights, 860M parameters) for 8 guided 64x64 images,
+    with four rank-16 LoRAs on the attention projections (the usual SD LoRA targets)."""
+    import torch
+
+    from bench.gpu_archs import SD15
+    from bench.gpu_models import sd_unet
+
+    unet = sd_unet(SD15).eval()
+    cache = AdapterCache(unet, {})
+    synthetic_adapters(cache, 16, ("to_q", "to_k", "to_v", "to_out.0"))
+    names = list(cache._device)
+    generator = torch.Generator().manual_seed(0)
+    sample = torch.randn(2 * BATCH, 4, 8, 8, generator=generator)
+    text = torch.randn(2 * BATCH, 77, SD15.text_hidden, generator=generator)
+    t = torch.full((2 * BATCH,), 500)
+    calls: dict[str, Callable[[], Any]] = {}
+    for label, layout in _layouts(names).items():
+        rows = with_guidance(layout, GUIDED)
+        for stack in (False, True) if label.startswith("4 adapters") else (False,):
+
+            def call(rows: list[RowSpec] = rows, stack: bool = stack) -> Any:
+                with cache.rows(rows, stack=stack):
+                    return unet(sample, t, encoder_hidden_states=text, return_dict=False)[0]
+
+            calls[label + (" (stacked)" if stack else "")] = call
+    try:
+        return _round_robin(calls, reps)
+    finally:
+        cache.close()
+
+
 def gpt2_steps(models: Path, reps: int) -> dict[str, float]:
     """ms per decode step of 8 rows over a 48-token KV cache."""
     import torch
@@ -222,8 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", type=Path, default=Path(".genq/models"), help="demo models folder")
     parser.add_argument("--reps", type=int, default=9, help="timed repetitions per configuration")
+    parser.add_argument("--sd15", action="store_true", help="only SD 1.5's UNet (random weights, rank-16 LoRAs)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.sd15:
+        print(f"CPU, 1 thread, batch {BATCH}; median ms per forward")
+        _table(f"SD 1.5 UNet, {BATCH} guided 64x64 images ({2 * BATCH} rows) per step", sd15_steps(args.reps))
+        return 0
     build_demo_models(args.models, names=("gpt2-demo", "sd-demo"))
     print(f"CPU, 1 thread, batch {BATCH}; median ms per forward")
     _table(f"demo UNet, {BATCH} guided 64x64 images ({2 * BATCH} rows) per step", unet_steps(args.models, args.reps))
