@@ -39,6 +39,8 @@ class ModelConfig:
     max_wait_ms: float
     policy: str = "adaptive"
     scheduling: str | None = None  # "step" or "request"; None: the model's default
+    adapter_rows: str | None = None  # "mixed" or "grouped"; None: the default (mixed)
+    adapters: tuple[tuple[str, str], ...] = ()  # (name, folder relative to the demo model's) the model offers
 
     def toml(self, demo_dir: Path) -> str:
         kind = kind_of(self.demo)
@@ -49,9 +51,13 @@ class ModelConfig:
             f"batching = {{ max_batch_size = {self.max_batch_size}, max_wait_ms = {self.max_wait_ms}, "
             f'policy = "{self.policy}", buffer_batches = 2'
             + (f', scheduling = "{self.scheduling}"' if self.scheduling else "")
+            + (f', adapter_rows = "{self.adapter_rows}"' if self.adapter_rows else "")
             + " }",
             "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
+        if self.adapters:
+            named = ", ".join(f'"{name}" = "{demo_dir / self.demo / folder}"' for name, folder in self.adapters)
+            lines.append(f"adapters = {{ {named} }}")
         if kind == "text-to-image":
             lines.append(
                 "limits = { default_width = 64, default_height = 64, default_steps = 4, "

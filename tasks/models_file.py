@@ -60,6 +60,9 @@ class BatchingSettings(BaseModel):
         ge=1,
         description="budget of the rows' step_cost per step (images: latent pixels x images)",
     )
+    # grouped: rows with different adapters never share a step session (vllm-omni's choice); kept to measure
+    # mixing against (bench/adapters_stack.py) and for hosts where a mixed step measures slower.
+    adapter_rows: Literal["mixed", "grouped"] = "mixed"
 
     @model_validator(mode="before")
     @classmethod

@@ -242,6 +242,23 @@ def test_step_key_cost_and_empty_session(runtime: TextToImageRuntime) -> None:
     assert session.step() == [] and session.progress() == {} and session.weight() == 0
 
 
+def test_grouped_adapter_rows_put_the_loras_in_the_step_key(runtime: TextToImageRuntime) -> None:
+    """``adapter_rows = "grouped"``: rows with different adapters never share a session (mixed: they do)."""
+    from tasks.models_file import BatchingSettings
+
+    watercolor = job(loras=[{"name": "watercolor", "scale": 0.5}])
+    assert runtime.step_key(watercolor) == runtime.step_key(job()) == (64, 64)
+    spec = runtime.spec
+    runtime.spec = spec.model_copy(update={"batching": BatchingSettings(adapter_rows="grouped")})
+    try:
+        assert runtime.step_key(job()) == (64, 64, ())
+        assert runtime.step_key(watercolor) == (64, 64, (("watercolor", 0.5),))
+        session = runtime.open_session((64, 64, (("watercolor", 0.5),)))
+        assert session.step() == [] and session.weight() == 0
+    finally:
+        runtime.spec = spec
+
+
 def test_sdxl_runs_request_level(runtime: TextToImageRuntime, tmp_path: Path) -> None:
     build_tiny_sdxl(Path(runtime.source), tmp_path)
     spec = ModelSpec(id="sdxl-demo", kind="text-to-image", source=str(tmp_path), limits=LIMITS)

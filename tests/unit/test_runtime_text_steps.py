@@ -54,6 +54,19 @@ def test_keys_and_costs_are_the_same_for_every_setting(textgen: TextGenerationRu
     assert isinstance(textgen.open_session(()), TextStepSession)
 
 
+def test_grouped_adapter_rows_key_sessions_by_adapter(textgen: TextGenerationRuntime) -> None:
+    from tasks.models_file import BatchingSettings
+
+    spec = textgen.spec
+    textgen.spec = spec.model_copy(update={"batching": BatchingSettings(adapter_rows="grouped")})
+    try:
+        keys = [textgen.step_key(TextGenerationInput(prompt="a", adapter=name)) for name in (None, "pirate")]
+        assert keys == [(None,), ("pirate",)]
+        assert isinstance(textgen.open_session(("pirate",)), TextStepSession)
+    finally:
+        textgen.spec = spec
+
+
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
 def test_a_job_gets_the_same_tokens_alone_batched_or_joined(textgen: TextGenerationRuntime, do_sample: bool) -> None:
     job = TextGenerationInput(

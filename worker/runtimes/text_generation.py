@@ -79,8 +79,11 @@ class TextGenerationRuntime(Runtime):
 
     def step_key(self, inp: Any) -> Hashable | None:
         """Every text job may join every running session: sampling settings are per row, never a key.
-        None (request-level only) for a model whose KV cache rows cannot be spliced (sliding windows...)."""
-        return () if self.joins_rows else None
+        None (request-level only) for a model whose KV cache rows cannot be spliced (sliding windows...).
+        With ``adapter_rows = "grouped"`` the job's adapter is the key."""
+        if not self.joins_rows:
+            return None
+        return (inp.adapter,) if self.spec.batching.adapter_rows == "grouped" else ()
 
     def open_session(self, key: Hashable) -> StepSession:
         """An empty decode batch that rows join between steps."""

@@ -143,14 +143,19 @@ class TextToImageRuntime(Runtime):
     # --- step-level scheduling ------------------------------------------------------------------------
 
     def step_key(self, inp: Any) -> Hashable | None:
-        """Images of one size share a step session; None (request-level) for pipelines a session cannot step."""
-        return (inp.width, inp.height) if self._steppable else None
+        """Images of one size share a step session; None (request-level) for pipelines a session cannot step.
+        With ``adapter_rows = "grouped"`` the adapters and their scales are part of the key."""
+        if not self._steppable:
+            return None
+        if self.spec.batching.adapter_rows == "grouped":
+            return (inp.width, inp.height, tuple((lora.name, lora.scale) for lora in inp.loras))
+        return (inp.width, inp.height)
 
     def open_session(self, key: Hashable) -> StepSession:
         """An empty session for images of ``key`` = (width, height)."""
         if not self._steppable:
             return super().open_session(key)
-        width, height = cast(tuple[int, int], key)
+        width, height = cast(tuple[int, ...], key)[:2]
         inpainting = self.pipes.get(Mode.inpaint)
         return ImageStepSession(
             self.pipe,
