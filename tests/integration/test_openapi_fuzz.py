@@ -299,16 +299,14 @@ def test_accepted_jobs_run_to_completion(fuzzed: Fuzzed, fuzz_settings: Settings
         time.sleep(0.5)
     statuses = Counter(r.status.value if r else "missing" for r in records)
     # A deadline that passes while a job runs stops it at the next step (failed, deadline_exceeded): the fuzzer's
-    # deadlines of milliseconds do that. A conversation is rendered with its template (and tools) only in the
-    # worker, which refuses one past the context (README, "Inputs per kind"): the API cannot count it yet. Any
-    # other failure is the worker's fault.
+    # deadlines of milliseconds do that. A conversation past the context is refused at submission (the API renders
+    # it as the worker does), so it never fails here. Any other failure is the worker's fault.
     failed = [
         (r.model, r.input, r.error)
         for r in records
         if r is not None
         and r.status.value == "failed"
         and not (r.deadline_at is not None and r.error is not None and r.error.code == "deadline_exceeded")
-        and not (r.input.get("messages") and r.error is not None and "maximum context length" in r.error.message)
     ]
     assert not failed, failed[:5]
     # Expired: the fuzzer asked for deadlines of microseconds; canceled: it followed the cancel link.
