@@ -50,8 +50,9 @@ def test_the_openai_routes_answer_400_context_length_exceeded(api):
     assert response.status_code == 400, response.get_json()
     error = response.get_json()["error"]
     assert error["param"] == "prompt" and error["code"] == "context_length_exceeded"
-    assert "maximum context length is 512 tokens" in error["message"] and "in the prompt, 64 in the completion" in (
-        error["message"]
+    assert (
+        "maximum context length is 512 tokens" in error["message"]
+        and "in the prompt, 64 in the completion" in (error["message"])
     )
     chat = api.post(
         "/openai/v1/chat/completions",
