@@ -58,8 +58,9 @@ def _file_templates(source: str, revision: str | None) -> str | dict[str, str] |
     default = model_file(source, TEMPLATE_FILE, revision)
     if default is not None:
         templates["default"] = default.read_text(encoding="utf-8")
-    folder = Path(source, TEMPLATE_DIR)
-    if folder.is_dir():  # a local folder; the hub cache cannot list a folder offline (then the worker decides)
+    config = model_file(source, "tokenizer_config.json", revision)  # its folder: the model's, or a cached snapshot
+    folder = Path(source if config is None else config.parent, TEMPLATE_DIR)
+    if folder.is_dir():
         for path in sorted(folder.glob("*.jinja")):
             templates[path.name.removesuffix(".jinja")] = path.read_text(encoding="utf-8")
     if list(templates) == ["default"]:

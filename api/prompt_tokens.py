@@ -40,19 +40,25 @@ def _tokenizer(source: str, revision: str | None) -> Any | None:
 def count_tokens(models: ModelsFile, spec: ModelSpec, text: str, special: bool = True) -> int | None:
     """``text``'s tokens as the worker counts them (``special``: the tokenizer's own added tokens, as a prompt is
     tokenized; a rendered conversation carries its own); None when it cannot be told here."""
-    tokenizer = _tokenizer(models.source_of(spec.id), spec.revision)
+    return _count(models.source_of(spec.id), spec.revision, text, special)
+
+
+def _count(source: str, revision: str | None, text: str, special: bool) -> int | None:
+    tokenizer = _tokenizer(source, revision)
     if tokenizer is None:
         return None
     return max(1, len(tokenizer.encode(text, add_special_tokens=special).ids))  # empty: one start token
 
 
 def conversation_tokens(models: ModelsFile, spec: ModelSpec, inp: Any) -> int | None:
-    """A ``messages`` input's tokens, rendered as the worker renders it; None when its template is not at hand."""
-    found = chat_templates(models.source_of(spec.id), spec.revision, spec.chat_template)
+    """A ``messages`` input's tokens, rendered as the worker renders it; None when its template or tokenizer is not
+    at hand."""
+    source = models.source_of(spec.id)  # resolved once: a path resolution costs as much as the rendering
+    found = chat_templates(source, spec.revision, spec.chat_template)
     template = None if found is None else pick(found.templates, inp)
-    if found is None or template is None:
+    if found is None or template is None or _tokenizer(source, spec.revision) is None:
         return None
-    return count_tokens(models, spec, render(template, inp, found.special_tokens), special=False)
+    return _count(source, spec.revision, render(template, inp, found.special_tokens), special=False)
 
 
 def check_prompt_fits(models: ModelsFile, spec: ModelSpec, inp: Any) -> None:

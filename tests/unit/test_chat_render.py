@@ -134,3 +134,26 @@ def test_the_sandbox_holds(tmp_path: Path) -> None:
     (tmp_path / "chat_template.jinja").write_text("{{ messages.__class__.__mro__ }}")
     with pytest.raises(InvalidInput, match="input.messages"):
         _api_render(str(tmp_path), TextGenerationInput(**CONVERSATIONS[0]))
+
+
+def test_templates_are_found_where_the_tokenizer_finds_them(demo_models: Path, tmp_path: Path) -> None:
+    """chat_template.jinja over tokenizer_config.json's, named templates from additional_chat_templates/: the
+    template the API picks is the one the tokenizer loaded from the same folder renders with."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    source = demo_models / "gpt2-demo"
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.jinja"):
+        shutil.copy(source / name, tmp_path / name)
+    (tmp_path / "additional_chat_templates").mkdir()
+    (tmp_path / "additional_chat_templates" / "tool_use.jinja").write_text(
+        "{% for t in tools %}{{ t.function.name }};{% endfor %}{{ messages | length }}{{ eos_token }}"
+    )
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+    tok.pad_token = tok.eos_token
+    assert isinstance(tok.chat_template, dict) and set(tok.chat_template) == {"default", "tool_use"}
+    chat_templates.cache_clear()
+    for conversation in CONVERSATIONS:
+        inp = TextGenerationInput(**conversation)
+        assert _api_render(str(tmp_path), inp) == chat_prompt.render(tok, inp), conversation
