@@ -234,9 +234,14 @@ def record(result: Fuzzed, recorder: ScenarioRecorder) -> None:
 
 
 #: Rules JSON Schema cannot state, documented in the field's description: a value naming another field's entries,
-#: and a JSON schema (response_format, a tool's parameters) that the grammar library must be able to enforce. A
+#: a JSON schema (response_format, a tool's parameters) that the grammar library must be able to enforce, and a
+#: conversation whose rendered tokens (its template, its tools) and max_new_tokens pass the model's context. A
 #: schema-valid body that breaks one is rightly a 422 naming the field.
-CROSS_FIELD_RULES = (b"which is not a declared tool", b"the JSON schema cannot be enforced")
+CROSS_FIELD_RULES = (
+    b"which is not a declared tool",
+    b"the JSON schema cannot be enforced",
+    b"input.messages: this model's maximum context length",
+)
 
 
 def cross_field_refusal(recorder: ScenarioRecorder, case_id: str, check: CheckNode) -> bool:
