@@ -1,8 +1,10 @@
 """A text-generation prompt counted in tokens at submission, with the model's own tokenizer.json (the ``tokenizers``
-library: Rust, no torch), so a prompt and its new tokens that exceed the context are refused, never cut.
+library: Rust, no torch), so a prompt and its new tokens that exceed the context are refused, never cut. A chat job's
+``messages`` count as the worker's prompt: the conversation rendered with the model's chat template
+(api/chat_render.py), tokenized without special tokens added, as ``apply_chat_template`` does.
 
-A model whose tokenizer.json is not at hand (a hub id not in the local cache) is not counted here: the worker
-refuses such a job instead (worker/runtimes/text_generation.py), with the same message.
+A model whose tokenizer.json (or chat template) is not at hand (a hub id not in the local cache) is not counted
+here: the worker refuses such a job instead (worker/runtimes/text_generation.py), with the same message.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import functools
 import logging
 from typing import Any
 
+from api.chat_render import pick, render
+from api.chat_templates import chat_templates
 from tasks.context_fit import check_context
 from tasks.kinds import JobKind, TextGenerationLimits
 from tasks.model_config import model_file
@@ -33,22 +37,44 @@ def _tokenizer(source: str, revision: str | None) -> Any | None:
         return None
 
 
-def count_tokens(models: ModelsFile, spec: ModelSpec, text: str) -> int | None:
-    """``text``'s tokens as the worker counts them (special tokens included); None when it cannot be told here."""
-    tokenizer = _tokenizer(models.source_of(spec.id), spec.revision)
+def count_tokens(models: ModelsFile, spec: ModelSpec, text: str, special: bool = True) -> int | None:
+    """``text``'s tokens as the worker counts them (``special``: the tokenizer's own added tokens, as a prompt is
+    tokenized; a rendered conversation carries its own); None when it cannot be told here."""
+    return _count(models.source_of(spec.id), spec.revision, text, special)
+
+
+def _count(source: str, revision: str | None, text: str, special: bool) -> int | None:
+    tokenizer = _tokenizer(source, revision)
     if tokenizer is None:
         return None
-    return max(1, len(tokenizer.encode(text).ids))  # an empty encoding runs on one start token
+    return max(1, len(tokenizer.encode(text, add_special_tokens=special).ids))  # empty: one start token
 
 
-def check_prompt_fits(models: ModelsFile, spec: ModelSpec, inp: Any, field: str = "input.prompt") -> None:
-    """A text-generation input whose prompt and ``max_new_tokens`` exceed the model's context: ContextTooLong."""
+def conversation_tokens(models: ModelsFile, spec: ModelSpec, inp: Any) -> int | None:
+    """A ``messages`` input's tokens, rendered as the worker renders it; None when its template or tokenizer is not
+    at hand."""
+    source = models.source_of(spec.id)  # resolved once: a path resolution costs as much as the rendering
+    found = chat_templates(source, spec.revision, spec.chat_template)
+    template = None if found is None else pick(found.templates, inp)
+    if found is None or template is None or _tokenizer(source, spec.revision) is None:
+        return None
+    return _count(source, spec.revision, render(template, inp, found.special_tokens), special=False)
+
+
+def check_prompt_fits(models: ModelsFile, spec: ModelSpec, inp: Any) -> None:
+    """A text-generation input whose prompt (or rendered conversation) and ``max_new_tokens`` exceed the model's
+    context: ContextTooLong naming ``input.prompt`` (or ``input.messages``)."""
     if spec.kind != JobKind.text_generation or not isinstance(spec.limits, TextGenerationLimits):
         return
     context = spec.limits.context_tokens
-    prompt = getattr(inp, "prompt", None)
-    if context is None or not isinstance(prompt, str):
+    if context is None:
         return
-    tokens = count_tokens(models, spec, prompt)
+    prompt, messages = getattr(inp, "prompt", None), getattr(inp, "messages", None)
+    if isinstance(prompt, str):
+        tokens, field = count_tokens(models, spec, prompt), "input.prompt"
+    elif messages is not None:
+        tokens, field = conversation_tokens(models, spec, inp), "input.messages"
+    else:
+        return
     if tokens is not None:
         check_context(tokens, int(inp.max_new_tokens), context, field)

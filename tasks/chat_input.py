@@ -61,7 +61,8 @@ class ChatInput(BaseModel):
         default=None,
         min_length=1,
         description="a conversation (OpenAI's roles and shapes) rendered with the model's chat template; "
-        "exactly one of prompt and messages",
+        "exactly one of prompt and messages; rendered, its tokens plus max_new_tokens fit the model's context "
+        "(context_tokens), else a 422 naming input.messages",
     )
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None,

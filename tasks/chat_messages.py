@@ -147,6 +147,15 @@ def message_dicts(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def template_extras(inp: Any) -> dict[str, Any]:
+    """What the chat template gets besides the messages (the worker's ``apply_chat_template`` and the API's count
+    alike): ``tools`` (OpenAI's tool definitions, as the templates expect them) unless ``tool_choice`` is none."""
+    tools = getattr(inp, "tools", None)
+    if not tools or inp.effective_tool_choice() == "none":
+        return {}
+    return {"tools": [tool.model_dump(exclude_none=True) for tool in tools]}
+
+
 def check_template_kwargs(value: dict[str, Any] | None) -> dict[str, Any] | None:
     """``chat_template_kwargs``: JSON values for the template, none named like ``apply_chat_template``'s own."""
     if value is None:

@@ -14,11 +14,12 @@ from flask import Blueprint, Flask, Response, g, request
 from api.openai_compat.chat import create_chat_completion
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
-from api.openai_compat.errors import JobNotDone, job_not_done, to_openai_error
+from api.openai_compat.errors import JobNotDone, context_too_long, job_not_done, to_openai_error
 from api.openai_compat.image_edits import edit_images
 from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
 from api.openai_compat.responses import cancel_response, create_response, delete_response, retrieve_response
+from tasks.context_fit import ContextTooLong
 
 PREFIX = "/openai/v1"
 
@@ -34,6 +35,7 @@ def install(app: Flask) -> None:
     bp = Blueprint("openai", __name__, url_prefix=PREFIX)
     bp.after_request(_job_header)
     bp.register_error_handler(JobNotDone, job_not_done)
+    bp.register_error_handler(ContextTooLong, context_too_long)  # before the app's GenqError handler
     bp.add_url_rule("/images/generations", view_func=generate_images, methods=["POST"])
     bp.add_url_rule("/images/edits", view_func=edit_images, methods=["POST"])
     bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])

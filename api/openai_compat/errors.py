@@ -12,6 +12,7 @@ from flask import Response, g, jsonify, request
 
 from api.metrics import JOBS_REJECTED, rejection_reason
 from api.services import services
+from tasks.context_fit import ContextTooLong
 from tasks.errors import ErrorCode
 
 #: genq code -> (HTTP status, OpenAI error type, OpenAI error code); the code is genq's own where OpenAI has none.
@@ -42,6 +43,21 @@ def job_not_done(exc: JobNotDone) -> Response:
     response.status_code = exc.status
     # The openai package retries 5xx answers by itself: that would run a job that has run (or is running) again.
     response.headers["x-should-retry"] = "false"
+    return response
+
+
+def context_too_long(exc: ContextTooLong) -> Response:
+    """A prompt (or conversation) and its completion past the model's context: OpenAI's own answer, ``400``
+    ``context_length_exceeded`` naming the parameter, in OpenAI's words (clients match on the code)."""
+    what = exc.field if exc.field in ("prompt", "input") else "messages"  # the parameter the tokens came from
+    message = (
+        f"This model's maximum context length is {exc.context} tokens. However, you requested "
+        f"{exc.prompt_tokens + exc.new_tokens} tokens ({exc.prompt_tokens} in the {what}, {exc.new_tokens} in the "
+        f"completion). Please reduce the length of the {what} or completion."
+    )
+    _count_rejection(400, ErrorCode.invalid_input)
+    response = jsonify(error_body(message, "invalid_request_error", "context_length_exceeded", exc.field))
+    response.status_code = 400
     return response
 
 

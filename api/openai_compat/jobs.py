@@ -25,6 +25,7 @@ from api.routes_jobs import wait_for
 from api.services import services
 from api.wait_watch import Watch
 from tasks.adapters import check_adapters_offered
+from tasks.context_fit import ContextTooLong
 from tasks.errors import InvalidInput, OutcomeUnknown, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
 from tasks.kinds import JobKind
@@ -269,4 +270,12 @@ def _renamed(exc: InvalidInput, params: Mapping[str, str]) -> InvalidInput:
     name = field.removeprefix("input.")
     head = _FIELD_HEAD.split(name, maxsplit=1)[0]
     param = params.get(head, head)
+    if isinstance(exc, ContextTooLong):  # answered in OpenAI's own words (errors.py), its numbers kept
+        return ContextTooLong(
+            exc.message.replace(field, param, 1),
+            field=param,
+            context=exc.context,
+            prompt_tokens=exc.prompt_tokens,
+            new_tokens=exc.new_tokens,
+        )
     return InvalidInput(exc.message.replace(field, param, 1) if field else exc.message, field=param)

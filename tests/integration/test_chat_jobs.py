@@ -58,3 +58,53 @@ def test_bad_chat_input_is_a_422_naming_the_field(live_api):
         response = httpx.post(f"{live_api}/v1/jobs", json={"model": "gpt2-demo", "input": payload}, timeout=30)
         assert response.status_code == 422, (payload, response.text)
         assert field in response.json()["error"]["message"], (payload, response.text)
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+#: A conversation of a few hundred tokens once rendered (tools included): most of the demo GPT-2's 512.
+LONG_CHAT = [{"role": "system", "content": "You answer questions about the weather."}] + [
+    {"role": "user" if i % 2 == 0 else "assistant", "content": "The weather today is sunny with a light wind. " * 3}
+    for i in range(5)
+]
+
+
+def test_a_conversation_past_the_context_is_refused_at_submission_to_the_token(live_api, worker_for):
+    """The API counts the rendered conversation exactly as the worker does: the worker's own prompt_tokens P leaves
+    512 - P new tokens, accepted and run; one more is a 422 naming input.messages, and no job is made."""
+    worker_for("gpt2-demo")
+    chat = {"messages": LONG_CHAT, "tools": [WEATHER_TOOL], "chat_template_kwargs": {"unused": 1}}
+    wait = {"Prefer": "wait=120"}
+    first = httpx.post(
+        f"{live_api}/v1/jobs",
+        json={"model": "gpt2-demo", "input": chat | {"max_new_tokens": 1}},
+        headers=wait,
+        timeout=150,
+    )
+    assert first.status_code == 200 and first.json()["status"] == "succeeded", first.text
+    prompt = first.json()["output"]["prompt_tokens"]
+    assert 300 < prompt < 500, prompt
+    room = 512 - prompt
+    refused = httpx.post(
+        f"{live_api}/v1/jobs", json={"model": "gpt2-demo", "input": chat | {"max_new_tokens": room + 1}}, timeout=30
+    )
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "input.messages" and "maximum context length is 512 tokens" in error["message"]
+    assert f"({prompt} in the prompt, {room + 1} in max_new_tokens)" in error["message"]
+    assert "Location" not in refused.headers
+    fits = httpx.post(
+        f"{live_api}/v1/jobs",
+        json={"model": "gpt2-demo", "input": chat | {"max_new_tokens": room, "seed": 1}},
+        headers=wait,
+        timeout=150,
+    )
+    assert fits.status_code == 200, fits.text
+    job = fits.json()
+    assert job["status"] == "succeeded" and job["output"]["prompt_tokens"] == prompt, job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -144,6 +145,42 @@ def test_bad_chat_input_is_a_400_naming_the_param(client, live_api):
         timeout=60,
     )
     assert ok.status_code == 200, ok.text
+
+
+#: Rendered, a few hundred tokens of the demo GPT-2's 512.
+LONG_CHAT = [{"role": "system", "content": "Be brief."}] + [
+    {"role": "user" if i % 2 == 0 else "assistant", "content": "The weather today is sunny with a light wind. " * 4}
+    for i in range(5)
+]
+TOO_LONG = re.compile(
+    r"This model's maximum context length is 512 tokens\. However, you requested (\d+) tokens "
+    r"\((\d+) in the (messages|prompt|input), (\d+) in the completion\)"
+)
+
+
+def test_a_conversation_past_the_context_is_context_length_exceeded(client, worker_for):
+    """Refused at submission as OpenAI refuses it (no job made); the count is the worker's own prompt_tokens."""
+    worker_for("gpt2-demo")
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="gpt2-demo", messages=LONG_CHAT, max_tokens=200, stream=stream)
+        error = refused.value
+        assert error.code == "context_length_exceeded" and error.param == "messages", error.body
+        assert "x-genq-job-id" not in error.response.headers
+        found = TOO_LONG.search(error.message)
+        assert found and found[3] == "messages" and found[4] == "200", error.message
+        prompt = int(found[2])
+        assert int(found[1]) == prompt + 200 > 512
+    fits = client.chat.completions.create(model="gpt2-demo", messages=LONG_CHAT, max_tokens=512 - prompt, seed=3)
+    assert fits.usage.prompt_tokens == prompt and fits.choices[0].finish_reason in ("stop", "length")
+    # The legacy routes answer a prompt past the context with the same code, naming their parameter.
+    with pytest.raises(openai.BadRequestError) as legacy:
+        client.completions.create(model="gpt2-demo", prompt="a " * 480, max_tokens=64)
+    assert legacy.value.code == "context_length_exceeded" and legacy.value.param == "prompt", legacy.value.body
+    assert (found := TOO_LONG.search(legacy.value.message)) and found[3] == "prompt", legacy.value.message
+    with pytest.raises(openai.BadRequestError) as responses:
+        client.responses.create(model="gpt2-demo", input="a " * 480, max_output_tokens=64)
+    assert responses.value.code == "context_length_exceeded" and responses.value.param == "input", responses.value.body
 
 
 def test_a_client_that_leaves_cancels_the_job(live_api, worker_for):

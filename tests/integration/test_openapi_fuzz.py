@@ -234,9 +234,14 @@ def record(result: Fuzzed, recorder: ScenarioRecorder) -> None:
 
 
 #: Rules JSON Schema cannot state, documented in the field's description: a value naming another field's entries,
-#: and a JSON schema (response_format, a tool's parameters) that the grammar library must be able to enforce. A
+#: a JSON schema (response_format, a tool's parameters) that the grammar library must be able to enforce, and a
+#: conversation whose rendered tokens (its template, its tools) and max_new_tokens pass the model's context. A
 #: schema-valid body that breaks one is rightly a 422 naming the field.
-CROSS_FIELD_RULES = (b"which is not a declared tool", b"the JSON schema cannot be enforced")
+CROSS_FIELD_RULES = (
+    b"which is not a declared tool",
+    b"the JSON schema cannot be enforced",
+    b"input.messages: this model's maximum context length",
+)
 
 
 def cross_field_refusal(recorder: ScenarioRecorder, case_id: str, check: CheckNode) -> bool:
@@ -299,16 +304,14 @@ def test_accepted_jobs_run_to_completion(fuzzed: Fuzzed, fuzz_settings: Settings
         time.sleep(0.5)
     statuses = Counter(r.status.value if r else "missing" for r in records)
     # A deadline that passes while a job runs stops it at the next step (failed, deadline_exceeded): the fuzzer's
-    # deadlines of milliseconds do that. A conversation is rendered with its template (and tools) only in the
-    # worker, which refuses one past the context (README, "Inputs per kind"): the API cannot count it yet. Any
-    # other failure is the worker's fault.
+    # deadlines of milliseconds do that. A conversation past the context is refused at submission (the API renders
+    # it as the worker does), so it never fails here. Any other failure is the worker's fault.
     failed = [
         (r.model, r.input, r.error)
         for r in records
         if r is not None
         and r.status.value == "failed"
         and not (r.deadline_at is not None and r.error is not None and r.error.code == "deadline_exceeded")
-        and not (r.input.get("messages") and r.error is not None and "maximum context length" in r.error.message)
     ]
     assert not failed, failed[:5]
     # Expired: the fuzzer asked for deadlines of microseconds; canceled: it followed the cancel link.

@@ -115,3 +115,42 @@ def test_a_cached_row_beside_an_uncached_one_leaves_the_uncached_one_as_alone(ap
     assert cached_done["metrics"]["rows_per_step"] > 1  # they shared steps
     assert np.abs(pixels(api, plain_done) - pixels(api, alone(api, "sd-demo", plain_input))).max() <= 2
     assert np.abs(pixels(api, cached_done) - pixels(api, alone(api, "sd-demo", cached_input))).max() <= 2
+
+
+def test_a_seeded_chat_job_joined_mid_decode_gives_its_tokens_alone(api, worker_for):
+    """A ``messages`` job (n = 2, sampled, penalised) joining a session already decoding another row gets the same
+    tokens, choice by choice, as the same job run alone: the text runtime's promise holds for chat too."""
+    worker_for("gpt2-demo")
+    running_input = {
+        "prompt": "Once upon a time there was",
+        "max_new_tokens": 200,
+        "seed": 21,
+        "do_sample": True,
+        "temperature": 0.9,
+    }
+    chat_input = {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is the weather today?"},
+        ],
+        "max_new_tokens": 12,
+        "seed": 22,
+        "do_sample": True,
+        "temperature": 1.1,
+        "n": 2,
+        "presence_penalty": 0.5,
+    }
+    running = submit(api, "gpt2-demo", running_input)
+    wait_until_running(api, running["id"])
+    chat = submit(api, "gpt2-demo", chat_input)
+    chat_done = poll(api, chat["id"])
+    running_done = poll(api, running["id"])
+    assert chat_done["status"] == running_done["status"] == "succeeded", (chat_done, running_done)
+    # It joined the running session (200 tokens: that seed never draws the end token) and shared its steps.
+    assert chat_done["metrics"]["batch_id"] == running_done["metrics"]["batch_id"], (chat_done, running_done)
+    assert chat_done["metrics"]["rows_per_step"] > 1, chat_done["metrics"]  # (it counts jobs, not choices)
+    solo = alone(api, "gpt2-demo", chat_input)
+    assert solo["metrics"]["rows_per_step"] == 1  # nothing beside it
+    assert chat_done["output"] == solo["output"]
+    assert [c["seed"] for c in chat_done["output"]["choices"]] == [22, 23]
+    assert chat_done["output"]["message"]["content"] == chat_done["output"]["text"]

@@ -3,27 +3,18 @@
 The template comes from the tokenizer's files, or from the models file's ``chat_template`` (set at load). The
 API refuses ``messages`` for a model whose files show no template; this check is the worker's own, for a model
 whose files the API could not read. Anything the template itself refuses (roles that must alternate, say) fails
-the job as invalid input naming ``messages``. A conversation longer than the model's context keeps its end, as a
-prompt does (the API has no tokenizer to count its tokens; ``prompt_tokens`` reports what was read).
+the job as invalid input naming ``messages``. The API renders the same template and refuses a conversation past the
+model's context at submission (api/chat_render.py); the worker's own check stays as the last guard.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tasks.chat_messages import message_dicts
+from tasks.chat_messages import message_dicts, template_extras
 from tasks.errors import InvalidInput
 
 FIELD = "input.messages"
-
-
-def template_extras(inp: Any) -> dict[str, Any]:
-    """What ``apply_chat_template`` gets besides the messages: ``tools`` (OpenAI's tool definitions, as the
-    templates expect them) unless ``tool_choice`` is none."""
-    tools = getattr(inp, "tools", None)
-    if not tools or inp.effective_tool_choice() == "none":
-        return {}
-    return {"tools": [tool.model_dump(exclude_none=True) for tool in tools]}
 
 
 def render(tokenizer: Any, inp: Any) -> str:
