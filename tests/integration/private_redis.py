@@ -43,13 +43,10 @@ class Private:
             if self.redis.type(k) == b"hash" and text.encode() in (self.redis.hget(k, "input") or b"")
         ]
 
-    def stall_during_admission(
-        self, monkeypatch: pytest.MonkeyPatch, batch: bool = False, owner: Any = None, name: str = ""
-    ) -> None:
-        """The next ADMIT (ADMIT_MANY with ``batch``; ``owner.name`` when given, an upload's write say) is sent to
-        a Redis frozen for STALL_S: it runs when Redis resumes, after the API gave up."""
-        if owner is None:
-            owner, name = (self.svc.batches, "admit_many") if batch else (self.svc.store, "admit")
+    def stall_during_admission(self, monkeypatch: pytest.MonkeyPatch, batch: bool = False) -> None:
+        """The next ADMIT (ADMIT_MANY with ``batch``) is sent to a Redis frozen for STALL_S: it runs when Redis
+        resumes, after the API gave up."""
+        owner, name = (self.svc.batches, "admit_many") if batch else (self.svc.store, "admit")
         pid = self.server.proc.pid
         admit = getattr(owner, name)
 

@@ -20,8 +20,9 @@ from genq import Client
 from tasks.settings import Settings
 from tasks.store.byte_quota import ledger_key
 from tests.integration.image_inputs import KEY_A, bearer, image_settings, noise_png, picture, upload
-from tests.integration.private_redis import STALL_S, Private, private_api
 from tests.reply_drop_proxy import ReplyDropProxy
+
+STALL_S = 1.5  # longer than the API's call budget (0.5 s): the write's answer never comes in time
 
 
 @dataclasses.dataclass
@@ -33,17 +34,10 @@ class Proxied:
     def svc(self) -> Any:
         return self.api.application.extensions["genq"]
 
-    def lose_the_writes_reply(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The next upload write reaches Redis and runs; its reply is lost and the connection cut."""
-        uploads = self.svc.uploads
-        write = uploads.write
-
-        def lost(*args: Any, **kwargs: Any) -> Any:
-            monkeypatch.setattr(uploads, "write", write)  # once
-            self.proxy.drop_next_reply()
-            return write(*args, **kwargs)
-
-        monkeypatch.setattr(uploads, "write", lost)
+    def marker(self) -> bytes:
+        """What only an upload's metadata write holds (its key's name): the proxy's traps spring on it, whatever
+        code sends it."""
+        return self.svc.store.keys.upload("up_").encode()
 
     def held(self) -> int:
         """Alice's bytes counted against her quota."""
@@ -72,36 +66,27 @@ def lost_upload(response: Any) -> str:
     return str(error["upload_id"])
 
 
-def test_a_lost_upload_reply_answers_outcome_unknown_and_get_finds_the_upload(proxied, monkeypatch):
+def test_a_lost_upload_reply_answers_outcome_unknown_and_get_finds_the_upload(proxied):
     png, before = noise_png(64, 64), proxied.held()
-    proxied.lose_the_writes_reply(monkeypatch)
+    proxied.proxy.on_request(proxied.marker())
     upload_id = lost_upload(upload(proxied.api, png))
     found = proxied.api.get(f"/v1/uploads/{upload_id}", headers=bearer())
     assert found.status_code == 200 and found.json["bytes"] == len(png)
     assert proxied.held() == before + len(png)
 
 
-def test_a_lost_reply_with_the_reconnect_refused_is_still_outcome_unknown(proxied, monkeypatch):
+def test_a_lost_reply_with_the_reconnect_refused_is_still_outcome_unknown(proxied):
     """Judged by the first attempt: the refused reconnect that follows must not read as "never sent"."""
-    uploads = proxied.svc.uploads
-    write = uploads.write
-
-    def lost_and_refused(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(uploads, "write", write)
-        proxied.proxy.drop_next_reply()
-        proxied.proxy.refuse()
-        return write(*args, **kwargs)
-
-    monkeypatch.setattr(uploads, "write", lost_and_refused)
+    proxied.proxy.on_request(proxied.marker(), refuse=True)
     upload_id = lost_upload(upload(proxied.api, picture(16, 16)))
     proxied.proxy.allow()
     assert proxied.api.get(f"/v1/uploads/{upload_id}", headers=bearer()).status_code == 200
 
 
-def test_a_keyed_retry_after_a_lost_reply_is_the_same_upload_counted_once(proxied, monkeypatch):
+def test_a_keyed_retry_after_a_lost_reply_is_the_same_upload_counted_once(proxied):
     png, before = noise_png(64, 64), proxied.held()
     key = {**bearer(), "Content-Type": "image/png", "Idempotency-Key": uuid.uuid4().hex}
-    proxied.lose_the_writes_reply(monkeypatch)
+    proxied.proxy.on_request(proxied.marker())
     upload_id = lost_upload(proxied.api.post("/v1/uploads", data=png, headers=key))
     retried = proxied.api.post("/v1/uploads", data=png, headers=key)
     assert retried.status_code == 201, retried.json
@@ -116,11 +101,11 @@ def test_a_keyed_retry_after_a_lost_reply_is_the_same_upload_counted_once(proxie
     assert proxied.held() == before + len(png)
 
 
-def test_the_client_retrying_a_lost_upload_gets_one_upload(proxied, monkeypatch):
+def test_the_client_retrying_a_lost_upload_gets_one_upload(proxied):
     """genq's client against the app: the upload answers outcome_unknown, the client retries with the same
     Idempotency-Key, and one upload exists, counted once."""
     png, before = noise_png(64, 64), proxied.held()
-    proxied.lose_the_writes_reply(monkeypatch)
+    proxied.proxy.on_request(proxied.marker())
     told: list[Any] = []
     with Client(
         "http://api.test",
@@ -133,21 +118,15 @@ def test_the_client_retrying_a_lost_upload_gets_one_upload(proxied, monkeypatch)
     assert proxied.held() == before + len(png)
 
 
-@pytest.fixture
-def private(tmp_path: Any, settings: Settings) -> Iterator[Private]:
-    own = image_settings(settings, tmp_path, "upload-stall")
-    with private_api(tmp_path, own, online=(), api_keys_file=own.api_keys_file) as made:
-        yield made
-
-
-def test_an_upload_stalled_in_redis_answers_outcome_unknown_and_never_appears_later(private, monkeypatch):
-    """Its write is fenced on Redis' clock: run after the stall, it writes nothing, so a 404 is final."""
-    assert upload(private.client, picture(8, 8)).status_code == 201
-    private.stall_during_admission(monkeypatch, owner=private.svc.uploads, name="write")
+def test_an_upload_stalled_on_its_way_to_redis_answers_outcome_unknown_and_never_appears_later(proxied):
+    """Its write reaches Redis after the API gave up (a stall): fenced on Redis' clock, it then writes nothing, so
+    a 404 is final and nothing is counted."""
+    before = proxied.held()
+    proxied.proxy.on_request(proxied.marker(), drop_reply=False, delay_s=STALL_S)
     started = time.monotonic()
-    upload_id = lost_upload(upload(private.client, picture(16, 16)))
-    assert time.monotonic() - started < 1.5
-    time.sleep(STALL_S + 0.5)  # Redis runs the stalled write now: past its fence, it writes nothing
-    assert private.redis.ping()
-    assert private.client.get(f"/v1/uploads/{upload_id}", headers=bearer()).status_code == 404
-    assert not private.redis.exists(private.svc.store.keys.upload(upload_id))
+    upload_id = lost_upload(upload(proxied.api, picture(16, 16)))
+    assert time.monotonic() - started < STALL_S
+    time.sleep(STALL_S + 0.5)  # Redis runs the held write now: past its fence, it writes nothing
+    assert proxied.api.get(f"/v1/uploads/{upload_id}", headers=bearer()).status_code == 404
+    assert not proxied.svc.store.redis.exists(proxied.svc.store.keys.upload(upload_id))
+    assert proxied.held() == before
