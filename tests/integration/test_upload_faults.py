@@ -6,6 +6,7 @@ once against the key's byte quota (issue 35)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -130,3 +131,33 @@ def test_an_upload_stalled_on_its_way_to_redis_answers_outcome_unknown_and_never
     assert proxied.api.get(f"/v1/uploads/{upload_id}", headers=bearer()).status_code == 404
     assert not proxied.svc.store.redis.exists(proxied.svc.store.keys.upload(upload_id))
     assert proxied.held() == before
+
+
+def test_a_lost_adapter_registration_reply_answers_outcome_unknown_and_a_resend_is_the_same_adapter(
+    settings: Settings, tmp_path: Any
+):
+    """``POST /v1/adapters``: the name is the upload's own key. Its transaction ran, its answer was lost: 503
+    outcome_unknown naming the adapter, ``GET /v1/adapters/{name}`` finds it, and the same file sent again under the
+    same name answers it (never 409 for its own)."""
+    from tests.integration.test_adapter_uploads import lora
+
+    target = urlparse(settings.redis_url)
+    with ReplyDropProxy((target.hostname or "127.0.0.1", target.port or 6379)) as proxy:
+        own = dataclasses.replace(
+            settings,
+            redis_url=f"redis://127.0.0.1:{proxy.port}/0",
+            key_prefix=f"{settings.key_prefix}adapter-faults-{uuid.uuid4().hex[:8]}:",
+            adapter_uploads=True,
+        )
+        api = create_app(own).test_client()
+        data, name = lora((4, 32), (32, 4)), f"lost-{uuid.uuid4().hex[:8]}"
+        proxy.on_request(b'"sha256":"' + hashlib.sha256(data).hexdigest().encode())  # only the transaction has it
+        sent = api.post(f"/v1/adapters?model=sd-demo&name={name}", data=data, content_type="application/octet-stream")
+        assert sent.status_code == 503, sent.json
+        error = sent.json["error"]
+        assert error["code"] == "outcome_unknown" and error["adapter_id"] == name
+        assert sent.headers["Location"] == f"/v1/adapters/{name}"
+        assert api.get(f"/v1/adapters/{name}").json["id"] == name
+        again = api.post(f"/v1/adapters?model=sd-demo&name={name}", data=data, content_type="application/octet-stream")
+        assert again.status_code == 201 and again.json["id"] == name, again.json
+        assert [a["id"] for a in api.get("/v1/adapters").json["adapters"]] == [name]
