@@ -6,7 +6,6 @@ once against the key's byte quota (issue 35)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -151,7 +150,8 @@ def test_a_lost_adapter_registration_reply_answers_outcome_unknown_and_a_resend_
         )
         api = create_app(own).test_client()
         data, name = lora((4, 32), (32, 4)), f"lost-{uuid.uuid4().hex[:8]}"
-        proxy.on_request(b'"sha256":"' + hashlib.sha256(data).hexdigest().encode())  # only the transaction has it
+        key = api.application.extensions["genq"].store.keys.adapter(name).encode()
+        proxy.on_request(b"HSET\r\n$%d\r\n%s" % (len(key), key))  # the registration's write, whatever sends it
         sent = api.post(f"/v1/adapters?model=sd-demo&name={name}", data=data, content_type="application/octet-stream")
         assert sent.status_code == 503, sent.json
         error = sent.json["error"]
