@@ -150,6 +150,7 @@ class ErrorInfo(BaseModel):
     job_id: str | None = Field(default=None, description="outcome_unknown: the job the submission would be")
     job_ids: list[str] | None = Field(default=None, description="outcome_unknown on a batch: every job it sent")
     upload_id: str | None = Field(default=None, description="outcome_unknown on an upload: the upload it would be")
+    adapter_id: str | None = Field(default=None, description="outcome_unknown on an adapter upload: its name")
 
 
 class ErrorBody(BaseModel):
