@@ -13,7 +13,15 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from api.redis_health import out_of_memory
-from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, OutcomeUnknown, Unavailable, code_for_status
+from tasks.errors import (
+    HTTP_STATUS,
+    ErrorCode,
+    GenqError,
+    OutcomeUnknown,
+    Unavailable,
+    WriteOutcomeUnknown,
+    code_for_status,
+)
 from tasks.input_checks import invalid_from_validation
 
 log = logging.getLogger(__name__)
@@ -94,6 +102,13 @@ def register_error_handlers(app: Flask) -> None:
                 body["error"]["job_ids"] = exc.job_ids  # type: ignore[index]
                 response.set_data(json.dumps(body))
                 response.headers["Location"] = "/v1/jobs?ids=" + ",".join(exc.job_ids)
+            return response
+        if isinstance(exc, WriteOutcomeUnknown):  # an upload's, an adapter's: named as their routes name them
+            body = error_body(exc.code, exc.message)
+            body["error"][exc.id_field] = exc.object_id  # type: ignore[index]
+            response = error_response(exc.code, exc.message, retry_after=retry_after)
+            response.set_data(json.dumps(body))
+            response.headers["Location"] = exc.location
             return response
         return error_response(exc.code, exc.message, field=exc.field, retry_after=retry_after)
 

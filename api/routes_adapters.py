@@ -13,6 +13,7 @@ workers' caches (they leave as other adapters need the room).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 
@@ -22,14 +23,15 @@ from pydantic import BaseModel, Field
 
 from api.adapter_checks import check_adapter
 from api.auth import current_owner
+from api.redis_health import never_sent
 from api.routes_uploads import read_body
 from api.services import Services, services
 from tasks.adapter_uploads import AdapterList, AdapterMeta, AdapterObject
 from tasks.adapters import ADAPTER_NAME_PATTERN
-from tasks.errors import Conflict, InvalidInput, NotFound
+from tasks.errors import Conflict, InvalidInput, NotFound, WriteOutcomeUnknown
 from tasks.models_file import ADAPTER_KINDS
 from tasks.schemas import ErrorBody, timestamp
-from tasks.store.adapter_registry import AdapterRegistry
+from tasks.store.adapter_registry import AdapterRegistry, RegistrationUnanswered
 
 adapters = APIBlueprint(
     "adapters",
@@ -91,11 +93,42 @@ def create_adapter(query: AdapterQuery) -> Response:
             rank=rank,
             layers=layers,
             created_at=time.time(),
+            sha256=hashlib.sha256(data).hexdigest(),
         )
-        registry(svc).register(meta, data, svc.settings.max_adapters_per_owner, svc.settings.adapter_quota_bytes)
+        meta = register(svc, meta, data)
     response = make_response(jsonify(adapter_object(meta)), 201)
     response.headers["Location"] = f"/v1/adapters/{meta.name}"
     return response
+
+
+def register(svc: Services, meta: AdapterMeta, data: bytes) -> AdapterMeta:
+    """The adapter registered (``meta``, or the same one sent again); a transaction sent and not answered is
+    ``503 outcome_unknown`` naming it: ``GET /v1/adapters/{name}`` says, and sending the same file under the same
+    name again is safe (its owner's same bytes answer the adapter)."""
+    try:
+        return registry(svc).register(meta, data, svc.settings.max_adapters_per_owner, svc.settings.adapter_quota_bytes)
+    except RegistrationUnanswered as exc:
+        cause = exc.__cause__ or exc
+        if never_sent(cause):  # the first attempt's error: never resent, nothing ran
+            raise cause from None
+        raise WriteOutcomeUnknown(
+            f"the store did not answer; adapter {meta.name} may have been registered: GET /v1/adapters/{meta.name} "
+            "says, and sending the same file under the same name again is safe",
+            id_field="adapter_id",
+            object_id=meta.name,
+            location=f"/v1/adapters/{meta.name}",
+        ) from exc
+
+
+@adapters.get("/<name>", responses={"200": AdapterObject})
+def get_adapter(path: AdapterPath) -> Response:
+    """One of the caller's uploaded adapters."""
+    svc = services()
+    allowed(svc)
+    meta = registry(svc).get(path.name)
+    if meta is None or meta.owner != current_owner():
+        raise NotFound(f"no adapter {path.name}")  # unknown or another key's: the same answer
+    return jsonify(adapter_object(meta))
 
 
 @adapters.get("", responses={"200": AdapterList})

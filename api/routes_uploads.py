@@ -6,7 +6,9 @@
 checker (``api/media_checkers.py``) and answers 201 with the upload object. With the S3 store
 it also takes a JSON body ``{"media_type", "bytes"}`` and answers a presigned PUT URL instead: the bytes go to S3
 directly and are checked when a job first names the upload. An upload is its owner's alone (another key's id is
-404) and expires after ``GENQ_UPLOAD_TTL_S``; it counts against the key's rate limit as a submission does.
+404) and expires after ``GENQ_UPLOAD_TTL_S``; it counts against the key's rate limit as a submission does. Its
+write is one step whose outcome is never ambiguous (api/upload_write.py): a lost reply is ``503 outcome_unknown``
+naming the upload, and ``Idempotency-Key`` makes a retry answer the same upload.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field, ValidationError
 
 from api.auth import current_owner
-from api.job_media import charge
+from api.idempotency import requested_key
 from api.media_checkers import checker_of
 from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
+from api.upload_write import write_upload
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.input_checks import invalid_from_validation
 from tasks.kinds import TextToImageLimits
 from tasks.media import UPLOAD_ID, Media
+from tasks.outputs import UploadSigningStore
 from tasks.schemas import ErrorBody, timestamp
+from tasks.store.uploads import UploadKey
 from tasks.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
 
 uploads = APIBlueprint(
@@ -82,14 +87,16 @@ def created(meta: UploadMeta, url: str | None = None) -> Response:
     return response
 
 
-@uploads.post("", responses={"201": Upload, "400": ErrorBody})
+@uploads.post("", responses={"201": Upload, "400": ErrorBody, "409": ErrorBody})
 def create_upload() -> Response:
-    """Upload an image (raw PNG, JPEG or WebP bytes), or with the S3 store ask for a presigned PUT URL (JSON)."""
+    """Upload an image (raw PNG, JPEG or WebP bytes), or with the S3 store ask for a presigned PUT URL (JSON).
+    With ``Idempotency-Key``, the same key and body answer the same upload while it lives (another body: 409)."""
     svc = services()
     media_type = (request.mimetype or "").lower()
+    key = requested_key()
     with current_app.extensions["genq_submission_limit"]:
         if media_type == "application/json":
-            return presign(svc)
+            return presign(svc, key)
         taken = upload_media()
         if media_type not in taken:
             raise BadRequest(
@@ -102,41 +109,34 @@ def create_upload() -> Response:
             raise InvalidInput("body: the upload is empty", field="body")
         media = taken[media_type].media
         facts = checker_of(media).inspect_upload(data, media_type, takers(svc, media))
-        owner = current_owner()
-        meta = svc.uploads.create(owner, media_type, data, facts.width, facts.height, svc.settings.upload_ttl_s)
-        try:  # counted once it exists (its id is made there): past the owner's quota, it goes again
-            charge(svc, owner, f"upload:{meta.id}", len(data), svc.settings.upload_ttl_s)
-        except Exception:
-            svc.uploads.delete(meta)
-            raise
-    UPLOADS.labels("direct").inc()
-    UPLOAD_BYTES.inc(len(data))
-    return created(meta)
+        ttl_s = svc.settings.upload_ttl_s
+        meta = svc.uploads.new(current_owner(), media_type, len(data), ttl_s, width=facts.width, height=facts.height)
+        answered = write_upload(svc, meta, data, UploadKey.of(key, media_type.encode(), data))
+    if answered.id == meta.id:  # a replay counts nothing again
+        UPLOADS.labels("direct").inc()
+        UPLOAD_BYTES.inc(len(data))
+    return created(answered)
 
 
-def presign(svc: Services) -> Response:
+def presign(svc: Services, key: str | None) -> Response:
     try:
         asked = PresignRequest.model_validate(request.get_json(silent=True))
     except ValidationError as exc:
         raise invalid_from_validation(exc) from None
     if asked.bytes > svc.settings.max_upload_bytes:
         raise PayloadTooLarge(f"an upload is at most {svc.settings.max_upload_bytes} bytes (GENQ_MAX_UPLOAD_BYTES)")
-    made = svc.uploads.presign(
-        current_owner(), asked.media_type, asked.bytes, svc.settings.upload_ttl_s, svc.settings.output_url_ttl_s
-    )
-    if made is None:
+    if not isinstance(svc.outputs, UploadSigningStore):
         raise InvalidInput(
             "body: presigned uploads need the s3 output store; send the image's bytes instead "
             "(Content-Type: image/png, image/jpeg or image/webp)",
             field="body",
         )
-    try:  # the bytes it will hold count from now
-        charge(svc, current_owner(), f"upload:{made[0].id}", asked.bytes, svc.settings.upload_ttl_s)
-    except Exception:
-        svc.uploads.delete(made[0])
-        raise
-    UPLOADS.labels("presigned").inc()
-    return created(*made)
+    meta = svc.uploads.new(current_owner(), asked.media_type, asked.bytes, svc.settings.upload_ttl_s, state="pending")
+    answered = write_upload(svc, meta, None, UploadKey.of(key, b"presign", asked.model_dump_json().encode()))
+    url = svc.uploads.presigned_url(answered, svc.settings.output_url_ttl_s) if answered.state == "pending" else None
+    if answered.id == meta.id:
+        UPLOADS.labels("presigned").inc()
+    return created(answered, url)
 
 
 def owned_upload(upload_id: str) -> UploadMeta:

@@ -38,6 +38,8 @@ ERROR_STATUSES = {
 RETRY_AFTER = {"description": "seconds to wait before retrying", "schema": {"type": "integer", "minimum": 1}}
 # A batch's item may be anything: one that is not a valid job is answered in its own entry, not with a 4xx.
 ANY_ITEM = {"description": "anything else: answered in its own entry with the error that job gets"}
+#: What api.idempotency.requested_key takes, as a header carries it (no leading or trailing blanks).
+IDEMPOTENCY_KEY_PATTERN = "^[!-~]([ -~]*[!-~])?$"
 LOCATION = {"description": "the job's URL", "required": True, "schema": {"type": "string"}}
 
 
@@ -59,6 +61,7 @@ def build_spec(api_doc: dict[str, Any], models: ModelsFile, settings: ApiSetting
             _error_responses(operation, path)
             _authentication(operation, path, keys=settings.api_keys_file is not None)
             _headers(operation, path, method)
+    _upload_outcomes(doc["paths"]["/v1/uploads"]["post"])
     _links(doc)
     doc["x-openai-compatible"] = copy.deepcopy(OPENAI_COMPATIBLE)
     if settings.api_keys_file is not None:
@@ -164,6 +167,31 @@ def _upload_body(doc: dict[str, Any], schemas: dict[str, Any], max_bytes: int, p
         ),
     }
     post["responses"]["201"]["headers"] = {"Location": {**LOCATION, "description": "the upload's URL"}}
+
+
+def _upload_outcomes(post: dict[str, Any]) -> None:
+    """``POST /v1/uploads``' Idempotency-Key and the answers it brings (api/upload_write.py)."""
+    post.setdefault("parameters", []).append(
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "the same key and body answer the same upload while it lives (never a second one counted "
+            "against the key's bytes); another body is 409. Send one per upload, and the same on its retries",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": IDEMPOTENCY_KEY_PATTERN},
+        }
+    )
+    responses = post["responses"]
+    responses["409"]["description"] = "Idempotency-Key already names an upload of another body"
+    responses["503"]["description"] += (
+        "; outcome_unknown: the upload was sent and its write not answered, error.upload_id and Location name it "
+        "(GET it within a second or two: 200 it exists, 404 it never will), and a retry with the same "
+        "Idempotency-Key is safe"
+    )
+    responses["503"]["headers"]["Location"] = {
+        "description": "outcome_unknown: the upload's URL",
+        "schema": {"type": "string"},
+    }
 
 
 def _webhook_schema(enabled: bool, allow_http: bool) -> dict[str, Any]:

@@ -96,6 +96,7 @@ class OutcomeUnknown(Unavailable):
     """
 
     job_id: str | None = None
+    upload_id: str | None = None  # ``POST /v1/uploads``: the upload it would be (``GET /v1/uploads/{id}`` says)
 
 
 class ServerError(APIError):
@@ -199,4 +200,6 @@ def error_from_info(status: int, info: dict[str, Any], retry_after: float | None
     )
     if isinstance(error, OutcomeUnknown) and isinstance(info.get("job_id"), str):
         error.job_id = info["job_id"]
+    if isinstance(error, OutcomeUnknown) and isinstance(info.get("upload_id"), str):
+        error.upload_id = info["upload_id"]
     return error

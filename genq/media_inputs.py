@@ -9,6 +9,7 @@ JSON limit. What turns a path or an object into bytes of a media type is the med
 from __future__ import annotations
 
 import base64
+import uuid
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
@@ -41,10 +42,11 @@ def data_uri(data: bytes, media_type: str) -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def upload_bytes(config: Config, data: bytes, media_type: str) -> Flow[Upload]:
-    """``POST /v1/uploads`` with raw bytes of ``media_type``; the upload (owner-scoped, expiring)."""
-    request = Request(
-        "POST", "/v1/uploads", content=data, headers={"Content-Type": media_type}, timeout=UPLOAD_TIMEOUT_S
-    )
+def upload_bytes(config: Config, data: bytes, media_type: str, idempotency_key: str | None = None) -> Flow[Upload]:
+    """``POST /v1/uploads`` with raw bytes of ``media_type``; the upload (owner-scoped, expiring). A fresh
+    Idempotency-Key per upload: a retried POST (a lost answer, ``503 outcome_unknown``) answers the same upload,
+    never a second one counted against the key's byte quota."""
+    headers = {"Content-Type": media_type, "Idempotency-Key": idempotency_key or uuid.uuid4().hex}
+    request = Request("POST", "/v1/uploads", content=data, headers=headers, timeout=UPLOAD_TIMEOUT_S)
     response = yield from call(config, request)
     return Upload.model_validate(response.json())

@@ -32,6 +32,9 @@ class AdapterMeta(BaseModel):
     rank: int
     layers: int
     created_at: float
+    #: The file's digest: the same owner sending the same bytes under the same name again (a retry after a lost
+    #: answer) is answered this adapter, never 409 for its own. None for adapters registered before it was kept.
+    sha256: str | None = None
 
 
 class AdapterObject(BaseModel):

@@ -136,6 +136,16 @@ class OutcomeUnknown(Unavailable):
         self.job_ids = job_ids
 
 
+class WriteOutcomeUnknown(Unavailable):
+    """Redis took the write of an object other than a job (an upload, an adapter) and gave no answer: it may exist.
+    The error names it (``id_field``: ``object_id``) and ``location`` reads it; a write fenced on Redis' clock is
+    settled within about a second (a ``GET`` of ``location`` answers it or 404 for good)."""
+
+    def __init__(self, message: str, *, id_field: str, object_id: str, location: str, retry_after: int = 2) -> None:
+        super().__init__(message, retry_after=retry_after, code=ErrorCode.outcome_unknown)
+        self.id_field, self.object_id, self.location = id_field, object_id, location
+
+
 class OutputStoreUnavailable(Unavailable):
     """The output store (a disk, an S3 service) refused or missed a read or a write: retry later."""
 

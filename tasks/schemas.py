@@ -147,6 +147,10 @@ class ErrorInfo(BaseModel):
     request_id: str
     field: str | None = None
     retry_after: int | None = Field(default=None, description="a batch entry refused for now: seconds until a retry")
+    job_id: str | None = Field(default=None, description="outcome_unknown: the job the submission would be")
+    job_ids: list[str] | None = Field(default=None, description="outcome_unknown on a batch: every job it sent")
+    upload_id: str | None = Field(default=None, description="outcome_unknown on an upload: the upload it would be")
+    adapter_id: str | None = Field(default=None, description="outcome_unknown on an adapter upload: its name")
 
 
 class ErrorBody(BaseModel):

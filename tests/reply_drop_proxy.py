@@ -1,12 +1,24 @@
 """A TCP proxy in front of Redis that can lose one reply: the command reaches Redis and runs, its answer is
 dropped and the client's connection closed (a network cut at the worst moment). Armed with ``drop_next_reply``;
-``refuse`` closes its port (a reconnect is refused) and ``allow`` opens it again."""
+``refuse`` closes its port (a reconnect is refused) and ``allow`` opens it again. ``on_request`` arms it for the
+first command that holds a marker (a key's name), whatever code sends it: its reply lost, the port then refused,
+or the command held back (a stall: it reaches Redis after the client gave up)."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
+from dataclasses import dataclass
 from types import TracebackType
+
+
+@dataclass(frozen=True)
+class Trap:
+    marker: bytes
+    drop_reply: bool = True
+    refuse: bool = False
+    delay_s: float = 0.0
 
 
 class ReplyDropProxy:
@@ -15,6 +27,8 @@ class ReplyDropProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._drop = threading.Event()
+        self._trap: Trap | None = None
+        self._lock = threading.Lock()
         self.connections = 0
         self._closed = False
         threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
@@ -29,6 +43,19 @@ class ReplyDropProxy:
     def drop_next_reply(self) -> None:
         self._drop.set()
 
+    def on_request(self, marker: bytes, *, drop_reply: bool = True, refuse: bool = False, delay_s: float = 0.0) -> None:
+        """Once, for the first command holding ``marker``: lose its reply (``drop_reply``) and refuse the reconnect
+        (``refuse``), or hold it back ``delay_s`` before Redis gets it."""
+        self._trap = Trap(marker, drop_reply, refuse, delay_s)
+
+    def _sprung(self, data: bytes) -> Trap | None:
+        with self._lock:
+            trap = self._trap
+            if trap is None or trap.marker not in data:
+                return None
+            self._trap = None
+            return trap
+
     def _accept(self, listener: socket.socket) -> None:
         while not self._closed:
             try:
@@ -37,13 +64,21 @@ class ReplyDropProxy:
                 return
             self.connections += 1
             upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            lose = threading.Event()  # this connection's next reply is lost (a trap sprung on it)
+            threading.Thread(target=self._pump, args=(client, upstream, True, lose), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False, lose), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, to_redis: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, to_redis: bool, lose: threading.Event) -> None:
         try:
             while data := src.recv(65536):
-                if not to_redis and self._drop.is_set():
+                trap = self._sprung(data) if to_redis else None
+                if trap is not None:
+                    if trap.drop_reply:
+                        lose.set()  # before Redis can answer
+                    if trap.refuse:
+                        self.refuse()
+                    time.sleep(trap.delay_s)
+                if not to_redis and (self._drop.is_set() or lose.is_set()):
                     self._drop.clear()
                     for s in (src, dst):  # the reply is lost and the connection cut
                         _cut(s)

@@ -1,8 +1,11 @@
 """Uploaded adapters in Redis: one hash per adapter (metadata and bytes), one set of names per owner.
 
 Registration is one transaction that re-reads the owner's count and bytes under WATCH, so two uploads at once
-cannot both squeeze under the quota, and a name is taken by one owner only. A deleted adapter leaves a tombstone
-holding its name: workers cache adapters by name, so a name is never reused for other weights.
+cannot both squeeze under the quota, and a name is taken by one owner only. The name is the upload's own
+idempotency key: its owner sending the same file under it again is answered the adapter registered (a retry after
+a lost answer), and a transaction sent without an answer is ``RegistrationUnanswered`` (it may have run). A deleted
+adapter leaves a tombstone holding its name: workers cache adapters by name, so a name is never reused for other
+weights.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from tasks.store.job_store import JobStore
 _META, _DATA, _DELETED = "meta", "data", "deleted"
 
 
+class RegistrationUnanswered(Exception):
+    """The registration's transaction was sent and its answer lost (its ``__cause__``): the adapter may exist."""
+
+
 class AdapterRegistry:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis, self.keys = client, keys
@@ -28,14 +35,20 @@ class AdapterRegistry:
         """The registry on the job store's Redis, under its key prefix."""
         return cls(store.redis, store.keys)
 
-    def register(self, meta: AdapterMeta, data: bytes, max_count: int, max_bytes: int) -> None:
-        """Store ``data`` as ``meta.name`` for its owner; Conflict if the name is taken, InvalidInput over quota."""
+    def register(self, meta: AdapterMeta, data: bytes, max_count: int, max_bytes: int) -> AdapterMeta:
+        """Store ``data`` as ``meta.name`` for its owner; Conflict if the name is taken (by another owner or other
+        bytes), InvalidInput over quota. Returns the adapter registered: ``meta``, or the same owner's of the same
+        bytes (``sha256``) already under that name."""
         key, owned = self.keys.adapter(meta.name), self.keys.owner_adapters(meta.owner)
         with self.redis.pipeline() as pipe:
             while True:
                 try:
                     pipe.watch(key, owned)  # type: ignore[no-untyped-call]
                     if pipe.exists(key):
+                        standing = self._meta(meta.name)
+                        if standing is not None and meta.sha256 is not None and standing.owner == meta.owner:
+                            if standing.sha256 == meta.sha256:
+                                return standing  # its own file, sent again: the same adapter
                         raise Conflict(f"name: the adapter name {meta.name!r} is taken (or was used); pick another")
                     found = [self._meta(name) for name in pipe.smembers(owned)]
                     mine = [m for m in found if m is not None]
@@ -51,8 +64,18 @@ class AdapterRegistry:
                     pipe.multi()
                     pipe.hset(key, mapping={_META: meta.model_dump_json(), _DATA: data})
                     pipe.sadd(owned, meta.name)
-                    pipe.execute()
-                    return
+                    try:
+                        pipe.execute()
+                    except redis.WatchError as exc:
+                        # redis-py turns a lost EXEC answer into a WatchError ("A ConnectionError occurred while
+                        # watching"): not a watched key that changed, but a transaction that may have run.
+                        lost = exc.__context__
+                        if isinstance(lost, redis.ConnectionError | redis.TimeoutError | OSError):
+                            raise RegistrationUnanswered(meta.name) from lost
+                        raise
+                    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+                        raise RegistrationUnanswered(meta.name) from exc
+                    return meta
                 except redis.WatchError:
                     continue
 

@@ -102,9 +102,14 @@ def test_bad_adapters_are_refused_at_registration_each_with_a_clear_4xx(clients,
 
 def test_an_upload_over_the_keys_quota_is_refused(clients):
     bob = clients["bob"]
-    assert upload(bob, lora((4, 32), (32, 4)), "bob-one").status_code == 201
-    big = upload(bob, lora((4, 32), (32, 4), MODULE) + b"", "bob-one")
-    assert big.status_code == 409  # the name is taken
+    first = upload(bob, lora((4, 32), (32, 4)), "bob-one")
+    assert first.status_code == 201
+    again = upload(bob, lora((4, 32), (32, 4)), "bob-one")  # its own file sent again (a retry): the same adapter
+    assert again.status_code == 201 and again.json == first.json
+    assert bob.get("/v1/adapters/bob-one").json == first.json
+    assert upload(bob, lora((8, 32), (32, 8)), "bob-one").status_code == 409  # other bytes: the name is taken
+    assert upload(clients["alice"], lora((4, 32), (32, 4)), "bob-one").status_code == 409  # another key's name
+    assert clients["alice"].get("/v1/adapters/bob-one").status_code == 404
     assert upload(bob, lora((64, 32), (32, 64)), "bob-two").status_code == 201
     over = upload(bob, lora((2, 32), (32, 2)), "bob-three")
     assert over.status_code == 422 and "at most 2 per key" in over.json["error"]["message"]

@@ -287,6 +287,13 @@ def test_uploads_are_counted_and_the_spec_describes_them(api):
     post = spec["paths"]["/v1/uploads"]["post"]
     assert set(post["requestBody"]["content"]) == {"image/png", "image/jpeg", "image/webp"}  # JSON: S3 only
     assert "201" in post["responses"] and "413" in post["responses"]
+    [key] = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]  # a keyed retry: the same upload
+    assert (
+        key["in"] == "header"
+        and "409" in post["responses"]
+        and "outcome_unknown" in post["responses"]["503"]["description"]
+    )
+    assert "upload_id" in spec["components"]["schemas"]["ErrorInfo"]["properties"]
 
 
 def test_a_worker_runs_a_job_from_its_stored_input(api, img_settings, log_dir):

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from tasks.store import byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit
+from tasks.store import byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit, uploads
 from tasks.store.lua_scripts import ScriptArgs, Scripts, key, pairs, read_lua, source
 from tests.conftest import REDIS_URL
 
-MODULES = (byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit)
+MODULES = (byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit, uploads)
 STORE_DIR = Path(resources.files("tasks.store"))  # type: ignore[arg-type]
 
 
@@ -276,7 +276,40 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         time.sleep(0.01)
         assert s.run(dataclasses.replace(args, entry="u4", bytes=1)) == [1, 41]  # u3 expired: its bytes went
 
+    def upload_write(s: Scripts) -> None:
+        args = uploads.UploadWriteArgs(
+            meta=p + "upload:u1",
+            tombstone=p + "upload-gone:u1",
+            ledger=p + "up-bytes",
+            sizes=p + "up-bytes:s",
+            binding=p + "idem:k",
+            value="{}",
+            owner="alice",
+            ttl_s=30,
+            tombstone_ttl=60,
+            entry="upload:u1",
+            bytes=60,
+            limit=100,
+            not_after="",
+            upload_prefix=p + "upload:",
+            upload_id="u1",
+            digest="d1",
+        )
+        assert s.run(dataclasses.replace(args, not_after="1")) == [b"late"]  # past its fence: nothing written
+        assert not client.exists(p + "upload:u1", p + "idem:k", p + "up-bytes")
+        assert s.run(args) == [b"ok", 60]
+        assert client.get(p + "idem:k") == b"u1 d1" and client.ttl(p + "upload-gone:u1") > 60
+        again = dataclasses.replace(args, meta=p + "upload:u2", upload_id="u2", entry="upload:u2")
+        assert s.run(again) == [b"replay", b"u1"]  # the key names u1: nothing written, nothing counted
+        assert s.run(dataclasses.replace(again, digest="d2")) == [b"conflict", b"u1"]
+        assert s.run(dataclasses.replace(again, binding="")) == [b"over", 60]  # past the quota: refused whole
+        assert not client.exists(p + "upload:u2")
+        client.delete(p + "upload:u1")  # deleted (or expired): its binding names nothing, the key binds anew
+        assert s.run(dataclasses.replace(again, bytes=40)) == [b"ok", 100]
+        assert client.get(p + "idem:k") == b"u2 d1"
+
     return {
+        "upload_write": upload_write,
         "byte_quota": quota,
         "job_create": create,
         "job_admit": admit,
