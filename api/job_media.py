@@ -120,12 +120,17 @@ def charge(svc: Services, owner: str, entry: str, size: int, ttl_s: float) -> No
     """Count ``size`` bytes against ``owner``'s quota (``GENQ_OWNER_MAX_BYTES``), or 429 quota_exceeded."""
     taken, held = svc.quota.take(owner, entry, size, ttl_s)
     if not taken:
-        raise Unavailable(
-            f"this key holds {held} bytes of uploads and job inputs; {size} more would pass its "
-            f"{svc.quota.limit} (GENQ_OWNER_MAX_BYTES): delete uploads it no longer needs, or wait for jobs to end",
-            retry_after=QUOTA_RETRY_AFTER_S,
-            code=ErrorCode.quota_exceeded,
-        )
+        raise over_quota(svc, held, size)
+
+
+def over_quota(svc: Services, held: int, size: int) -> Unavailable:
+    """The 429 quota_exceeded for ``size`` more bytes on a key holding ``held``."""
+    return Unavailable(
+        f"this key holds {held} bytes of uploads and job inputs; {size} more would pass its "
+        f"{svc.quota.limit} (GENQ_OWNER_MAX_BYTES): delete uploads it no longer needs, or wait for jobs to end",
+        retry_after=QUOTA_RETRY_AFTER_S,
+        code=ErrorCode.quota_exceeded,
+    )
 
 
 def give_back(svc: Services, owner: str, job_id: str) -> None:

@@ -17,10 +17,10 @@ import logging
 import redis
 
 from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s
-from api.job_media import QUOTA_RETRY_AFTER_S
+from api.job_media import over_quota
 from api.redis_health import never_sent, out_of_memory
 from api.services import Services
-from tasks.errors import Conflict, ErrorCode, Unavailable, WriteOutcomeUnknown
+from tasks.errors import Conflict, Unavailable, WriteOutcomeUnknown
 from tasks.store.uploads import Outcome, UploadKey, Written
 from tasks.uploads import UploadMeta
 
@@ -51,12 +51,7 @@ def write_upload(svc: Services, meta: UploadMeta, data: bytes | None, idempotenc
     if written.outcome == Outcome.conflict:
         raise Conflict("Idempotency-Key was already used with a different body", field="Idempotency-Key")
     if written.outcome == Outcome.over:
-        raise Unavailable(
-            f"this key holds {written.held} bytes of uploads and job inputs; {meta.bytes} more would pass its "
-            f"{svc.quota.limit} (GENQ_OWNER_MAX_BYTES): delete uploads it no longer needs, or wait for jobs to end",
-            retry_after=QUOTA_RETRY_AFTER_S,
-            code=ErrorCode.quota_exceeded,
-        )
+        raise over_quota(svc, written.held, meta.bytes)
     raise Unavailable("the service is overloaded; the upload was not accepted, retry shortly", retry_after=1)
 
 
