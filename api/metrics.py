@@ -48,6 +48,16 @@ UPLOAD_BYTES = Counter("genq_api_upload_bytes", "Bytes received by POST /v1/uplo
 INPUT_IMAGES = Counter(
     "genq_api_input_images", "Images named by accepted or checked job inputs, by source: upload or data_uri", ["source"]
 )
+GRAMMAR_CHECKS = Counter(
+    "genq_api_grammar_checks",
+    "Grammars checked at submission (issue 32), by what (response_format, tool, tool_choice) and outcome (ok, refused)",
+    ["what", "outcome"],
+)
+GRAMMAR_CHECK_SECONDS = Histogram(
+    "genq_api_grammar_check_seconds",
+    "Seconds to compile a schema not checked before in this process (the check's cache misses)",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
 QUEUE_DEPTH = "genq_queue_depth"
 WORKERS_ONLINE = "genq_workers_online"
 REDIS_UP = "genq_redis_up"

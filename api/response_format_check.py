@@ -9,12 +9,14 @@ No torch, no worker/: only the library.
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 import llguidance
 from pydantic import TypeAdapter, ValidationError
 
+from api.metrics import GRAMMAR_CHECK_SECONDS
 from tasks.errors import InvalidInput
 from tasks.response_format import JSON_OPTIONS, MAX_SCHEMA_BYTES, AnyFormat, ResponseFormat, grammar_schema
 
@@ -30,13 +32,16 @@ def schema_error(schema: str) -> str:
     """Why the grammar library cannot compile ``schema`` (a compact JSON schema text), or "" when it can."""
     if len(schema.encode()) > MAX_SCHEMA_BYTES:
         return f"the schema is over {MAX_SCHEMA_BYTES} bytes of JSON"
+    started = time.perf_counter()  # a cache miss (lru_cache): what a schema new to this process costs the request
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
             schema, overrides=cast("JsonCompileOptions", JSON_OPTIONS)
         )
+        return str(llguidance.LLMatcher.validate_grammar(grammar))
     except ValueError as exc:
         return str(exc) or "not a JSON schema"
-    return str(llguidance.LLMatcher.validate_grammar(grammar))
+    finally:
+        GRAMMAR_CHECK_SECONDS.observe(time.perf_counter() - started)
 
 
 def format_error(fmt: AnyFormat) -> str:

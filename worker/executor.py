@@ -122,10 +122,22 @@ class Executor:
             return True
         try:
             item.parsed = validate_input(self.spec.kind, item.raw_input, self.spec.limits, stored_for=item.job_id)
-            return True
         except GenqError as exc:
             item.fail(exc.code, exc.message)
             return False
+        self._compile_ahead(item)
+        return True
+
+    def _compile_ahead(self, item: WorkItem) -> None:
+        """A constrained job's grammar starts compiling on arrival, in the compiler's pool (issue 32): when a step
+        session admits the job its grammar is cached, so it joins at once rather than a step later."""
+        ahead = getattr(self.runtime, "grammar_future", None)
+        if ahead is None:
+            return
+        try:
+            ahead(item.parsed)
+        except Exception:  # the session meets the same error at admission and fails the job with it
+            log.debug("job %s: its grammar could not start compiling ahead", item.job_id, exc_info=True)
 
     def reject_invalid(self, item: WorkItem) -> None:
         """Record the failure ``item`` carries (bad input, bad message, another model's job); it never runs."""

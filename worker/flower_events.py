@@ -76,7 +76,10 @@ class FlowerEvents:
         if item.status == JobStatus.succeeded:
             metrics = item.metrics
             runtime = metrics.inference_ms / 1000 if metrics and metrics.inference_ms else 0.0
-            self.send("task-succeeded", uuid=item.job_id, result=repr({"status": "succeeded"}), runtime=runtime)
+            result: dict[str, Any] = {"status": "succeeded"}
+            if item.constrained:  # Flower's task page shows what a grammar cost the job (issue 32)
+                result["constrained"] = item.constrained
+            self.send("task-succeeded", uuid=item.job_id, result=repr(result), runtime=runtime)
         elif item.status == JobStatus.failed:
             self.send(
                 "task-failed", uuid=item.job_id, exception=f"{item.error_code}: {item.error_message}", traceback=""

@@ -44,6 +44,7 @@ class WorkItem:
     unsettled_since: float | None = None  # monotonic: its run is over and its ending waits to be stored
     schedule: Schedule | None = None  # the batcher's facts, set when it is buffered
     metrics: JobMetrics | None = None  # those of its stored success (Flower's runtime, the policy's learning)
+    constrained: dict[str, Any] | None = None  # its output's grammar costs (issue 32), for Flower
     parked: Outcome | None = None  # an ending Redis could not take yet (worker/endings.py)
 
     @classmethod

@@ -37,6 +37,8 @@ class ResultStore:
             entries = self._write_outputs(item, prediction, metrics)
             if entries is not None:
                 item.metrics = metrics
+                if isinstance(prediction.output, dict):
+                    item.constrained = prediction.output.get("constrained")
                 endings.append(
                     (
                         item,

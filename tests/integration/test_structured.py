@@ -144,7 +144,10 @@ def test_responses_plain_streamed_background_resumed(client, live_api, worker_fo
     assert [e.sequence_number for e in rest] == [e.sequence_number for e in every][4:]
     assert [e.type for e in rest] == [e.type for e in every][4:]
     tool = {"type": "function", "name": "get_weather", "parameters": TOOL["function"]["parameters"]}
-    called = client.responses.create(model="gpt2-demo", input="Weather?", tools=[tool], tool_choice="required")
+    # Room for the whole call: unseeded, the city's random characters took more than the default tokens 1 time in 10.
+    called = client.responses.create(
+        model="gpt2-demo", input="Weather?", tools=[tool], tool_choice="required", max_output_tokens=120
+    )
     (call,) = [item for item in called.output if item.type == "function_call"]
     jsonschema.validate(json.loads(call.arguments), TOOL["function"]["parameters"])
     assert client.responses.delete(queued.id) is None
@@ -192,3 +195,39 @@ def test_another_keys_response_is_a_404_and_cancel_stops_it(keyed_api, worker_fo
         cancelled = owner.responses.cancel(long.id)
         assert cancelled.status == "cancelled"
         assert owner.responses.retrieve(long.id).status == "cancelled"
+
+
+def test_flower_and_the_worker_metrics_show_what_was_constrained(live_api, worker_for, settings):
+    """A constrained job's task-succeeded event carries its grammar costs, and the worker's /metrics counts them."""
+    import threading
+    import time
+
+    from tasks.store.celery_app import create_celery
+
+    worker = worker_for("gpt2-demo")
+    app = create_celery(settings)
+    events: list[dict] = []
+    with app.connection_for_read() as conn:
+        receiver = app.events.Receiver(conn, handlers={})
+        receiver._receive = lambda body, message: events.extend(body if isinstance(body, list) else [body])
+        listening = threading.Thread(target=receiver.capture, kwargs={"wakeup": False}, daemon=True)
+        listening.start()
+        time.sleep(0.5)  # subscribed before the job runs
+        try:
+            fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+            job_id = submit(live_api, {"messages": CHAT, "max_new_tokens": 120, "seed": 9, "response_format": fmt})
+            costs = done(live_api, job_id)["output"]["constrained"]
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not [
+                e for e in events if e.get("uuid") == job_id and e["type"] == "task-succeeded"
+            ]:
+                time.sleep(0.1)
+        finally:
+            receiver.should_stop = True
+    (succeeded,) = [e for e in events if e.get("uuid") == job_id and e["type"] == "task-succeeded"]
+    assert f"'masks': {costs['masks']}" in succeeded["result"] and "'compile_ms'" in succeeded["result"]
+    scraped = httpx.get(f"{worker.metrics_url}/metrics", timeout=10).text
+    masks = [
+        line for line in scraped.splitlines() if line.startswith('genq_worker_grammar_masks_total{model="gpt2-demo"}')
+    ]
+    assert masks and float(masks[0].split()[-1]) >= costs["masks"]

@@ -356,3 +356,20 @@ def test_a_running_jobs_deadline_is_judged_on_redis_clock_not_the_workers(store,
     assert item.run_deadline < time.monotonic()
     [admitted] = executor_for(store, ScriptedRuntime()).admit_all([item])
     assert admitted.run_deadline is not None and 8 < admitted.run_deadline - time.monotonic() <= 10
+
+
+def test_a_constrained_jobs_grammar_starts_compiling_on_arrival() -> None:
+    """Parsed on arrival, a job's grammar is handed to the runtime's compiler at once (issue 32); a runtime whose
+    compile cannot start still parses the job (its session fails it at admission with the error)."""
+    from types import SimpleNamespace
+
+    seen: list[object] = []
+    spec = ModelSpec(id="t", kind=JobKind.text_generation, source="x")
+    runtime = SimpleNamespace(grammar_future=seen.append)
+    executor = Executor(runtime, spec, None, 3, results=None)  # type: ignore[arg-type]
+    item = WorkItem(job_id="j", raw_input={"prompt": "hi", "response_format": {"type": "json_object"}})
+    assert executor.parse(item) and seen == [item.parsed]
+    assert executor.parse(item) and len(seen) == 1  # parsed already (at admission): not handed over again
+    executor.runtime = SimpleNamespace(grammar_future=lambda parsed: 1 / 0)  # type: ignore[assignment]
+    again = WorkItem(job_id="k", raw_input={"prompt": "hi"})
+    assert executor.parse(again) and again.status is None
