@@ -154,3 +154,42 @@ def test_a_seeded_chat_job_joined_mid_decode_gives_its_tokens_alone(api, worker_
     assert chat_done["output"] == solo["output"]
     assert [c["seed"] for c in chat_done["output"]["choices"]] == [22, 23]
     assert chat_done["output"]["message"]["content"] == chat_done["output"]["text"]
+
+
+def test_an_unconstrained_row_beside_a_constrained_one_gives_its_tokens_alone(api, worker_for):
+    """Issue 32's mixed rows on a real worker: a ``json_schema`` job joins a session decoding a seeded plain job;
+    the grammar masks its own row only (the plain job's tokens are those it takes alone), and the constrained
+    output validates against its schema."""
+    import json
+
+    import jsonschema
+
+    worker_for("gpt2-demo")
+    plain_input = {
+        "prompt": "Once upon a time there was",
+        "max_new_tokens": 200,
+        "seed": 31,
+        "do_sample": True,
+        "temperature": 0.9,
+    }
+    schema = {
+        "type": "object",
+        "properties": {"mood": {"enum": ["calm", "stormy"]}, "level": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["mood", "level"],
+        "additionalProperties": False,
+    }
+    constrained_input = {
+        "messages": [{"role": "user", "content": "How is the sea?"}],
+        "max_new_tokens": 60,
+        "seed": 32,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "sea", "schema": schema, "strict": True}},
+    }
+    plain = submit(api, "gpt2-demo", plain_input)
+    wait_until_running(api, plain["id"])
+    constrained = submit(api, "gpt2-demo", constrained_input)
+    constrained_done, plain_done = poll(api, constrained["id"]), poll(api, plain["id"])
+    assert constrained_done["status"] == plain_done["status"] == "succeeded", (constrained_done, plain_done)
+    assert constrained_done["metrics"]["batch_id"] == plain_done["metrics"]["batch_id"]  # they shared a session
+    assert constrained_done["metrics"]["rows_per_step"] > 1
+    jsonschema.validate(json.loads(constrained_done["output"]["text"]), schema)
+    assert plain_done["output"] == alone(api, "gpt2-demo", plain_input)["output"]
