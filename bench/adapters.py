@@ -155,7 +155,9 @@ def unet_steps(models: Path, reps: int) -> dict[str, float]:
         cache.close()
 
 
-def synthetic_adapters(cache: AdapterCache, rank: int, targets: tuple[str, ...], count: int = 4) -> None:
+def synthetic_adapters(
+    cache: AdapterCache, rank: int, targets: tuple[str, ...], count: int = 4, device: str = "cpu", dtype: Any = None
+) -> None:
     """``count`` random rank-``rank`` LoRAs on every module whose name ends with one of ``targets``, put on the
     device directly (a bench shortcut: no files; the cost of a step depends on the shapes, not the values)."""
     import torch
@@ -169,27 +171,33 @@ def synthetic_adapters(cache: AdapterCache, rank: int, targets: tuple[str, ...],
             if shape.kind == "linear" and module.endswith(targets):
                 down = torch.randn(rank, shape.in_features, generator=generator) / shape.in_features**0.5
                 up = torch.randn(shape.out_features, rank, generator=generator) * 0.01
-                layers[module] = LayerDelta(shape, down, up)
+                layers[module] = LayerDelta(shape, down.to(device, dtype), up.to(device, dtype))
         with cache._lock:
             cache._device[f"sd15-lora-{i}"] = LoraWeights(f"sd15-lora-{i}", layers)
 
 
-def sd15_steps(reps: int) -> dict[str, float]:
-    """ms per UNet call of SD 1.5's architecture (random weights, 860M parameters) for 8 guided 64x64 images,
-    with four rank-16 LoRAs on the attention projections (the usual SD LoRA targets)."""
+def sd15_steps(
+    reps: int, arch: Any = None, latent: int = 8, device: str = "cpu", dtype: Any = None
+) -> dict[str, float]:
+    """ms per UNet call of SD 1.5's architecture (random weights, 860M parameters; ``arch`` another SdArch) for 8
+    guided images of ``latent`` x ``latent`` latents (8: 64x64 pixels), with four rank-16 LoRAs on the attention
+    projections (the usual SD LoRA targets). On CUDA each call is synchronized before its time is taken."""
     import torch
 
     from bench.gpu_archs import SD15
     from bench.gpu_models import sd_unet
 
-    unet = sd_unet(SD15).eval()
+    arch = arch or SD15
+    dtype = dtype or torch.float32
+    unet = sd_unet(arch).eval().to(device, dtype)
     cache = AdapterCache(unet, {})
-    synthetic_adapters(cache, 16, ("to_q", "to_k", "to_v", "to_out.0"))
+    synthetic_adapters(cache, 16, ("to_q", "to_k", "to_v", "to_out.0"), device=device, dtype=dtype)
     names = list(cache._device)
     generator = torch.Generator().manual_seed(0)
-    sample = torch.randn(2 * BATCH, 4, 8, 8, generator=generator)
-    text = torch.randn(2 * BATCH, 77, SD15.text_hidden, generator=generator)
-    t = torch.full((2 * BATCH,), 500)
+    sample = torch.randn(2 * BATCH, 4, latent, latent, generator=generator).to(device, dtype)
+    text = torch.randn(2 * BATCH, 77, arch.text_hidden, generator=generator).to(device, dtype)
+    t = torch.full((2 * BATCH,), 500, device=device)
+    cuda = device.startswith("cuda")
     calls: dict[str, Callable[[], Any]] = {}
     for label, layout in _layouts(names).items():
         rows = with_guidance(layout, GUIDED)
@@ -197,7 +205,10 @@ def sd15_steps(reps: int) -> dict[str, float]:
 
             def call(rows: list[RowSpec] = rows, stack: bool = stack) -> Any:
                 with cache.rows(rows, stack=stack):
-                    return unet(sample, t, encoder_hidden_states=text, return_dict=False)[0]
+                    out = unet(sample, t, encoder_hidden_states=text, return_dict=False)[0]
+                if cuda:
+                    torch.cuda.synchronize()
+                return out
 
             calls[label + (" (stacked)" if stack else "")] = call
     try:

@@ -23,6 +23,7 @@ genq point beside the raw limit at batch = clients, and its share of it) and wri
     python bench/gpu.py                   # a CUDA machine; refuses to start without one
     python bench/gpu.py --smoke           # tiny models, 64x64, 2 steps, batch 1/2; CPU allowed (~1 minute)
     python bench/gpu.py --steps           # step- against request-level scheduling instead (bench/gpu_steps.py)
+    python bench/gpu.py --adapters        # LoRAs mixed per row on SD 1.5's UNet (bench/gpu_adapters.py)
 
 This file runs the plan and records it. The parts: bench/gpu_archs.py (the architectures), bench/gpu_models.py
 (building them), bench/gpu_device.py (picking and describing the device), bench/gpu_plan.py (full and smoke
@@ -108,6 +109,11 @@ def run_meta(
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if "--adapters" in argv:  # LoRAs mixed per row on SD 1.5's UNet (bench/gpu_adapters.py)
+        from bench.gpu_adapters import main as adapters_main
+
+        adapters_main([a for a in argv if a != "--adapters"])
+        return
     if "--steps" in argv:  # the step-scheduling comparison: its own plan and options (bench/gpu_steps.py)
         from bench.gpu_steps import main as steps_main
 
@@ -119,6 +125,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="run bench/gpu_steps.py instead: step- against request-level scheduling (issue 23); "
         "`--steps --help` for its options",
+    )
+    parser.add_argument(
+        "--adapters",
+        action="store_true",
+        help="run bench/gpu_adapters.py instead: LoRAs mixed per row (issue 33); `--adapters --help`",
     )
     parser.add_argument(
         "--smoke",
