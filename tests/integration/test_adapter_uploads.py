@@ -133,3 +133,25 @@ def test_an_upload_over_the_byte_quota_or_the_size_cap_is_refused(settings):
 
 def test_a_deployment_without_uploads_has_no_adapter_routes(api):
     assert api.get("/v1/adapters").status_code == 404
+
+
+def test_a_job_whose_adapter_is_deleted_before_it_runs_fails_naming_it(clients, demo_models: Path, worker_for):
+    """Deleting an adapter does not wait for the jobs that name it: one still queued fails at its worker with
+    ``invalid_input`` naming the adapter (README, "Adapters"); jobs that already run keep their loaded weights."""
+    import signal
+    import time
+
+    alice = clients["alice"]
+    assert upload(alice, (demo_models / NEON).read_bytes(), "alice-short-lived").status_code == 201
+    worker = worker_for("sd-demo")
+    inp = {"prompt": "a neon harbour", "seed": 5, "num_inference_steps": 2, "loras": [{"name": "alice-short-lived"}]}
+    worker.signal(signal.SIGSTOP)  # the job stays queued while its adapter is deleted
+    try:
+        job = submit(alice, "sd-demo", inp)
+        assert alice.delete("/v1/adapters/alice-short-lived").status_code == 204
+    finally:
+        time.sleep(0.2)
+        worker.signal(signal.SIGCONT)
+    done = poll(alice, job["id"])
+    assert done["status"] == "failed", done
+    assert done["error"]["code"] == "invalid_input" and "alice-short-lived" in done["error"]["message"], done
