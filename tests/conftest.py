@@ -56,7 +56,18 @@ def key_prefix() -> Iterator[str]:
         client.delete(key)
 
 
+def third_text_adapter(demo_dir: Path, tmp: Path) -> Path:
+    """A third LoRA for gpt2-demo (the demo ships two), built by code like them: rows of three adapters and none."""
+    from worker.demo_models.adapters import DemoAdapter, build_adapter
+
+    folder = tmp / "adapters" / "sage"
+    if not (folder / "adapter_config.json").exists():
+        build_adapter("gpt2-demo", demo_dir / "gpt2-demo", DemoAdapter("sage", ("c_fc",), 4, 5, 0.6), folder)
+    return folder
+
+
 def write_models_file(path: Path, demo_dir: Path, tmp: Path) -> Path:
+    sage = third_text_adapter(demo_dir, tmp)
     path.write_text(f"""
 [models.bert-demo]
 kind = "fill-mask"
@@ -66,7 +77,11 @@ source = "{demo_dir / "bert-demo"}"
 kind = "text-generation"
 source = "{demo_dir / "gpt2-demo"}"
 batching = {{ max_batch_size = 8, max_wait_ms = 50 }}
-adapters = {{ pirate = "{demo_dir / "gpt2-demo/adapters/pirate"}", poet = "{demo_dir / "gpt2-demo/adapters/poet"}" }}
+
+[models.gpt2-demo.adapters]
+pirate = "{demo_dir / "gpt2-demo/adapters/pirate"}"
+poet = "{demo_dir / "gpt2-demo/adapters/poet"}"
+sage = "{sage}"
 
 [models.gpt2-plain]
 kind = "text-generation"
