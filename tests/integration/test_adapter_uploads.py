@@ -136,8 +136,8 @@ def test_a_deployment_without_uploads_has_no_adapter_routes(api):
 
 
 def test_a_job_whose_adapter_is_deleted_before_it_runs_fails_naming_it(clients, demo_models: Path, worker_for):
-    """Deleting an adapter does not wait for the jobs that name it: one still queued fails at its worker with
-    ``invalid_input`` naming the adapter (README, "Adapters"); jobs that already run keep their loaded weights."""
+    """Deleting an adapter does not wait for the jobs that name it: one still queued, on a worker that never
+    loaded it, fails with ``invalid_input`` naming the adapter (README, "Deleting an adapter with queued jobs")."""
     import signal
     import time
 
