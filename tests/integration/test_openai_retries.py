@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from tests.integration.private_redis import Private, private_api
 
@@ -92,3 +93,20 @@ def test_a_retry_after_its_first_stream_was_canceled_starts_anew(texts):
     retried = stream(texts, path, tag, 1)
     retried.close()
     assert retried.headers["x-genq-job-id"] != job_id
+
+
+def test_a_call_whose_wait_loses_redis_answers_outcome_unknown_naming_its_job(private, monkeypatch):
+    """The job was accepted and its wait lost Redis: never a plain 503 the openai package retries into a second
+    job, but outcome_unknown naming the job, with ``x-should-retry: false``."""
+
+    def lost(*args: object, **kwargs: object) -> object:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(private.svc.waiters, "wait_on", lost)
+    tag = uuid.uuid4().hex
+    _, response = call(private, tag, 0)
+    assert response.status_code == 503, response.json
+    [job] = private.jobs_with(tag)
+    job_id = job.decode().rsplit(":", 1)[-1]
+    assert response.json["error"]["code"] == "outcome_unknown" and job_id in response.json["error"]["message"]
+    assert response.headers["x-should-retry"] == "false"
