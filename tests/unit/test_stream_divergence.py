@@ -1,9 +1,12 @@
-"""A completion stream whose job's final text is not what it already sent ends with an error chunk."""
+"""A streamed completion (legacy, chat, Responses) whose job's final text is not what it already sent ends with an
+error instead of a silent mix."""
 
 from __future__ import annotations
 
 import json
 
+from api.openai_compat.chat_request import ChatCompletionRequest
+from api.openai_compat.chat_stream import ChatChunks
 from api.openai_compat.completions import _end
 from tasks.schemas import Job
 
@@ -33,5 +36,24 @@ def test_a_stream_that_sent_a_prefix_of_the_text_gets_the_rest_and_done():
 
 def test_a_stream_whose_job_made_other_text_ends_with_an_error_chunk():
     out = chunks("Goodbye", "Hello")
+    assert len(out) == 1 and "[DONE]" not in out[0]
+    assert json.loads(out[0].removeprefix("data: ").strip())["error"]["code"] == "stream_diverged"
+
+
+def chat_chunks(text: str, sent: str) -> list[str]:
+    req = ChatCompletionRequest.model_validate({"model": "gpt2-demo", "messages": [{"role": "user", "content": "hi"}]})
+    chat = ChatChunks({"id": "chatcmpl-j1"}, req, 1)
+    chat.text, chat.sent = [sent], [sent]
+    return list(chat._end(job(text)))
+
+
+def test_a_chat_stream_that_sent_a_prefix_gets_the_rest_and_done():
+    out = chat_chunks("Hello world", "Hello")
+    assert json.loads(out[0].removeprefix("data: ").strip())["choices"][0]["delta"]["content"] == " world"
+    assert "[DONE]" in out[-1]
+
+
+def test_a_chat_stream_whose_job_made_other_text_ends_with_an_error_chunk():
+    out = chat_chunks("Goodbye", "Hello")
     assert len(out) == 1 and "[DONE]" not in out[0]
     assert json.loads(out[0].removeprefix("data: ").strip())["error"]["code"] == "stream_diverged"
