@@ -155,6 +155,18 @@ def _open_message(job_id: str, seq: Iterator[int]) -> Iterator[dict[str, Any]]:
 
 def _close(job_id: str, final: dict[str, Any], sent: str, opened: bool, seq: Iterator[int]) -> Iterator[dict[str, Any]]:
     items = final.get("output") or []
+    texts = [item["content"][0]["text"] for item in items if item["type"] == "message"]
+    if sent and texts and not any(text.startswith(sent) for text in texts):
+        # A rerun made other text than the one streamed: never end on a silent mix (as /completions and chat).
+        yield {
+            "type": "error",
+            "sequence_number": next(seq),
+            "code": "stream_diverged",
+            "message": f"job {job_id}'s run restarted and its final text differs from what was streamed; "
+            f"read it at GET /v1/jobs/{job_id}",
+            "param": None,
+        }
+        return
     for index, item in enumerate(items):
         if item["type"] == "message":
             text = item["content"][0]["text"]

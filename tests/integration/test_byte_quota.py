@@ -21,7 +21,14 @@ QUOTA = 400_000
 def private(tmp_path, settings) -> Iterator[Private]:
     keys = tmp_path / "keys"
     keys.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
-    with private_api(tmp_path, settings, api_keys_file=keys, owner_max_bytes=QUOTA, rate_limit="10000/minute") as own:
+    with private_api(
+        tmp_path,
+        settings,
+        api_keys_file=keys,
+        owner_max_bytes=QUOTA,
+        rate_limit="10000/minute",
+        online=("echo", "sd-demo"),
+    ) as own:
         yield own
 
 
@@ -59,3 +66,24 @@ def test_one_keys_uploads_fill_its_quota_and_another_keys_jobs_still_run(private
     deleted = private.client.delete(f"/v1/uploads/{made[0]}", headers={"Authorization": f"Bearer {KEY_A}"})
     assert deleted.status_code == 204
     assert upload(private, KEY_A, noise_png(50)).status_code == 201  # its bytes came back
+
+
+def test_jobs_naming_an_upload_count_their_copies_until_the_key_is_refused(private):
+    """Each job naming an upload copies it: the copies count against the key's quota, so one picture cannot be
+    copied into Redis without bound; the refused job leaves nothing behind and another key's jobs go on."""
+    auth = {"Authorization": f"Bearer {KEY_A}"}
+    picture = upload(private, KEY_A, noise_png(7)).json["id"]
+    tag, answers = uuid.uuid4().hex, []
+    for n in range(6):
+        job = {"model": "sd-demo", "input": {"prompt": f"{tag}-{n}", "image": picture}}
+        answers.append(private.client.post("/v1/jobs", json=job, headers=auth))
+        if answers[-1].status_code != 202:
+            break
+    assert 1 <= len(answers) - 1 < 6 and [a.status_code for a in answers[:-1]] == [202] * (len(answers) - 1)
+    refused = answers[-1]
+    assert refused.status_code == 429 and refused.json["error"]["code"] == "quota_exceeded", refused.json
+    assert len(private.jobs_with(tag)) == len(answers) - 1  # the refused job has no record
+    staged = [k for k in private.redis.scan_iter(f"{private.settings.key_prefix}*/input/*")]
+    assert len(staged) == len(answers) - 1  # nor a staged copy
+    other = {"model": "echo", "input": {"text": "bob's [MASK]"}}
+    assert private.client.post("/v1/jobs", json=other, headers={"Authorization": f"Bearer {KEY_B}"}).status_code == 202

@@ -9,7 +9,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
+from flask import Flask
 
+from api.openai_compat.retries import ANSWER_MARGIN_S, DEFAULT_CLIENT_TIMEOUT_S, answer_within_s
+from tasks.settings import ApiSettings
 from tests.integration.private_redis import Private, private_api
 
 
@@ -92,3 +96,31 @@ def test_a_retry_after_its_first_stream_was_canceled_starts_anew(texts):
     retried = stream(texts, path, tag, 1)
     retried.close()
     assert retried.headers["x-genq-job-id"] != job_id
+
+
+def test_a_call_whose_wait_loses_redis_answers_outcome_unknown_naming_its_job(private, monkeypatch):
+    """The job was accepted and its wait lost Redis: never a plain 503 the openai package retries into a second
+    job, but outcome_unknown naming the job, with ``x-should-retry: false``."""
+
+    def lost(*args: object, **kwargs: object) -> object:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(private.svc.waiters, "wait_on", lost)
+    tag = uuid.uuid4().hex
+    _, response = call(private, tag, 0)
+    assert response.status_code == 503, response.json
+    [job] = private.jobs_with(tag)
+    job_id = job.decode().rsplit(":", 1)[-1]
+    assert response.json["error"]["code"] == "outcome_unknown" and job_id in response.json["error"]["message"]
+    assert response.headers["x-should-retry"] == "false"
+
+
+def test_a_caller_that_sends_no_read_timeout_is_answered_a_margin_before_the_packages_default():
+    """The openai package waits 600 s by default, as long as GENQ_OPENAI_WAIT_S' default: without
+    ``x-stainless-read-timeout`` the call is answered ANSWER_MARGIN_S before it, so the answer is heard."""
+    settings = ApiSettings()
+    assert settings.openai_wait_s >= DEFAULT_CLIENT_TIMEOUT_S  # the default would meet the client's deadline
+    with Flask(__name__).test_request_context("/openai/v1/embeddings"):
+        assert answer_within_s(settings) == DEFAULT_CLIENT_TIMEOUT_S - ANSWER_MARGIN_S
+    with Flask(__name__).test_request_context("/openai/v1/embeddings", headers={"x-stainless-read-timeout": "30"}):
+        assert answer_within_s(settings) == 27.0  # a tenth of a short timeout

@@ -105,6 +105,22 @@ def test_a_job_written_whose_message_could_not_be_sent_is_accepted_not_503(priva
     assert len(private.jobs_with(tag)) == 1
 
 
+def test_a_batch_written_whose_messages_could_not_be_sent_is_accepted_not_503(private, monkeypatch):
+    """As for one job: every record is written and the sweeper sends their messages; a 503 here would run them
+    all the same, and a retry would make a second set."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(private.svc.celery, "send_task", broken)
+    tag = uuid.uuid4().hex
+    response = private.client.post("/v1/jobs/batch", json={"jobs": [body(f"{tag}-1"), body(f"{tag}-2")]})
+    assert response.status_code == 202, response.json
+    ids = [entry["id"] for entry in response.json["jobs"]]
+    assert all(private.client.get(f"/v1/jobs/{job_id}").json["status"] == "queued" for job_id in ids)
+    assert len(private.jobs_with(tag)) == 2
+
+
 def test_the_client_retrying_a_stalled_submission_gets_one_job(private, monkeypatch):
     """genq's client against the app (WSGI, no server): the stalled POST answers outcome_unknown, the client
     retries after Retry-After with the same Idempotency-Key, and exactly one job exists."""
