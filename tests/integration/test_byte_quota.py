@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import io
 import random
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from api.auth import hash_key
+from tests.harness import WorkerProcess
 from tests.integration.private_redis import Private, private_api
 
 KEY_A, KEY_B = "quota-a-" + uuid.uuid4().hex, "quota-b-" + uuid.uuid4().hex
@@ -45,7 +47,7 @@ def upload(private: Private, key: str, data: bytes):
     return private.client.post("/v1/uploads", data=data, headers=headers)
 
 
-def test_one_keys_uploads_fill_its_quota_and_another_keys_jobs_still_run(private):
+def test_one_keys_uploads_fill_its_quota_and_another_keys_jobs_still_run(private, tmp_path):
     made = []
     for n in range(10):
         response = upload(private, KEY_A, noise_png(n))
@@ -61,7 +63,18 @@ def test_one_keys_uploads_fill_its_quota_and_another_keys_jobs_still_run(private
         json={"model": "echo", "input": {"text": "bob's [MASK]"}},
         headers={"Authorization": f"Bearer {KEY_B}"},
     )
-    assert job.status_code == 202, job.json  # another key's work goes on
+    assert job.status_code == 202, job.json  # another key's work goes on: accepted, and run to its end
+    worker = WorkerProcess(private.settings, "echo", tmp_path).start()
+    try:
+        done = job.json
+        for _ in range(600):  # its worker's start-up, then the job
+            done = private.client.get(f"/v1/jobs/{done['id']}", headers={"Authorization": f"Bearer {KEY_B}"}).json
+            if done["status"] not in ("queued", "running"):
+                break
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    assert done["status"] == "succeeded", done
     assert upload(private, KEY_B, noise_png(99)).status_code == 201
     deleted = private.client.delete(f"/v1/uploads/{made[0]}", headers={"Authorization": f"Bearer {KEY_A}"})
     assert deleted.status_code == 204
