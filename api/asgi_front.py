@@ -7,8 +7,9 @@ held every thread and froze /healthz and every tenant (issue 36; bench/README.md
 has no setting that bounds a body read. Here a body costs a coroutine while it arrives (api/body_reads.py: it must
 keep up a minimum rate after a grace period, and a client address or an API key has a bounded number in flight;
 a burst of small requests is never refused for it). Health checks run on threads of their own, and so do the
-requests that may be held (``Prefer: wait``, event streams, ``/openai/v1`` calls, which wait for their job): a plain
-request never queues behind held ones for a thread, however many arrive at once (bench/README.md, "Held waits").
+requests that may be held (``Prefer: wait``, event streams, ``/openai/v1`` calls, which wait for their job or
+stream it): a plain request never queues behind held ones for a thread, however many arrive at once
+(bench/README.md, "Held waits").
 Every refusal made here is genq's JSON error with a request id.
 """
 
@@ -44,7 +45,7 @@ def may_hold(method: str, path: str, headers: dict[str, str]) -> bool:
         _PREFER_WAIT.search(headers.get("prefer", ""))
         or "text/event-stream" in headers.get("accept", "")
         or path.endswith("/events")
-        or (method == "POST" and path.startswith("/openai/"))
+        or (path.startswith("/openai/") and not path.endswith("/models"))  # calls wait; ?stream=true holds
     )
 
 

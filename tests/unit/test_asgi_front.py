@@ -117,6 +117,7 @@ def test_requests_that_may_be_held_get_threads_of_their_own() -> None:
         ("GET", "/v1/jobs/j1/events", {}),
         ("GET", "/v1/jobs/j1/events", {"accept": "text/event-stream"}),
         ("POST", "/openai/v1/chat/completions", {}),
+        ("GET", "/openai/v1/responses/r1", {}),  # ?stream=true streams it
     ]
     plain = [
         ("GET", "/v1/jobs/j1", {}),
