@@ -6,14 +6,18 @@ read blocks that thread until the body arrives: 600 connections sending one body
 held every thread and froze /healthz and every tenant (issue 36; bench/README.md, "Slow request bodies"). granian
 has no setting that bounds a body read. Here a body costs a coroutine while it arrives (api/body_reads.py: it must
 keep up a minimum rate after a grace period, and a client address or an API key has a bounded number in flight;
-a burst of small requests is never refused for it). Health checks run on threads of their own. Every refusal made
-here is genq's JSON error with a request id.
+a burst of small requests is never refused for it). Health checks run on threads of their own, and so do the
+requests that may be held (``Prefer: wait``, event streams, ``/openai/v1`` calls, which wait for their job or
+stream it): a plain request never queues behind held ones for a thread, however many arrive at once
+(bench/README.md, "Held waits").
+Every refusal made here is genq's JSON error with a request id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 import threading
 import uuid
@@ -31,6 +35,18 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 HEALTH_THREADS = 4  # /healthz, /readyz and /metrics never queue behind the app's threads
 HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _END, _HEAD, _BODY = "end", "head", "body"
+_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=", re.IGNORECASE)  # any wait asked for: the route decides how long
+
+
+def may_hold(method: str, path: str, headers: dict[str, str]) -> bool:
+    """Whether a request may park its thread on a wait: it goes to the held requests' threads (erring that way
+    costs nothing; a held request counted as plain would take a plain request's thread)."""
+    return bool(
+        _PREFER_WAIT.search(headers.get("prefer", ""))
+        or "text/event-stream" in headers.get("accept", "")
+        or path.endswith("/events")
+        or (path.startswith("/openai/") and not path.endswith("/models"))  # calls wait; ?stream=true holds
+    )
 
 
 def wsgi_environ(scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
@@ -116,11 +132,13 @@ def run_app(app: WsgiApp, environ: dict[str, Any], out: Outlet) -> None:
 
 
 class AsgiFront:
-    """The ASGI app granian serves: reads bodies, then calls ``app`` (WSGI) on ``threads`` threads."""
+    """The ASGI app granian serves: reads bodies, then calls ``app`` (WSGI) on ``threads`` threads, and requests that
+    may be held on ``threads`` more (the wait caps bound how many are held; beyond, they answer at once)."""
 
     def __init__(self, app: WsgiApp, threads: int, body_limit: int) -> None:
         self.app, self.body_limit = app, body_limit
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="genq-api")
+        self.hold_pool = ThreadPoolExecutor(threads, thread_name_prefix="genq-hold")
         self.health_pool = ThreadPoolExecutor(HEALTH_THREADS, thread_name_prefix="genq-health")
         self.reads = BodyReads()
 
@@ -141,13 +159,18 @@ class AsgiFront:
         except ConnectionResetError:
             return
         out = Outlet(asyncio.get_running_loop())
-        pool = self.health_pool if scope["path"] in HEALTH_PATHS else self.pool
+        pool = self.pool_for(scope["method"], scope["path"], headers)
         done = out.loop.run_in_executor(pool, run_app, self.app, wsgi_environ(scope, raw_headers, body), out)
         try:
             await relay(out, send)
         finally:
             out.gone.set()
             await done
+
+    def pool_for(self, method: str, path: str, headers: dict[str, str]) -> ThreadPoolExecutor:
+        if path in HEALTH_PATHS:
+            return self.health_pool
+        return self.hold_pool if may_hold(method, path, headers) else self.pool
 
     async def body(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> bytes:
         length = headers.get("content-length")

@@ -215,3 +215,30 @@ def test_a_post_with_no_wait_slot_free_answers_at_once(settings, store, fleet):
     with finishing_after_publish(app, store, fleet, delay_s=0.3):
         took, job = post_and_wait(client)  # the slot was given back: this one waits
     assert job["status"] == "succeeded", (took, job)
+
+
+def test_plain_requests_never_queue_behind_held_waits(settings, store, tmp_path):
+    """Behind the ASGI front a held wait runs on a thread of its own: with every one of the process's threads'
+    worth of waits held (GENQ_MAX_WAITERS = GENQ_API_THREADS), a plain GET still answers at once (before, on one
+    shared pool, it queued until a wait ended)."""
+    job_id = queued_job(store)
+    env = {"GENQ_API_KEYS_FILE": "", "GENQ_API_WORKERS": "1", "GENQ_API_THREADS": "4", "GENQ_MAX_WAITERS": "4"}
+    with ApiServer(settings, tmp_path / "api.log", **env) as server, httpx.Client(base_url=server.url) as http:
+        assert http.get(f"/v1/jobs/{job_id}").status_code == 200  # the process's Redis connections opened
+        held: list[int] = []
+
+        def wait() -> None:
+            response = httpx.get(f"{server.url}/v1/jobs/{job_id}", headers={"Prefer": "wait=8"}, timeout=30)
+            held.append(response.status_code)
+
+        waiters = [threading.Thread(target=wait) for _ in range(4)]
+        for thread in waiters:
+            thread.start()
+        time.sleep(1.5)  # every wait is held
+        started = time.monotonic()
+        assert http.get(f"/v1/jobs/{job_id}", timeout=30).status_code == 200
+        took = time.monotonic() - started
+        for thread in waiters:
+            thread.join(30)
+    assert held == [200] * 4
+    assert took < 3.0, f"a plain GET took {took:.1f} s behind 4 held waits"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from api import body_reads
-from api.asgi_front import AsgiFront
+from api.asgi_front import AsgiFront, may_hold
 from api.body_reads import BodyReads, Refusal, read_body
 
 
@@ -107,3 +107,26 @@ def test_a_refusal_is_genq_s_error_with_the_callers_request_id() -> None:
         "message": "the body is 5 bytes; at most 1 are read",
         "request_id": "r1",
     }
+
+
+def test_requests_that_may_be_held_get_threads_of_their_own() -> None:
+    front = AsgiFront(lambda environ, start: [], threads=1, body_limit=1)
+    held = [
+        ("GET", "/v1/jobs/j1", {"prefer": "wait=10"}),
+        ("POST", "/v1/jobs", {"prefer": "respond-async, WAIT = 5"}),
+        ("GET", "/v1/jobs/j1/events", {}),
+        ("GET", "/v1/jobs/j1/events", {"accept": "text/event-stream"}),
+        ("POST", "/openai/v1/chat/completions", {}),
+        ("GET", "/openai/v1/responses/r1", {}),  # ?stream=true streams it
+    ]
+    plain = [
+        ("GET", "/v1/jobs/j1", {}),
+        ("POST", "/v1/jobs", {"prefer": "return=minimal"}),
+        ("GET", "/v1/models", {}),
+        ("GET", "/openai/v1/models", {}),
+    ]
+    assert all(may_hold(*request) for request in held)
+    assert not any(may_hold(*request) for request in plain)
+    assert front.pool_for("GET", "/v1/jobs/j1", {"prefer": "wait=1"}) is front.hold_pool
+    assert front.pool_for("GET", "/v1/jobs/j1", {}) is front.pool
+    assert front.pool_for("GET", "/healthz", {"prefer": "wait=1"}) is front.health_pool
