@@ -159,6 +159,17 @@ def measure(url: str, label: str, sender: Any, clients: int, warmup_s: float, du
     return point
 
 
+def merged(points: list[Point]) -> Point:
+    """One path's rounds as one point: tokens/s over all of them, the median of their first-text p50s."""
+    return Point(
+        points[0].label,
+        statistics.mean(p.tokens_per_s for p in points),
+        statistics.median(p.ttft_p50_ms for p in points),
+        sum(p.jobs for p in points),
+        sum(p.errors for p in points),
+    )
+
+
 def timed_chat(url: str, n: int, tokens: int, seed: int) -> float:
     body = {
         "model": MODEL,
@@ -197,6 +208,7 @@ def main() -> None:
     parser.add_argument("--clients", default="16,32")
     parser.add_argument("--only-paths", action="store_true", help="the path comparison only")
     parser.add_argument("--skip-paths", action="store_true", help="n = 4 and penalties + logprobs only")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the path comparison")
     args = parser.parse_args()
     warmup_s, duration_s = (1.0, 4.0) if args.quick else (CPU.warmup_s, CPU.duration_s)
     from genq.redis_server import free_port
@@ -216,9 +228,15 @@ def main() -> None:
         try:
             timed_chat(stack.url, 1, 4, 0)  # warm the model's first forward
             for clients in () if args.skip_paths else (int(c) for c in args.clients.split(",")):
-                prompt = measure(stack.url, f"prompt x{clients}", rendered_sender, clients, warmup_s, duration_s)
-                messages = measure(stack.url, f"messages x{clients}", messages_sender, clients, warmup_s, duration_s)
-                chat = measure(stack.url, f"chat x{clients}", chat_sender({}), clients, warmup_s, duration_s)
+                # Rounds, each path once per round in turn: a drift of the machine's load falls on every path.
+                paths = {"prompt": rendered_sender, "messages": messages_sender, "chat": chat_sender({})}
+                runs: dict[str, list[Point]] = {name: [] for name in paths}
+                for _ in range(args.rounds):
+                    for name, sender in paths.items():
+                        runs[name].append(
+                            measure(stack.url, f"{name} x{clients}", sender, clients, warmup_s, duration_s)
+                        )
+                prompt, messages, chat = (merged(runs[name]) for name in paths)
                 rows.append(
                     f"| chat / prompt, {clients} clients | {chat.tokens_per_s / prompt.tokens_per_s:.3f}x "
                     f"tokens/s ({chat.tokens_per_s:.0f} / {prompt.tokens_per_s:.0f}); first text p50 "
