@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import httpx  # noqa: E402
 
+from bench import stack_cpu  # noqa: E402
 from bench.chat_raw import raw_ratios  # noqa: E402
 from bench.load import http_client  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
@@ -254,10 +255,22 @@ def main() -> None:
                     f"four n=1 at once {apart / alone:.2f}x ({apart:.2f} s); raw step session "
                     f"{raw['n4_s'] / raw['n1_s']:.2f}x ({raw['n4_s']:.2f} s / {raw['n1_s']:.2f} s) |"
                 )
+                cpu = [stack_cpu.snapshot(stack, worker)]
                 plain = measure(stack.url, "chat x16", chat_sender({}), 16, warmup_s, duration_s)
+                cpu.append(stack_cpu.snapshot(stack, worker))
                 extras = measure(
                     stack.url, "chat+penalties+logprobs x16", chat_sender(EXTRAS), 16, warmup_s, duration_s
                 )
+                cpu.append(stack_cpu.snapshot(stack, worker))
+                # Per token generated over the whole point (warm-up included): the window's rate times its length.
+                span = warmup_s + duration_s
+                ms_plain = stack_cpu.per_unit(cpu[0], cpu[1], plain.tokens_per_s * span)
+                ms_extras = stack_cpu.per_unit(cpu[1], cpu[2], extras.tokens_per_s * span)
+                for part in stack_cpu.PARTS:
+                    rows.append(
+                        f"| CPU ms per token, {part} | {ms_plain[part]:.3f} plain, {ms_extras[part]:.3f} with "
+                        f"penalties + logprobs ({ms_extras[part] - ms_plain[part]:+.3f}) |"
+                    )
                 rows.append(
                     f"| penalties + logprobs(5) on every row, 16 clients | "
                     f"{extras.tokens_per_s / plain.tokens_per_s:.3f}x tokens/s ({extras.tokens_per_s:.0f} / "
