@@ -6,7 +6,8 @@ before the Flask app gets a thread: under the WSGI interface slow bodies held ev
 Its settings are the API's own (``ApiSettings``, as the gunicorn config reads them): ``GENQ_API_BIND`` (host:port,
 default 0.0.0.0:8000), ``GENQ_API_WORKERS`` processes (2) and ``GENQ_API_THREADS`` Python threads per process (256)
 for plain requests, as many again for requests that may be held (a held ``Prefer: wait`` parks one, a stack and no
-CPU; the wait cap leaves the last of those to waits answered at once). An access log as gunicorn wrote. ``GENQ_API_SERVER=gunicorn`` runs the former server instead (api/gunicorn_conf.py).
+CPU; the wait cap leaves the last of those to waits answered at once). An access log as gunicorn wrote.
+``GENQ_API_SERVER=gunicorn`` runs the former server instead (api/gunicorn_conf.py).
 """
 
 from __future__ import annotations
