@@ -49,7 +49,7 @@ def _four(cache: AdapterCache) -> list[str]:
     return [*names, *(n + "-2" for n in names)]
 
 
-def _layouts(names: list[str]) -> dict[str, list[RowSpec]]:
+def layouts(names: list[str]) -> dict[str, list[RowSpec]]:
     return {
         "base only": [[] for _ in range(BATCH)],
         "one adapter, every row": [[(names[0], 1.0)] for _ in range(BATCH)],
@@ -93,7 +93,7 @@ def _peft_call(layers: list[Any], names: list[str], forward: Callable[[], Any]) 
     return run
 
 
-def _round_robin(calls: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+def round_robin(calls: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
     import torch
 
     samples: dict[str, list[float]] = {label: [] for label in calls}
@@ -111,7 +111,7 @@ def _round_robin(calls: dict[str, Callable[[], Any]], reps: int) -> dict[str, fl
 def _step_calls(model: Any, cache: AdapterCache, forward: Callable[[Any], Any], guided: bool) -> dict[str, Any]:
     names = _four(cache)
     calls: dict[str, Callable[[], Any]] = {}
-    for label, layout in _layouts(names).items():
+    for label, layout in layouts(names).items():
         rows = with_guidance(layout, GUIDED) if guided else layout
 
         def ours(rows: list[RowSpec] = rows) -> Any:
@@ -127,7 +127,7 @@ def _step_calls(model: Any, cache: AdapterCache, forward: Callable[[Any], Any], 
 
             calls[label + " (stacked)"] = stacked
     peft_model, layers = _peft_model(model, {n: cache.sources[n] for n in names[:2]})
-    for label, layout in _layouts(names).items():
+    for label, layout in layouts(names).items():
         per_row = [row[0][0] if row else "__base__" for row in layout]
         per_row = with_guidance(per_row, GUIDED) if guided else per_row
         calls[f"PEFT adapter_names: {label}"] = _peft_call(layers, per_row, lambda: forward(peft_model))
@@ -150,69 +150,7 @@ def unet_steps(models: Path, reps: int) -> dict[str, float]:
         return model(sample, t, encoder_hidden_states=text, return_dict=False)[0]
 
     try:
-        return _round_robin(_step_calls(unet, cache, forward, guided=True), reps)
-    finally:
-        cache.close()
-
-
-def synthetic_adapters(
-    cache: AdapterCache, rank: int, targets: tuple[str, ...], count: int = 4, device: str = "cpu", dtype: Any = None
-) -> None:
-    """``count`` random rank-``rank`` LoRAs on every module whose name ends with one of ``targets``, put on the
-    device directly (a bench shortcut: no files; the cost of a step depends on the shapes, not the values)."""
-    import torch
-
-    from worker.adapters.weights import LayerDelta
-
-    generator = torch.Generator().manual_seed(0)
-    for i in range(count):
-        layers = {}
-        for module, shape in cache._shapes.items():
-            if shape.kind == "linear" and module.endswith(targets):
-                down = torch.randn(rank, shape.in_features, generator=generator) / shape.in_features**0.5
-                up = torch.randn(shape.out_features, rank, generator=generator) * 0.01
-                layers[module] = LayerDelta(shape, down.to(device, dtype), up.to(device, dtype))
-        with cache._lock:
-            cache._device[f"sd15-lora-{i}"] = LoraWeights(f"sd15-lora-{i}", layers)
-
-
-def sd15_steps(
-    reps: int, arch: Any = None, latent: int = 8, device: str = "cpu", dtype: Any = None
-) -> dict[str, float]:
-    """ms per UNet call of SD 1.5's architecture (random weights, 860M parameters; ``arch`` another SdArch) for 8
-    guided images of ``latent`` x ``latent`` latents (8: 64x64 pixels), with four rank-16 LoRAs on the attention
-    projections (the usual SD LoRA targets). On CUDA each call is synchronized before its time is taken."""
-    import torch
-
-    from bench.gpu_archs import SD15
-    from bench.gpu_models import sd_unet
-
-    arch = arch or SD15
-    dtype = dtype or torch.float32
-    unet = sd_unet(arch).eval().to(device, dtype)
-    cache = AdapterCache(unet, {})
-    synthetic_adapters(cache, 16, ("to_q", "to_k", "to_v", "to_out.0"), device=device, dtype=dtype)
-    names = list(cache._device)
-    generator = torch.Generator().manual_seed(0)
-    sample = torch.randn(2 * BATCH, 4, latent, latent, generator=generator).to(device, dtype)
-    text = torch.randn(2 * BATCH, 77, arch.text_hidden, generator=generator).to(device, dtype)
-    t = torch.full((2 * BATCH,), 500, device=device)
-    cuda = device.startswith("cuda")
-    calls: dict[str, Callable[[], Any]] = {}
-    for label, layout in _layouts(names).items():
-        rows = with_guidance(layout, GUIDED)
-        for stack in (False, True) if label.startswith("4 adapters") else (False,):
-
-            def call(rows: list[RowSpec] = rows, stack: bool = stack) -> Any:
-                with cache.rows(rows, stack=stack):
-                    out = unet(sample, t, encoder_hidden_states=text, return_dict=False)[0]
-                if cuda:
-                    torch.cuda.synchronize()
-                return out
-
-            calls[label + (" (stacked)" if stack else "")] = call
-    try:
-        return _round_robin(calls, reps)
+        return round_robin(_step_calls(unet, cache, forward, guided=True), reps)
     finally:
         cache.close()
 
@@ -236,7 +174,7 @@ def gpt2_steps(models: Path, reps: int) -> dict[str, float]:
         return out
 
     try:
-        return _round_robin(_step_calls(gpt2, cache, forward, guided=False), reps)
+        return round_robin(_step_calls(gpt2, cache, forward, guided=False), reps)
     finally:
         cache.close()
 
@@ -289,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.sd15:
         print(f"CPU, 1 thread, batch {BATCH}; median ms per forward")
+        from bench.adapters_sd15 import sd15_steps
+
         _table(f"SD 1.5 UNet, {BATCH} guided 64x64 images ({2 * BATCH} rows) per step", sd15_steps(args.reps))
         return 0
     build_demo_models(args.models, names=("gpt2-demo", "sd-demo"))

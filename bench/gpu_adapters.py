@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.adapters import sd15_steps
+from bench.adapters_sd15 import sd15_steps
 from bench.gpu_archs import SD15, SD_TINY
 from bench.gpu_device import device_name, pick_device
 
