@@ -69,20 +69,6 @@ class Outcome:
     masks_s: list[float] = field(default_factory=list)  # the later ones
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet (transformers' bytes_to_unicode), reversed."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
 def demo_vocab() -> Vocab:
     """The demo GPT-2's vocabulary (built by ``genq demo-models`` or here when missing)."""
     from tokenizers import Tokenizer
@@ -93,7 +79,9 @@ def demo_vocab() -> Vocab:
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
-    decoder = _byte_decoder()
+    from worker.runtimes.token_logprobs import byte_level_chars
+
+    decoder = byte_level_chars()
     tokens = [b""] * len(vocab)
     for text, i in vocab.items():
         tokens[i] = text.encode() if text in specials else bytes(decoder[c] for c in text)

@@ -17,7 +17,7 @@ from flask import Response
 
 from api.event_stream import JobEventStream
 from api.openai_compat.chat_request import ChatCompletionRequest
-from api.openai_compat.errors import error_body
+from api.openai_compat.errors import diverged_error, error_body, failed_job_error
 from api.openai_compat.jobs import accept_streamed
 from api.openai_compat.text_params import PARAMS, chat_head, chat_logprobs, choices_of, usage
 from api.services import services
@@ -105,16 +105,13 @@ class ChatChunks:
     def _end(self, job: Job) -> Iterator[str]:
         self.done = True
         if job.status != JobStatus.succeeded:
-            reason = f": {job.error.code}: {job.error.message}" if job.error else ""
-            yield data_text(error_body(f"job {job.id} {job.status.value}{reason}", "server_error", job.status.value))
+            yield data_text(failed_job_error(job))
             return
         assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
         out = job.output.model_dump(mode="json")
         choices = choices_of(out)
         if any(not _final(c).startswith(self.sent[c["index"]] if c["index"] < self.n else "") for c in choices):
-            # A rerun made other text than the one streamed: never end on a silent mix (as /completions).
-            message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
-            yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
+            yield data_text(diverged_error(job.id))
             return
         for choice in choices:
             yield from self._last(choice)

@@ -10,7 +10,7 @@ from flask import Response, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.event_stream import JobEventStream
-from api.openai_compat.errors import error_body
+from api.openai_compat.errors import diverged_error, error_body, failed_job_error
 from api.openai_compat.jobs import accept_streamed, parse, run, served_model_and_adapter
 from api.openai_compat.text_params import choices_of, legacy_logprobs, max_new_tokens, penalties, sampling, usage
 from api.services import services
@@ -152,16 +152,13 @@ def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool, n
 
 def _end(job: Job, head: dict[str, Any], sent: list[str], include_usage: bool) -> Iterator[str]:
     if job.status != JobStatus.succeeded:
-        reason = f": {job.error.code}: {job.error.message}" if job.error else ""
-        yield data_text(error_body(f"job {job.id} {job.status.value}{reason}", "server_error", job.status.value))
+        yield data_text(failed_job_error(job))
         return
     assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
     out = job.output.model_dump(mode="json")
     choices = choices_of(out)
     if any(not c["text"].startswith(sent[c["index"]] if c["index"] < len(sent) else "") for c in choices):
-        # A rerun made other text than the one streamed: never end on a silent mix.
-        message = f"job {job.id}'s run restarted and its final text differs from what was streamed; read it at "
-        yield data_text(error_body(message + f"GET /v1/jobs/{job.id}", "server_error", "stream_diverged"))
+        yield data_text(diverged_error(job.id))
         return
     for c in choices:
         i, final = c["index"], c["text"]

@@ -14,6 +14,7 @@ from api.metrics import JOBS_REJECTED, rejection_reason
 from api.services import services
 from tasks.context_fit import ContextTooLong
 from tasks.errors import ErrorCode
+from tasks.schemas import Job
 
 #: genq code -> (HTTP status, OpenAI error type, OpenAI error code); the code is genq's own where OpenAI has none.
 OPENAI_ERRORS: dict[str, tuple[int, str, str]] = {
@@ -34,6 +35,25 @@ class JobNotDone(Exception):
 
 def error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def failed_job_error(job: Job) -> dict[str, Any]:
+    """The error a text stream ends with when its job did not succeed."""
+    reason = f": {job.error.code}: {job.error.message}" if job.error else ""
+    return error_body(f"job {job.id} {job.status.value}{reason}", "server_error", job.status.value)
+
+
+def diverged_message(job_id: str) -> str:
+    """Why a stream ends with ``stream_diverged``: a rerun made other text than the one streamed (chat,
+    completions and responses never end on a silent mix)."""
+    return (
+        f"job {job_id}'s run restarted and its final text differs from what was streamed; "
+        f"read it at GET /v1/jobs/{job_id}"
+    )
+
+
+def diverged_error(job_id: str) -> dict[str, Any]:
+    return error_body(diverged_message(job_id), "server_error", "stream_diverged")
 
 
 def job_not_done(exc: JobNotDone) -> Response:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from api.openai_compat.errors import diverged_message
 from tasks.events import EventType, TextPiece
 from tasks.schemas import JobStatus
 
@@ -162,8 +163,7 @@ def _close(job_id: str, final: dict[str, Any], sent: str, opened: bool, seq: Ite
             "type": "error",
             "sequence_number": next(seq),
             "code": "stream_diverged",
-            "message": f"job {job_id}'s run restarted and its final text differs from what was streamed; "
-            f"read it at GET /v1/jobs/{job_id}",
+            "message": diverged_message(job_id),
             "param": None,
         }
         return

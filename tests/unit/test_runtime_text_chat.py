@@ -61,9 +61,9 @@ def token_ids(runtime: TextGenerationRuntime, prompt: str, **fields: Any) -> lis
 
 def _name(runtime: TextGenerationRuntime, entry: dict[str, Any]) -> str:
     """A token's vocabulary name from its bytes (byte-level BPE's alphabet)."""
-    from worker.runtimes.token_logprobs import _byte_level_chars
+    from worker.runtimes.token_logprobs import byte_level_chars
 
-    by_byte = {b: c for c, b in _byte_level_chars().items()}
+    by_byte = {b: c for c, b in byte_level_chars().items()}
     return "".join(by_byte[b] for b in entry["bytes"])
 
 

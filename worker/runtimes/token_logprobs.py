@@ -19,18 +19,11 @@ _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
 
 @functools.lru_cache(maxsize=1)
-def _byte_level_chars() -> dict[str, int]:
+def byte_level_chars() -> dict[str, int]:
     """GPT-2's byte-level alphabet, reversed: the printable character that stands for each byte."""
-    visible = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    visible += list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = {}, 0
-    for byte in range(256):
-        if byte in visible:
-            chars[chr(byte)] = byte
-        else:
-            chars[chr(256 + extra)] = byte
-            extra += 1
-    return chars
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 class TokenPieces:
@@ -53,8 +46,8 @@ class TokenPieces:
         data: bytes
         if not isinstance(name, str):
             data = b""
-        elif self.byte_level and all(c in _byte_level_chars() for c in name):
-            data = bytes(_byte_level_chars()[c] for c in name)
+        elif self.byte_level and all(c in byte_level_chars() for c in name):
+            data = bytes(byte_level_chars()[c] for c in name)
         elif match := _BYTE_FALLBACK.match(name):
             data = bytes([int(match.group(1), 16)])
         else:
