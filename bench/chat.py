@@ -18,6 +18,7 @@ Tokens are the ones generated (usage), not the ones asked for. Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -36,7 +37,7 @@ from bench import stack_cpu  # noqa: E402
 from bench.chat_raw import raw_ratios  # noqa: E402
 from bench.load import http_client  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
-from bench.steps_load import Done, JobSpec, run_clients, summarize  # noqa: E402
+from bench.steps_load import Done, JobSpec, run_clients, submit_and_stream, summarize  # noqa: E402
 from bench.steps_plan import CPU  # noqa: E402
 from tests.harness import ROOT, WorkerProcess  # noqa: E402
 
@@ -115,28 +116,10 @@ def messages_sender(client: httpx.Client, model: str, spec: JobSpec) -> Done:
 
 
 def prompt_sender(client: httpx.Client, model: str, spec: JobSpec) -> Done:
-    """POST /v1/jobs with the prompt, then its event stream: first text, and the tokens of the finished job."""
-    started = time.perf_counter()
-    first: float | None = None
-    tokens, ok, event = 0, False, ""
-    try:
-        job_id = client.post("/v1/jobs", json={"model": model, "input": spec.input}).json()["id"]
-        with client.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
-            for line in stream.iter_lines():
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: "):
-                    if event == "text" and first is None:
-                        first = time.perf_counter() - started
-                    if event == "status":
-                        data = json.loads(line[6:])
-                        if data.get("status") in ("succeeded", "failed", "canceled", "expired"):
-                            ok = data["status"] == "succeeded"
-                            tokens = int((data.get("job", {}).get("output") or {}).get("tokens", 0))
-                            break
-    except (httpx.HTTPError, KeyError, ValueError):
-        pass
-    return Done(spec.tag, started, time.perf_counter(), ok, float(tokens), first_text_s=first)
+    """POST /v1/jobs with the prompt, then its event stream (bench/steps_load.py): first text, and the tokens the
+    finished job generated."""
+    done = submit_and_stream(client, model, spec)
+    return dataclasses.replace(done, work=float(done.generated or 0))
 
 
 @dataclass

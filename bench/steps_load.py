@@ -42,6 +42,7 @@ class Done:
     rows_per_step: float | None = None
     first_text_tokens: int | None = None  # tokens generated when the first text was sent (whole words: often > 1)
     inference_ms: float | None = None  # the job's model time, as its metrics say
+    generated: int | None = None  # tokens the job generated (its output's ``tokens``), where the sender read them
 
 
 @dataclass
@@ -123,6 +124,7 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
     started = time.perf_counter()
     first: float | None = None
     first_tokens: int | None = None
+    generated: int | None = None
     ok = False
     try:
         response = client.post("/v1/jobs", json={"model": model, "input": spec.input})
@@ -137,14 +139,16 @@ def submit_and_stream(client: httpx.Client, model: str, spec: JobSpec) -> Done:
                         first = time.perf_counter() - started
                         first_tokens = json.loads(line[6:]).get("tokens")
                     if event == "status":
-                        status = json.loads(line[6:]).get("status")
-                        if status in ("succeeded", "failed", "canceled", "expired"):
-                            ok = status == "succeeded"
+                        data = json.loads(line[6:])
+                        if data.get("status") in ("succeeded", "failed", "canceled", "expired"):
+                            ok = data["status"] == "succeeded"
+                            generated = (data.get("job", {}).get("output") or {}).get("tokens")
                             break
     except (httpx.HTTPError, KeyError, ValueError):
         pass
+    ended = time.perf_counter()
     return Done(
-        spec.tag, started, time.perf_counter(), ok, spec.work, first_text_s=first, first_text_tokens=first_tokens
+        spec.tag, started, ended, ok, spec.work, first_text_s=first, first_text_tokens=first_tokens, generated=generated
     )
 
 
