@@ -34,6 +34,14 @@ def admission_fence(clock: RedisClock, settings: ApiSettings) -> float:
     return clock.now() - clock.error_s + fence_s(settings)
 
 
+def retry_fence(clock: RedisClock, settings: ApiSettings, first: float) -> float | None:
+    """A fresh fence for one more try of a write Redis refused as late (it answered: the fence passed while this
+    process waited for a CPU, not Redis), or None past the window an Idempotency-Key's binding allows for
+    (``settled_after_s``): load is not a refusal, and nothing is ever written after a stall."""
+    fresh = admission_fence(clock, settings)
+    return fresh if fresh <= first + RETRY_FENCE_SHARES * fence_s(settings) else None
+
+
 def settled_after_s(settings: ApiSettings) -> int:
     """Whole seconds (an Idempotency-Key binding's age is counted in them, so one more) after which a binding
     made after its request's fence was computed, with no record, will never have one (the first fence and a

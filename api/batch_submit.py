@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s, refusal
+from api.admission import admission_fence, refusal, retry_fence
 from api.job_media import discard, stage_media
 from api.job_submit import new_record
 from api.redis_health import never_sent, out_of_memory
@@ -108,11 +108,9 @@ def _admit_and_publish(
     not_after = admission_fence(svc.clock, svc.settings)  # run after it (a Redis stall), ADMIT_MANY writes nothing
     admitted = _admit_many(svc, entries, todo, not_after, before_admit)
     if any(written is None and reservation.outcome == Outcome.late for reservation, written in admitted):
-        # Redis answered (no stall): the fence passed while this process waited for a CPU. Once more on a fresh
-        # fence within the bound an Idempotency-Key's binding allows for, as one job (api/job_submit.py): load is
-        # not a refusal. ADMIT_MANY is idempotent per job id, so a job written the first time is not counted twice.
-        fresh = admission_fence(svc.clock, svc.settings)
-        if fresh <= not_after + RETRY_FENCE_SHARES * fence_s(svc.settings):
+        # ADMIT_MANY is idempotent per job id, so a job written the first time is not counted twice.
+        fresh = retry_fence(svc.clock, svc.settings, not_after)
+        if fresh is not None:
             admitted = _admit_many(svc, entries, todo, fresh, before_admit)
     refusals: dict[tuple[str, Outcome], GenqError] = {}  # one per model and reason: Retry-After reads Redis
     created: list[JobRecord] = []

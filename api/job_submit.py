@@ -11,7 +11,7 @@ import time
 import redis
 from kombu.exceptions import OperationalError
 
-from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s, refusal
+from api.admission import admission_fence, refusal, retry_fence
 from api.auth import current_key
 from api.job_media import discard, stage_media
 from api.redis_health import never_sent, out_of_memory
@@ -80,11 +80,8 @@ def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after:
     fence = admission_fence(svc.clock, svc.settings) if not_after is None else not_after
     reservation, created = _admit(svc, spec, record, fence)
     if created is None and reservation.outcome == Outcome.late:
-        # Redis answered (no stall): the fence passed while this process waited for a CPU, not Redis. Once more on
-        # a fresh fence, within the window an Idempotency-Key's binding allows for (api/admission.py): load is not
-        # a refusal, and nothing is ever written after a stall.
-        fresh = admission_fence(svc.clock, svc.settings)
-        if fresh <= fence + RETRY_FENCE_SHARES * fence_s(svc.settings):
+        fresh = retry_fence(svc.clock, svc.settings, fence)
+        if fresh is not None:
             reservation, created = _admit(svc, spec, record, fresh)
     if created is None:
         raise refusal(svc.fleet, spec, reservation)  # nothing was written

@@ -16,7 +16,7 @@ import logging
 
 import redis
 
-from api.admission import RETRY_FENCE_SHARES, admission_fence, fence_s
+from api.admission import admission_fence, retry_fence
 from api.job_media import over_quota
 from api.redis_health import never_sent, out_of_memory
 from api.services import Services
@@ -60,8 +60,8 @@ def _write(svc: Services, meta: UploadMeta, idempotency: UploadKey | None) -> Wr
     fence = admission_fence(svc.clock, svc.settings)
     written = _write_once(svc, meta, idempotency, fence)
     if written.outcome == Outcome.late:
-        fresh = admission_fence(svc.clock, svc.settings)
-        if fresh <= fence + RETRY_FENCE_SHARES * fence_s(svc.settings):
+        fresh = retry_fence(svc.clock, svc.settings, fence)
+        if fresh is not None:
             written = _write_once(svc, meta, idempotency, fresh)
     return written
 
