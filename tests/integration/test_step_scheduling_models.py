@@ -99,7 +99,7 @@ def test_a_cached_row_beside_an_uncached_one_leaves_the_uncached_one_as_alone(ap
     """Per-row DeepCache through a real worker: a job with ``accel.deepcache`` joins a running uncached job; the
     uncached one's picture is the one it makes alone, the cached one's is its own cached picture alone."""
     worker_for("sd-demo")
-    plain_input = {"prompt": "a plain painting of a castle", "seed": 11, "num_inference_steps": 30}
+    plain_input = {"prompt": "a plain painting of a castle", "seed": 11, "num_inference_steps": 50}
     cached_input = {
         "prompt": "a cached sketch of a boat",
         "seed": 12,
