@@ -45,7 +45,7 @@ AdapterName = Annotated[str, StringConstraints(pattern=ADAPTER_NAME_PATTERN)]
 class LoraRef(BaseModel):
     """One adapter of a text-to-image job and how strongly it applies."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: AdapterName = Field(description="an adapter of the job's model (GET /v1/models lists them)")
     scale: float = Field(

@@ -24,12 +24,12 @@ JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "coerce_one_of": T
 
 
 class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["text"]
 
 
 class JsonObjectFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["json_object"]
 
 
@@ -40,7 +40,7 @@ class JsonSchemaSpec(BaseModel):
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
     @field_validator("schema_")
     @classmethod
@@ -52,7 +52,7 @@ class JsonSchemaSpec(BaseModel):
 
 
 class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["json_schema"]
     json_schema: JsonSchemaSpec
 

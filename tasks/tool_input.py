@@ -18,7 +18,7 @@ MAX_TOOLS = 64
 
 
 class ToolFunction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = Field(default=None, max_length=4096)
     parameters: dict[str, Any] | None = Field(default=None, description="a JSON schema of the arguments")
@@ -37,18 +37,18 @@ class ToolFunction(BaseModel):
 
 
 class Tool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["function"] = "function"
     function: ToolFunction
 
 
 class NamedFunction(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str = Field(min_length=1)
 
 
 class NamedToolChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     type: Literal["function"] = "function"
     function: NamedFunction
 

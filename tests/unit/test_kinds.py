@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+from pydantic import BaseModel
 
 import tasks.kinds
 from tasks.kinds import KINDS, AnyInput, AnyLimits, JobInput, JobKind, JobOutput, KindLimits, parse_output
@@ -82,3 +83,35 @@ def test_a_stored_output_reads_as_its_kinds_type() -> None:
 
 def test_the_job_objects_output_type_is_the_union_of_the_kinds_outputs() -> None:
     assert set(get_args(JobOutput)) == {k.output for k in KINDS.values()}
+
+
+def _models_under(annotation: object, seen: set[type[BaseModel]]) -> None:
+    """Every pydantic model an annotation reaches: its own fields' models too."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return
+        seen.add(annotation)
+        for field in annotation.model_fields.values():
+            _models_under(field.annotation, seen)
+        return
+    for arg in get_args(annotation):
+        _models_under(arg, seen)
+
+
+@pytest.mark.parametrize("kind", list(JobKind), ids=str)
+def test_every_model_an_input_reaches_is_strict(kind: JobKind) -> None:
+    """A nested model in lax mode takes ``"strict": 0.0`` as False: the fuzzer found one (tools' ``strict``)."""
+    seen: set[type[BaseModel]] = set()
+    _models_under(KINDS[kind].input, seen)
+    lax = sorted(m.__qualname__ for m in seen if not m.model_config.get("strict"))
+    assert not lax, f"not strict: {lax}"
+
+
+def test_a_tools_strict_flag_must_be_a_boolean() -> None:
+    from pydantic import ValidationError
+
+    from tasks.tool_input import Tool
+
+    with pytest.raises(ValidationError, match="strict"):
+        Tool.model_validate({"function": {"name": "f", "strict": 0.0}})
+    assert Tool.model_validate({"function": {"name": "f", "strict": False}}).function.strict is False
