@@ -91,6 +91,7 @@ class Measured:
     load: float  # the 1-minute load average at the point's end
     cpu_ms_per_token: dict[str, float] = field(default_factory=dict)  # by process (genq: by part), and the clients
     raw_tokens_per_s: float = math.nan
+    raw_cpu_ms_per_token: float = math.nan  # the raw call's thread CPU per token (the model's own cost)
 
 
 def send_to_hf(client: httpx.Client, model: str, spec: JobSpec) -> Done:
@@ -122,9 +123,10 @@ class Bench:
         self.stack, self.worker, self.hf, self.probe, self.plan = stack, worker, hf, probe, plan
         self.measured: list[Measured] = []
 
-    def raw(self) -> float:
-        batches = self.probe.measure(self.plan.raw_reps)["batches"]
-        return float(CPU.raw_tokens * batches[str(RAW_BATCH)]["items_per_s"])
+    def raw(self) -> tuple[float, float]:
+        """Tokens/s and CPU ms per token of ``predict()`` at batch RAW_BATCH."""
+        batch = self.probe.measure(self.plan.raw_reps)["batches"][str(RAW_BATCH)]
+        return CPU.raw_tokens * batch["items_per_s"], batch["cpu_ms_per_item"] / CPU.raw_tokens
 
     def cpu(self) -> dict[str, float]:
         parts = snapshot(self.stack, self.worker)
@@ -155,12 +157,13 @@ class Bench:
         return row
 
     def pair(self, rnd: int, load: LoadPoint) -> None:
-        before = self.raw() if load.raw else math.nan
+        before = self.raw() if load.raw else (math.nan, math.nan)
         rows = [self.one(rnd, system, load) for system in ("genq", "hf")]
         if load.raw:
-            raw = (before + self.raw()) / 2
+            after = self.raw()
             for row in rows:
-                row.raw_tokens_per_s = raw
+                row.raw_tokens_per_s = (before[0] + after[0]) / 2
+                row.raw_cpu_ms_per_token = (before[1] + after[1]) / 2
 
 
 @contextmanager

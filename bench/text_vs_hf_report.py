@@ -43,8 +43,9 @@ def _num(value: float, digits: int = 1) -> str:
 def rounds_table(measured: list[Measured]) -> list[str]:
     lines = [
         "| round | point | genq tokens/s | hf tokens/s | genq / hf | genq 4-token p50 ms | hf 4-token p50 ms "
-        "| raw tokens/s (batch 8) | genq of raw | hf of raw | errors genq / hf | load genq / hf |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| raw tokens/s (batch 8) | genq of raw | hf of raw | genq rows/step | genq beyond the model p50 ms "
+        "| errors genq / hf | load genq / hf |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     pairs: dict[tuple[int, str], dict[str, Measured]] = {}
     for row in measured:
@@ -57,24 +58,32 @@ def rounds_table(measured: list[Measured]) -> list[str]:
         lines.append(
             f"| {rnd} | {label} | {g:.1f} | {h:.1f} | {g / h if h else math.nan:.2f} | {_num(p50(genq), 0)} "
             f"| {_num(p50(hf), 0)} | {_num(raw)} | {_pct(g / raw)} | {_pct(h / raw)} "
+            f"| {_num(genq.point.mean_rows)} | {_num(genq.point.beyond_model_p50_ms, 0)} "
             f"| {genq.point.errors} / {hf.point.errors} | {genq.load:.2f} / {hf.load:.2f} |"
         )
     return lines
 
 
+MODEL_PARTS = ("worker model thread", "HF server")  # what runs the model: genq's thread, the peer's process
+
+
 def cpu_table(measured: list[Measured]) -> list[str]:
-    """CPU ms per generated token by process, means over rounds (read from /proc, warm-up included)."""
+    """CPU ms per generated token by process, means over rounds (read from /proc, warm-up included); the model's
+    runner's busy share of the wall clock (its ms per token times tokens/s); the raw call's ms per token."""
     parts = list(dict.fromkeys(k for row in measured for k in row.cpu_ms_per_token))
     lines = [
-        "| point | system | " + " | ".join(parts) + " | all but clients |",
-        "| --- | --- | " + " | ".join("---:" for _ in parts) + " | ---: |",
+        "| point | system | " + " | ".join(parts) + " | all but clients | model runner busy | raw ms/token |",
+        "| --- | --- | " + " | ".join("---:" for _ in parts) + " | ---: | ---: | ---: |",
     ]
     for label, systems in grouped(measured).items():
         for system, rows in systems.items():
             values = {k: mean(r.cpu_ms_per_token.get(k, math.nan) for r in rows) for k in parts}
             total = sum(v for k, v in values.items() if k != "clients" and not math.isnan(v))
+            runner = next((values[k] for k in MODEL_PARTS if not math.isnan(values.get(k, math.nan))), math.nan)
+            busy = runner * mean(r.point.work_per_s for r in rows) / 1000
+            raw = mean(r.raw_cpu_ms_per_token for r in rows)
             cells = " | ".join(_num(values[k], 2) for k in parts)
-            lines.append(f"| {label} | {system} | {cells} | {total:.2f} |")
+            lines.append(f"| {label} | {system} | {cells} | {total:.2f} | {_pct(busy)} | {_num(raw, 2)} |")
     return lines
 
 
