@@ -140,14 +140,16 @@ def plot(measured: list[Measured], path: Path, title: str) -> None:
     groups = grouped(measured)
     labels = list(groups)
     fig, (rate, latency) = plt.subplots(1, 2, figsize=(10, 4.5))
+    short = [lb for lb in labels if any(not math.isnan(p50(r)) for r in groups[lb].get("genq", []))]
     for offset, system in ((-0.2, "genq"), (0.2, "hf")):
         xs = [i + offset for i in range(len(labels))]
         rate.bar(xs, [mean(r.point.work_per_s for r in groups[lb].get(system, [])) for lb in labels], 0.4, label=system)
-        latency.bar(xs, [mean(p50(r) for r in groups[lb].get(system, [])) for lb in labels], 0.4, label=system)
+        xs = [i + offset for i in range(len(short))]
+        latency.bar(xs, [mean(p50(r) for r in groups[lb].get(system, [])) for lb in short], 0.4, label=system)
     raws = [mean(r.raw_tokens_per_s for r in groups[lb].get("genq", [])) for lb in labels]
     rate.plot(range(len(labels)), raws, "k_", markersize=22, mew=2, label="raw runtime, batch 8")
-    for ax, unit in ((rate, "tokens/s"), (latency, "p50 of the 4-token jobs (ms)")):
-        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    for ax, unit, names in ((rate, "tokens/s", labels), (latency, "p50 of the 4-token jobs (ms)", short)):
+        ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(unit)
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
