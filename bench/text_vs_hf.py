@@ -1,0 +1,225 @@
+"""genq's whole stack against transformers' continuous batching behind a server, same model, same load, one run
+(issue 34).
+
+genq: the private stack of bench/stack.py (Redis, the API as deployed, one step-scheduled worker of the demo
+GPT-2, max batch 16, 1 torch thread), clients submitting with ``Prefer: wait`` (bench/steps_load.py). The peer:
+bench/hf_server.py, transformers' manager on the same folder (16 places, 1 torch thread, the sized paged cache),
+clients POSTing /generate. Both are up for the whole run; each point runs genq then the peer, round after round,
+so a change of load on the shared machine falls on both:
+
+- mixed text at 8 and 16 closed-loop clients: ``max_new_tokens`` 4-64 and temperatures (bench/steps_plan.py's
+  text mix): tokens/s, and the p50 latency of the jobs asking for 4 tokens;
+- uniform 16-token greedy text at 8 clients: tokens/s beside the raw runtime at batch 8 (bench/raw.py, measured
+  before and after the pair).
+
+Targets: genq's tokens/s at least the peer's and its 4-token p50 at most the peer's on the mixed points; the
+uniform point at least 90% of the raw rate. Prints the tables, writes bench/out/text-vs-hf.{json,png}::
+
+    python bench/text_vs_hf.py [--quick | --smoke] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from bench.hf_server import HFServer  # noqa: E402
+from bench.proc_cpu import cpu_ms  # noqa: E402
+from bench.raw import RawProbe  # noqa: E402
+from bench.run_meta import git_commit, machine  # noqa: E402
+from bench.stack import BenchStack, ModelConfig  # noqa: E402
+from bench.stack_cpu import per_unit, snapshot  # noqa: E402
+from bench.steps_load import Done, JobSpec, MixedPoint, run_clients, summarize  # noqa: E402
+from bench.steps_plan import CPU  # noqa: E402
+from bench.text_vs_hf_report import SHORT_TAG, plot, report  # noqa: E402
+from tests.harness import ROOT, WorkerProcess  # noqa: E402
+
+MODEL = "gpt2-step"
+SLOTS = 16  # genq's max_batch_size, the manager's max_requests_per_batch
+RAW_BATCH = 8
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    warmup_s: float
+    duration_s: float
+    rounds: int
+    raw_reps: int
+
+
+FULL = Plan("text-vs-hf", 3.0, 12.0, 2, 4)
+QUICK = Plan("text-vs-hf-quick", 1.0, 6.0, 1, 2)
+SMOKE = Plan("text-vs-hf-smoke", 0.5, 2.0, 1, 1)
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    label: str
+    clients: int
+    jobs: Callable[[int], JobSpec]
+    raw: bool = False  # measured beside the raw runtime at batch RAW_BATCH
+
+
+POINTS = (
+    LoadPoint("mixed text x8", 8, CPU.mixed_text),
+    LoadPoint("mixed text x16", 16, CPU.mixed_text),
+    LoadPoint("uniform 16 tokens x8", 8, CPU.lone_text, raw=True),
+)
+
+
+@dataclass
+class Measured:
+    """One system's run of one point in one round."""
+
+    round: int
+    system: str  # "genq" or "hf"
+    point: MixedPoint
+    load: float  # the 1-minute load average at the point's end
+    cpu_ms_per_token: dict[str, float] = field(default_factory=dict)  # by process (genq: by part), and the clients
+    raw_tokens_per_s: float = math.nan
+    raw_cpu_ms_per_token: float = math.nan  # the raw call's thread CPU per token (the model's own cost)
+
+
+def send_to_hf(client: httpx.Client, model: str, spec: JobSpec) -> Done:
+    """POST /generate with the job's prompt and settings; its work is the tokens it generated."""
+    del model  # the server has one
+    inp = spec.input
+    body = {
+        "prompt": inp["prompt"],
+        "max_new_tokens": inp["max_new_tokens"],
+        "temperature": inp.get("temperature") if inp.get("do_sample") else None,
+        "top_p": inp.get("top_p"),
+    }
+    started = time.perf_counter()
+    try:
+        response = client.post("/generate", json=body)
+        tokens = response.json().get("tokens") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        tokens = None
+    ended = time.perf_counter()
+    if not isinstance(tokens, list):
+        return Done(spec.tag, started, ended, False, spec.work)
+    return Done(spec.tag, started, ended, True, float(len(tokens)), generated=len(tokens))
+
+
+class Bench:
+    """The stack with its worker, the peer server, the raw probe; every measurement so far."""
+
+    def __init__(self, stack: BenchStack, worker: WorkerProcess, hf: HFServer, probe: RawProbe, plan: Plan) -> None:
+        self.stack, self.worker, self.hf, self.probe, self.plan = stack, worker, hf, probe, plan
+        self.measured: list[Measured] = []
+
+    def raw(self) -> tuple[float, float]:
+        """Tokens/s and CPU ms per token of ``predict()`` at batch RAW_BATCH."""
+        batch = self.probe.measure(self.plan.raw_reps)["batches"][str(RAW_BATCH)]
+        return CPU.raw_tokens * batch["items_per_s"], batch["cpu_ms_per_item"] / CPU.raw_tokens
+
+    def cpu(self) -> dict[str, float]:
+        parts = snapshot(self.stack, self.worker)
+        parts["HF server"] = cpu_ms(self.hf.proc.pid)
+        parts["clients"] = time.process_time() * 1000
+        return parts
+
+    def one(self, rnd: int, system: str, load: LoadPoint) -> Measured:
+        url, sender = (self.stack.url, {}) if system == "genq" else (self.hf.url, {"sender": send_to_hf})
+        before = self.cpu()
+        done, window = run_clients(
+            url, MODEL, load.jobs, load.clients, self.plan.warmup_s, self.plan.duration_s, **sender
+        )
+        after = self.cpu()
+        tokens = sum(d.work for d in done if d.ok)  # CPU is read over the whole run, warm-up included
+        parts = per_unit(before, after, tokens)
+        parts.update({k: (after[k] - before[k]) / max(tokens, 1.0) for k in ("HF server", "clients")})
+        mine = ("HF server", "clients") if system == "hf" else tuple(k for k in parts if k != "HF server")
+        point = summarize(done, window, label=load.label, model=system, concurrency=load.clients)
+        row = Measured(rnd, system, point, os.getloadavg()[0], {k: parts[k] for k in mine})
+        self.measured.append(row)
+        p50 = point.p50_ms.get(SHORT_TAG, math.nan)
+        print(
+            f"  round {rnd} {system:4} {load.label}: {point.work_per_s:.1f} tokens/s, {point.jobs} jobs, "
+            f"{point.errors} errors, {SHORT_TAG} p50 {p50:.0f} ms, load {row.load:.2f}",
+            flush=True,
+        )
+        return row
+
+    def pair(self, rnd: int, load: LoadPoint) -> None:
+        before = self.raw() if load.raw else (math.nan, math.nan)
+        rows = [self.one(rnd, system, load) for system in ("genq", "hf")]
+        if load.raw:
+            after = self.raw()
+            for row in rows:
+                row.raw_tokens_per_s = (before[0] + after[0]) / 2
+                row.raw_cpu_ms_per_token = (before[1] + after[1]) / 2
+
+
+@contextmanager
+def systems(plan: Plan, work_dir: Path) -> Iterator[Bench]:
+    """Everything up: the stack and its worker, the peer server, the raw probe; all stopped on exit."""
+    from worker.demo_models import build_demo_models
+
+    demo_dir = ROOT / ".genq" / "models"
+    build_demo_models(demo_dir, names=("gpt2-demo",))
+    config = ModelConfig(MODEL, "gpt2-demo", SLOTS, 50, scheduling="step")
+    with BenchStack([config], demo_dir, work_dir) as stack, stack.worker(MODEL) as worker:
+        assert stack.settings is not None
+        probe = RawProbe(stack.settings.models_file, MODEL, [RAW_BATCH], stack.env())
+        try:
+            with HFServer(demo_dir / "gpt2-demo", SLOTS, stack.env()) as hf:
+                print(f"up: genq {stack.url}, transformers {hf.url}, logs in {work_dir}", flush=True)
+                yield Bench(stack, worker, hf, probe, plan)
+        finally:
+            probe.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="short points, one round (~2 minutes)")
+    mode.add_argument("--smoke", action="store_true", help="a few seconds per point: proves the run works")
+    parser.add_argument("--rounds", type=int, help=f"rounds of every point (default {FULL.rounds})")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    args = parser.parse_args(argv)
+    plan = SMOKE if args.smoke else QUICK if args.quick else FULL
+    if args.rounds:
+        plan = Plan(plan.name, plan.warmup_s, plan.duration_s, args.rounds, plan.raw_reps)
+    started, loads = time.time(), [os.getloadavg()[0]]
+    with systems(plan, Path(tempfile.mkdtemp(prefix="genq-bench-vs-hf-"))) as bench:
+        for rnd in range(1, plan.rounds + 1):
+            for load in POINTS:
+                bench.pair(rnd, load)
+    loads += [m.load for m in bench.measured]
+    meta = {
+        "machine": machine(),
+        "commit": git_commit(),
+        "plan": asdict(plan),
+        "minutes": round((time.time() - started) / 60, 1),
+        "load_average_1m": [min(loads), max(loads)],
+    }
+    rows = [{**asdict(m), "point": asdict(m.point)} for m in bench.measured]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{plan.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    title = (
+        f"genq's stack against transformers' continuous batching, same load, one run "
+        f"(load average {min(loads):.1f}-{max(loads):.1f})"
+    )
+    plot(bench.measured, out / f"{plan.name}.png", title)
+    print(f"\n{meta}\n\n{report(bench.measured)}\n\nwrote {out / plan.name}.json and .png")
+
+
+if __name__ == "__main__":
+    main()
