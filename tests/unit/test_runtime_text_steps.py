@@ -108,7 +108,9 @@ def test_a_short_job_admitted_mid_decode_finishes_first(textgen: TextGenerationR
     assert steps(session, 4) == {}
     assert session.progress() == {"long": (5, 64)}
     assert session.admit([Row("short", short_job)]) == []
-    assert session.progress() == {"long": (5, 64), "short": (1, 2)}
+    # Its prompt rides in the next step's forward with the running row (packed_rows.py): its first token then.
+    assert session.progress() == {"long": (5, 64), "short": (0, 2)}
+    assert steps(session, 1) == {} and session.progress() == {"long": (6, 64), "short": (1, 2)}
     first = outputs(session.step())
     assert list(first) == ["short"] and session.handles == ["long"]
     assert first["short"] == alone(textgen, short_job) and first["short"]["tokens"] == 2
@@ -116,12 +118,13 @@ def test_a_short_job_admitted_mid_decode_finishes_first(textgen: TextGenerationR
     assert rest["long"] == alone(textgen, long_job)
 
 
-def test_a_one_token_job_ends_at_admission(textgen: TextGenerationRuntime) -> None:
-    session = textgen.open_session(())
-    session.admit([Row("running", TextGenerationInput(prompt="Hello", max_new_tokens=10, seed=1))])
+def test_a_one_token_job_ends_with_its_prefill(textgen: TextGenerationRuntime) -> None:
     one = TextGenerationInput(prompt="A", max_new_tokens=1, do_sample=True, seed=2)
-    ended = outputs(session.admit([Row("one", one)]))
-    assert ended == {"one": alone(textgen, one)} and session.handles == ["running"]
+    session = textgen.open_session(())
+    assert outputs(session.admit([Row("one", one)])) == {"one": alone(textgen, one)}  # alone: at admission
+    session.admit([Row("running", TextGenerationInput(prompt="Hello", max_new_tokens=10, seed=1))])
+    assert session.admit([Row("one", one)]) == []  # beside a running row: in the next step, its prompt's
+    assert outputs(session.step()) == {"one": alone(textgen, one)} and session.handles == ["running"]
 
 
 def test_a_joined_row_streams_from_its_start_and_stops_at_its_stop_string(textgen: TextGenerationRuntime) -> None:
@@ -176,7 +179,7 @@ def test_drop_frees_the_row_and_shrinks_the_cache(textgen: TextGenerationRuntime
     session.admit([Row("b", inputs["b"])])
     steps(session, 2)
     assert session.shape() == (3, cache_columns(session, textgen, prompts))
-    assert session.progress() == {"a": (6, 30), "c": (6, 30), "b": (3, 30)}
+    assert session.progress() == {"a": (6, 30), "c": (6, 30), "b": (2, 30)}  # b's first step was its prefill's
     session.drop(["b"])  # the longest row leaves: the columns only it used go with it
     assert session.handles == ["a", "c"] and set(session.progress()) == {"a", "c"}
     assert session.shape() == (2, cache_columns(session, textgen, prompts))
@@ -194,6 +197,7 @@ def test_the_cache_is_trimmed_when_the_longest_row_finishes(textgen: TextGenerat
     assert isinstance(session, TextStepSession)
     session.admit([Row("short", TextGenerationInput(prompt="Hello", max_new_tokens=20))])
     session.admit([Row("long", TextGenerationInput(prompt=LONG_PROMPT, max_new_tokens=3))])
+    assert steps(session, 1) == {}  # its prompt rode in this step: its first token
     wide = session.shape()[1]
     assert list(steps(session, 2)) == ["long"]
     assert session.shape() == (1, cache_columns(session, textgen, prompts)) and session.shape()[1] < wide

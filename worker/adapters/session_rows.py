@@ -103,6 +103,10 @@ class SessionAdapters:
                 self._held.discard(handle)
                 self.cache.release(name for name, _ in spec)
 
+    def plain(self, handles: Iterable[str]) -> bool:
+        """True when none of ``handles`` runs with an adapter (their rows may share one packed sequence)."""
+        return not any(self._specs.get(handle) for handle in handles)
+
     def forward(self, handles: Sequence[str]) -> AbstractContextManager[Any]:
         """The context for one model call over ``handles`` in batch order (repeat a handle for each of its rows,
         e.g. ``with_guidance`` for the two halves of guided images)."""

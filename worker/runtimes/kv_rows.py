@@ -144,6 +144,13 @@ def keep(cache: Any, mask: Any, rows: list[int]) -> Any:
     return mask[:, first:]
 
 
+def with_column(mask: Any) -> Any:
+    """The held rows' mask with a step's column (each row's last token, attended by all of them)."""
+    import torch
+
+    return torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+
+
 def rows_and_columns(cache: Any) -> tuple[int, int]:
     """(rows, columns) of ``cache``'s first layer: what the next decode step attends over."""
     keys = cache.layers[0].keys

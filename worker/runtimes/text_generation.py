@@ -40,6 +40,7 @@ class TextGenerationRuntime(Runtime):
     streams_text = True
     #: Whether rows can join a running batch: the model's KV cache is a plain ``DynamicCache`` (checked at load).
     joins_rows = False
+    packs_prompts = False  # set at load: newcomers ride in the running rows' step (worker/runtimes/packed_rows.py)
     #: The model's LoRAs (worker/adapters), built at load; sessions apply each row's own.
     adapters: AdapterCache | None = None
 
@@ -68,6 +69,10 @@ class TextGenerationRuntime(Runtime):
             )
         self.joins_rows = splices(probe.past_key_values)
         self.adapters = build_cache(self.model, self.adapter_sources)  # the LoRAs its sessions' rows name
+        from worker.runtimes import packed_rows
+
+        # Newcomers' prompts ride in the running rows' step (issue 34) where the model's code allows it.
+        self.packs_prompts = self.joins_rows and packed_rows.supported(self.model, device)
         from worker.grammar import GrammarCompiler
 
         self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)

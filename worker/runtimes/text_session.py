@@ -1,8 +1,9 @@
 """The text-generation step session: rows join and leave a running KV-cache decode batch between steps.
 
-A newcomer is prefilled (newcomers admitted together share one left-padded prefill), its first token comes
-from its prefill logits, and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is one
-forward pass over every held row's last token; every row samples with its own settings and generator, so its
+Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``); into a fresh
+session, or with an adapter, newcomers admitted together share one left-padded prefill. Either way its first token
+comes from its prompt's logits and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is
+one forward pass over every held row's last token; every row samples with its own settings and generator, so its
 tokens do not depend on when it joined or which rows shared its steps.
 
 A job with ``n`` choices is ``n`` rows under one handle (choice i seeded ``seed + i``): they are prefilled
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.adapters.session_rows import SessionAdapters, text_row
-from worker.runtimes import kv_rows
+from worker.runtimes import kv_rows, packed_rows
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text_rows import Decoder, DecodeRow
 
@@ -46,23 +47,32 @@ class TextStepSession(StepSession):
         # they join a later step while the running rows step on.
         self._parked: dict[str, Row] = {}
         self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be job's grammar, by handle
+        # Newcomers whose prompts ride in the next step's forward beside the running rows (packed_rows.py).
+        self._pending: list[list[_Held]] = []  # by job
+        self._packs = bool(getattr(runtime, "packs_prompts", False))
 
     @property
     def handles(self) -> list[str]:
         """The jobs held, in admission order, then those parked (adapter or grammar)."""
-        return list(dict.fromkeys(row.handle for row in self._rows)) + list(self._parked)
+        return list(dict.fromkeys(row.handle for row in self._rows + self._waiting)) + list(self._parked)
 
     def weight(self) -> int:
         """Rows held: a job's choices each take one (a parked job's too)."""
-        return len(self._rows) + sum(int(getattr(row.input, "n", 1) or 1) for row in self._parked.values())
+        parked = sum(int(getattr(row.input, "n", 1) or 1) for row in self._parked.values())
+        return len(self._rows) + len(self._waiting) + parked
 
     def progress(self) -> dict[str, tuple[int, int]]:
         """Each held job's (tokens generated, its max_new_tokens), by its furthest choice."""
         done: dict[str, tuple[int, int]] = {}
-        for row in self._rows:
+        for row in self._rows + self._waiting:
             step = (len(row.state.generated), row.state.max_new_tokens)
             done[row.handle] = max(done.get(row.handle, step), step)
         return done | {handle: (0, int(row.input.max_new_tokens)) for handle, row in self._parked.items()}
+
+    @property
+    def _waiting(self) -> list[_Held]:
+        """The rows of the jobs whose prompts ride in the next step."""
+        return [held for job in self._pending for held in job]
 
     def shape(self) -> tuple[int, int]:
         """(rows, columns) of the held KV cache: what one step attends over."""
@@ -102,6 +112,15 @@ class TextStepSession(StepSession):
                 jobs.append([_Held(row.handle, st, self._streamer(row, st, len(states)), len(states)) for st in states])
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
+        handles = [held.handle for held in self._rows] + [job[0].handle for job in jobs]
+        if self._rows and self._packs and kv_rows.splices(self._cache) and self.adapters.plain(handles):
+            self._pending += jobs  # prefilled in the next step's forward
+            return results
+        return results + self._prefill_jobs(jobs)
+
+    def _prefill_jobs(self, jobs: list[list[_Held]]) -> list[RowResult]:
+        """Prefill ``jobs`` together; a job that breaks the shared prefill is isolated (the others one by one)."""
+        results: list[RowResult] = []
         groups = [jobs]
         while groups:
             group = groups.pop(0)
@@ -124,17 +143,23 @@ class TextStepSession(StepSession):
         import torch
 
         ended = self._unpark()
+        if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):
+            # The running rows left (dropped), or rows with an adapter joined meanwhile: a prefill of their own.
+            jobs, self._pending = self._pending, []
+            ended += self._prefill_jobs(jobs)
         if not self._rows:
             return self._left(ended)
         runtime = self.runtime
-        for row in self._rows:  # grammar masks compute while the forward pass runs (worker/grammar/processor.py)
+        for row in self._rows + self._waiting:  # grammar masks compute while the forward runs (grammar/processor.py)
             for processor in row.state.processors:
                 prefetch = getattr(processor, "prefetch", None)
                 if prefetch is not None:
                     prefetch()
+        if self._pending:
+            return self._left(ended + self._packed_step())
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
-            mask = torch.cat([self._mask, self._mask.new_ones((self._mask.shape[0], 1))], dim=-1)
+            mask = kv_rows.with_column(self._mask)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
             out = runtime.model(
                 input_ids=ids,
@@ -150,6 +175,7 @@ class TextStepSession(StepSession):
     def drop(self, handles: Iterable[str]) -> None:
         """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
         leaving = set(handles)
+        self._pending = [job for job in self._pending if job[0].handle not in leaving]
         for handle in leaving:
             self._ended.pop(handle, None)
             self._parked.pop(handle, None)
@@ -185,6 +211,17 @@ class TextStepSession(StepSession):
         for row in joined:
             del self._parked[row.handle]
         return ended + (self._admit_now(joined) if joined else [])
+
+    def _packed_step(self) -> list[RowResult]:
+        """The running rows' step with the pending newcomers' prompts in the same forward (packed_rows.py)."""
+        pending, self._pending = self._waiting, []
+        last = [row.state.generated[-1] for row in self._rows]
+        prompts = [held.state.prompt_ids for held in pending]
+        with self.runtime.grad_off():
+            model, device = self.runtime.model, self.runtime.device
+            logits, self._cache, self._mask = packed_rows.step(model, self._cache, self._mask, last, prompts, device)
+            self._rows += pending
+            return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
         """Jobs that ended (finished or failed) unpin their adapters."""

@@ -1,0 +1,106 @@
+"""Newcomers' prompts ridden in the running rows' decode step (worker/runtimes/packed_rows.py, issue 34): one forward
+pass per step, the same tokens as alone, and separate prefills where packing cannot apply."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tasks.kinds import TextGenerationInput
+from worker.runtimes import packed_rows
+from worker.runtimes.base import Row
+from worker.runtimes.text_generation import TextGenerationRuntime
+
+PROMPTS = ["Once upon a time there was", "A", "The weather today is sunny and warm, and the little robot"]
+
+
+@pytest.fixture
+def forwards(textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The sequence length of each model call (input_ids' [batch, tokens])."""
+    calls: list[Any] = []
+    real = textgen.model.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(tuple(kwargs["input_ids"].shape))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(textgen.model, "forward", counted)
+    yield calls
+
+
+def job(i: int, tokens: int = 12) -> TextGenerationInput:
+    return TextGenerationInput(prompt=PROMPTS[i % 3], max_new_tokens=tokens, do_sample=i % 2 == 1, seed=i)
+
+
+def run_out(session: Any) -> dict[str, Any]:
+    done: dict[str, Any] = {}
+    while session.handles:
+        done.update({r.handle: r.prediction.output for r in session.step()})
+    return done
+
+
+def test_the_demo_model_packs_its_newcomers(textgen: TextGenerationRuntime) -> None:
+    assert textgen.packs_prompts and textgen.model.config._attn_implementation == packed_rows.NAME
+
+
+def test_newcomers_beside_running_rows_cost_no_forward_of_their_own(
+    textgen: TextGenerationRuntime, forwards: list[Any]
+) -> None:
+    session = textgen.open_session(())
+    session.admit([Row("a", job(0, 20)), Row("b", job(1, 20))])
+    assert forwards == [(2, max(len(textgen.tokenizer(p)["input_ids"]) for p in PROMPTS[:2]))]  # one prefill
+    session.step()
+    forwards.clear()
+    assert session.admit([Row("c", job(2)), Row("d", job(3))]) == []  # no forward at admission
+    assert not forwards
+    session.step()  # one forward: 2 running rows' tokens, then both prompts packed in one sequence
+    lengths = [len(textgen.tokenizer(PROMPTS[i % 3])["input_ids"]) for i in (2, 3)]
+    assert forwards == [(1, 2 + sum(lengths))]
+    assert session.progress() == {"a": (3, 20), "b": (3, 20), "c": (1, 12), "d": (1, 12)}
+
+
+def test_packed_rows_get_the_tokens_they_get_alone(textgen: TextGenerationRuntime) -> None:
+    jobs = {f"j{i}": job(i, 6 + 5 * i) for i in range(6)}
+    session = textgen.open_session(())
+    session.admit([Row("j0", jobs["j0"])])
+    done: dict[str, Any] = {}
+    for i in range(1, 6):  # each joins a step later, packed beside the rows running by then
+        done.update({r.handle: r.prediction.output for r in session.step()})
+        session.admit([Row(f"j{i}", jobs[f"j{i}"])])
+    done.update(run_out(session))
+    for handle, inp in jobs.items():
+        assert done[handle] == textgen.predict([inp])[0].output, handle
+
+
+def test_rows_with_an_adapter_are_prefilled_apart(textgen: TextGenerationRuntime, forwards: list[Any]) -> None:
+    session: Any = textgen.open_session(())
+    session.admit([Row("plain", job(0, 20))])
+    session.adapters.plain = lambda handles: False  # as when a held row or a newcomer names a LoRA
+    forwards.clear()
+    session.admit([Row("lora", job(1))])
+    assert len(forwards) == 1 and forwards[0][0] == 1  # its own prefill, at admission, as before packing
+
+
+def test_newcomers_whose_running_rows_were_dropped_are_prefilled_alone(textgen: TextGenerationRuntime) -> None:
+    session = textgen.open_session(())
+    session.admit([Row("running", job(0, 30))])
+    session.admit([Row("new", job(1))])
+    session.drop(["running"])
+    assert session.handles == ["new"]
+    assert run_out(session)["new"] == textgen.predict([job(1)])[0].output
+
+
+def test_a_model_not_on_sdpa_keeps_its_attention(textgen: TextGenerationRuntime) -> None:
+    class Config:
+        _attn_implementation = "eager"
+
+    class Model:
+        config = Config()
+
+    assert not packed_rows.supported(Model(), "cpu") and Model.config._attn_implementation == "eager"

@@ -1,0 +1,233 @@
+"""Newcomers' prompts ridden in the running rows' decode step: one forward pass over a packed sequence.
+
+A separate prefill forward for one or two newcomers costs about as much as a decode step of 16 rows on a CPU (the
+forward's fixed cost, not its tokens), and took 27 % of the model thread at 32 text clients (bench/README.md,
+issue 34). Here the step's input is one sequence: the R running rows' last tokens, then each newcomer's prompt;
+every per-token part of the model (embeddings, projections, MLPs, norms) runs once over all of it, and only the
+attention is split by row: the running rows attend over their held cache (``kv_rows``, written in place), each
+newcomer causally over its own prompt. transformers' continuous batching does the same with a paged cache.
+
+The attention is registered with transformers' ``AttentionInterface`` under ``NAME``; outside a packed step it is
+SDPA itself (the mask likewise), so request-level ``generate`` and plain steps run exactly as before. A model is
+packed only if a probe at its first session gives the same logits packed as unpacked (``supported``): a model
+whose code asks more of the cache than ``update`` keeps separate prefills.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+log = logging.getLogger(__name__)
+
+NAME = "genq_packed"
+_active = threading.local()  # the packed step running on this thread (the model thread), if any
+_registered = False
+
+
+@dataclass
+class LayerRows:
+    """One layer's keys and values of rows that join a held cache (what ``kv_rows.join`` reads)."""
+
+    keys: Any
+    values: Any
+
+
+@dataclass
+class NewRows:
+    layers: list[LayerRows]
+
+
+@dataclass
+class PackedStep:
+    """The cache a packed forward sees: ``update`` writes the running rows' new column into the held cache and
+    keeps the newcomers' keys aside; ``attend`` is each layer's split attention."""
+
+    held: Any  # the held cache (slab layers), or None when no row runs
+    rows: int  # running rows: the first ``rows`` tokens of the sequence
+    mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column
+    lengths: list[int]  # each newcomer's prompt length, in sequence order
+    _decode: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    _fresh: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+
+    def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        r = self.rows
+        if r:
+            # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
+            column_k, column_v = (
+                key[0, :, :r].transpose(0, 1).unsqueeze(2),
+                value[0, :, :r].transpose(0, 1).unsqueeze(2),
+            )
+            self._decode[layer_idx] = self.held.layers[layer_idx].update(column_k, column_v)
+        self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
+        return key, value
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Asked by some models' code for positions (given here), kept for them."""
+        return int(self.mask.shape[-1]) - 1 if self.rows else 0
+
+    def attend(self, layer: int, query: Any, scaling: float | None) -> Any:
+        """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
+        q = query[0]  # [heads, tokens, dim]
+        parts = []
+        if self.rows:
+            keys, values = self._decode[layer]
+            decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
+            allowed = self.mask.bool()[:, None, None, :]
+            out = F.scaled_dot_product_attention(
+                decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
+            )
+            parts.append(out[:, :, 0])  # [rows, heads, dim]
+        keys, values = self._fresh[layer]
+        start = 0
+        for length in self.lengths:
+            span = slice(start, start + length)
+            qs, ks, vs = (t[:, span].unsqueeze(0) for t in (q[:, self.rows :], keys, values))
+            out = F.scaled_dot_product_attention(
+                qs, ks, vs, is_causal=True, scale=scaling, enable_gqa=ks.shape[1] != qs.shape[1]
+            )
+            parts.append(out[0].transpose(0, 1))  # [length, heads, dim]
+            start += length
+        return torch.cat(parts, dim=0).unsqueeze(0)
+
+    def new_rows(self) -> tuple[NewRows, Any]:
+        """The newcomers' caches as right-aligned rows (left padding zero) and their attention mask."""
+        width = max(self.lengths)
+        mask = torch.zeros((len(self.lengths), width), dtype=torch.long, device=self.mask.device)
+        for i, length in enumerate(self.lengths):
+            mask[i, width - length :] = 1
+        layers = []
+        for layer in sorted(self._fresh):
+            keys, values = self._fresh[layer]  # [heads, sum of lengths, dim]
+            rows_k = keys.new_zeros((len(self.lengths), keys.shape[0], width, keys.shape[-1]))
+            rows_v = values.new_zeros(rows_k.shape)
+            start = 0
+            for i, length in enumerate(self.lengths):
+                rows_k[i, :, width - length :] = keys[:, start : start + length]
+                rows_v[i, :, width - length :] = values[:, start : start + length]
+                start += length
+            layers.append(LayerRows(rows_k, rows_v))
+        return NewRows(layers), mask
+
+
+def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+    step: PackedStep | None = getattr(_active, "step", None)
+    if step is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    return step.attend(module.layer_idx, query, kwargs.get("scaling")), None
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.masking_utils import sdpa_mask
+
+        AttentionInterface.register(NAME, _attention)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+        _registered = True
+
+
+@contextmanager
+def _packed(step: PackedStep) -> Iterator[None]:
+    _active.step = step
+    try:
+        yield
+    finally:
+        _active.step = None
+
+
+def step(model: Any, cache: Any, mask: Any, last: list[int], prompts: list[list[int]], device: Any) -> tuple[Any, ...]:
+    """One decode step of the rows held in ``cache`` (their ``last`` tokens) with the newcomers' ``prompts`` in the
+    same forward; returns the logits (running rows, then newcomers) and the cache and mask with the newcomers in."""
+    from worker.runtimes import kv_rows
+
+    mask = kv_rows.with_column(mask)
+    packed = PackedStep(cache, len(last), mask, [len(prompt) for prompt in prompts])
+    logits = forward(model, packed, last, prompts, device)
+    rows, rows_mask = packed.new_rows()
+    cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
+    return logits, cache, mask
+
+
+def forward(model: Any, step: PackedStep, last: Sequence[int], prompts: Sequence[Sequence[int]], device: Any) -> Any:
+    """One forward over the running rows' ``last`` tokens and the newcomers' ``prompts``; returns the logits of each
+    running row and of each newcomer's last prompt token, [rows + newcomers, vocab]."""
+    positions: list[int] = (step.mask.sum(-1) - 1).tolist() if step.rows else []
+    ids = list(last)
+    ends = []
+    for prompt in prompts:
+        ids += prompt
+        positions += range(len(prompt))
+        ends.append(len(ids) - 1)
+    keep = torch.tensor(list(range(step.rows)) + ends, device=device)
+    # A 4-D mask is taken as given (no mask is built); the split attention ignores it.
+    unused = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=device)
+    with _packed(step):
+        out = model(
+            input_ids=torch.tensor([ids], device=device),
+            position_ids=torch.tensor([positions], device=device),
+            attention_mask=unused,
+            past_key_values=step,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+    return out.logits[0]
+
+
+def supported(model: Any, device: Any) -> bool:
+    """Switch ``model`` to the packed attention if it runs SDPA and a probe gives the same logits packed as
+    unpacked (two rows held, one decode step, one newcomer); False leaves the model as it was."""
+    from worker.runtimes import kv_rows
+
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    try:
+        _register()
+        model.set_attn_implementation(NAME)
+        same = _probe(model, device, kv_rows)
+    except Exception:
+        log.info("packed prefills are off for %s: the probe failed", type(model).__name__, exc_info=True)
+        same = False
+    if not same:
+        model.set_attn_implementation("sdpa")
+    return same
+
+
+def _probe(model: Any, device: Any, kv_rows: Any) -> bool:
+    with torch.inference_mode():
+        newcomer = [10, 11, 12, 13]
+        ids = torch.tensor([[5, 6, 7], [0, 8, 9]], device=device)
+        mask = torch.tensor([[1, 1, 1], [0, 1, 1]], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+        def held() -> Any:
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            return kv_rows.hold(out.past_key_values)
+
+        plain_mask = torch.cat([mask, mask.new_ones((2, 1))], dim=-1)
+        plain = model(
+            input_ids=torch.tensor([[3], [4]], device=device),
+            attention_mask=plain_mask,
+            position_ids=(plain_mask.cumsum(-1) - 1)[:, -1:],
+            past_key_values=held(),
+            use_cache=True,
+        ).logits[:, -1]
+        alone = model(input_ids=torch.tensor([newcomer], device=device), use_cache=True).logits[0, -1]
+        step = PackedStep(held(), 2, plain_mask, [len(newcomer)])
+        logits = forward(model, step, [3, 4], [newcomer], device)
+        tolerance = 1e-4 if logits.dtype == torch.float32 else 5e-2  # half precision sums in another order
+        return bool(
+            torch.allclose(logits[:2], plain, atol=tolerance, rtol=1e-3)
+            and torch.allclose(logits[2], alone, atol=tolerance, rtol=1e-3)
+        )
