@@ -63,6 +63,9 @@ class BatchingSettings(BaseModel):
     # grouped: rows with different adapters never share a step session (vllm-omni's choice); kept to measure
     # mixing against (bench/adapters_stack.py) and for hosts where a mixed step measures slower.
     adapter_rows: Literal["mixed", "grouped"] = "mixed"
+    # Text: prompt tokens a decode step takes beside its running rows (newcomers' prompts ride in the step's forward;
+    # a longer prompt is prefilled over several steps, so it never stalls the running rows for one long forward).
+    prefill_chunk: int = Field(default=256, ge=16, le=65536)
 
     @model_validator(mode="before")
     @classmethod

@@ -104,3 +104,26 @@ def test_a_model_not_on_sdpa_keeps_its_attention(textgen: TextGenerationRuntime)
         config = Config()
 
     assert not packed_rows.supported(Model(), "cpu") and Model.config._attn_implementation == "eager"
+
+
+def test_a_long_prompt_rides_in_parts_and_the_running_rows_never_wait_for_it(
+    textgen: TextGenerationRuntime, forwards: list[Any]
+) -> None:
+    """``batching.prefill_chunk`` tokens of prompt per step: a long prompt joins after several steps, each no
+    longer than the running rows' tokens and one part, and every row's tokens are its tokens alone."""
+    running, long = job(0, 30), TextGenerationInput(prompt=" ".join(PROMPTS * 4), max_new_tokens=8, seed=3)
+    length = len(textgen.tokenizer(long.prompt)["input_ids"])
+    session: Any = textgen.open_session(())
+    session._chunk = 16
+    session.admit([Row("running", running)])
+    session.admit([Row("long", long)])
+    forwards.clear()
+    done: dict[str, Any] = {}
+    while session.progress()["long"][0] == 0:
+        done.update({r.handle: r.prediction.output for r in session.step()})
+    assert len(forwards) == -(-length // 16) > 2  # one part per step, each beside the running row's token
+    assert all(tokens <= 1 + 16 for _, tokens in forwards)
+    assert session.progress()["running"][0] == 1 + len(forwards)
+    done.update(run_out(session))
+    assert done["long"] == textgen.predict([long])[0].output
+    assert done["running"] == textgen.predict([running])[0].output

@@ -46,6 +46,43 @@ class NewRows:
 
 
 @dataclass
+class PromptPart:
+    """This step's part of one newcomer's prompt: ``ids`` from position ``start``, over the keys and values its
+    earlier parts left (``prefix``, per layer [heads, start, dim]; None for a first part)."""
+
+    ids: list[int]
+    start: int = 0
+    prefix: list[tuple[Any, Any]] | None = None
+    last: bool = True  # the prompt ends here: its logits are kept and it joins the batch
+
+
+@dataclass
+class PromptProgress:
+    """A newcomer's prompt while its parts ride in steps: the tokens prefilled so far and their keys and values."""
+
+    ids: list[int]
+    done: int = 0
+    prefix: list[tuple[Any, Any]] | None = None
+
+    def advance(self, part: PromptPart, prefix: list[tuple[Any, Any]] | None) -> None:
+        self.done, self.prefix = self.done + len(part.ids), prefix
+
+
+def parts(prompts: Sequence[PromptProgress], budget: int) -> list[PromptPart]:
+    """Each prompt's next part, in order, while ``budget`` tokens last: a long prompt is prefilled over several
+    steps, so the running rows never wait for one long forward (vLLM's chunked prefill)."""
+    out = []
+    for prompt in prompts:
+        if budget <= 0:
+            break
+        take = min(len(prompt.ids) - prompt.done, budget)
+        end = prompt.done + take
+        out.append(PromptPart(prompt.ids[prompt.done : end], prompt.done, prompt.prefix, end == len(prompt.ids)))
+        budget -= take
+    return out
+
+
+@dataclass
 class PackedStep:
     """The cache a packed forward sees: ``update`` writes the running rows' new column into the held cache and
     keeps the newcomers' keys aside; ``attend`` is each layer's split attention."""
@@ -53,7 +90,7 @@ class PackedStep:
     held: Any  # the held cache (slab layers), or None when no row runs
     rows: int  # running rows: the first ``rows`` tokens of the sequence
     mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column
-    lengths: list[int]  # each newcomer's prompt length, in sequence order
+    parts: list[PromptPart]
     _decode: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     _fresh: dict[int, tuple[Any, Any]] = field(default_factory=dict)
 
@@ -61,10 +98,7 @@ class PackedStep:
         r = self.rows
         if r:
             # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
-            column_k, column_v = (
-                key[0, :, :r].transpose(0, 1).unsqueeze(2),
-                value[0, :, :r].transpose(0, 1).unsqueeze(2),
-            )
+            column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
             self._decode[layer_idx] = self.held.layers[layer_idx].update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
         return key, value
@@ -85,34 +119,53 @@ class PackedStep:
                 decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
             )
             parts.append(out[:, :, 0])  # [rows, heads, dim]
-        keys, values = self._fresh[layer]
-        start = 0
-        for length in self.lengths:
-            span = slice(start, start + length)
-            qs, ks, vs = (t[:, span].unsqueeze(0) for t in (q[:, self.rows :], keys, values))
-            out = F.scaled_dot_product_attention(
-                qs, ks, vs, is_causal=True, scale=scaling, enable_gqa=ks.shape[1] != qs.shape[1]
-            )
+        offset = self.rows
+        for index, part in enumerate(self.parts):
+            length = len(part.ids)
+            qs = q[:, offset : offset + length].unsqueeze(0)
+            ks, vs = (t.unsqueeze(0) for t in self.keys_of(index, layer))
+            gqa = ks.shape[1] != qs.shape[1]
+            if part.start == 0:
+                out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling, enable_gqa=gqa)
+            else:  # a later part: each token sees the earlier parts and this part up to itself
+                seen = torch.arange(part.start + length, device=q.device)
+                upto = torch.arange(part.start, part.start + length, device=q.device)[:, None]
+                out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=seen <= upto, scale=scaling, enable_gqa=gqa)
             parts.append(out[0].transpose(0, 1))  # [length, heads, dim]
-            start += length
+            offset += length
         return torch.cat(parts, dim=0).unsqueeze(0)
 
-    def new_rows(self) -> tuple[NewRows, Any]:
-        """The newcomers' caches as right-aligned rows (left padding zero) and their attention mask."""
-        width = max(self.lengths)
-        mask = torch.zeros((len(self.lengths), width), dtype=torch.long, device=self.mask.device)
-        for i, length in enumerate(self.lengths):
-            mask[i, width - length :] = 1
+    def keys_of(self, index: int, layer: int) -> tuple[Any, Any]:
+        """Part ``index``'s prompt so far in ``layer``: its prefix and this step's tokens, [heads, tokens, dim]."""
+        keys, values = self._fresh[layer]
+        start = sum(len(part.ids) for part in self.parts[:index])
+        part = self.parts[index]
+        span = slice(start, start + len(part.ids))
+        if part.prefix is None:
+            return keys[:, span], values[:, span]
+        before_k, before_v = part.prefix[layer]
+        return torch.cat([before_k, keys[:, span]], dim=1), torch.cat([before_v, values[:, span]], dim=1)
+
+    def prefix_of(self, index: int) -> list[tuple[Any, Any]]:
+        """Part ``index``'s keys and values so far, per layer (what its prompt's next part starts from)."""
+        return [self.keys_of(index, layer) for layer in sorted(self._fresh)]
+
+    def new_rows(self, done: list[int]) -> tuple[NewRows, Any]:
+        """The finished prompts' (parts ``done``) caches as right-aligned rows (left padding zero) and their mask."""
+        lengths = [self.parts[i].start + len(self.parts[i].ids) for i in done]
+        width = max(lengths)
+        mask = torch.zeros((len(done), width), dtype=torch.long, device=self.mask.device)
+        for row, length in enumerate(lengths):
+            mask[row, width - length :] = 1
         layers = []
         for layer in sorted(self._fresh):
-            keys, values = self._fresh[layer]  # [heads, sum of lengths, dim]
-            rows_k = keys.new_zeros((len(self.lengths), keys.shape[0], width, keys.shape[-1]))
-            rows_v = values.new_zeros(rows_k.shape)
-            start = 0
-            for i, length in enumerate(self.lengths):
-                rows_k[i, :, width - length :] = keys[:, start : start + length]
-                rows_v[i, :, width - length :] = values[:, start : start + length]
-                start += length
+            rows_kv = [self.keys_of(i, layer) for i in done]
+            heads, dim = rows_kv[0][0].shape[0], rows_kv[0][0].shape[-1]
+            rows_k = rows_kv[0][0].new_zeros((len(done), heads, width, dim))
+            rows_v = rows_kv[0][1].new_zeros(rows_k.shape)
+            for row, ((keys, values), length) in enumerate(zip(rows_kv, lengths, strict=True)):
+                rows_k[row, :, width - length :] = keys
+                rows_v[row, :, width - length :] = values
             layers.append(LayerRows(rows_k, rows_v))
         return NewRows(layers), mask
 
@@ -146,30 +199,38 @@ def _packed(step: PackedStep) -> Iterator[None]:
         _active.step = None
 
 
-def step(model: Any, cache: Any, mask: Any, last: list[int], prompts: list[list[int]], device: Any) -> tuple[Any, ...]:
-    """One decode step of the rows held in ``cache`` (their ``last`` tokens) with the newcomers' ``prompts`` in the
-    same forward; returns the logits (running rows, then newcomers) and the cache and mask with the newcomers in."""
+def step(
+    runtime: Any, cache: Any, mask: Any, last: list[int], parts: list[PromptPart]
+) -> tuple[Any, Any, Any, list[list[tuple[Any, Any]] | None]]:
+    """One decode step of the rows held in ``cache`` (their ``last`` tokens) with the newcomers' prompt ``parts`` in
+    the same forward (``runtime``'s model and device). Returns the logits (running rows, then each finished prompt),
+    the cache and mask with the finished prompts joined, and each unfinished part's keys and values so far (its
+    prompt's next prefix; None for a finished one)."""
     from worker.runtimes import kv_rows
 
     mask = kv_rows.with_column(mask)
-    packed = PackedStep(cache, len(last), mask, [len(prompt) for prompt in prompts])
-    logits = forward(model, packed, last, prompts, device)
-    rows, rows_mask = packed.new_rows()
-    cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
-    return logits, cache, mask
+    packed = PackedStep(cache, len(last), mask, parts)
+    logits = forward(runtime.model, packed, last, runtime.device)
+    done = [i for i, part in enumerate(parts) if part.last]
+    prefixes = [None if part.last else packed.prefix_of(i) for i, part in enumerate(parts)]
+    if done:
+        rows, rows_mask = packed.new_rows(done)
+        cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
+    return logits, cache, mask, prefixes
 
 
-def forward(model: Any, step: PackedStep, last: Sequence[int], prompts: Sequence[Sequence[int]], device: Any) -> Any:
-    """One forward over the running rows' ``last`` tokens and the newcomers' ``prompts``; returns the logits of each
-    running row and of each newcomer's last prompt token, [rows + newcomers, vocab]."""
+def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:
+    """One forward over the running rows' ``last`` tokens and the newcomers' prompt parts; returns the logits of each
+    running row and of each finished prompt's last token, [rows + finished prompts, vocab]."""
     positions: list[int] = (step.mask.sum(-1) - 1).tolist() if step.rows else []
     ids = list(last)
     ends = []
-    for prompt in prompts:
-        ids += prompt
-        positions += range(len(prompt))
-        ends.append(len(ids) - 1)
-    keep = torch.tensor(list(range(step.rows)) + ends, device=device)
+    for part in step.parts:
+        ids += part.ids
+        positions += range(part.start, part.start + len(part.ids))
+        if part.last:
+            ends.append(len(ids) - 1)
+    keep = torch.tensor(list(range(step.rows)) + ends, device=device, dtype=torch.long)
     # A 4-D mask is taken as given (no mask is built); the split attention ignores it.
     unused = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=device)
     with _packed(step):
@@ -224,10 +285,12 @@ def _probe(model: Any, device: Any, kv_rows: Any) -> bool:
             use_cache=True,
         ).logits[:, -1]
         alone = model(input_ids=torch.tensor([newcomer], device=device), use_cache=True).logits[0, -1]
-        step = PackedStep(held(), 2, plain_mask, [len(newcomer)])
-        logits = forward(model, step, [3, 4], [newcomer], device)
+        step = PackedStep(held(), 2, plain_mask, [PromptPart(newcomer[:2], last=False), PromptPart(newcomer)])
+        logits = forward(model, step, [3, 4], device)
+        rest = PackedStep(held(), 2, plain_mask, [PromptPart(newcomer[2:], 2, step.prefix_of(0))])
+        rest_logits = forward(model, rest, [3, 4], device)  # the prompt's second part, over its first
         tolerance = 1e-4 if logits.dtype == torch.float32 else 5e-2  # half precision sums in another order
-        return bool(
-            torch.allclose(logits[:2], plain, atol=tolerance, rtol=1e-3)
-            and torch.allclose(logits[2], alone, atol=tolerance, rtol=1e-3)
+        return all(
+            torch.allclose(got, want, atol=tolerance, rtol=1e-3)
+            for got, want in ((logits[:2], plain), (logits[2], alone), (rest_logits[2], alone))
         )

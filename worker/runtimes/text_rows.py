@@ -49,6 +49,7 @@ class Decoder(Protocol):
     device: str
     model: Any
     tokenizer: Any
+    spec: Any  # its models-file entry (the batching settings)
 
     def grad_off(self) -> Any:
         """The context the model runs under."""

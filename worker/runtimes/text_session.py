@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from worker.adapters.session_rows import SessionAdapters, text_row
 from worker.runtimes import kv_rows, packed_rows
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text_rows import Decoder, DecodeRow
+from worker.runtimes.text_streaming import row_streamer
 
 
 @dataclass
@@ -31,6 +32,10 @@ class _Held:
     state: DecodeRow
     streamer: Any
     choices: int = 1  # rows of its job
+    prompt: packed_rows.PromptProgress = field(init=False)  # while its prompt rides in steps beside running rows
+
+    def __post_init__(self) -> None:
+        self.prompt = packed_rows.PromptProgress(self.state.prompt_ids)
 
 
 class TextStepSession(StepSession):
@@ -47,9 +52,8 @@ class TextStepSession(StepSession):
         # they join a later step while the running rows step on.
         self._parked: dict[str, Row] = {}
         self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be job's grammar, by handle
-        # Newcomers whose prompts ride in the next step's forward beside the running rows (packed_rows.py).
-        self._pending: list[list[_Held]] = []  # by job
-        self._packs = bool(getattr(runtime, "packs_prompts", False))
+        self._pending: list[list[_Held]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
+        self._packs, self._chunk = bool(getattr(runtime, "packs_prompts", False)), runtime.spec.batching.prefill_chunk
 
     @property
     def handles(self) -> list[str]:
@@ -79,10 +83,9 @@ class TextStepSession(StepSession):
         return (0, 0) if self._cache is None else kv_rows.rows_and_columns(self._cache)
 
     def admit(self, rows: Sequence[Row]) -> list[RowResult]:
-        """Prefill ``rows`` together (alone, one by one, if that fails), choose each one's first token and splice
-        the unfinished ones into the batch; returns the rows that failed or finished with their first token. A job
-        whose adapter is cold or whose grammar is compiling waits parked (both off the model thread), and joins a
-        later step (``_unpark``)."""
+        """Admit ``rows``: beside running rows their prompts ride in the next steps, else they are prefilled together
+        now (``_prefill_jobs``); returns the rows that failed or finished with their first token. A job whose adapter
+        is cold or whose grammar is compiling waits parked (both off the model thread) and joins later (``_unpark``)."""
         results: list[RowResult] = []
         now = []
         for row in rows:
@@ -109,12 +112,15 @@ class TextStepSession(StepSession):
                 states = (
                     self.runtime.decode_rows(inp) if future is None else self.runtime.decode_rows(inp, future.result())
                 )
-                jobs.append([_Held(row.handle, st, self._streamer(row, st, len(states)), len(states)) for st in states])
+                streamers = [row_streamer(self.runtime.tokenizer, row, st, len(states)) for st in states]
+                jobs.append(
+                    [_Held(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
+                )
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
         handles = [held.handle for held in self._rows] + [job[0].handle for job in jobs]
         if self._rows and self._packs and kv_rows.splices(self._cache) and self.adapters.plain(handles):
-            self._pending += jobs  # prefilled in the next step's forward
+            self._pending += jobs  # prefilled in the next steps' forwards
             return results
         return results + self._prefill_jobs(jobs)
 
@@ -143,9 +149,8 @@ class TextStepSession(StepSession):
         import torch
 
         ended = self._unpark()
-        if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):
-            # The running rows left (dropped), or rows with an adapter joined meanwhile: a prefill of their own.
-            jobs, self._pending = self._pending, []
+        if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):  # dropped,
+            jobs, self._pending = self._pending, []  # or rows with an adapter joined: a prefill of their own
             ended += self._prefill_jobs(jobs)
         if not self._rows:
             return self._left(ended)
@@ -213,29 +218,25 @@ class TextStepSession(StepSession):
         return ended + (self._admit_now(joined) if joined else [])
 
     def _packed_step(self) -> list[RowResult]:
-        """The running rows' step with the pending newcomers' prompts in the same forward (packed_rows.py)."""
-        pending, self._pending = self._waiting, []
+        """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward."""
+        waiting = self._waiting
+        parts = packed_rows.parts([held.prompt for held in waiting], self._chunk)
         last = [row.state.generated[-1] for row in self._rows]
-        prompts = [held.state.prompt_ids for held in pending]
         with self.runtime.grad_off():
-            model, device = self.runtime.model, self.runtime.device
-            logits, self._cache, self._mask = packed_rows.step(model, self._cache, self._mask, last, prompts, device)
-            self._rows += pending
+            logits, self._cache, self._mask, prefixes = packed_rows.step(
+                self.runtime, self._cache, self._mask, last, parts
+            )
+            for held, part, prefix in zip(waiting, parts, prefixes, strict=False):
+                held.prompt.advance(part, prefix)
+            joined = {id(held) for held, part in zip(waiting, parts, strict=False) if part.last}
+            self._rows += [held for held in waiting if id(held) in joined]
+            self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]
             return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
         """Jobs that ended (finished or failed) unpin their adapters."""
         self.adapters.leave(result.handle for result in results)
         return results
-
-    def _streamer(self, row: Row, state: DecodeRow, choices: int) -> Any:
-        if row.text_sink is None:
-            return None
-        from worker.runtimes.text_streaming import RowStreamer
-
-        # One choice: the sink is called as before; several: each call names its choice.
-        index = state.index if choices > 1 else None
-        return RowStreamer(self.runtime.tokenizer, row.text_sink, row.input.stop, index)
 
     def _prefill(self, group: list[_Held]) -> list[RowResult]:
         """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""

@@ -66,3 +66,11 @@ class RowStreamer(TextStreamer):
                 self.sink(offset, text, self.tokens)
             else:
                 self.sink(offset, text, self.tokens, self.index)
+
+
+def row_streamer(tokenizer: Any, row: Any, state: Any, choices: int) -> RowStreamer | None:
+    """The streamer of one choice of a step session's job (``row``: worker.runtimes.base.Row), None when its job has
+    no sink; one choice: the sink is called as before, several: each call names its choice."""
+    if row.text_sink is None:
+        return None
+    return RowStreamer(tokenizer, row.text_sink, row.input.stop, state.index if choices > 1 else None)
