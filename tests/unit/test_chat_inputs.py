@@ -190,6 +190,36 @@ def test_penalties_and_bias_follow_openais_definitions() -> None:
     assert torch.equal(out[0], batch[0]) and out[1].tolist() == [7, 7, 8, 9, 10, 11]
 
 
+def test_rows_with_penalties_are_penalised_together_exactly_as_one_by_one() -> None:
+    """Rows whose only processor is a penalty share one batched update (issue 34), bit for bit each row's own."""
+    import torch
+
+    from worker.runtimes.row_processors import LogitBias, Penalties, processed
+
+    class Row:
+        def __init__(self, processors: list[Any]) -> None:
+            self.processors = processors
+
+    torch.manual_seed(0)
+    logits = torch.randn(5, 1683)
+    rows = [
+        Row([Penalties(0.3, 0.7)]),
+        Row([]),
+        Row([Penalties(1.1, 0.1)]),
+        Row([LogitBias({7: 2.0}), Penalties(0.2, 0.2)]),
+        Row([Penalties(0.5, 1.9)]),  # no token yet at first: untouched
+    ]
+    for step, token in enumerate([3, 9, 3, 1678, 9]):
+        for pos, row in enumerate(rows):
+            if row.processors and (pos != 4 or step > 1):
+                row.processors[-1].accept(token + pos)
+        alone = logits.clone()
+        for pos, row in enumerate(rows):
+            for processor in row.processors:
+                alone[pos] = processor.process(alone[pos])
+        assert torch.equal(processed(logits, rows), alone), step
+
+
 def test_a_text_event_names_its_choice_only_for_several() -> None:
     assert json.loads(entry(EventType.text, TextPiece(text="a", offset=0, tokens=1))["data"]) == {
         "text": "a",

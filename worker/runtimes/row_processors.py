@@ -59,10 +59,17 @@ class Penalties:
         self._pending: list[int] = []  # accepted tokens not yet in the tensor
 
     def process(self, logits: Any) -> Any:
+        counts = self.counts_like(logits)
+        if counts is None:
+            return logits
+        return logits - counts * self.frequency - (counts > 0).to(logits.dtype) * self.presence
+
+    def counts_like(self, logits: Any) -> Any:
+        """The row's token counts as a tensor shaped like its ``logits`` row (None before its first token)."""
         import torch
 
         if not self.counts:
-            return logits
+            return None
         if self._count_tensor is None or self._count_tensor.shape != logits.shape:
             self._count_tensor = torch.zeros_like(logits)
             self._pending = [t for t, c in self.counts.items() for _ in range(c)]
@@ -72,8 +79,7 @@ class Penalties:
                 -1, ids, torch.ones(len(self._pending), dtype=logits.dtype, device=ids.device)
             )
             self._pending = []
-        counts = self._count_tensor
-        return logits - counts * self.frequency - (counts > 0).to(logits.dtype) * self.presence
+        return self._count_tensor
 
     def accept(self, token: int) -> None:
         self.counts[token] = self.counts.get(token, 0) + 1
@@ -97,9 +103,28 @@ def processed(logits: Any, rows: Sequence[Any]) -> Any:
     if not at:
         return logits
     logits = logits.clone()
+    # Rows whose only processor is a penalty (the common case): one batched update, the same arithmetic per element.
+    penalised = [pos for pos in at if len(rows[pos].processors) == 1 and isinstance(rows[pos].processors[0], Penalties)]
+    if len(penalised) > 1:
+        _penalise(logits, [(pos, rows[pos].processors[0]) for pos in penalised])
+        at = [pos for pos in at if pos not in set(penalised)]
     for pos in at:
         row_logits = logits[pos]
         for processor in rows[pos].processors:
             row_logits = processor.process(row_logits)
         logits[pos] = row_logits
     return logits
+
+
+def _penalise(logits: Any, rows: list[tuple[int, Penalties]]) -> None:
+    """Each row's penalties on its own logits row, in place, as one batched update over the rows with counts."""
+    import torch
+
+    counted = [(pos, p, counts) for pos, p in rows if (counts := p.counts_like(logits[pos])) is not None]
+    if not counted:
+        return
+    index = torch.tensor([pos for pos, _, _ in counted], device=logits.device)
+    counts = torch.stack([c for _, _, c in counted])
+    frequency = torch.tensor([[p.frequency] for _, p, _ in counted], dtype=logits.dtype, device=logits.device)
+    presence = torch.tensor([[p.presence] for _, p, _ in counted], dtype=logits.dtype, device=logits.device)
+    logits[index] = logits[index] - counts * frequency - (counts > 0).to(logits.dtype) * presence
