@@ -1,16 +1,18 @@
 """Newcomers' prompts ridden in the running rows' decode step: one forward pass over a packed sequence.
 
-A separate prefill forward for one or two newcomers costs about as much as a decode step of 16 rows on a CPU (the
-forward's fixed cost, not its tokens), and took 27 % of the model thread at 32 text clients (bench/README.md,
-issue 34). Here the step's input is one sequence: the R running rows' last tokens, then each newcomer's prompt;
-every per-token part of the model (embeddings, projections, MLPs, norms) runs once over all of it, and only the
-attention is split by row: the running rows attend over their held cache (``kv_rows``, written in place), each
-newcomer causally over its own prompt. transformers' continuous batching does the same with a paged cache.
+A separate prefill forward for one newcomer of ~15 tokens costs about a decode step of 16 rows on a CPU (11.5
+against 12.3 ms on the demo GPT-2, ~4 ms of either the forward's fixed cost), and such prefills took 27 % of the
+model thread at 32 text clients (bench/README.md, issue 34). Here the step's input is one sequence: the R running
+rows' last tokens, then each newcomer's prompt (or its next part: ``parts`` keeps a step within
+``batching.prefill_chunk`` prompt tokens); every per-token part of the model (embeddings, projections, MLPs,
+norms) runs once over all of it, and only the attention is split by row: the running rows attend over their held
+cache (``kv_rows``, written in place), each newcomer causally over its own prompt so far. transformers'
+continuous batching does the same with a paged cache.
 
 The attention is registered with transformers' ``AttentionInterface`` under ``NAME``; outside a packed step it is
 SDPA itself (the mask likewise), so request-level ``generate`` and plain steps run exactly as before. A model is
-packed only if a probe at its first session gives the same logits packed as unpacked (``supported``): a model
-whose code asks more of the cache than ``update`` keeps separate prefills.
+packed only if a probe at load gives the same logits packed as unpacked (``supported``): a model whose code asks
+more of the cache than ``update`` keeps separate prefills.
 """
 
 from __future__ import annotations
