@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from bench.proc_cpu import cpu_ms, stat_fields
+from genq.children import stop as stop_child
 from tests.harness import ROOT
 
 WORKERS = 2
@@ -130,13 +131,8 @@ class Server:
         return total
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_child(self.proc)
 
     def __enter__(self) -> Server:
         return self.start()

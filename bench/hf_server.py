@@ -187,13 +187,9 @@ class HFServer:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from genq.children import stop as stop_child
+
+        stop_child(self.proc)
 
     def __enter__(self) -> HFServer:
         return self

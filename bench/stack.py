@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from bench.workload import kind_of
+from genq.children import stop as stop_child
 from tasks.settings import Settings
 from tests.harness import ROOT, RedisServer, WorkerProcess, worker_env
 
@@ -153,12 +154,8 @@ class BenchStack:
             proc.wait(30)
 
     def stop(self) -> None:
-        if self.api is not None and self.api.poll() is None:
-            self.api.terminate()
-            try:
-                self.api.wait(30)
-            except subprocess.TimeoutExpired:
-                self.api.kill()
+        if self.api is not None:
+            stop_child(self.api)
         self.redis.stop()
 
     def __enter__(self) -> BenchStack:

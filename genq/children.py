@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -55,3 +56,15 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
             proc.kill()
         except ProcessLookupError:
             pass
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM the child (its warm shutdown runs) and wait; killed if it lingers past ``timeout`` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -89,38 +89,36 @@ class PackedStep:
     """The cache a packed forward sees: ``update`` writes the running rows' new column into the held cache and
     keeps the newcomers' keys aside; ``attend`` is each layer's split attention."""
 
-    held: Any  # the held cache (slab layers), or None when no row runs
+    held: Any  # the held cache (slab layers) of the running rows (a session with none prefills apart)
     rows: int  # running rows: the first ``rows`` tokens of the sequence
     mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column
     parts: list[PromptPart]
     _decode: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     _fresh: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    _so_far: dict[tuple[int, int], tuple[Any, Any]] = field(default_factory=dict)  # keys_of, once per part and layer
 
     def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         r = self.rows
-        if r:
-            # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
-            column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
-            self._decode[layer_idx] = self.held.layers[layer_idx].update(column_k, column_v)
+        # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
+        column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
+        self._decode[layer_idx] = self.held.layers[layer_idx].update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
         return key, value
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Asked by some models' code for positions (given here), kept for them."""
-        return int(self.mask.shape[-1]) - 1 if self.rows else 0
+        return int(self.mask.shape[-1]) - 1
 
     def attend(self, layer: int, query: Any, scaling: float | None) -> Any:
         """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
         q = query[0]  # [heads, tokens, dim]
-        parts = []
-        if self.rows:
-            keys, values = self._decode[layer]
-            decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
-            allowed = self.mask.bool()[:, None, None, :]
-            out = F.scaled_dot_product_attention(
-                decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
-            )
-            parts.append(out[:, :, 0])  # [rows, heads, dim]
+        keys, values = self._decode[layer]
+        decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
+        allowed = self.mask.bool()[:, None, None, :]
+        out = F.scaled_dot_product_attention(
+            decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
+        )
+        parts = [out[:, :, 0]]  # [rows, heads, dim]
         offset = self.rows
         for index, part in enumerate(self.parts):
             length = len(part.ids)
@@ -138,15 +136,19 @@ class PackedStep:
         return torch.cat(parts, dim=0).unsqueeze(0)
 
     def keys_of(self, index: int, layer: int) -> tuple[Any, Any]:
-        """Part ``index``'s prompt so far in ``layer``: its prefix and this step's tokens, [heads, tokens, dim]."""
-        keys, values = self._fresh[layer]
-        start = sum(len(part.ids) for part in self.parts[:index])
-        part = self.parts[index]
-        span = slice(start, start + len(part.ids))
-        if part.prefix is None:
-            return keys[:, span], values[:, span]
-        before_k, before_v = part.prefix[layer]
-        return torch.cat([before_k, keys[:, span]], dim=1), torch.cat([before_v, values[:, span]], dim=1)
+        """Part ``index``'s prompt so far in ``layer``: its prefix and this step's tokens, [heads, tokens, dim]
+        (attention, the joining rows and the next prefix read it: a continued part's concatenation is made once)."""
+        if (index, layer) not in self._so_far:
+            keys, values = self._fresh[layer]
+            start = sum(len(part.ids) for part in self.parts[:index])
+            part = self.parts[index]
+            span = slice(start, start + len(part.ids))
+            got = keys[:, span], values[:, span]
+            if part.prefix is not None:
+                before_k, before_v = part.prefix[layer]
+                got = torch.cat([before_k, got[0]], dim=1), torch.cat([before_v, got[1]], dim=1)
+            self._so_far[index, layer] = got
+        return self._so_far[index, layer]
 
     def prefix_of(self, index: int) -> list[tuple[Any, Any]]:
         """Part ``index``'s keys and values so far, per layer (what its prompt's next part starts from)."""
@@ -224,7 +226,7 @@ def step(
 def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:
     """One forward over the running rows' ``last`` tokens and the newcomers' prompt parts; returns the logits of each
     running row and of each finished prompt's last token, [rows + finished prompts, vocab]."""
-    positions: list[int] = (step.mask.sum(-1) - 1).tolist() if step.rows else []
+    positions: list[int] = (step.mask.sum(-1) - 1).tolist()
     ids = list(last)
     ends = []
     for part in step.parts:

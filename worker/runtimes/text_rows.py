@@ -50,6 +50,7 @@ class Decoder(Protocol):
     model: Any
     tokenizer: Any
     spec: Any  # its models-file entry (the batching settings)
+    packs_prompts: bool  # newcomers' prompts may ride in the running rows' step (packed_rows.py)
 
     def grad_off(self) -> Any:
         """The context the model runs under."""

@@ -53,7 +53,7 @@ class TextStepSession(StepSession):
         self._parked: dict[str, Row] = {}
         self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be job's grammar, by handle
         self._pending: list[list[_Held]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
-        self._packs, self._chunk = bool(getattr(runtime, "packs_prompts", False)), runtime.spec.batching.prefill_chunk
+        self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
 
     @property
     def handles(self) -> list[str]:
