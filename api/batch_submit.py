@@ -18,12 +18,11 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from api.admission import admission_fence, refusal, retry_fence
-from api.job_media import discard, stage_media
-from api.job_submit import new_record
+from api.job_submit import new_record, stage
+from api.media.staging import discard
 from api.redis_health import never_sent, out_of_memory
 from api.routes_adapters import uploaded_of
 from api.services import PUBLISH_RETRY_POLICY, Services
-from api.text_checks import check_text_input
 from tasks.errors import GenqError, OutcomeUnknown
 from tasks.kinds import AnyInput
 from tasks.messages import RunMessage, send_args
@@ -69,15 +68,14 @@ def submit_many(
     """Admit the valid jobs (reservations and records in one round trip) and publish the admitted ones."""
     entries: list[Entry | None] = [c if isinstance(c, GenqError) else None for c in checked]
     todo: list[tuple[int, ModelSpec, JobRecord]] = []
-    staged: dict[int, list[str]] = {}  # per job, the input objects written for it (api/job_media.py)
+    staged: dict[int, list[str]] = {}  # per job, the input objects written for it (api/media/staging.py)
     try:
         for i, (item, job_id) in enumerate(zip(checked, job_ids, strict=True)):
             if isinstance(item, GenqError):
                 continue
             spec, body, inp = item
             try:  # a job's media go to the store before its record, as for POST /v1/jobs; a bad one is its error
-                check_text_input(inp)
-                inp, staged[i] = stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
+                inp, staged[i] = stage(svc, spec, body, inp, job_id, owner)
             except GenqError as exc:
                 entries[i] = exc
                 continue

@@ -13,10 +13,10 @@ from kombu.exceptions import OperationalError
 
 from api.admission import admission_fence, refusal, retry_fence
 from api.auth import current_key
-from api.job_media import discard, stage_media
+from api.kinds import check_input
+from api.media.staging import discard, stage_media
 from api.redis_health import never_sent, out_of_memory
 from api.services import PUBLISH_RETRY_POLICY, Services
-from api.text_checks import check_text_input
 from tasks.errors import OutcomeUnknown, Unavailable
 from tasks.kinds import SEED_MAX, AnyInput
 from tasks.messages import RunMessage, send_args
@@ -26,7 +26,7 @@ from tasks.store.job_store import JobRecord
 from tasks.store.queue_limit import Outcome, Reservation
 
 log = logging.getLogger(__name__)
-SEED_ROOM = 16  # a drawn seed leaves room for seed + j of each image of a job (worker/runtimes/image_outputs.py)
+SEED_ROOM = 16  # a drawn seed leaves room for seed + j of each image of a job (worker/runtimes/image/outputs.py)
 
 
 def submit(
@@ -56,9 +56,9 @@ def submit(
 def stage(
     svc: Services, spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str
 ) -> tuple[AnyInput, list[str]]:
-    """The job's media put in the output store (api/job_media.py): its input naming them, and their keys. A text
-    job's grammars are checked first (one that cannot compile: a 422 before anything is written)."""
-    check_text_input(inp)
+    """The job's input checked by its kind (api/kinds/: a 422 before anything is written), then its media put in
+    the output store (api/media/staging.py): its input naming them, and their keys. Every submission path stages."""
+    check_input(svc.models, spec, inp)
     return stage_media(svc, spec, inp, job_id, owner, body.deadline_s or spec.default_deadline_s)
 
 

@@ -16,9 +16,9 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from api.admission import admission_fence, settled_after_s
 from api.auth import current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
-from api.job_media import discard
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
 from api.job_submit import admit_staged, new_record, stage
+from api.media.staging import discard
 from api.outputs import public_job, serve_output
 from api.routes_adapters import uploaded_of
 from api.services import Services, services

@@ -1,9 +1,9 @@
 """``/v1/uploads``: a media object put once, named by its id in jobs' inputs (pictures today: ``input.image``,
 ``input.mask``).
 
-``POST /v1/uploads`` takes the raw bytes of any media type a kind takes (``tasks.uploads.upload_media``; today
+``POST /v1/uploads`` takes the raw bytes of any media type a kind takes (``tasks.media.uploads.upload_media``; today
 ``image/png``, ``image/jpeg`` or ``image/webp``, at most ``GENQ_MAX_UPLOAD_BYTES``), checks them with their media's
-checker (``api/media_checkers.py``) and answers 201 with the upload object. With the S3 store
+checker (``api/media/checkers.py``) and answers 201 with the upload object. With the S3 store
 it also takes a JSON body ``{"media_type", "bytes"}`` and answers a presigned PUT URL instead: the bytes go to S3
 directly and are checked when a job first names the upload. An upload is its owner's alone (another key's id is
 404) and expires after ``GENQ_UPLOAD_TTL_S``; it counts against the key's rate limit as a submission does. Its
@@ -19,18 +19,18 @@ from pydantic import BaseModel, Field, ValidationError
 
 from api.auth import current_owner
 from api.idempotency import requested_key
-from api.media_checkers import checker_of
+from api.media.checkers import checker_of
 from api.metrics import UPLOAD_BYTES, UPLOADS
 from api.services import Services, services
 from api.upload_write import write_upload
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.input_checks import invalid_from_validation
 from tasks.kinds import TextToImageLimits
-from tasks.media import UPLOAD_ID, Media
+from tasks.media.references import UPLOAD_ID, Media
+from tasks.media.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
 from tasks.outputs import UploadSigningStore
 from tasks.schemas import ErrorBody, timestamp
 from tasks.store.uploads import UploadKey
-from tasks.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
 
 uploads = APIBlueprint(
     "uploads",

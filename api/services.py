@@ -52,7 +52,7 @@ class Services:
     batches: JobBatches
     clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     uploads: UploadStore
-    quota: ByteQuota  # each owner's live bytes: uploads and staged inputs (api/job_media.py)
+    quota: ByteQuota  # each owner's live bytes: uploads and staged inputs (api/media/staging.py)
     overdue: OverdueSweep  # the read paths' sweep of overdue jobs of models with no worker (api/job_reads.py)
     events: EventLog  # jobs' event streams (api/event_stream.py)
     outbox: Outbox  # webhook deliveries, read for /metrics' backlog

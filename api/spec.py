@@ -11,11 +11,11 @@ import copy
 from typing import Any
 
 from api.openai_compat.described import OPENAI_COMPATIBLE
+from tasks.media.uploads import PresignRequest, upload_media
 from tasks.models_file import ModelsFile, ModelSpec
 from tasks.outputs_config import OutputStoreSpec
 from tasks.schemas import job_create_model, model_input
 from tasks.settings import ApiSettings
-from tasks.uploads import PresignRequest, upload_media
 
 SCHEMAS = "#/components/schemas/"
 #: Every error genq answers with its JSON error body (400 malformed, 401 key, 404, 409 idempotency key

@@ -17,12 +17,12 @@ import logging
 import redis
 
 from api.admission import admission_fence, retry_fence
-from api.job_media import over_quota
+from api.media.staging import over_quota
 from api.redis_health import never_sent, out_of_memory
 from api.services import Services
 from tasks.errors import Conflict, Unavailable, WriteOutcomeUnknown
+from tasks.media.uploads import UploadMeta
 from tasks.store.uploads import Outcome, UploadKey, Written
-from tasks.uploads import UploadMeta
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ def _job(seed: int, tokens: int, n: int = 1, extra: dict[str, Any] | None = None
 def one_job_s(runtime: Any, n: int, tokens: int, seed: int) -> float:
     """Seconds from admission to the last row's end of one job of ``n`` rows, alone in a session."""
     from worker.runtimes.base import Row
-    from worker.runtimes.text_session import TextStepSession
+    from worker.runtimes.text.session import TextStepSession
 
     session = TextStepSession(runtime)
     # Every row runs its full length (the random-weight model's end of text biased away): the same work per row.
@@ -48,7 +48,7 @@ def one_job_s(runtime: Any, n: int, tokens: int, seed: int) -> float:
 def closed_loop_tps(runtime: Any, rows: int, extra: dict[str, Any], seconds: float, tokens: int = 48) -> float:
     """Tokens/s of ``rows`` closed-loop rows (an ended row is replaced at once) for ``seconds``."""
     from worker.runtimes.base import Row
-    from worker.runtimes.text_session import TextStepSession
+    from worker.runtimes.text.session import TextStepSession
 
     session = TextStepSession(runtime)
     made = 0

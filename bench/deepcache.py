@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     from tasks.models_file import ModelSpec
     from tests.unit.test_runtime_text_to_image import LIMITS, job, pixels
     from worker.demo_models.stable_diffusion import build
-    from worker.runtimes.text_to_image import TextToImageRuntime
+    from worker.runtimes.image.runtime import TextToImageRuntime
     from worker.torch_settings import TorchOptions, apply_global
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])

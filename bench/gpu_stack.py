@@ -37,7 +37,7 @@ class GpuModelConfig(ModelConfig):
             "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]
         if self.kind == IMAGE:
-            # The worker warms up at the default size (worker/runtimes/text_to_image.py): the benchmark's size.
+            # The worker warms up at the default size (worker/runtimes/image/runtime.py): the benchmark's size.
             lines.append(
                 f"limits = {{ default_width = {self.image_size}, default_height = {self.image_size}, "
                 f"default_steps = {self.steps} }}"

@@ -10,7 +10,7 @@ For each vocabulary (the demo GPT-2's byte-level BPE, and OpenAI's cl100k_base, 
 - coverage: the schema compiled and every finished walk's text validates against it with ``jsonschema``.
 
 All three are asked for compact JSON (no free whitespace) and get each schema with its objects closed
-(``tasks.response_format.close_objects``), as genq's worker does. Each library runs in a child
+(``tasks.kinds.text_generation.response_format.close_objects``), as genq's worker does. Each library runs in a child
 process, one schema at a time under ``--timeout`` (a compile that takes longer counts as a failure and the child is
 restarted), so that one slow library cannot hold the run past its budget.
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench.grammar_adapters import ADAPTERS, Adapter  # noqa: E402
 from bench.grammar_schemas import SCHEMAS  # noqa: E402
-from tasks.response_format import close_objects, compact  # noqa: E402
+from tasks.kinds.text_generation.response_format import close_objects, compact  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CLOSERS = frozenset(b'"}],')
@@ -79,7 +79,7 @@ def demo_vocab() -> Vocab:
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     vocab = tok.get_vocab(with_added_tokens=True)
     specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
-    from worker.runtimes.token_logprobs import byte_level_chars
+    from worker.runtimes.text.token_logprobs import byte_level_chars
 
     decoder = byte_level_chars()
     tokens = [b""] * len(vocab)

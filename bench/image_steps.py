@@ -24,8 +24,8 @@ from tasks.input_checks import validate_input  # noqa: E402
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
-from worker.runtimes.image_rows import start_job, step_kwargs  # noqa: E402
-from worker.runtimes.text_to_image import TextToImageRuntime  # noqa: E402
+from worker.runtimes.image.rows import start_job, step_kwargs  # noqa: E402
+from worker.runtimes.image.runtime import TextToImageRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global, inference_context  # noqa: E402
 
 SIZE = 64

@@ -38,7 +38,7 @@ def long_prompt(runtime: Any, tokens: int) -> str:
 def run(runtime: Any, chunk: int, rows: int, every: int, prompt: str, seconds: float) -> dict[str, float]:
     """One arm: step times of the steps a long prompt rides in or not, tokens/s, long jobs' first token."""
     from worker.runtimes.base import Row
-    from worker.runtimes.text_session import TextStepSession
+    from worker.runtimes.text.session import TextStepSession
 
     session = TextStepSession(runtime)
     session._chunk = chunk  # what batching.prefill_chunk sets for a model's sessions

@@ -75,7 +75,7 @@ SCHEMA: dict[str, Any] = {
 
 
 def load(model: Path, device: str) -> Any:
-    from worker.runtimes.text_generation import TextGenerationRuntime
+    from worker.runtimes.text.runtime import TextGenerationRuntime
 
     options = TorchOptions(num_threads=1) if device == "cpu" else TorchOptions()
     apply_global(options, device)
@@ -96,7 +96,7 @@ def job(i: int, schema: dict[str, Any] | None, tokens: int) -> TextGenerationInp
 def closed_loop(runtime: Any, constrained: list[bool], seconds: float, tokens: int) -> dict[str, Any]:
     """``len(constrained)`` clients for ``seconds``; each finished row is replaced. Tokens per client kind."""
     from worker.runtimes.base import Row
-    from worker.runtimes.text_session import TextStepSession
+    from worker.runtimes.text.session import TextStepSession
 
     session = TextStepSession(runtime)
     kinds: dict[str, bool] = {}

@@ -64,7 +64,7 @@ def one_round(runtime: Any, kind: str, steps: int, every: int, schema: dict[str,
     """16 free rows for ``steps`` steps; a ``kind`` newcomer every ``every`` steps (none for ``none``)."""
     from bench.structured import CLIENTS, job
     from worker.runtimes.base import Row
-    from worker.runtimes.text_session import TextStepSession
+    from worker.runtimes.text.session import TextStepSession
 
     session = TextStepSession(runtime)
     session.admit([Row(f"run{i}", job(i, None, RUNNING_TOKENS)) for i in range(CLIENTS)])

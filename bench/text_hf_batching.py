@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.kinds import TextGenerationInput
-from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.runtimes.text.runtime import TextGenerationRuntime
 
 NAME = "transformers continuous batching (paged)"
 

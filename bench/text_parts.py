@@ -33,8 +33,8 @@ from bench.text_steps import load_runtime  # noqa: E402
 from bench.workload import job_input  # noqa: E402
 from tasks.kinds import TextGenerationInput  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
-from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
-from worker.runtimes.text_session import TextStepSession, _Held  # noqa: E402
+from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
+from worker.runtimes.text.session import TextStepSession, _Held  # noqa: E402
 
 SLOTS = 16
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from tasks.kinds import JobKind, TextGenerationInput  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
-from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
+from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
 
 PROMPTS = [

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from tasks.input_checks import validate_input  # noqa: E402
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
-from worker.runtimes.text_to_image import TextToImageRuntime  # noqa: E402
+from worker.runtimes.image.runtime import TextToImageRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions  # noqa: E402
 
 NOISE = 0.05  # ratios within 5% of the baseline are run-to-run noise on a shared CPU

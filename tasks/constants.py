@@ -34,7 +34,7 @@ class Keys:
         return f"{self.prefix}gone:{job_id}"
 
     def upload(self, upload_id: str) -> str:
-        """One upload's metadata (JSON, tasks/uploads.py), expiring with the upload."""
+        """One upload's metadata (JSON, tasks/media/uploads.py), expiring with the upload."""
         return f"{self.prefix}upload:{upload_id}"
 
     def upload_gone(self, upload_id: str) -> str:

@@ -10,7 +10,7 @@ from pydantic import ValidationError, create_model
 
 from tasks.errors import InvalidInput
 from tasks.kinds import KINDS, AnyInput, AnyLimits, JobInput, JobKind
-from tasks.media import stored_context
+from tasks.media.references import stored_context
 
 
 @functools.lru_cache(maxsize=256)

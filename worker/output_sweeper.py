@@ -9,7 +9,7 @@ Every object lives under its job's name. For each job found in the store:
 - a finished record: objects it does not list go (runs that lost, writes cut short, a failed job's leftovers);
   inputs stay as long as the record;
 - a queued or running record: nothing is touched, a run may be writing.
-Uploads (``up_...``, tasks/uploads.py) live under their own name: kept whole while their metadata lives, deleted
+Uploads (``up_...``, tasks/media/uploads.py) live under their own name: kept whole while their metadata lives, deleted
 once it has expired if their tombstone says this deployment made them, never touched otherwise.
 Objects newer than the grace period are never touched: a write in flight is not an orphan. One worker of
 the fleet sweeps per interval (a Redis lock), in a thread of its own so heartbeats never wait for a walk.
@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from tasks.errors import GenqError
-from tasks.media import is_upload_id
-from tasks.outputs import JobObjects, OutputStore, SweptStore, check_key, is_input_key
+from tasks.media.references import is_upload_id
+from tasks.object_keys import check_key, is_input_key
+from tasks.outputs import JobObjects, OutputStore, SweptStore
 from tasks.schemas import JobStatus
 from tasks.store.sweeps import StoredJob, SweepStore
 

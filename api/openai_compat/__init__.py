@@ -19,7 +19,7 @@ from api.openai_compat.image_edits import edit_images
 from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
 from api.openai_compat.responses import cancel_response, create_response, delete_response, retrieve_response
-from tasks.context_fit import ContextTooLong
+from tasks.kinds.text_generation.context_fit import ContextTooLong
 
 PREFIX = "/openai/v1"
 

@@ -38,7 +38,9 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
-    messages: list[dict[str, Any]] = Field(description="checked as genq's input.messages (tasks/chat_messages.py)")
+    messages: list[dict[str, Any]] = Field(
+        description="checked as genq's input.messages (tasks/kinds/text_generation/messages.py)"
+    )
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="0: greedy; default 1")

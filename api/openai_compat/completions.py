@@ -15,9 +15,9 @@ from api.openai_compat.jobs import accept_streamed, parse, run, served_model_and
 from api.openai_compat.text_params import choices_of, legacy_logprobs, max_new_tokens, penalties, sampling, usage
 from api.services import services
 from api.sse import KEEPALIVE, data_text, sse_response
-from tasks.chat_messages import MAX_TOP_LOGPROBS
 from tasks.events import EventType, TextPiece
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationOutput
+from tasks.kinds.text_generation.messages import MAX_TOP_LOGPROBS
 from tasks.models_file import ModelSpec
 from tasks.schemas import Job, JobStatus, Priority
 

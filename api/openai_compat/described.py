@@ -10,7 +10,7 @@ from typing import Any
 
 from api.openai_compat.chat_request import UNSUPPORTED
 from api.openai_compat.text_params import NO_EFFECT
-from tasks.chat_messages import MAX_CHOICES, MAX_TOP_LOGPROBS
+from tasks.kinds.text_generation.messages import MAX_CHOICES, MAX_TOP_LOGPROBS
 
 IMAGE_EXTRAS = ["seed", "num_inference_steps", "negative_prompt", "guidance_scale", "scheduler", "priority"]
 

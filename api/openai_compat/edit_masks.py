@@ -8,8 +8,8 @@ import io
 
 from PIL import Image
 
-from api.image_checks import DEFAULT_MAX_PIXELS, inspect_image
-from tasks.picture_reading import as_shown
+from api.media.images import DEFAULT_MAX_PIXELS, inspect_image
+from tasks.media.picture_reading import as_shown
 
 
 def has_alpha(img: Image.Image) -> bool:

@@ -12,8 +12,8 @@ from flask import Response, g, jsonify, request
 
 from api.metrics import JOBS_REJECTED, rejection_reason
 from api.services import services
-from tasks.context_fit import ContextTooLong
 from tasks.errors import ErrorCode
+from tasks.kinds.text_generation.context_fit import ContextTooLong
 from tasks.schemas import Job
 
 #: genq code -> (HTTP status, OpenAI error type, OpenAI error code); the code is genq's own where OpenAI has none.

@@ -25,10 +25,10 @@ from api.routes_jobs import wait_for
 from api.services import services
 from api.wait_watch import Watch
 from tasks.adapters import check_adapters_offered
-from tasks.context_fit import ContextTooLong
 from tasks.errors import InvalidInput, OutcomeUnknown, Unavailable, UnknownModel
 from tasks.input_checks import invalid_from_validation, validate_input
 from tasks.kinds import JobKind
+from tasks.kinds.text_generation.context_fit import ContextTooLong
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobCreate, JobStatus, Priority
 from tasks.store.job_store import JobRecord

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.errors import OutputStoreUnavailable
-from tasks.outputs import JobObjects, check_key, job_of_key
+from tasks.object_keys import check_key, job_of_key
+from tasks.outputs import JobObjects
 
 log = logging.getLogger(__name__)
 FILE_MODE = 0o644  # the API may run as another user than the workers; umask still applies

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.errors import OutputStoreUnavailable
-from tasks.outputs import JobObjects, check_key, job_of_key
+from tasks.object_keys import check_key, job_of_key
+from tasks.outputs import JobObjects
 
 log = logging.getLogger(__name__)
 DELETE_BATCH = 1000  # DeleteObjects takes at most this many keys

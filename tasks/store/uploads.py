@@ -1,4 +1,4 @@
-"""Uploads in the output store and their metadata in Redis (tasks/uploads.py says what they are).
+"""Uploads in the output store and their metadata in Redis (tasks/media/uploads.py says what they are).
 
 The tombstone is written first, then the bytes, then in one script (``upload_write.lua``) the metadata with its
 tombstone, the bytes counted against the owner's quota and an ``Idempotency-Key``'s binding: an upload id handed
@@ -18,11 +18,11 @@ from enum import StrEnum
 import redis
 
 from tasks.constants import Keys
+from tasks.media.uploads import UploadMeta, new_upload_id, upload_key
 from tasks.outputs import InputStore, OutputStore, UploadSigningStore
 from tasks.store.byte_quota import ledger_key
 from tasks.store.idempotency import key_digest
 from tasks.store.lua_scripts import ScriptArgs, Scripts, key
-from tasks.uploads import UploadMeta, new_upload_id, upload_key
 
 NO_LIMIT = 1 << 62  # a store used without an owner's quota (tests, tools)
 

@@ -83,7 +83,7 @@ batching = {{ max_batch_size = 16, policy = "greedy" }}
 
 
 def register_images() -> None:
-    """Images the API takes, for the fuzzer: an image input's format (tasks/image_media.py) and the upload bodies.
+    """Images the API takes, for the fuzzer: an image input's format (tasks/media/images.py) and the upload bodies.
 
     One size (fuzz-sd's largest), so an image and a mask always match and an output of the image's size fits."""
     from hypothesis import strategies as st

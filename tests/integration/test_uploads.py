@@ -16,7 +16,7 @@ import redis
 from api import create_app
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind
-from tasks.outputs import input_key
+from tasks.object_keys import input_key
 from tasks.settings import Settings
 from tests.integration.image_inputs import (
     KEY_B,

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from api import create_app
-from tasks.outputs import input_key
+from tasks.media.uploads import upload_key
+from tasks.object_keys import input_key
 from tasks.settings import Settings
 from tasks.store.sweeps import SweepStore
-from tasks.uploads import upload_key
 from tests.integration.image_inputs import bearer, image_settings, job, picture, upload
 from tests.s3_server import AWS_ENV, S3Server, serving_bucket
 from worker.output_sweeper import OutputSweeper

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from tasks.kinds import JobKind  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
-from worker.runtimes.text_generation import TextGenerationRuntime  # noqa: E402
+from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
 
 OPTIONS = TorchOptions(num_threads=1)

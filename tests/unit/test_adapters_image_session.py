@@ -18,7 +18,7 @@ from tests.unit.test_runtime_text_to_image import LIMITS, TOLERANCE, job, max_di
 from worker.adapters.cache import AdapterCache
 from worker.demo_models.adapters import adapter_folders
 from worker.runtimes.base import Prediction, Row
-from worker.runtimes.text_to_image import TextToImageRuntime
+from worker.runtimes.image.runtime import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
 

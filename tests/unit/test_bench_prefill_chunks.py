@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.prefill_chunks import long_prompt, run
-from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.runtimes.text.runtime import TextGenerationRuntime
 
 
 def test_both_arms_run_and_report(textgen: TextGenerationRuntime) -> None:

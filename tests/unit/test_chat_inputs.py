@@ -168,7 +168,7 @@ def test_the_models_file_may_give_a_model_its_chat_template(tmp_path: Path) -> N
 def test_penalties_and_bias_follow_openais_definitions() -> None:
     import torch
 
-    from worker.runtimes.row_processors import LogitBias, Penalties, processed
+    from worker.runtimes.text.row_processors import LogitBias, Penalties, processed
 
     logits = torch.zeros(6)
     penalties = Penalties(presence=0.5, frequency=0.25)
@@ -194,7 +194,7 @@ def test_rows_with_penalties_are_penalised_together_exactly_as_one_by_one() -> N
     """Rows whose only processor is a penalty share one batched update (issue 34), bit for bit each row's own."""
     import torch
 
-    from worker.runtimes.row_processors import LogitBias, Penalties, processed
+    from worker.runtimes.text.row_processors import LogitBias, Penalties, processed
 
     class Row:
         def __init__(self, processors: list[Any]) -> None:

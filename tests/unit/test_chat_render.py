@@ -1,5 +1,6 @@
-"""The API renders a conversation as the worker's ``apply_chat_template`` does (api/chat_render.py), and counts its
-tokens as the worker does, so a conversation past the context is refused at submission, not by the worker."""
+"""The API renders a conversation as the worker's ``apply_chat_template`` does
+(api/kinds/text_generation/chat_render.py), and counts its tokens as the worker does, so a conversation past the context
+is refused at submission, not by the worker."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-from api.chat_render import pick, render  # noqa: E402
-from api.chat_templates import chat_templates  # noqa: E402
-from api.prompt_tokens import conversation_tokens  # noqa: E402
+from api.kinds.text_generation.chat_render import pick, render  # noqa: E402
+from api.kinds.text_generation.chat_templates import chat_templates  # noqa: E402
+from api.kinds.text_generation.prompt_tokens import conversation_tokens  # noqa: E402
 from tasks.errors import InvalidInput  # noqa: E402
 from tasks.kinds import JobKind, TextGenerationInput  # noqa: E402
 from tasks.models_file import ModelsFile, ModelSpec  # noqa: E402
-from worker.runtimes import chat_prompt  # noqa: E402
+from worker.runtimes.text import chat_prompt  # noqa: E402
 
 WEATHER = {
     "type": "function",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.context_fit import ContextTooLong, check_context
+from tasks.kinds.text_generation.context_fit import ContextTooLong, check_context
 
 
 def test_the_rule_counts_prompt_and_new_tokens_against_the_context():

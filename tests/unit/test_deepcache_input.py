@@ -6,7 +6,7 @@ import pytest
 
 from tasks.input_checks import InvalidInput, validate_input
 from tasks.kinds import JobKind, TextToImageLimits
-from worker.runtimes.image_cache import cache_interval
+from worker.runtimes.image.cache import cache_interval
 
 LIMITS = TextToImageLimits(default_width=64, default_height=64, default_steps=4)
 

@@ -19,9 +19,9 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from api.response_format_check import check_response_format
+from api.kinds.text_generation.response_format_check import check_response_format
 from tasks.errors import InvalidInput
-from tasks.response_format import (
+from tasks.kinds.text_generation.response_format import (
     MAX_SCHEMA_BYTES,
     JsonObjectFormat,
     JsonSchemaFormat,
@@ -202,7 +202,10 @@ def test_api_check_accepts_and_refuses_with_a_message() -> None:
 
 
 def test_api_check_imports_no_torch() -> None:
-    code = "import sys, api.response_format_check; assert 'torch' not in sys.modules and 'worker' not in sys.modules"
+    code = (
+        "import sys, api.kinds.text_generation.response_format_check; "
+        "assert 'torch' not in sys.modules and 'worker' not in sys.modules"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from api.text_checks import check_text_input
+from api.kinds.text_generation.grammars import check_grammars
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind, TextGenerationLimits
@@ -40,11 +40,11 @@ def test_the_api_counts_grammars_checked_and_times_the_new_ones() -> None:
     before_ok, before_refused = checks("ok"), checks("refused")
     before_timed = sample("genq_api_grammar_check_seconds_count")
     fresh = {"type": "object", "properties": {"a": {"type": "integer"}}, "title": f"t{time.time_ns()}"}
-    check_text_input(parse(response_format=json_schema(fresh)))
-    check_text_input(parse(response_format=json_schema(fresh)))  # the same schema again: cached, not timed again
+    check_grammars(parse(response_format=json_schema(fresh)))
+    check_grammars(parse(response_format=json_schema(fresh)))  # the same schema again: cached, not timed again
     bad = {"type": "object", "properties": {"a": {"not": {}}}, "title": f"t{time.time_ns()}"}
     try:
-        check_text_input(parse(response_format=json_schema(bad)))
+        check_grammars(parse(response_format=json_schema(bad)))
     except InvalidInput as exc:
         assert "response_format" in str(exc)
     else:

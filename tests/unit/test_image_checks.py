@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from api.image_checks import inspect_image
+from api.media.images import inspect_image
 from tasks.errors import InvalidInput
 
 

@@ -30,7 +30,7 @@ from worker.executor import Executor
 from worker.job import WorkItem
 from worker.results import ResultStore
 from worker.runtimes.base import Row
-from worker.runtimes.text_to_image import TextToImageRuntime
+from worker.runtimes.image.runtime import TextToImageRuntime
 from worker.step_loop import StepRunner
 
 GOOD = png(source_picture())

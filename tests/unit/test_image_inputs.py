@@ -7,7 +7,7 @@ import pytest
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind, TextToImageLimits
-from tasks.outputs import input_key
+from tasks.object_keys import input_key
 
 LIMITS = TextToImageLimits()
 UPLOAD = "up_" + "a" * 32

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from tasks.kinds import JobKind
-from tasks.outputs import input_key
+from tasks.object_keys import input_key
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.byte_quota import ByteQuota, ledger_key

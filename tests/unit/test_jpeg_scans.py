@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from api.image_checks import inspect_image
+from api.media.images import inspect_image
 from tasks.errors import InvalidInput
-from tasks.jpeg_scans import MAX_JPEG_SCANS, jpeg_scans
+from tasks.media.jpeg_scans import MAX_JPEG_SCANS, jpeg_scans
 from tests.jpeg_bombs import progressive_bomb
-from worker.runtimes.image_sources import _picture
+from worker.runtimes.image.sources import _picture
 
 BOMB_SCANS = 10_000  # ~120 KB; the 126 KB one cost 9.4 s of a core to check
 

@@ -1,4 +1,4 @@
-"""Each job kind is declared once, in its own module (tasks/kinds/<kind>.py), and implemented by a runtime of the
+"""Each job kind is declared once, in its own wing (tasks/kinds/<kind>/), and implemented by a runtime of the
 same kind: adding a ``JobKind`` member fails here until its four pieces exist (docs/architecture.md)."""
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ KINDS_FOLDER = Path(tasks.kinds.__file__).parent
 @pytest.mark.parametrize("kind", list(JobKind), ids=str)
 def test_every_kind_has_its_four_pieces(kind: JobKind) -> None:
     """Its contract module, its line in KINDS (that module's declaration), its runtime and its DEFAULT_RUNTIMES line."""
-    assert (KINDS_FOLDER / f"{kind.name}.py").is_file(), f"no contract module tasks/kinds/{kind.name}.py"
+    assert (KINDS_FOLDER / kind.name / "__init__.py").is_file(), f"no wing tasks/kinds/{kind.name}/"
     contract = importlib.import_module(f"tasks.kinds.{kind.name}")
     assert kind in KINDS, f"{kind.value} has no line in tasks/kinds/__init__.py:KINDS"
     declared = KINDS[kind]
     assert declared is contract.KIND and declared.kind == kind
     for part in (declared.input, declared.limits):
-        assert part.__module__ == contract.__name__, part  # the kind's room holds its input and limits
+        assert part.__module__.startswith(contract.__name__), part  # the kind's wing holds its input and limits
     assert issubclass(declared.input, JobInput) and issubclass(declared.limits, KindLimits)
     assert declared.limits.model_config.get("extra") == "forbid"  # a limit of another kind is an error
     assert kind in DEFAULT_RUNTIMES, f"{kind.value} has no line in worker/runtimes/__init__.py:DEFAULT_RUNTIMES"
@@ -110,7 +110,7 @@ def test_every_model_an_input_reaches_is_strict(kind: JobKind) -> None:
 def test_a_tools_strict_flag_must_be_a_boolean() -> None:
     from pydantic import ValidationError
 
-    from tasks.tool_input import Tool
+    from tasks.kinds.text_generation.tools import Tool
 
     with pytest.raises(ValidationError, match="strict"):
         Tool.model_validate({"function": {"name": "f", "strict": 0.0}})

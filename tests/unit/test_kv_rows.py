@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache
 
-from worker.runtimes.kv_rows import MIN_ROOM, SlabLayer, join, keep
+from worker.runtimes.text.kv_rows import MIN_ROOM, SlabLayer, join, keep
 
 
 def kv(rows: int, width: int, seed: int) -> torch.Tensor:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tasks.errors import InvalidInput
-from tasks.image_media import IMAGE
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
-from tasks.media import Media, MediaRef, RefForm, media_fields, media_refs
-from tasks.outputs import input_key
-from tasks.uploads import takes, upload_media
+from tasks.media.images import IMAGE
+from tasks.media.references import Media, MediaRef, RefForm, media_fields, media_refs
+from tasks.media.uploads import takes, upload_media
+from tasks.object_keys import input_key
 
 LIMITS = TextToImageLimits(max_width=64, max_height=64, max_pixels=64 * 64, default_width=64, default_height=64)
 UPLOAD = "up_" + "ab" * 16

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks.diffusion_limits import min_latent_side
 from tasks.errors import GenqError
 from tasks.kinds import KINDS, JobKind, TextGenerationLimits, TextToImageLimits
+from tasks.kinds.text_to_image.diffusion_limits import min_latent_side
 from tasks.model_config import effective_limits, merge_limits
 from tasks.models_file import ModelSpec, load_models_file
 from tasks.tokenizer_limits import BERT_STRIP_ACCENTS_GROWTH, NORMALIZER_GROWTH, tokens_per_char

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tasks.errors import ErrorCode, GenqError, OutputStoreUnavailable
-from tasks.outputs import check_key, input_key, is_input_key, object_key
+from tasks.object_keys import check_key, input_key, is_input_key, object_key
 from tasks.outputs_config import OutputStoreSpec
 from tasks.settings import Settings
 from tasks.store.output_stores import output_store

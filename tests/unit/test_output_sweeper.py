@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tasks.kinds import JobKind
-from tasks.outputs import OutputEntry, input_key, object_key
+from tasks.object_keys import input_key, object_key
+from tasks.outputs import OutputEntry
 from tasks.schemas import JobStatus
 from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore
@@ -90,8 +91,8 @@ def test_a_stranger_file_in_the_store_is_left_alone(jobs, fs):
 
 
 def test_expired_uploads_go_live_ones_stay_and_a_strangers_is_left_alone(jobs, fs):
+    from tasks.media.uploads import upload_key
     from tasks.store.uploads import UploadStore
-    from tasks.uploads import upload_key
 
     uploads = UploadStore(jobs.redis, jobs.keys, fs, tombstone_ttl_s=60)
     live = uploads.create("alice", "image/png", b"live", 1, 1, ttl_s=60)

@@ -1,5 +1,5 @@
-"""Newcomers' prompts ridden in the running rows' decode step (worker/runtimes/packed_rows.py, issue 34): one forward
-pass per step, the same tokens as alone, and separate prefills where packing cannot apply."""
+"""Newcomers' prompts ridden in the running rows' decode step (worker/runtimes/text/packed_rows.py, issue 34): one
+forward pass per step, the same tokens as alone, and separate prefills where packing cannot apply."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tasks.kinds import TextGenerationInput
-from worker.runtimes import packed_rows
 from worker.runtimes.base import Row
-from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.runtimes.text import packed_rows
+from worker.runtimes.text.runtime import TextGenerationRuntime
 
 PROMPTS = ["Once upon a time there was", "A", "The weather today is sunny and warm, and the little robot"]
 

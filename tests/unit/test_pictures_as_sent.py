@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from api.image_checks import inspect_image
+from api.media.images import inspect_image
 from api.openai_compat.edit_masks import genq_mask
 from tasks.errors import InvalidInput
-from tasks.media import Media, MediaRef, RefForm
-from tasks.picture_reading import as_shown
-from worker.runtimes.image_sources import _picture
+from tasks.media.picture_reading import as_shown
+from tasks.media.references import Media, MediaRef, RefForm
+from worker.runtimes.image.sources import _picture
 
 
 def encode(img: Image.Image, fmt: str, **options: Any) -> bytes:

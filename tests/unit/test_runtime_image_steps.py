@@ -17,8 +17,8 @@ import pytest
 from tasks.models_file import ModelSpec
 from tests.unit.test_runtime_text_to_image import LIMITS, TOLERANCE, build_tiny_sdxl, job, max_diff
 from worker.runtimes.base import Prediction, Row, StepSession
-from worker.runtimes.image_steps import ImageStepSession
-from worker.runtimes.text_to_image import TextToImageRuntime
+from worker.runtimes.image.runtime import TextToImageRuntime
+from worker.runtimes.image.steps import ImageStepSession
 from worker.torch_settings import TorchOptions, apply_global
 
 

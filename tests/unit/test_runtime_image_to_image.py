@@ -16,15 +16,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tasks.image_modes import Mode
+from tasks.kinds.text_to_image.modes import Mode
 from tasks.models_file import ModelSpec
-from tasks.outputs import OutputStore, input_key
+from tasks.object_keys import input_key
+from tasks.outputs import OutputStore
 from tasks.store.outputs_fs import FilesystemOutputStore
 from tests.unit.test_runtime_image_steps import assert_same_images, request_level, run_session
 from tests.unit.test_runtime_text_to_image import LIMITS, TOLERANCE, build_tiny_sdxl, job, max_diff, pixels
 from worker.runtimes.base import Row
-from worker.runtimes.image_steps import ImageStepSession
-from worker.runtimes.text_to_image import TextToImageRuntime
+from worker.runtimes.image.runtime import TextToImageRuntime
+from worker.runtimes.image.steps import ImageStepSession
 from worker.torch_settings import TorchOptions, apply_global
 
 

@@ -15,7 +15,7 @@ from tasks.kinds import SEED_MAX, FillMaskInput, JobKind, TextGenerationInput
 from tasks.models_file import ModelSpec
 from worker.demo_models import build_demo_models
 from worker.runtimes.fill_mask import FillMaskRuntime
-from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.runtimes.text.runtime import TextGenerationRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
 OPTIONS = TorchOptions(num_threads=1)
@@ -183,7 +183,7 @@ def test_missing_seed_is_drawn_and_reported(textgen: TextGenerationRuntime) -> N
 
 def test_a_prompt_past_the_context_is_refused_never_cut(textgen: TextGenerationRuntime) -> None:
     """The API refuses it at submission; the worker refuses too (a defence), with the same message."""
-    from tasks.context_fit import ContextTooLong
+    from tasks.kinds.text_generation.context_fit import ContextTooLong
 
     with pytest.raises(ContextTooLong, match="maximum context length is 512 tokens") as refused:
         generate(textgen, prompt="word " * 1500, max_new_tokens=4)
@@ -195,7 +195,7 @@ def test_a_prompt_past_the_context_is_refused_never_cut(textgen: TextGenerationR
 def test_the_api_counts_a_prompt_as_the_worker_does(
     textgen: TextGenerationRuntime, demo_models: dict[str, Path]
 ) -> None:
-    from api.prompt_tokens import _tokenizer
+    from api.kinds.text_generation.prompt_tokens import _tokenizer
 
     counter = _tokenizer(str(demo_models["gpt2-demo"]), None)
     for prompt in ("Hello", "word " * 300, "Ünïcödé ☃ emoji 🎉 and\ttabs\n", "  spaces  "):

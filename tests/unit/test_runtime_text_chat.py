@@ -17,7 +17,7 @@ from tasks.models_file import ModelSpec
 from tests.unit.conftest import OPTIONS
 from tests.unit.test_runtime_text_steps import LONG_PROMPT, outputs, run_out, steps
 from worker.runtimes.base import Row
-from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.runtimes.text.runtime import TextGenerationRuntime
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the weather today?"}]
 
@@ -61,7 +61,7 @@ def token_ids(runtime: TextGenerationRuntime, prompt: str, **fields: Any) -> lis
 
 def _name(runtime: TextGenerationRuntime, entry: dict[str, Any]) -> str:
     """A token's vocabulary name from its bytes (byte-level BPE's alphabet)."""
-    from worker.runtimes.token_logprobs import byte_level_chars
+    from worker.runtimes.text.token_logprobs import byte_level_chars
 
     by_byte = {b: c for c, b in byte_level_chars().items()}
     return "".join(by_byte[b] for b in entry["bytes"])
@@ -219,7 +219,7 @@ def test_a_messages_job_renders_through_the_chat_template(textgen: TextGeneratio
 
 
 def test_a_conversation_longer_than_the_context_is_refused_never_cut(textgen: TextGenerationRuntime) -> None:
-    from tasks.context_fit import ContextTooLong
+    from tasks.kinds.text_generation.context_fit import ContextTooLong
 
     long = [{"role": "user", "content": "word " * 1500}]
     with pytest.raises(ContextTooLong) as refused:

@@ -13,8 +13,8 @@ import pytest
 from tasks.kinds import TextGenerationInput
 from tests.unit.text_sinks import Collected
 from worker.runtimes.base import Row, RowResult, StepSession
-from worker.runtimes.text_generation import TextGenerationRuntime
-from worker.runtimes.text_session import TextStepSession
+from worker.runtimes.text.runtime import TextGenerationRuntime
+from worker.runtimes.text.session import TextStepSession
 
 LONG_PROMPT = "Once upon a time there was a little robot who wanted to paint the whole sky in colours nobody had"
 
@@ -223,7 +223,7 @@ def test_a_row_whose_input_fails_leaves_alone(textgen: TextGenerationRuntime, mo
 def test_a_cache_that_cannot_splice_still_runs_request_level(
     textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker.runtimes import kv_rows
+    from worker.runtimes.text import kv_rows
 
     inputs = [
         TextGenerationInput(prompt=p, max_new_tokens=3 + 5 * i, do_sample=i % 2 == 1, seed=i)

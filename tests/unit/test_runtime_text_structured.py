@@ -16,8 +16,8 @@ import jsonschema
 from tasks.kinds import TextGenerationInput, TextGenerationOutput
 from tests.unit.test_runtime_text_steps import outputs, run_out, steps
 from worker.runtimes.base import Row
-from worker.runtimes.text_generation import TextGenerationRuntime
-from worker.runtimes.text_session import TextStepSession
+from worker.runtimes.text.runtime import TextGenerationRuntime
+from worker.runtimes.text.session import TextStepSession
 
 CHAT = [{"role": "user", "content": "What is the weather in Paris?"}]
 PERSON = {
@@ -83,7 +83,7 @@ def test_forced_tool_calls_have_valid_arguments(textgen: TextGenerationRuntime) 
 
 
 def test_tools_reach_the_template_and_a_tool_message_continues(textgen: TextGenerationRuntime) -> None:
-    from worker.runtimes.chat_prompt import render
+    from worker.runtimes.text.chat_prompt import render
 
     inp = TextGenerationInput(messages=CHAT, tools=[WEATHER])
     assert "get_weather" in render(textgen.tokenizer, inp)
@@ -95,7 +95,7 @@ def test_tools_reach_the_template_and_a_tool_message_continues(textgen: TextGene
 
 
 def test_auto_parses_tool_call_tags() -> None:
-    from worker.runtimes.tool_calls import read_calls
+    from worker.runtimes.text.tool_calls import read_calls
 
     content, calls = read_calls('Sure. <tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>', "auto")
     assert content == "Sure." and calls[0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
@@ -103,7 +103,7 @@ def test_auto_parses_tool_call_tags() -> None:
 
 
 def test_auto_keeps_declared_calls_and_one_without_parallel_calls() -> None:
-    from worker.runtimes.tool_calls import read_calls
+    from worker.runtimes.text.tool_calls import read_calls
 
     two = '<tool_call>{"name": "f", "arguments": {}}</tool_call> then '
     two += '<tool_call>{"name": "g", "arguments": {}}</tool_call>'
@@ -118,7 +118,7 @@ def test_parallel_tool_calls_reaches_the_rows(textgen: TextGenerationRuntime) ->
     inp = TextGenerationInput(messages=CHAT, tools=[WEATHER], parallel_tool_calls=False, max_new_tokens=5)
     (row,) = textgen.decode_rows(inp)
     assert row.tool_mode == "auto" and not row.parallel_tool_calls and row.tool_names == {"get_weather"}
-    from worker.runtimes.text_outputs import job_output
+    from worker.runtimes.text.outputs import job_output
 
     call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}}</tool_call>'
     row.finish_reason = "stop"

@@ -14,9 +14,9 @@ from PIL import Image
 from tasks.input_checks import validate_input
 from tasks.kinds import SEED_MAX, JobKind, TextToImageInput, TextToImageLimits
 from tasks.models_file import ModelSpec
-from tasks.outputs import job_of_key
+from tasks.object_keys import job_of_key
 from worker.runtimes.base import Blob
-from worker.runtimes.text_to_image import TextToImageRuntime
+from worker.runtimes.image.runtime import TextToImageRuntime
 from worker.torch_settings import TorchOptions, apply_global
 
 LIMITS = TextToImageLimits(
@@ -145,7 +145,7 @@ def test_scheduler_gives_valid_images(runtime: TextToImageRuntime, name: str) ->
 
 def test_every_scheduler_of_the_contract_is_available() -> None:
     from tasks.kinds.text_to_image import SCHEDULERS
-    from worker.runtimes.text_to_image import SCHEDULER_CLASSES
+    from worker.runtimes.image.runtime import SCHEDULER_CLASSES
 
     assert set(SCHEDULERS) == {"default", *SCHEDULER_CLASSES}  # the API never accepts one a worker lacks
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from api.text_checks import check_text_input
+from api.kinds.text_generation.grammars import check_grammars
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind, TextGenerationInput, TextGenerationLimits
@@ -57,14 +57,14 @@ def test_bad_shapes_name_the_field(fields: dict[str, Any], field: str) -> None:
 def test_a_schema_that_does_not_compile_is_refused() -> None:
     bad = {"type": "object", "properties": {"a": {"type": "string", "format": "x", "not": {"type": "string"}}}}
     with pytest.raises(InvalidInput) as caught:
-        check_text_input(parse(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": bad}}))
+        check_grammars(parse(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": bad}}))
     assert caught.value.field == "input.response_format"
     tool = {"type": "function", "function": {"name": "f", "parameters": bad}}
     with pytest.raises(InvalidInput) as caught:
-        check_text_input(parse(tools=[tool]))
+        check_grammars(parse(tools=[tool]))
     assert caught.value.field == "input.tools[0].function.parameters"
 
 
 def test_good_input_passes() -> None:
-    check_text_input(parse(tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}))
-    check_text_input(TextGenerationInput(prompt="x"))
+    check_grammars(parse(tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}))
+    check_grammars(TextGenerationInput(prompt="x"))

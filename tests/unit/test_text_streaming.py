@@ -8,7 +8,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported:
 
 from tasks.kinds import TextGenerationInput
 from tests.unit.text_sinks import Collected
-from worker.runtimes.text_generation import TextGenerationRuntime
+from worker.runtimes.text.runtime import TextGenerationRuntime
 
 PROMPTS = ["Hello", "Once upon a time", "The weather today is", "A", "def main():", "Numbers 0, 1, 2", "q", "fox"]
 

@@ -1,7 +1,7 @@
 """Constrained decoding (issue 32): JSON grammars compiled off the model thread, applied per row as a token mask.
 
 ``GrammarCompiler`` (one per loaded text model) turns a ``response_format`` into a ``Future`` of a compiled grammar,
-cached by schema text; ``GrammarProcessor`` is a row's RowProcessor (worker/runtimes/row_processors.py) over it.
+cached by schema text; ``GrammarProcessor`` is a row's RowProcessor (worker/runtimes/text/row_processors.py) over it.
 The library is llguidance (bench/README.md, "Constrained decoding libraries": why). In the step session::
 
     compiler = GrammarCompiler(runtime.tokenizer, runtime.eos_ids)  # at model load (~1 s for a 100k vocabulary)

@@ -3,7 +3,8 @@
 ``prepare(format)`` returns at once with a ``Future``: the step session admits the row when it is done, so a
 newcomer's compile never stalls the rows already decoding (llguidance also drops the GIL while it compiles).
 Concurrent requests for one schema share one compile; a schema that does not compile fails its future with
-``GrammarError`` (the API refuses those at submission, api/response_format_check.py: this is the backstop).
+``GrammarError`` (the API refuses those at submission, api/kinds/text_generation/response_format_check.py: this is the
+backstop).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import llguidance
 import llguidance.hf
 
-from tasks.response_format import JSON_OPTIONS, AnyFormat, grammar_schema
+from tasks.kinds.text_generation.response_format import JSON_OPTIONS, AnyFormat, grammar_schema
 from worker.grammar.processor import GrammarProcessor
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ _MASKS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grammar-mask")
 
 
 class GrammarProcessor:
-    """Fits worker.runtimes.row_processors.RowProcessor; one per row (it holds the row's matcher state).
+    """Fits worker.runtimes.text.row_processors.RowProcessor; one per row (it holds the row's matcher state).
 
     ``process`` is the row's mask: tokens the grammar allows keep their logits, every other id is -inf, including
     the ids past the tokenizer's vocabulary when the model's logits are wider (padded embedding matrices). Once the

@@ -15,9 +15,9 @@ from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
 
 DEFAULT_RUNTIMES: dict[JobKind, str] = {
     JobKind.fill_mask: "worker.runtimes.fill_mask:FillMaskRuntime",
-    JobKind.text_generation: "worker.runtimes.text_generation:TextGenerationRuntime",
+    JobKind.text_generation: "worker.runtimes.text.runtime:TextGenerationRuntime",
     JobKind.embedding: "worker.runtimes.embedding:EmbeddingRuntime",
-    JobKind.text_to_image: "worker.runtimes.text_to_image:TextToImageRuntime",
+    JobKind.text_to_image: "worker.runtimes.image.runtime:TextToImageRuntime",
 }
 
 

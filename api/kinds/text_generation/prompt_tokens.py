@@ -1,0 +1,76 @@
+"""A text-generation prompt counted in tokens at submission, with the model's own tokenizer.json (the ``tokenizers``
+library: Rust, no torch), so a prompt and its new tokens that exceed the context are refused, never cut. A chat job's
+``messages`` count as the worker's prompt: the conversation rendered with the model's chat template
+(api/kinds/text_generation/chat_render.py), tokenized without special tokens added, as ``apply_chat_template`` does.
+
+A model whose tokenizer.json (or chat template) is not at hand (a hub id not in the local cache) is not counted
+here: the worker refuses such a job instead (worker/runtimes/text/runtime.py), with the same message.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from api.kinds.text_generation.chat_render import pick, render
+from api.kinds.text_generation.chat_templates import chat_templates
+from tasks.kinds import TextGenerationInput, TextGenerationLimits
+from tasks.kinds.text_generation.context_fit import check_context
+from tasks.model_config import model_file
+from tasks.models_file import ModelsFile, ModelSpec
+
+log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=32)
+def _tokenizer(source: str, revision: str | None) -> Any | None:
+    path = model_file(source, "tokenizer.json", revision)
+    if path is None:
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(path))
+    except Exception:  # the library missing, or a file it cannot read: counted by the worker instead
+        log.warning("cannot read %s: prompts of this model are counted by its worker", path, exc_info=True)
+        return None
+
+
+def count_tokens(models: ModelsFile, spec: ModelSpec, text: str, special: bool = True) -> int | None:
+    """``text``'s tokens as the worker counts them (``special``: the tokenizer's own added tokens, as a prompt is
+    tokenized; a rendered conversation carries its own); None when it cannot be told here."""
+    return _count(models.source_of(spec.id), spec.revision, text, special)
+
+
+def _count(source: str, revision: str | None, text: str, special: bool) -> int | None:
+    tokenizer = _tokenizer(source, revision)
+    if tokenizer is None:
+        return None
+    return max(1, len(tokenizer.encode(text, add_special_tokens=special).ids))  # empty: one start token
+
+
+def conversation_tokens(models: ModelsFile, spec: ModelSpec, inp: Any) -> int | None:
+    """A ``messages`` input's tokens, rendered as the worker renders it; None when its template or tokenizer is not
+    at hand."""
+    source = models.source_of(spec.id)  # resolved once: a path resolution costs as much as the rendering
+    found = chat_templates(source, spec.revision, spec.chat_template)
+    template = None if found is None else pick(found.templates, inp)
+    if found is None or template is None or _tokenizer(source, spec.revision) is None:
+        return None
+    return _count(source, spec.revision, render(template, inp, found.special_tokens), special=False)
+
+
+def check_prompt_fits(models: ModelsFile, spec: ModelSpec, inp: TextGenerationInput) -> None:
+    """A prompt (or rendered conversation) and ``max_new_tokens`` that exceed the model's context: ContextTooLong
+    naming ``input.prompt`` (or ``input.messages``)."""
+    if not isinstance(spec.limits, TextGenerationLimits) or spec.limits.context_tokens is None:
+        return
+    if inp.prompt is not None:
+        tokens, field = count_tokens(models, spec, inp.prompt), "input.prompt"
+    elif inp.messages is not None:
+        tokens, field = conversation_tokens(models, spec, inp), "input.messages"
+    else:
+        return
+    if tokens is not None:
+        check_context(tokens, inp.max_new_tokens, spec.limits.context_tokens, field)

@@ -1,0 +1,300 @@
+"""Newcomers' prompts ridden in the running rows' decode step: one forward pass over a packed sequence.
+
+A separate prefill forward for one newcomer of ~15 tokens costs about a decode step of 16 rows on a CPU (11.5
+against 12.3 ms on the demo GPT-2, ~4 ms of either the forward's fixed cost), and such prefills took 27 % of the
+model thread at 32 text clients (bench/README.md, issue 34). Here the step's input is one sequence: the R running
+rows' last tokens, then each newcomer's prompt (or its next part: ``parts`` keeps a step within
+``batching.prefill_chunk`` prompt tokens); every per-token part of the model (embeddings, projections, MLPs,
+norms) runs once over all of it, and only the attention is split by row: the running rows attend over their held
+cache (``kv_rows``, written in place), each newcomer causally over its own prompt so far. transformers'
+continuous batching does the same with a paged cache.
+
+The attention is registered with transformers' ``AttentionInterface`` under ``NAME``; outside a packed step it is
+SDPA itself (the mask likewise), so request-level ``generate`` and plain steps run exactly as before. A model is
+packed only if a probe at load gives the same logits packed as unpacked (``supported``): a model whose code asks
+more of the cache than ``update`` keeps separate prefills.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+log = logging.getLogger(__name__)
+
+NAME = "genq_packed"
+_active = threading.local()  # the packed step running on this thread (the model thread), if any
+_registered = False
+
+
+@dataclass
+class LayerRows:
+    """One layer's keys and values of rows that join a held cache (what ``kv_rows.join`` reads)."""
+
+    keys: Any
+    values: Any
+
+
+@dataclass
+class NewRows:
+    layers: list[LayerRows]
+
+
+@dataclass
+class PromptPart:
+    """This step's part of one newcomer's prompt: ``ids`` from position ``start``, over the keys and values its
+    earlier parts left (``prefix``, per layer [heads, start, dim]; None for a first part)."""
+
+    ids: list[int]
+    start: int = 0
+    prefix: list[tuple[Any, Any]] | None = None
+    last: bool = True  # the prompt ends here: its logits are kept and it joins the batch
+
+
+@dataclass
+class PromptProgress:
+    """A newcomer's prompt while its parts ride in steps: the tokens prefilled so far and their keys and values."""
+
+    ids: list[int]
+    done: int = 0
+    prefix: list[tuple[Any, Any]] | None = None
+
+    def advance(self, part: PromptPart, prefix: list[tuple[Any, Any]] | None) -> None:
+        self.done, self.prefix = self.done + len(part.ids), prefix
+
+
+def parts(prompts: Sequence[PromptProgress], budget: int) -> list[PromptPart]:
+    """Each prompt's next part, in order, while ``budget`` tokens last: a long prompt is prefilled over several
+    steps, so the running rows never wait for one long forward (vLLM's chunked prefill)."""
+    out = []
+    for prompt in prompts:
+        if budget <= 0:
+            break
+        take = min(len(prompt.ids) - prompt.done, budget)
+        end = prompt.done + take
+        out.append(PromptPart(prompt.ids[prompt.done : end], prompt.done, prompt.prefix, end == len(prompt.ids)))
+        budget -= take
+    return out
+
+
+@dataclass
+class PackedStep:
+    """The cache a packed forward sees: ``update`` writes the running rows' new column into the held cache and
+    keeps the newcomers' keys aside; ``attend`` is each layer's split attention."""
+
+    held: Any  # the held cache (slab layers) of the running rows (a session with none prefills apart)
+    rows: int  # running rows: the first ``rows`` tokens of the sequence
+    mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column
+    parts: list[PromptPart]
+    _decode: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    _fresh: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    _so_far: dict[tuple[int, int], tuple[Any, Any]] = field(default_factory=dict)  # keys_of, once per part and layer
+
+    def update(self, key: Any, value: Any, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        r = self.rows
+        # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
+        column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
+        self._decode[layer_idx] = self.held.layers[layer_idx].update(column_k, column_v)
+        self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
+        return key, value
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Asked by some models' code for positions (given here), kept for them."""
+        return int(self.mask.shape[-1]) - 1
+
+    def attend(self, layer: int, query: Any, scaling: float | None) -> Any:
+        """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
+        q = query[0]  # [heads, tokens, dim]
+        keys, values = self._decode[layer]
+        decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
+        allowed = self.mask.bool()[:, None, None, :]
+        out = F.scaled_dot_product_attention(
+            decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
+        )
+        parts = [out[:, :, 0]]  # [rows, heads, dim]
+        offset = self.rows
+        for index, part in enumerate(self.parts):
+            length = len(part.ids)
+            qs = q[:, offset : offset + length].unsqueeze(0)
+            ks, vs = (t.unsqueeze(0) for t in self.keys_of(index, layer))
+            gqa = ks.shape[1] != qs.shape[1]
+            if part.start == 0:
+                out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scaling, enable_gqa=gqa)
+            else:  # a later part: each token sees the earlier parts and this part up to itself
+                seen = torch.arange(part.start + length, device=q.device)
+                upto = torch.arange(part.start, part.start + length, device=q.device)[:, None]
+                out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=seen <= upto, scale=scaling, enable_gqa=gqa)
+            parts.append(out[0].transpose(0, 1))  # [length, heads, dim]
+            offset += length
+        return torch.cat(parts, dim=0).unsqueeze(0)
+
+    def keys_of(self, index: int, layer: int) -> tuple[Any, Any]:
+        """Part ``index``'s prompt so far in ``layer``: its prefix and this step's tokens, [heads, tokens, dim]
+        (attention, the joining rows and the next prefix read it: a continued part's concatenation is made once)."""
+        if (index, layer) not in self._so_far:
+            keys, values = self._fresh[layer]
+            start = sum(len(part.ids) for part in self.parts[:index])
+            part = self.parts[index]
+            span = slice(start, start + len(part.ids))
+            got = keys[:, span], values[:, span]
+            if part.prefix is not None:
+                before_k, before_v = part.prefix[layer]
+                got = torch.cat([before_k, got[0]], dim=1), torch.cat([before_v, got[1]], dim=1)
+            self._so_far[index, layer] = got
+        return self._so_far[index, layer]
+
+    def prefix_of(self, index: int) -> list[tuple[Any, Any]]:
+        """Part ``index``'s keys and values so far, per layer (what its prompt's next part starts from)."""
+        return [self.keys_of(index, layer) for layer in sorted(self._fresh)]
+
+    def new_rows(self, done: list[int]) -> tuple[NewRows, Any]:
+        """The finished prompts' (parts ``done``) caches as right-aligned rows (left padding zero) and their mask."""
+        lengths = [self.parts[i].start + len(self.parts[i].ids) for i in done]
+        width = max(lengths)
+        mask = torch.zeros((len(done), width), dtype=torch.long, device=self.mask.device)
+        for row, length in enumerate(lengths):
+            mask[row, width - length :] = 1
+        layers = []
+        for layer in sorted(self._fresh):
+            rows_kv = [self.keys_of(i, layer) for i in done]
+            heads, dim = rows_kv[0][0].shape[0], rows_kv[0][0].shape[-1]
+            rows_k = rows_kv[0][0].new_zeros((len(done), heads, width, dim))
+            rows_v = rows_kv[0][1].new_zeros(rows_k.shape)
+            for row, ((keys, values), length) in enumerate(zip(rows_kv, lengths, strict=True)):
+                rows_k[row, :, width - length :] = keys
+                rows_v[row, :, width - length :] = values
+            layers.append(LayerRows(rows_k, rows_v))
+        return NewRows(layers), mask
+
+
+def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+    step: PackedStep | None = getattr(_active, "step", None)
+    if step is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    return step.attend(module.layer_idx, query, kwargs.get("scaling")), None
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface, AttentionMaskInterface
+        from transformers.masking_utils import sdpa_mask
+
+        AttentionInterface.register(NAME, _attention)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+        _registered = True
+
+
+@contextmanager
+def _packed(step: PackedStep) -> Iterator[None]:
+    _active.step = step
+    try:
+        yield
+    finally:
+        _active.step = None
+
+
+def step(
+    runtime: Any, cache: Any, mask: Any, last: list[int], parts: list[PromptPart]
+) -> tuple[Any, Any, Any, list[list[tuple[Any, Any]] | None]]:
+    """One decode step of the rows held in ``cache`` (their ``last`` tokens) with the newcomers' prompt ``parts`` in
+    the same forward (``runtime``'s model and device). Returns the logits (running rows, then each finished prompt),
+    the cache and mask with the finished prompts joined, and each unfinished part's keys and values so far (its
+    prompt's next prefix; None for a finished one)."""
+    from worker.runtimes.text import kv_rows
+
+    mask = kv_rows.with_column(mask)
+    packed = PackedStep(cache, len(last), mask, parts)
+    logits = forward(runtime.model, packed, last, runtime.device)
+    done = [i for i, part in enumerate(parts) if part.last]
+    prefixes = [None if part.last else packed.prefix_of(i) for i, part in enumerate(parts)]
+    if done:
+        rows, rows_mask = packed.new_rows(done)
+        cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
+    return logits, cache, mask, prefixes
+
+
+def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:
+    """One forward over the running rows' ``last`` tokens and the newcomers' prompt parts; returns the logits of each
+    running row and of each finished prompt's last token, [rows + finished prompts, vocab]."""
+    positions: list[int] = (step.mask.sum(-1) - 1).tolist()
+    ids = list(last)
+    ends = []
+    for part in step.parts:
+        ids += part.ids
+        positions += range(part.start, part.start + len(part.ids))
+        if part.last:
+            ends.append(len(ids) - 1)
+    keep = torch.tensor(list(range(step.rows)) + ends, device=device, dtype=torch.long)
+    # A 4-D mask is taken as given (no mask is built); the split attention ignores it.
+    unused = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=device)
+    with _packed(step):
+        out = model(
+            input_ids=torch.tensor([ids], device=device),
+            position_ids=torch.tensor([positions], device=device),
+            attention_mask=unused,
+            past_key_values=step,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+    return out.logits[0]
+
+
+def supported(model: Any, device: Any) -> bool:
+    """Switch ``model`` to the packed attention if it runs SDPA and a probe gives the same logits packed as
+    unpacked (two rows held, one decode step, one newcomer); False leaves the model as it was."""
+    from worker.runtimes.text import kv_rows
+
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    try:
+        _register()
+        model.set_attn_implementation(NAME)
+        same = _probe(model, device, kv_rows)
+    except Exception:
+        log.info("packed prefills are off for %s: the probe failed", type(model).__name__, exc_info=True)
+        same = False
+    if not same:
+        model.set_attn_implementation("sdpa")
+    return same
+
+
+def _probe(model: Any, device: Any, kv_rows: Any) -> bool:
+    with torch.inference_mode():
+        newcomer = [10, 11, 12, 13]
+        ids = torch.tensor([[5, 6, 7], [0, 8, 9]], device=device)
+        mask = torch.tensor([[1, 1, 1], [0, 1, 1]], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+        def held() -> Any:
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            return kv_rows.hold(out.past_key_values)
+
+        plain_mask = torch.cat([mask, mask.new_ones((2, 1))], dim=-1)
+        plain = model(
+            input_ids=torch.tensor([[3], [4]], device=device),
+            attention_mask=plain_mask,
+            position_ids=(plain_mask.cumsum(-1) - 1)[:, -1:],
+            past_key_values=held(),
+            use_cache=True,
+        ).logits[:, -1]
+        alone = model(input_ids=torch.tensor([newcomer], device=device), use_cache=True).logits[0, -1]
+        step = PackedStep(held(), 2, plain_mask, [PromptPart(newcomer[:2], last=False), PromptPart(newcomer)])
+        logits = forward(model, step, [3, 4], device)
+        rest = PackedStep(held(), 2, plain_mask, [PromptPart(newcomer[2:], 2, step.prefix_of(0))])
+        rest_logits = forward(model, rest, [3, 4], device)  # the prompt's second part, over its first
+        tolerance = 1e-4 if logits.dtype == torch.float32 else 5e-2  # half precision sums in another order
+        return all(
+            torch.allclose(got, want, atol=tolerance, rtol=1e-3)
+            for got, want in ((logits[:2], plain), (logits[2], alone), (rest_logits[2], alone))
+        )

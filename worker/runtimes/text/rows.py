@@ -1,0 +1,74 @@
+"""One text job's decoding state, and what a step session needs of the runtime that decodes it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from worker.runtimes.base import Prediction
+from worker.runtimes.text.row_processors import RowProcessor
+
+
+@dataclass
+class DecodeRow:
+    """One choice of a job: its prompt, sampling settings, own generator, processors and tokens so far."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    seed: int
+    generator: Any  # torch.Generator
+    stop: list[str]
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    generated: list[int] = field(default_factory=list)
+    text: str | None = None
+    finish_reason: str | None = None
+    #: The job sent messages (its output carries the assistant's message).
+    chat: bool = False
+    #: The job's choice this row decodes (``n`` > 1: one row per choice, all under the job's handle).
+    index: int = 0
+    #: Its logits processors, in order (row_processors.py); empty: the row's logits are used as they are.
+    processors: list[RowProcessor] = field(default_factory=list)
+    #: Alternatives to report per token when the job asked for logprobs; None when it did not.
+    top_logprobs: int | None = None
+    #: Per generated token: (token, its logprob, [(alternative, logprob)] best first), from the processed logits.
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+    #: How the answer's tool calls are read (issue 32): "forced" (the grammar made the text one call's JSON),
+    #: "auto" (parsed from ``<tool_call>`` tags in the text) or "none".
+    tool_mode: str = "none"
+    #: The functions the job declares, and whether its answer may hold several calls (``parallel_tool_calls``).
+    tool_names: frozenset[str] = frozenset()
+    parallel_tool_calls: bool = True
+
+
+class Decoder(Protocol):
+    """The text runtime as a step session uses it (``TextGenerationRuntime``)."""
+
+    device: str
+    model: Any
+    tokenizer: Any
+    spec: Any  # its models-file entry (the batching settings)
+    packs_prompts: bool  # newcomers' prompts may ride in the running rows' step (packed_rows.py)
+
+    def grad_off(self) -> Any:
+        """The context the model runs under."""
+
+    def grammar_future(self, inp: Any) -> Any:
+        """The job's compiled grammar as a Future (None: the job has none)."""
+
+    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
+        """A job's decoding state: one row per choice (with ``grammar``, a compiled one, each row masked by it)."""
+
+    def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
+        """Next token per batch position."""
+
+    def advance(self, row: DecodeRow, token: int) -> None:
+        """Append ``token`` and decide whether the row is done."""
+
+    def stream(self, streamer: Any, row: DecodeRow, token: int) -> None:
+        """Pass the token (and at the end the row's text) to its streamer."""
+
+    def prediction(self, rows: list[DecodeRow]) -> Prediction:
+        """A finished job's output from its rows (one per choice, in order)."""

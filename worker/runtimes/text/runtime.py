@@ -1,0 +1,254 @@
+"""Text generation with a causal LM: our own batched KV-cache decoding loop with per-row seeds.
+
+The loop itself is a step session (``text_session``): rows join between decode steps and leave as they finish.
+A request-level batch is a session that admits every row at once and steps until it is empty.
+
+HF ``generate()`` takes one generator for the whole batch, so a job's text would depend on which
+other jobs shared its batch. Here every row samples with noise from its own ``torch.Generator``
+(Gumbel-max: the argmax of log-probabilities plus Gumbel noise), so a job picks the same tokens alone,
+in a batch or joining one. Batched logits differ from single ones by ~1e-6 float noise; a Gumbel-max
+choice turns on the gap between the two best noisy scores (order 1), where inverse-CDF sampling turned
+on where a uniform fell between boundaries spaced by token probabilities (order 1e-4 on a flat
+distribution): on the demo GPT-2 it changed 2 of 192 jobs between a request-level batch and a step
+session, Gumbel-max none (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
+from tasks.kinds.text_generation.context_fit import check_context
+from worker.adapters.cache import AdapterCache
+from worker.adapters.runtime_cache import build_cache
+from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
+from worker.runtimes.hf_loading import load_pretrained, max_input_length
+from worker.runtimes.text.chat_prompt import chat_prompt
+from worker.runtimes.text.outputs import job_output
+from worker.runtimes.text.row_processors import processed, processors_for
+from worker.runtimes.text.rows import DecodeRow
+from worker.runtimes.text.token_logprobs import TokenPieces, record_logprobs
+from worker.runtimes.text.tool_calls import grammar_format, tool_mode, tool_names
+
+
+class TextGenerationRuntime(Runtime):
+    """Greedy or temperature/top-p sampling on each row's processed logits; ``n`` choices as ``n`` rows of a job."""
+
+    kind = JobKind.text_generation
+    streams_text = True
+    #: Whether rows can join a running batch: the model's KV cache is a plain ``DynamicCache`` (checked at load).
+    joins_rows = False
+    packs_prompts = False  # set at load: newcomers ride in the running rows' step (worker/runtimes/text/packed_rows.py)
+    #: The model's LoRAs (worker/adapters), built at load; sessions apply each row's own.
+    adapters: AdapterCache | None = None
+
+    def load(self, device: str) -> None:
+        """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
+        from transformers import AutoModelForCausalLM
+
+        from worker.runtimes.text.kv_rows import splices
+
+        self.device = device
+        self.tokenizer, self.model = load_pretrained(self, AutoModelForCausalLM, device, padding_side="left")
+        if self.tokenizer.pad_token is None:  # GPT-2 has none; padded positions are masked anyway
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if self.spec.chat_template is not None:  # the models file sets or replaces the tokenizer's template
+            self.tokenizer.chat_template = self.spec.chat_template
+        self.pieces = TokenPieces(self.tokenizer)
+        self.max_length = max_input_length(self.tokenizer, self.model.config)
+        eos = self.model.generation_config.eos_token_id
+        eos = self.tokenizer.eos_token_id if eos is None else eos
+        self.eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        with self.grad_off():
+            probe = self.model(
+                input_ids=self.tokenizer("Hello", return_tensors="pt")["input_ids"].to(device),
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self.joins_rows = splices(probe.past_key_values)
+        self.adapters = build_cache(self.model, self.adapter_sources)  # the LoRAs its sessions' rows name
+        from worker.runtimes.text import packed_rows
+
+        # Newcomers' prompts ride in the running rows' step (issue 34) where the model's code allows it.
+        self.packs_prompts = self.joins_rows and packed_rows.supported(self.model, device)
+        from worker.grammar import GrammarCompiler
+
+        self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)
+        self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
+
+    def batch_key(self, inp: Any) -> Hashable:
+        """Jobs with the same sampling settings share a request-level batch; greedy ignores temperature and top_p."""
+        return (True, inp.temperature, inp.top_p) if inp.do_sample else (False, None, None)
+
+    def step_key(self, inp: Any) -> Hashable | None:
+        """Every text job may join every running session: sampling settings are per row, never a key.
+        None (request-level only) for a model whose KV cache rows cannot be spliced (sliding windows...).
+        With ``adapter_rows = "grouped"`` the job's adapter is the key."""
+        if not self.joins_rows:
+            return None
+        return (inp.adapter,) if self.spec.batching.adapter_rows == "grouped" else ()
+
+    def open_session(self, key: Hashable) -> StepSession:
+        """An empty decode batch that rows join between steps."""
+        from worker.runtimes.text.session import TextStepSession
+
+        return TextStepSession(self)
+
+    def weight(self, inp: Any) -> int:
+        """One row per choice."""
+        return int(inp.n)
+
+    def step_cost(self, inp: Any) -> int:
+        """One row per choice: a job with ``n`` choices is ``n`` rows of the session."""
+        return int(inp.n)
+
+    def grad_off(self) -> Any:
+        """The context the model runs under: inference mode (or no_grad when the setting turns it off)."""
+        import torch
+
+        return torch.inference_mode() if self.options.inference_mode else torch.no_grad()
+
+    def predict(
+        self, inputs: list[Any], progress: ProgressFn | None = None, text_sinks: Sequence[TextSink] | None = None
+    ) -> list[Prediction]:
+        """Decode all inputs together as one step session (admit all, step until empty): one left-padded prefill,
+        then one forward pass per step; rows leave the batch as they finish.
+
+        With ``text_sinks`` (one per input), each row's new text goes to its sink as it is generated.
+        """
+        from worker.runtimes.text.session import TextStepSession
+
+        if not inputs:
+            return []
+        sinks: Sequence[TextSink | None] = text_sinks if text_sinks else [None] * len(inputs)
+        session = TextStepSession(self)
+        done = session.admit([Row(str(i), inp, sink) for i, (inp, sink) in enumerate(zip(inputs, sinks, strict=True))])
+        total = max(min(inp.max_new_tokens, self.max_length - 1) for inp in inputs)
+        steps = 1
+        if progress:
+            progress(steps, total)
+        while session.handles:
+            done += session.step()
+            steps += 1
+            if progress:
+                progress(steps, total)
+        by_handle = {result.handle: result for result in done}
+        for result in by_handle.values():
+            if result.error is not None:
+                raise result.error  # request-level: the executor isolates a bad input by splitting the batch
+        return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
+
+    def grammar_future(self, inp: Any) -> Any:
+        """The job's grammar compiling off the model thread (a Future), or None: a forced tool call's JSON, else a
+        ``response_format`` other than text (worker/runtimes/text/tool_calls.py)."""
+        fmt = grammar_format(inp)
+        return None if fmt is None else self.grammars.prepare(fmt)
+
+    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
+        """A job's decoding state, one row per choice: its prompt's token ids (a conversation rendered with the chat
+        template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors
+        (``grammar``, a compiled one, masks each row last)."""
+        import torch
+
+        chat = inp.messages is not None
+        ids = chat_prompt(self.tokenizer, inp) if chat else self.tokenizer(inp.prompt)["input_ids"]
+        start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+        ids = ids or [start or 0]  # a prompt that tokenizes to nothing
+        max_new = inp.max_new_tokens
+        # The API refused a long prompt already (a conversation is rendered here only): never cut, refused.
+        check_context(len(ids), max_new, self.max_length, field="input.messages" if chat else "input.prompt")
+        seed = inp.seed if inp.seed is not None else secrets.randbelow(SEED_MAX + 1)
+        rows = []
+        for index in range(inp.n):
+            row_seed = (seed + index) % (SEED_MAX + 1)
+            rows.append(
+                DecodeRow(
+                    list(ids),
+                    max_new,
+                    row_seed,
+                    torch.Generator().manual_seed(row_seed),
+                    list(inp.stop),
+                    inp.do_sample,
+                    inp.temperature,
+                    inp.top_p,
+                    chat=chat,
+                    index=index,
+                    processors=processors_for(inp) + ([self.grammars.processor(grammar)] if grammar else []),
+                    top_logprobs=(inp.top_logprobs or 0) if inp.logprobs else None,
+                    tool_mode=tool_mode(inp),
+                    tool_names=tool_names(inp),
+                    parallel_tool_calls=inp.parallel_tool_calls,
+                )
+            )
+        return rows
+
+    def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:
+        """Next token per batch position: argmax, or Gumbel-max sampling (argmax of log-probabilities plus Gumbel
+        noise from the row's own generator) within the row's temperature and top-p nucleus."""
+        import torch
+
+        logits = processed(logits, rows)
+        chosen = logits.argmax(dim=-1)
+        sample_at = [pos for pos, row in enumerate(rows) if row.do_sample]
+        if sample_at:
+            index = torch.tensor(sample_at, device=logits.device)
+            temperature = torch.tensor([rows[p].temperature for p in sample_at], device=logits.device).unsqueeze(-1)
+            top_p = torch.tensor([rows[p].top_p for p in sample_at], device=logits.device).unsqueeze(-1)
+            log_probs = (logits[index] / temperature).log_softmax(dim=-1)
+            probs = log_probs.exp()
+            # Nucleus: keep every token at least as likely as the one where the sorted mass reaches top_p.
+            ordered = probs.sort(dim=-1, descending=True).values
+            cut = ((ordered.cumsum(-1) < top_p).sum(-1, keepdim=True)).clamp(max=probs.shape[-1] - 1)
+            # top_p = 1 keeps everything exactly: a cumsum ending at 1 - 1e-7 must not trim the tail.
+            floor = torch.where(top_p >= 1.0, torch.zeros_like(top_p), ordered.gather(-1, cut))
+            uniform = torch.stack([torch.rand(probs.shape[-1], generator=rows[p].generator) for p in sample_at]).to(
+                logits.device
+            )
+            score = log_probs - torch.log(-torch.log(uniform))
+            score = torch.where(probs >= floor, score, torch.full_like(score, -torch.inf))
+            chosen[index] = score.argmax(dim=-1)
+        tokens = [int(t) for t in chosen.tolist()]
+        record_logprobs(logits, rows, tokens)
+        return tokens
+
+    def advance(self, row: DecodeRow, token: int) -> None:
+        """Append ``token`` and decide whether the row is done (eos, a stop string, or its length)."""
+        row.generated.append(token)
+        for processor in row.processors:
+            processor.accept(token)
+        if token in self.eos_ids:
+            row.finish_reason = "stop"
+            return
+        if row.stop:
+            text = self._decode(row.generated)
+            hits = [i for i in (text.find(s) for s in row.stop) if i >= 0]
+            if hits:
+                row.text, row.finish_reason = text[: min(hits)], "stop"
+                return
+        if len(row.generated) >= row.max_new_tokens:
+            row.finish_reason = "length"
+
+    def stream(self, streamer: Any, row: DecodeRow, token: int) -> None:
+        """The row's streamer gets the token (not an end-of-sequence one) and, once the row is done, its text."""
+        if token not in self.eos_ids:
+            streamer.put_token(token)
+        if row.finish_reason is not None:
+            streamer.finish(self._text(row))
+
+    def prediction(self, rows: list[DecodeRow]) -> Prediction:
+        """A finished job's output (text_outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
+        finish_reason}``, with ``choices`` and ``message`` where the job asked for them."""
+        output = job_output(rows, self._text, self.pieces, self.eos_ids)
+        if "constrained" in output:
+            from worker.metrics import record_grammar
+
+            record_grammar(self.spec.id, output["constrained"])
+        return Prediction(output=output)
+
+    def _decode(self, tokens: list[int]) -> str:
+        return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
+
+    def _text(self, row: DecodeRow) -> str:
+        return row.text if row.text is not None else self._decode(row.generated)

@@ -1,0 +1,300 @@
+"""The text-generation step session: rows join and leave a running KV-cache decode batch between steps.
+
+Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``); into a fresh
+session, or with an adapter, newcomers admitted together share one left-padded prefill. Either way its first token
+comes from its prompt's logits and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is
+one forward pass over every held row's last token; every row samples with its own settings and generator, so its
+tokens do not depend on when it joined or which rows shared its steps.
+
+A job with ``n`` choices is ``n`` rows under one handle (choice i seeded ``seed + i``): they are prefilled
+together, each leaves the batch when it finishes, and the job ends (one ``RowResult``) when its last one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.adapters.session_rows import SessionAdapters, text_row
+from worker.runtimes.base import Row, RowResult, StepSession
+from worker.runtimes.text import kv_rows, packed_rows
+from worker.runtimes.text.rows import Decoder, DecodeRow
+from worker.runtimes.text.streaming import row_streamer
+
+
+@dataclass
+class _Held:
+    """A row in the batch: its job's handle, decoding state (one choice) and streamer (None when nobody listens)."""
+
+    handle: str
+    state: DecodeRow
+    streamer: Any
+    choices: int = 1  # rows of its job
+    prompt: packed_rows.PromptProgress = field(init=False)  # while its prompt rides in steps beside running rows
+
+    def __post_init__(self) -> None:
+        self.prompt = packed_rows.PromptProgress(self.state.prompt_ids)
+
+
+class TextStepSession(StepSession):
+    """Rows of a causal LM decoding together; batch position i of the cache is ``self._rows[i]``."""
+
+    def __init__(self, runtime: Decoder) -> None:
+        self.runtime = runtime
+        self._rows: list[_Held] = []
+        self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
+        self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
+        self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
+        self.adapters = SessionAdapters(getattr(runtime, "adapters", None))  # each job's LoRA, on its rows only
+        # Jobs waiting for their adapter to load or their grammar to compile (issue 32), both off the model thread:
+        # they join a later step while the running rows step on.
+        self._parked: dict[str, Row] = {}
+        self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be job's grammar, by handle
+        self._pending: list[list[_Held]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
+        self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
+
+    @property
+    def handles(self) -> list[str]:
+        """The jobs held, in admission order, then those parked (adapter or grammar)."""
+        return list(dict.fromkeys(row.handle for row in self._rows + self._waiting)) + list(self._parked)
+
+    def weight(self) -> int:
+        """Rows held: a job's choices each take one (a parked job's too)."""
+        parked = sum(int(getattr(row.input, "n", 1) or 1) for row in self._parked.values())
+        return len(self._rows) + len(self._waiting) + parked
+
+    def progress(self) -> dict[str, tuple[int, int]]:
+        """Each held job's (tokens generated, its max_new_tokens), by its furthest choice."""
+        done: dict[str, tuple[int, int]] = {}
+        for row in self._rows + self._waiting:
+            step = (len(row.state.generated), row.state.max_new_tokens)
+            done[row.handle] = max(done.get(row.handle, step), step)
+        return done | {handle: (0, int(row.input.max_new_tokens)) for handle, row in self._parked.items()}
+
+    @property
+    def _waiting(self) -> list[_Held]:
+        """The rows of the jobs whose prompts ride in the next step."""
+        return [held for job in self._pending for held in job]
+
+    def shape(self) -> tuple[int, int]:
+        """(rows, columns) of the held KV cache: what one step attends over."""
+        return (0, 0) if self._cache is None else kv_rows.rows_and_columns(self._cache)
+
+    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+        """Admit ``rows``: beside running rows their prompts ride in the next steps, else they are prefilled together
+        now (``_prefill_jobs``); returns the rows that failed or finished with their first token. A job whose adapter
+        is cold or whose grammar is compiling waits parked (both off the model thread) and joins later (``_unpark``)."""
+        results: list[RowResult] = []
+        now = []
+        for row in rows:
+            try:
+                joins = self.adapters.arrive(row.handle, text_row(getattr(row.input, "adapter", None)))
+                future = self.runtime.grammar_future(row.input)
+            except Exception as error:  # a model without adapters; a grammar that cannot be prepared
+                results.append(RowResult(row.handle, error=error))
+                continue
+            self._grammars[row.handle] = future
+            if joins and (future is None or future.done()):
+                now.append(row)
+            else:
+                self._parked[row.handle] = row
+        return self._left(results + self._admit_now(now))
+
+    def _admit_now(self, rows: Sequence[Row]) -> list[RowResult]:
+        results: list[RowResult] = []
+        jobs: list[list[_Held]] = []
+        for row in rows:
+            try:
+                future = self._grammars.pop(row.handle, None)
+                inp = row.input
+                states = (
+                    self.runtime.decode_rows(inp) if future is None else self.runtime.decode_rows(inp, future.result())
+                )
+                streamers = [row_streamer(self.runtime.tokenizer, row, st, len(states)) for st in states]
+                jobs.append(
+                    [_Held(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
+                )
+            except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
+                results.append(RowResult(row.handle, error=error))
+        handles = [held.handle for held in self._rows] + [job[0].handle for job in jobs]
+        if self._rows and self._packs and kv_rows.splices(self._cache) and self.adapters.plain(handles):
+            self._pending += jobs  # prefilled in the next steps' forwards
+            return results
+        return results + self._prefill_jobs(jobs)
+
+    def _prefill_jobs(self, jobs: list[list[_Held]]) -> list[RowResult]:
+        """Prefill ``jobs`` together; a job that breaks the shared prefill is isolated (the others one by one)."""
+        results: list[RowResult] = []
+        groups = [jobs]
+        while groups:
+            group = groups.pop(0)
+            if not group:
+                continue
+            try:
+                with self.runtime.grad_off():
+                    results += self._prefill([held for job in group for held in job])
+            except Exception as error:
+                for job in group:
+                    self._ended.pop(job[0].handle, None)
+                if len(group) == 1:
+                    results.append(RowResult(group[0][0].handle, error=error))
+                else:  # isolate the job that broke the shared prefill: the others are admitted one by one
+                    groups += [[job] for job in group]
+        return results
+
+    def step(self) -> list[RowResult]:
+        """One decode step for every held row; returns the rows that finished (eos, stop string, length)."""
+        import torch
+
+        ended = self._unpark()
+        if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):  # dropped,
+            jobs, self._pending = self._pending, []  # or rows with an adapter joined: a prefill of their own
+            ended += self._prefill_jobs(jobs)
+        if not self._rows:
+            return self._left(ended)
+        runtime = self.runtime
+        for row in self._rows + self._waiting:  # grammar masks compute while the forward runs (grammar/processor.py)
+            for processor in row.state.processors:
+                prefetch = getattr(processor, "prefetch", None)
+                if prefetch is not None:
+                    prefetch()
+        if self._pending:
+            return self._left(ended + self._packed_step())
+        with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
+            ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
+            mask = kv_rows.with_column(self._mask)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -1:]
+            out = runtime.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=self._cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            self._cache, self._mask = out.past_key_values, mask
+            return self._left(ended + self._advance(self._rows, out.logits[:, -1, :])[0])
+
+    def drop(self, handles: Iterable[str]) -> None:
+        """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
+        leaving = set(handles)
+        self._pending = [job for job in self._pending if job[0].handle not in leaving]
+        for handle in leaving:
+            self._ended.pop(handle, None)
+            self._parked.pop(handle, None)
+            self._grammars.pop(handle, None)
+        self.adapters.leave(leaving)
+        with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
+            self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
+
+    # --- internals -------------------------------------------------------------------------------------------
+
+    def _unpark(self) -> list[RowResult]:
+        """Parked jobs whose adapter loaded and whose grammar compiled join before this step; those whose adapter
+        was refused leave (a grammar that failed leaves with its error as it is admitted)."""
+        if not self._parked:
+            return []
+        if not self._rows:  # nothing to step meanwhile: wait a little rather than spin
+            compiling = [f for h in self._parked if (f := self._grammars.get(h)) is not None and not f.done()]
+            if compiling:
+                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
+            else:
+                self.adapters.wait(timeout=0.05)
+        ended = [RowResult(handle, error=error) for handle, error in self.adapters.failed()]
+        for result in ended:
+            self._parked.pop(result.handle, None)
+            self._grammars.pop(result.handle, None)
+        self.adapters.ready()  # pins the adapters that loaded
+        waiting = set(self.adapters.waiting)
+        joined = [
+            row
+            for handle, row in self._parked.items()
+            if handle not in waiting and ((f := self._grammars.get(handle)) is None or f.done())
+        ]
+        for row in joined:
+            del self._parked[row.handle]
+        return ended + (self._admit_now(joined) if joined else [])
+
+    def _packed_step(self) -> list[RowResult]:
+        """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward."""
+        waiting = self._waiting
+        parts = packed_rows.parts([held.prompt for held in waiting], self._chunk)
+        last = [row.state.generated[-1] for row in self._rows]
+        with self.runtime.grad_off():
+            logits, self._cache, self._mask, prefixes = packed_rows.step(
+                self.runtime, self._cache, self._mask, last, parts
+            )
+            for held, part, prefix in zip(waiting, parts, prefixes, strict=False):
+                held.prompt.advance(part, prefix)
+            joined = {id(held) for held, part in zip(waiting, parts, strict=False) if part.last}
+            self._rows += [held for held in waiting if id(held) in joined]
+            self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]
+            return self._advance(self._rows, logits)[0]
+
+    def _left(self, results: list[RowResult]) -> list[RowResult]:
+        """Jobs that ended (finished or failed) unpin their adapters."""
+        self.adapters.leave(result.handle for result in results)
+        return results
+
+    def _prefill(self, group: list[_Held]) -> list[RowResult]:
+        """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""
+        import torch
+
+        runtime = self.runtime
+        prompts = [held.state.prompt_ids for held in group]
+        width = max(len(p) for p in prompts)
+        pad = runtime.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with self.adapters.forward([held.handle for held in group]):
+            out = runtime.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+            )
+        cache = out.past_key_values
+        if self._cache is not None and not (kv_rows.splices(cache) and kv_rows.splices(self._cache)):
+            raise TypeError(f"{type(cache).__name__} rows cannot join a running batch (request-level only)")
+        finished, gone = self._advance(group, out.logits[:, -1, :], held_yet=False)
+        stay = [pos for pos, held in enumerate(group) if id(held) not in gone]
+        if stay:
+            mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
+            if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
+                self._cache, self._mask = kv_rows.hold(cache) if kv_rows.splices(cache) else cache, mask
+            else:
+                self._cache, self._mask = kv_rows.join(self._cache, self._mask, cache, mask)
+            self._rows += [group[pos] for pos in stay]
+        return finished
+
+    def _advance(self, rows: list[_Held], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
+        """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch).
+        Returns the jobs whose last choice finished, and the finished rows (by ``id``)."""
+        runtime = self.runtime
+        tokens = runtime.choose(logits.float(), [row.state for row in rows])
+        finished: list[RowResult] = []
+        gone: set[int] = set()
+        for row, token in zip(rows, tokens, strict=True):
+            runtime.advance(row.state, token)
+            if row.streamer is not None:
+                runtime.stream(row.streamer, row.state, token)
+            if row.state.finish_reason is not None:
+                gone.add(id(row))
+                ended = self._ended.setdefault(row.handle, [])
+                ended.append(row.state)
+                if len(ended) == row.choices:
+                    del self._ended[row.handle]
+                    ended.sort(key=lambda state: state.index)
+                    finished.append(RowResult(row.handle, prediction=runtime.prediction(ended)))
+        if held_yet and gone:
+            self._keep([pos for pos, row in enumerate(self._rows) if id(row) not in gone])
+        return finished, gone
+
+    def _keep(self, positions: list[int]) -> None:
+        if len(positions) == len(self._rows):
+            return
+        if not positions:
+            self._rows, self._cache, self._mask = [], None, None
+            return
+        self._mask = kv_rows.keep(self._cache, self._mask, positions)
+        self._rows = [self._rows[pos] for pos in positions]
