@@ -20,8 +20,8 @@ from kombu.exceptions import OperationalError
 from api.admission import admission_fence, refusal, retry_fence
 from api.job_submit import new_record, stage
 from api.media.staging import discard
+from api.owned_adapters import uploaded_of
 from api.redis_health import never_sent, out_of_memory
-from api.routes_adapters import uploaded_of
 from api.services import PUBLISH_RETRY_POLICY, Services
 from tasks.errors import GenqError, OutcomeUnknown
 from tasks.kinds import AnyInput

@@ -14,7 +14,7 @@ from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 from api.errors import error_response
 from api.json_provider import FastJSONProvider
-from tasks.errors import ErrorCode
+from tasks.errors import ErrorCode, PayloadTooLarge
 
 
 def _has_body() -> bool:
@@ -77,3 +77,16 @@ def install(app: Flask, *, bodiless: tuple[str, ...] = (), limits: dict[str, int
     app.extensions["genq_body_limits"] = dict(limits or {})
     app.json = FastJSONProvider(app)
     app.before_request(read_json_body)
+
+
+def read_body(limit: int) -> bytes:
+    """The raw body, at most ``limit`` bytes (chunked or not), else PayloadTooLarge."""
+    too_large = PayloadTooLarge(f"an upload is at most {limit} bytes (GENQ_MAX_UPLOAD_BYTES)")
+    length = request.content_length
+    if length is not None and length > limit:
+        raise too_large
+    # werkzeug ends a chunked body quietly at the limit: read one byte past it to tell too large from complete.
+    data: bytes = request.environ["wsgi.input"].read(limit + 1) if length is None else request.get_data(cache=False)
+    if len(data) > limit:
+        raise too_large
+    return data

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
 
 from flask import Response, current_app, jsonify, make_response, request
 from flask_openapi3 import APIBlueprint, Tag
@@ -23,15 +22,16 @@ from pydantic import BaseModel, Field
 
 from api.adapter_checks import check_adapter
 from api.auth import current_owner
+from api.body import read_body
+from api.owned_adapters import registry
 from api.redis_health import never_sent
-from api.routes_uploads import read_body
 from api.services import Services, services
 from tasks.adapter_uploads import AdapterList, AdapterMeta, AdapterObject
 from tasks.adapters import ADAPTER_NAME_PATTERN
 from tasks.errors import Conflict, InvalidInput, NotFound, WriteOutcomeUnknown
 from tasks.models_file import ADAPTER_KINDS
 from tasks.schemas import ErrorBody, timestamp
-from tasks.store.adapter_registry import AdapterRegistry, RegistrationUnanswered
+from tasks.store.adapter_registry import RegistrationUnanswered
 
 adapters = APIBlueprint(
     "adapters",
@@ -49,10 +49,6 @@ class AdapterQuery(BaseModel):
 
 class AdapterPath(BaseModel):
     name: str = Field(min_length=1, max_length=64)
-
-
-def registry(svc: Services) -> AdapterRegistry:
-    return AdapterRegistry.of(svc.store)
 
 
 def allowed(svc: Services) -> None:
@@ -147,25 +143,3 @@ def delete_adapter(path: AdapterPath) -> Response:
     if not registry(svc).delete(current_owner(), path.name):
         raise NotFound(f"no adapter {path.name}")  # unknown or another key's: the same answer
     return Response(status=204)
-
-
-def uploaded_names(svc: Services, owner: str, model: str) -> set[str]:
-    """The names of ``owner``'s uploaded adapters of ``model`` (none where uploads are off)."""
-    if not svc.settings.adapter_uploads:
-        return set()
-    return {meta.name for meta in registry(svc).owned(owner, model)}
-
-
-def uploaded_of(svc: Services) -> Callable[[str], set[str]]:
-    """The caller's uploaded adapters by model, for the submission check (tasks.adapters.check_adapters_offered)."""
-    return lambda model: uploaded_names(svc, current_owner(), model)
-
-
-def uploaded_by_model(svc: Services) -> dict[str, list[str]]:
-    """The caller's uploaded adapters' names by base model, for the model lists (empty where uploads are off)."""
-    if not svc.settings.adapter_uploads:
-        return {}
-    out: dict[str, list[str]] = {}
-    for meta in registry(svc).owned(current_owner()):
-        out.setdefault(meta.model, []).append(meta.name)
-    return out

@@ -23,9 +23,9 @@ from api.batch_submit import BeforeAdmit, Entry, check_items, submit_many
 from api.errors import error_body
 from api.idempotency import body_digest, requested_key
 from api.job_reads import wait_all
+from api.job_waits import prefer_wait_s
 from api.metrics import count_batch
 from api.outputs import public_job
-from api.routes_jobs import prefer_wait_s
 from api.services import Services, services
 from api.waiters import POLL_S, Watch
 from tasks.batch import BatchResult, batch_items

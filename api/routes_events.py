@@ -9,7 +9,7 @@ from flask_openapi3 import APIBlueprint, Tag
 
 from api.event_stream import JobEventStream
 from api.outputs import public_job
-from api.routes_jobs import JobPath, owned_record
+from api.owned_jobs import JobPath, owned_record
 from api.services import services
 from api.sse import KEEPALIVE, RETRY_MS, event_text, sse_response
 from tasks.events import stream_id

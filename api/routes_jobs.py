@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from contextlib import ExitStack
 
@@ -18,13 +17,15 @@ from api.auth import current_owner
 from api.idempotency import IdempotencyGuard, body_digest, requested_key
 from api.job_reads import MAX_IDS_LENGTH, read_many, sweep_overdue
 from api.job_submit import admit_staged, new_record, stage
+from api.job_waits import prefer_wait_s, wait_for
 from api.media.staging import discard
 from api.outputs import public_job, serve_output
-from api.routes_adapters import uploaded_of
+from api.owned_adapters import uploaded_of
+from api.owned_jobs import JobPath, owned_record
 from api.services import Services, services
 from api.waiters import POLL_S, Watch
 from tasks.batch import BatchResult
-from tasks.errors import Gone, NotFound, OutcomeUnknown
+from tasks.errors import NotFound, OutcomeUnknown
 from tasks.schemas import ErrorBody, Job, JobStatus, parse_job_create
 from tasks.store.deadlines import expire_if_overdue
 from tasks.store.job_store import JobRecord
@@ -39,40 +40,10 @@ jobs = APIBlueprint(
 )
 
 log = logging.getLogger(__name__)
-_PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
-
-
-class JobPath(BaseModel):
-    job_id: str = Field(min_length=1, max_length=64)
 
 
 class OutputPath(JobPath):
     n: int = Field(ge=0, le=1024)
-
-
-def prefer_wait_s() -> float:
-    """Seconds asked for with ``Prefer: wait=N`` (RFC 7240), capped; malformed preferences are ignored."""
-    match = _PREFER_WAIT.search(request.headers.get("Prefer", ""))
-    return min(float(match.group(1)), services().settings.wait_cap_s) if match else 0.0
-
-
-def wait_for(svc: Services, record: JobRecord, seconds: float, watch: Watch | None = None) -> JobRecord:
-    """The record once terminal, or as it stands after ``seconds`` (or at once when every wait slot is taken).
-
-    With ``watch`` (registered before ``record`` was written) the wait starts from ``record`` without reading it.
-    """
-
-    def read() -> JobRecord | None:
-        return svc.store.get(record.id)
-
-    def done(r: JobRecord) -> bool:
-        return r.status.terminal
-
-    if watch is not None:
-        found = svc.waiters.wait_on(watch, record, seconds, read, done) or record
-    else:
-        found = svc.waiters.wait(record.id, seconds, read, done) or record
-    return expire_if_overdue(svc.store, found)  # no worker may be there to expire it
 
 
 def job_response(record: JobRecord, status: int) -> Response:
@@ -81,17 +52,6 @@ def job_response(record: JobRecord, status: int) -> Response:
     if status == 200 and record.status == JobStatus.running:
         response.headers["Retry-After"] = "1"
     return response
-
-
-def owned_record(job_id: str) -> JobRecord:
-    """The caller's job, or 404 (someone else's job looks exactly like a missing one), or 410."""
-    store = services().store
-    record = store.get(job_id)
-    if record is None or record.owner != current_owner():
-        if record is None and store.was_known(job_id, current_owner()):
-            raise Gone(f"job {job_id} has expired")
-        raise NotFound(f"no job {job_id}")
-    return record
 
 
 @jobs.post("", responses={"202": Job, "200": Job, "409": ErrorBody, "429": ErrorBody})

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from api.auth import current_owner
 from api.backlog import read_backlog
-from api.routes_adapters import uploaded_by_model
+from api.owned_adapters import uploaded_by_model
 from api.services import services
 from tasks.errors import NotFound
 from tasks.kinds import KINDS

@@ -18,6 +18,7 @@ from flask_openapi3 import APIBlueprint, Tag
 from pydantic import BaseModel, Field, ValidationError
 
 from api.auth import current_owner
+from api.body import read_body
 from api.idempotency import requested_key
 from api.media.checkers import checker_of
 from api.metrics import UPLOAD_BYTES, UPLOADS
@@ -66,19 +67,6 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
 def takers(svc: Services, media: Media) -> list[TextToImageLimits]:
     """The limits of the served models whose kind takes ``media``: an upload none of them takes is never used."""
     return [s.limits_as(TextToImageLimits) for s in svc.models.models.values() if takes(s.kind, media)]
-
-
-def read_body(limit: int) -> bytes:
-    """The raw body, at most ``limit`` bytes (chunked or not), else PayloadTooLarge."""
-    too_large = PayloadTooLarge(f"an upload is at most {limit} bytes (GENQ_MAX_UPLOAD_BYTES)")
-    length = request.content_length
-    if length is not None and length > limit:
-        raise too_large
-    # werkzeug ends a chunked body quietly at the limit: read one byte past it to tell too large from complete.
-    data: bytes = request.environ["wsgi.input"].read(limit + 1) if length is None else request.get_data(cache=False)
-    if len(data) > limit:
-        raise too_large
-    return data
 
 
 def created(meta: UploadMeta, url: str | None = None) -> Response:

@@ -17,7 +17,7 @@ from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from api.openai_compat.edit_masks import genq_mask
-from api.openai_compat.images import ImageGenerationRequest, images_response
+from api.openai_compat.image_request import ImageGenerationRequest, images_response
 from api.openai_compat.jobs import parse, run, served_model
 from api.services import services
 from tasks.errors import InvalidInput

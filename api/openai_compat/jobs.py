@@ -17,11 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from api.auth import current_owner
 from api.job_submit import submit
+from api.job_waits import wait_for
 from api.metrics import JOBS_ACCEPTED
 from api.openai_compat.errors import JobNotDone
 from api.openai_compat.retries import answer_within_s, identity, retry_count
-from api.routes_adapters import uploaded_of
-from api.routes_jobs import wait_for
+from api.owned_adapters import uploaded_of
 from api.services import services
 from api.wait_watch import Watch
 from tasks.adapters import check_adapters_offered

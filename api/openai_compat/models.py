@@ -7,7 +7,7 @@ from typing import Any
 from flask import Response, jsonify
 
 from api.auth import current_owner
-from api.routes_adapters import uploaded_by_model
+from api.owned_adapters import uploaded_by_model
 from api.services import services
 from tasks.models_file import ModelSpec
 

@@ -18,7 +18,7 @@ from api.event_stream import JobEventStream
 from api.openai_compat.jobs import accept, accept_streamed, finished, parse, served_model, succeeded
 from api.openai_compat.responses_events import job_id_of, response_events, response_id, response_object
 from api.openai_compat.responses_request import PARAMS, ResponsesRequest
-from api.routes_jobs import owned_record
+from api.owned_jobs import owned_record
 from api.services import services
 from api.sse import KEEPALIVE, compact, sse_response
 from tasks.errors import InvalidInput, NotFound

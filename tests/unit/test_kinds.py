@@ -115,3 +115,11 @@ def test_a_tools_strict_flag_must_be_a_boolean() -> None:
     with pytest.raises(ValidationError, match="strict"):
         Tool.model_validate({"function": {"name": "f", "strict": 0.0}})
     assert Tool.model_validate({"function": {"name": "f", "strict": False}}).function.strict is False
+
+
+def test_a_kinds_api_checks_live_in_its_wing() -> None:
+    """``api/kinds/__init__.py:CHECKS`` names, per kind with checks of its own, a function of ``api/kinds/<kind>/``."""
+    from api.kinds import CHECKS
+
+    for kind, check in CHECKS.items():
+        assert check.__module__ == f"api.kinds.{kind.name}", (kind, check.__module__)

@@ -1,4 +1,5 @@
-"""The house's rules, read from the code: the contract storey imports no storage, and no package has a cycle."""
+"""The house's rules, read from the code: the contract storey imports no storage, no package has a cycle, each room
+imports only what it may, route modules are the app's alone, and a kind's checks are reached through one registry."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 def contract_modules() -> list[Path]:
-    return sorted((ROOT / "tasks").glob("*.py")) + sorted((ROOT / "tasks" / "kinds").glob("*.py"))
+    """Every module of ``tasks/`` but its store (the kinds' wings and the media included)."""
+    return sorted(p for p in (ROOT / "tasks").rglob("*.py") if p.relative_to(ROOT).parts[1] != "store")
 
 
 @pytest.mark.parametrize("path", contract_modules(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -145,3 +147,52 @@ def test_no_module_is_over_the_limit():
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     ]
     assert not long, f"split by responsibility (at most {MAX_LINES} lines):\n" + "\n".join(long)
+
+
+def route_modules() -> set[str]:
+    """``api/routes_*.py``, and the OpenAI modules whose functions ``api/openai_compat/__init__.py`` registers."""
+    routes = {f"api.{p.stem}" for p in (ROOT / "api").glob("routes_*.py")}
+    install = ROOT / "api" / "openai_compat" / "__init__.py"
+    tree = ast.parse(install.read_text())
+    views = {kw.value.id for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords
+             if kw.arg == "view_func" and isinstance(kw.value, ast.Name)}  # fmt: skip
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and {a.name for a in node.names} & views:
+            routes.add(node.module)
+    return routes
+
+
+def test_route_modules_are_found() -> None:
+    found = route_modules()
+    assert {"api.routes_jobs", "api.routes_uploads", "api.openai_compat.chat", "api.openai_compat.images"} <= found
+
+
+def test_only_the_app_imports_route_modules() -> None:
+    """What a route module holds besides its handlers is for itself: a library of two routes lives in its own
+    module (api/owned_jobs.py, api/job_waits.py, api/owned_adapters.py), so no route is a library of another."""
+    app_modules = {ROOT / "api" / "app.py", ROOT / "api" / "openai_compat" / "__init__.py"}
+    routes = route_modules()
+    bad = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "api").rglob("*.py"))
+        if path not in app_modules
+        for name in imports_of(path)
+        if name in routes
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_kinds_checks_are_reached_only_through_the_registry() -> None:
+    """Submission calls ``api.kinds.check_input`` once; staging media never reaches a kind's checks."""
+    bad = []
+    for path in sorted((ROOT / "api").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] == ("api", "kinds"):
+            continue
+        media = rel.parts[:2] == ("api", "media")
+        for name in imports_of(path):
+            if (name.startswith("api.kinds.") and name != "api.kinds.check_input") or (
+                media and name.startswith("api.kinds")
+            ):
+                bad.append(f"{rel} imports {name}")
+    assert not bad, "\n".join(bad)
