@@ -56,7 +56,7 @@ class JobRecord(BaseModel):
 def public_job(record: JobRecord, sign: Signer | None = None) -> Job:
     """The job object a client sees: the one place it is shaped. ``sign`` adds presigned URLs to binary outputs.
 
-    A running job shows its progress; a succeeded one its output, typed by its kind (tasks/kinds.py).
+    A running job shows its progress; a succeeded one its output, typed by its kind (tasks/kinds/__init__.py).
     """
     return Job(
         id=record.id,

@@ -7,7 +7,7 @@ or sit in a record. A key is accepted only when the input is validated for that 
 worker's side): a client that sent one could name another job's input.
 
 A field takes a media by its annotation, ``Annotated[MediaRef, MediaField(spec)]``: the spec says which media
-types it takes; the API finds the checker of ``spec.media`` (``api/media_checks.py``) by it.
+types it takes; the API finds the checker of ``spec.media`` (``api/media/checkers.py``) by it.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ STORED_FOR = "stored_for"
 
 
 class Media(StrEnum):
-    """A family of media with one checker each (``api/media_checks.py``)."""
+    """A family of media with one checker each (``api/media/checkers.py``)."""
 
     image = "image"
 

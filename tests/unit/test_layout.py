@@ -4,6 +4,7 @@ imports only what it may, route modules are the app's alone, and a kind's checks
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,22 @@ def test_a_kinds_checks_are_reached_only_through_the_registry() -> None:
             ):
                 bad.append(f"{rel} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+#: A path a comment or docstring names: a storey's folder, then a file of the tree (generated reports excepted).
+_NAMED_PATH = re.compile(
+    r"(?<![\w/.-])((?:api|tasks|worker|genq|bench|tests|compose|docs)/[\w/.-]*?\.(?:py|md|lua|toml))\b"
+)
+
+
+def test_every_file_a_module_names_exists() -> None:
+    """A comment that points at a moved or deleted file sends its reader nowhere."""
+    missing = [
+        f"{path.relative_to(ROOT)}:{n}: {m.group(1)}"
+        for package in ("tasks", "api", "worker", "genq", "bench", "tests")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for m in _NAMED_PATH.finditer(line)
+        if "<" not in m.group(1) and not (ROOT / m.group(1)).exists()
+    ]
+    assert not missing, "\n".join(missing)

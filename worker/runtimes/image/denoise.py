@@ -1,6 +1,6 @@
 """One step's UNet work over an image step session's rows: their guided noise in one UNet call, each row's LoRAs
 applied to that row only (worker/adapters), and per-row DeepCache: rows due a full pass and rows reusing their
-cached deep features run as two sub-batches (image_cache.py)."""
+cached deep features run as two sub-batches (cache.py)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class Denoiser:
 
     def _denoise_cached(self, rows: list[ImageRow]) -> None:
         """Rows due a full pass (and rows that do not cache) in one UNet call, keeping the deep features of those
-        that cache; rows reusing their cache in a second, shallow call (image_cache.py)."""
+        that cache; rows reusing their cache in a second, shallow call (cache.py)."""
         import torch
 
         full = [row for row in rows if row.cache is None or row.cache.due]

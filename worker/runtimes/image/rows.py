@@ -5,7 +5,7 @@ Every row is set up exactly as ``StableDiffusionPipeline.__call__`` sets up one 
 drawn from the row's own generator as ``prepare_latents`` draws it for a list of generators, times the
 scheduler's ``init_noise_sigma``, and the scheduler's extra step arguments as ``prepare_extra_step_kwargs``
 builds them. So a row's image does not depend on when it joined or which rows shared its steps. Image-to-image
-and inpainting rows start from their source picture instead (image_start.py) and step like any other row.
+and inpainting rows start from their source picture instead (start.py) and step like any other row.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class ImageRow:
     step_kwargs: dict[str, Any]  # eta / generator, as the pipeline passes them to scheduler.step
     done: int = 0  # timesteps done
     blend: Blend | None = None  # inpainting: outside the mask, the source noised to the next timestep
-    cache: RowCache | None = None  # its deep feature cache, when its job opted in (image_cache.py)
+    cache: RowCache | None = None  # its deep feature cache, when its job opted in (cache.py)
 
     @property
     def timestep(self) -> Any:

@@ -3,10 +3,10 @@
 One UNet call per step runs every held image with its own timestep (with classifier-free guidance, the
 unconditional and conditional halves each carry the row's timestep; rows with guidance <= 1 have no
 unconditional half). Each row then takes its own ``scale_model_input`` and ``scheduler.step`` on its slice
-(image_rows.py), so step counts and scheduler types mix. Rows that finish in a step are decoded by the VAE
+(rows.py), so step counts and scheduler types mix. Rows that finish in a step are decoded by the VAE
 together and postprocessed as the pipeline does; a job leaves with one Prediction when all its images are done.
 Image-to-image and inpainting jobs of the same size share the steps: their rows start later in their schedule
-(``strength``) from their source picture, read at admission (image_sources.py, image_start.py).
+(``strength``) from their source picture, read at admission (sources.py, start.py).
 
 Not thread-safe: the model thread alone calls it, and never while the same pipeline runs ``predict``.
 """

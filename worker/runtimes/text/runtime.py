@@ -238,7 +238,7 @@ class TextGenerationRuntime(Runtime):
             streamer.finish(self._text(row))
 
     def prediction(self, rows: list[DecodeRow]) -> Prediction:
-        """A finished job's output (text_outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
+        """A finished job's output (outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
         finish_reason}``, with ``choices`` and ``message`` where the job asked for them."""
         output = job_output(rows, self._text, self.pieces, self.eos_ids)
         if "constrained" in output:
