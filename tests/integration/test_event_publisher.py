@@ -8,6 +8,7 @@ import uuid
 from tasks.events import EVENTS_TTL_S, EventType
 from tasks.schemas import Progress
 from tasks.store import event_log
+from tests.timing import baseline, bound, eventually, timed
 from worker.events import BatchEvents, EventPublisher
 
 
@@ -37,7 +38,7 @@ def test_a_batchs_events_land_in_order_per_job_with_a_ttl(store):
         later = event_log.read(store.redis, store.keys, job_id, events[1].id)
         assert [e.id for e in later] == [e.id for e in events[2:]]
     notes = []
-    end = time.monotonic() + 5
+    end = time.monotonic() + 30  # a deadline only a lost notification waits out
     while time.monotonic() < end and len(notes) < 2:
         message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
         if message:
@@ -53,10 +54,23 @@ def test_no_publisher_publishes_nothing_and_a_dead_redis_blocks_nothing(store, s
     batch.started()
     assert batch.progress(print) is print and batch.text_sinks()[0](0, "a", 1) is None
     batch.flush()
+
+    def emit_100(publisher: EventPublisher) -> None:
+        for step in range(100):
+            publisher.emit("y", EventType.progress, Progress(step=step, total=100))
+
+    # The baseline, measured here: the same emits and a flush against the live Redis.
+    live = EventPublisher(store.redis, store.keys)
+    emits_s = baseline(lambda: emit_100(live))
+    flushed, flush_s = timed(lambda: live.flush(timeout=30))
+    assert flushed
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
     publisher = EventPublisher(dead, store.keys)
-    started = time.monotonic()
-    for step in range(100):
-        publisher.emit("y", EventType.progress, Progress(step=step, total=100))
-    assert time.monotonic() - started < 0.5  # emitting never waits for Redis
-    assert publisher.flush(timeout=5)  # the writes failed, were dropped, and the flush still comes back
+    _, took = timed(lambda: emit_100(publisher))
+    # Emitting never waits for Redis: an emit that did would spend redis-py's retries (seconds) on each of 100.
+    assert took < bound(emits_s), (took, emits_s)
+    # A flush waits at most its timeout (the writes are still being retried, or given up on already)...
+    _, waited = timed(lambda: publisher.flush(timeout=0.5))
+    assert waited < 0.5 + bound(flush_s), (waited, flush_s)
+    # ...and the writes fail, are dropped, and a flush comes back True (redis-py's retries take seconds).
+    assert eventually(lambda: publisher.flush(timeout=1.0), timeout_s=60)

@@ -22,6 +22,7 @@ from tasks.schemas import JobStatus
 from tasks.store.job_store import JobRecord
 from tasks.store.outputs_s3 import WORKER_TIMEOUTS, S3OutputStore
 from tests.s3_server import AWS_ENV
+from tests.timing import baseline, bound
 from worker.output_writes import GIVE_UP_AFTER_S, OutputWriter
 from worker.runtimes.base import Blob
 
@@ -78,7 +79,8 @@ def test_writes_to_a_hung_s3_give_up_once_then_every_output_fails_at_once(hung, 
     for _ in range(10):  # the next batches' outputs while the circuit is open
         with pytest.raises(Exception, match="no write is tried"):
             writer.put_all(entries, blobs)
-    assert time.monotonic() - started < 0.5
+    # At once: a try would hang for a read timeout; ten of them together stay well under one.
+    assert time.monotonic() - started < WORKER_TIMEOUTS.read_s / 2
 
 
 def test_output_reads_from_a_hung_s3_answer_503_within_about_a_second(settings, hung, aws_env):
@@ -106,6 +108,7 @@ def test_output_reads_from_a_hung_s3_answer_503_within_about_a_second(settings, 
         )
     )
     assert api.get(f"/v1/jobs/{job_id}").status_code == 200  # open mode: every caller is "anonymous"
+    usual = baseline(lambda: api.get(f"/v1/jobs/{job_id}"))  # a read of the record, Redis only: measured here
     timings = []
     for _ in range(3):
         started = time.monotonic()
@@ -115,5 +118,6 @@ def test_output_reads_from_a_hung_s3_answer_503_within_about_a_second(settings, 
         assert int(response.headers["Retry-After"]) >= 1
         error = response.get_json()["error"]
         assert error["code"] == "output_store_unavailable" and error["request_id"]
-    assert timings[0] < 2.0, timings  # the stall costs the first read about a second
-    assert max(timings[1:]) < 0.5, timings  # then the circuit answers at once
+    assert timings[0] < 1.0 + bound(usual), (timings, usual)  # the stall costs the first read about a second
+    # Then the circuit answers at once: like a read of the record, and clearly under another stall.
+    assert max(timings[1:]) < bound(usual, floor_s=0.5, cap_s=0.75 * timings[0]), (timings, usual)

@@ -9,6 +9,7 @@ import traceback
 import uuid
 
 from tests.integration.jobs import poll, sent_commands, submit
+from tests.timing import baseline, bound
 
 
 def test_fill_mask_submit_then_poll(api, worker_for):
@@ -92,12 +93,13 @@ def test_model_is_loaded_once_for_20_jobs(api, worker_for, store):
 
 def test_prefer_wait_answers_202_when_time_runs_out(api, worker_for):
     worker_for("fake")
+    usual = baseline(lambda: api.post("/v1/jobs", json={"model": "fake", "input": {"text": "plain [MASK]"}}))
     started = time.monotonic()
     response = api.post(
         "/v1/jobs", json={"model": "fake", "input": {"text": "slow [MASK]"}}, headers={"Prefer": "wait=0.1"}
     )
-    assert response.status_code == 202
-    assert time.monotonic() - started < 2
+    assert response.status_code == 202  # not the 200 of a wait held until the job (300 ms) finished
+    assert time.monotonic() - started < 0.1 + bound(usual, floor_s=2.0), usual
     assert poll(api, response.json["id"])["status"] == "succeeded"
 
 

@@ -11,6 +11,7 @@ import pytest
 from api import create_app
 from api.auth import hash_key
 from tests.integration.jobs import poll
+from tests.timing import baseline, bound
 
 KEY_A, KEY_B, KEY_SLOW = "key-a-" + uuid.uuid4().hex, "key-b-" + uuid.uuid4().hex, "key-s-" + uuid.uuid4().hex
 
@@ -113,15 +114,18 @@ def test_a_revoked_key_is_refused_within_seconds_without_a_restart(settings, tmp
     worker_for("echo")
     keys_file = tmp_path / "keys"
     keys_file.write_text(f"{hash_key(KEY_A)} alice\n{hash_key(KEY_B)} bob\n")
-    client = create_app(dataclasses.replace(settings, api_keys_file=keys_file)).test_client()
+    own = dataclasses.replace(settings, api_keys_file=keys_file)
+    client = create_app(own).test_client()
     assert client.get("/v1/models", headers=bearer(KEY_A)).status_code == 200
+    usual = baseline(lambda: client.get("/v1/models", headers=bearer(KEY_A)))  # the same request, measured here
+    allowed = own.keys_reload_s + bound(usual, floor_s=2.0)  # the reload interval and a request: not a restart
     # Revoke A the way an operator should: write a new file, rename it over the old one.
     replacement = tmp_path / "keys.new"
     replacement.write_text(f"{hash_key(KEY_B)} bob\n")
     replacement.replace(keys_file)
     revoked_at = time.monotonic()
     while client.get("/v1/models", headers=bearer(KEY_A)).status_code != 401:
-        assert time.monotonic() - revoked_at < 3, "the revoked key still works"
+        assert time.monotonic() - revoked_at < allowed, ("the revoked key still works", allowed)
         time.sleep(0.05)
     assert submit_as(client, KEY_A).status_code == 401
     assert client.get("/v1/models", headers=bearer(KEY_B)).status_code == 200  # the others carry on

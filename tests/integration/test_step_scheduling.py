@@ -48,7 +48,9 @@ def test_a_short_job_sent_while_a_long_one_runs_joins_it_and_finishes_first(api,
     assert short["metrics"]["batch_id"] == long["metrics"]["batch_id"]  # it joined the running session
     assert short["metrics"]["rows_per_step"] == 2.0 and short["metrics"]["batch_size"] == 2
     assert 1.0 < long["metrics"]["rows_per_step"] < 2.0
-    assert short["metrics"]["inference_ms"] < 1000  # two steps of 100 ms, not the long one's thirty
+    # Two steps of 100 ms, not the long one's thirty: relative to the long job's own time (same worker, same run,
+    # slowed alike by a busy machine).
+    assert short["metrics"]["inference_ms"] < long["metrics"]["inference_ms"] / 3, (short["metrics"], long["metrics"])
 
 
 def test_request_scheduling_still_runs_a_batch_to_its_end(api, worker_for):
