@@ -44,7 +44,7 @@ def run(runtime: Any, chunk: int, rows: int, every: int, prompt: str, seconds: f
     session._chunk = chunk  # what batching.prefill_chunk sets for a model's sessions
     made = 0
 
-    def short() -> Row:
+    def short() -> Row[TextGenerationInput]:
         nonlocal made
         made += 1
         inp = TextGenerationInput(prompt=PROMPTS[made % len(PROMPTS)], max_new_tokens=32, seed=made)

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Hashable, Iterable, Sequence
 from urllib.parse import parse_qs, urlparse
 
-from tasks.kinds import AnyInput
+from tasks.kinds import FillMaskInput
 from tests.fake_runtime import FakeRuntime, FakeSession, FakeSteppingRuntime
 from worker.runtimes.base import Prediction, ProgressFn, Row, RowResult, StepSession
 
@@ -60,7 +60,7 @@ class BudgetRuntime(FakeRuntime):
         self.released += 1
         super().release_memory()
 
-    def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[FillMaskInput], progress: ProgressFn | None = None) -> list[Prediction]:
         activations = []  # held by this frame: by the traceback too, when an allocation fails
         for _ in inputs:
             activations.append(self.device.alloc(self.mem["predict_mem"]))
@@ -76,7 +76,7 @@ class BudgetSession(FakeSession):
         self.budget = runtime
         self._mem: dict[str, Block] = {}
 
-    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+    def admit(self, rows: Sequence[Row[FillMaskInput]]) -> list[RowResult]:
         device, mem = self.budget.device, self.budget.mem
         prefill = []
         for row in rows:
@@ -111,10 +111,10 @@ class BudgetSteppingRuntime(FakeSteppingRuntime):
         self.released += 1
         super().release_memory()
 
-    def open_session(self, key: Hashable) -> StepSession:
+    def open_session(self, key: Hashable) -> StepSession[FillMaskInput]:
         return BudgetSession(self, key)
 
-    def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[FillMaskInput], progress: ProgressFn | None = None) -> list[Prediction]:
         activations = []
         for _ in inputs:
             activations.append(self.device.alloc(self.mem["predict_mem"]))

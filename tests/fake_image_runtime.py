@@ -10,10 +10,9 @@ import io
 import random
 import time
 from collections.abc import Hashable
-from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tasks.kinds import AnyInput, JobKind, TextToImageInput, TextToImageLimits
+from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime
 
 
@@ -27,7 +26,7 @@ def fake_png(prompt: str, seed: int, width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-class FakeImageRuntime(Runtime):
+class FakeImageRuntime(Runtime[TextToImageInput]):
     kind = JobKind.text_to_image
 
     def load(self, device: str) -> None:
@@ -38,23 +37,22 @@ class FakeImageRuntime(Runtime):
         limits = self.spec.limits_as(TextToImageLimits)
         return inp.width or limits.default_width, inp.height or limits.default_height
 
-    def batch_key(self, inp: AnyInput) -> Hashable:
-        assert isinstance(inp, TextToImageInput)
+    def batch_key(self, inp: TextToImageInput) -> Hashable:
         return self.size(inp)
 
-    def weight(self, inp: AnyInput) -> int:
-        return getattr(inp, "num_images", 1)
+    def weight(self, inp: TextToImageInput) -> int:
+        return inp.num_images
 
-    def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[TextToImageInput], progress: ProgressFn | None = None) -> list[Prediction]:
         time.sleep(self.sleep_s)
         if progress:
             progress(1, 1)
-        return [self._one(i) for i in inputs]  # type: ignore[arg-type]
+        return [self._one(i) for i in inputs]
 
     def _one(self, inp: TextToImageInput) -> Prediction:
         base = inp.seed if inp.seed is not None else random.randrange(2**31)
         width, height = self.size(inp)
-        blobs: list[Any] = [
+        blobs = [
             Blob(fake_png(inp.prompt, base + n, width, height), "image/png", seed=base + n)
             for n in range(inp.num_images)
         ]

@@ -16,11 +16,11 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tasks.kinds import AnyInput, JobKind
+from tasks.kinds import FillMaskInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Row, RowResult, Runtime, StepSession
 
 
-class FakeRuntime(Runtime):
+class FakeRuntime(Runtime[FillMaskInput]):
     kind = JobKind.fill_mask
 
     def load(self, device: str) -> None:
@@ -32,11 +32,11 @@ class FakeRuntime(Runtime):
         self.long_s = float(query.get("long_ms", "0")) / 1000
         self.batches: list[int] = []
 
-    def batch_key(self, inp: AnyInput) -> Hashable:
-        return (getattr(inp, "top_k", None),)
+    def batch_key(self, inp: FillMaskInput) -> Hashable:
+        return (inp.top_k,)
 
-    def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
-        texts = [str(getattr(i, "text", getattr(i, "prompt", ""))) for i in inputs]
+    def predict(self, inputs: list[FillMaskInput], progress: ProgressFn | None = None) -> list[Prediction]:
+        texts = [i.text for i in inputs]
         self._log(self.log_path, [f"{os.getpid()} {len(inputs)} {time.time():.6f} {t}" for t in texts])
         if self.die_on and any(self.die_on in t for t in texts):
             os._exit(137)  # as if the kernel's OOM killer struck
@@ -63,7 +63,7 @@ class FakeRuntime(Runtime):
         return [{"score": 1.0, "token": 0, "token_str": "echo", "sequence": text, "batch": batch, "pid": os.getpid()}]
 
 
-class FakeSession(StepSession):
+class FakeSession(StepSession[FillMaskInput]):
     """Rows of one key: each takes its own number of steps (``steps=N`` in its text, else 4), one sleep per step."""
 
     def __init__(self, runtime: FakeSteppingRuntime, key: Hashable) -> None:
@@ -71,10 +71,10 @@ class FakeSession(StepSession):
         self._rows: dict[str, tuple[str, int]] = {}  # handle -> (text, steps in all)
         self._done: dict[str, int] = {}
 
-    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+    def admit(self, rows: Sequence[Row[FillMaskInput]]) -> list[RowResult]:
         ended = []
         for row in rows:
-            text = str(getattr(row.input, "text", ""))
+            text = row.input.text
             if self.runtime.fail_on and self.runtime.fail_on in text:  # its own prefill fails: it alone
                 ended.append(RowResult(row.handle, error=ValueError(f"fake failure on {self.runtime.fail_on!r}")))
                 continue
@@ -129,18 +129,18 @@ class FakeSteppingRuntime(FakeRuntime):
         self.steps: list[list[str]] = []  # the handles of every step run, in order
         self.sleep: Callable[[float], None] = time.sleep  # unit tests put a fake clock's advance here
 
-    def step_key(self, inp: AnyInput) -> Hashable | None:
-        return ("top_k", getattr(inp, "top_k", None))
+    def step_key(self, inp: FillMaskInput) -> Hashable | None:
+        return ("top_k", inp.top_k)
 
-    def open_session(self, key: Hashable) -> StepSession:
+    def open_session(self, key: Hashable) -> StepSession[FillMaskInput]:
         return FakeSession(self, key)
 
-    def step_cost(self, inp: AnyInput) -> int:
-        match = re.search(r"cost=(\d+)", str(getattr(inp, "text", "")))
+    def step_cost(self, inp: FillMaskInput) -> int:
+        match = re.search(r"cost=(\d+)", inp.text)
         return int(match.group(1)) if match else 1
 
-    def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
-        texts = [str(getattr(i, "text", "")) for i in inputs]
+    def predict(self, inputs: list[FillMaskInput], progress: ProgressFn | None = None) -> list[Prediction]:
+        texts = [i.text for i in inputs]
         self._log(self.log_path, [f"{os.getpid()} {len(inputs)} {time.time():.6f} {t}" for t in texts])
         if self.fail_on and any(self.fail_on in t for t in texts):
             raise ValueError(f"fake failure on {self.fail_on!r}")

@@ -7,11 +7,14 @@ metric twice. Names: ``genq_worker_adapter_*``, labelled by model.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from worker.adapters.cache import AdapterCache
 
 #: stats field -> (metric name, help, counter?): counters only grow; gauges say what is resident now.
 _METRICS: dict[str, tuple[str, str, bool]] = {
@@ -33,7 +36,7 @@ _METRICS: dict[str, tuple[str, str, bool]] = {
 
 class _AdapterCollector(Collector):
     def __init__(self) -> None:
-        self.caches: dict[str, Any] = {}  # model id -> AdapterCache
+        self.caches: dict[str, AdapterCache] = {}  # by model id
 
     def collect(self) -> Iterator[Metric]:
         for field, (name, about, counter) in _METRICS.items():
@@ -48,7 +51,7 @@ _COLLECTOR = _AdapterCollector()
 REGISTRY.register(_COLLECTOR)
 
 
-def register_adapter_metrics(model: str, cache: Any) -> None:
+def register_adapter_metrics(model: str, cache: AdapterCache | None) -> None:
     """Export ``cache``'s counters (an AdapterCache; None: the model serves no adapters) under ``model``."""
     if cache is not None:
         _COLLECTOR.caches[model] = cache

@@ -131,11 +131,8 @@ class Executor:
     def _compile_ahead(self, item: WorkItem) -> None:
         """A constrained job's grammar starts compiling on arrival, in the compiler's pool (issue 32): when a step
         session admits the job its grammar is cached, so it joins at once rather than a step later."""
-        ahead = getattr(self.runtime, "grammar_future", None)
-        if ahead is None:
-            return
         try:
-            ahead(item.parsed)
+            self.runtime.grammar_future(item.parsed_input)
         except Exception:  # the session meets the same error at admission and fails the job with it
             log.debug("job %s: its grammar could not start compiling ahead", item.job_id, exc_info=True)
 

@@ -68,6 +68,12 @@ class WorkItem:
         self.webhook_events, self.attempts = list(record.webhook_events), record.attempts
 
     @property
+    def parsed_input(self) -> AnyInput:
+        """Its input as its kind's model parsed it (``Executor.parse``), which a job has before it is scheduled."""
+        assert self.parsed is not None, "a job is parsed before it is scheduled"
+        return self.parsed
+
+    @property
     def key(self) -> ScheduleKey:
         """The group it runs with (set when it is buffered, before any claim)."""
         assert self.schedule is not None, "a job is buffered before it is claimed"

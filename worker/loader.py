@@ -66,12 +66,12 @@ def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
     started = time.perf_counter()
     runtime.load(device)
     seconds = time.perf_counter() - started
-    register_adapter_metrics(spec.id, getattr(runtime, "adapters", None))
+    register_adapter_metrics(spec.id, runtime.adapters)
     client = connect(settings)
     # Started during an outage (a supervisor's restart): wait for Redis instead of exiting, model in hand.
     wait_until_reachable(client, f"worker {worker_name}")
     store, fleet = JobStore(client, settings), FleetStore(client, settings)
-    cache = getattr(runtime, "adapters", None)
+    cache = runtime.adapters
     if cache is not None:  # keys' uploaded adapters (POST /v1/adapters), read from Redis when first used
         cache.host_bytes, cache.device_adapters = settings.adapter_host_cache_bytes, settings.adapter_device_cache
         folder = Path(tempfile.gettempdir()) / f"genq-adapters-{os.getpid()}"

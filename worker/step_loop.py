@@ -136,7 +136,7 @@ class StepRunner:
         # is the model's work for this job (counted after it, a lone text job's prefill showed as ~20 ms of overhead).
         joined = time.perf_counter()
         BatchEvents(self.executor.events, [item.job_id for item in items]).started()
-        rows = [Row(item.job_id, item.parsed, self.reports.sink(item.job_id)) for item in items]
+        rows = [Row(item.job_id, item.parsed_input, self.reports.sink(item.job_id)) for item in items]
         try:
             ended = session.admit(rows)
         except Exception as exc:

@@ -48,7 +48,7 @@ def runtime(demo_models: Path) -> Iterator[TextToImageRuntime]:
     torch.set_grad_enabled(True)
 
 
-def alone(runtime: TextToImageRuntime, inp: Any) -> Prediction:
+def alone(runtime: TextToImageRuntime, inp: TextToImageInput) -> Prediction:
     out, _ = run_session(runtime.open_session((64, 64)), {0: [Row("x", inp)]})
     return out["x"]
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tasks.kinds import TextToImageInput
 from tasks.models_file import ModelSpec
 from tests.unit.test_runtime_text_to_image import LIMITS, TOLERANCE, build_tiny_sdxl, job, max_diff
 from worker.runtimes.base import Prediction, Row, StepSession
@@ -42,7 +43,7 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextToImageRun
     torch.set_grad_enabled(True)
 
 
-def request_level(runtime: TextToImageRuntime, inp: Any) -> Prediction:
+def request_level(runtime: TextToImageRuntime, inp: TextToImageInput) -> Prediction:
     """The job through the pipeline call, alone."""
     (pred,) = runtime.predict([inp])
     return pred

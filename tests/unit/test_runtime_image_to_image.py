@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tasks.kinds import TextToImageInput
 from tasks.kinds.text_to_image.modes import Mode
 from tasks.models_file import ModelSpec
 from tasks.object_keys import input_key
@@ -91,7 +92,7 @@ def pictures(runtime: TextToImageRuntime) -> dict[str, dict[str, str]]:
     }
 
 
-def final_latents(runtime: TextToImageRuntime, inp: Any) -> tuple[Any, Any]:
+def final_latents(runtime: TextToImageRuntime, inp: TextToImageInput) -> tuple[Any, Any]:
     """The job's latents as they reach the VAE in a step session, and its prediction."""
     session = runtime.open_session((int(inp.width), int(inp.height)))
     assert isinstance(session, ImageStepSession)

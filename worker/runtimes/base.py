@@ -1,4 +1,8 @@
-"""The model contract every runtime implements (LitServe's shape): load once, key, predict a batch."""
+"""The model contract every runtime implements (LitServe's shape): load once, key, predict a batch.
+
+A runtime is typed by its kind's input: ``class TextGenerationRuntime(Runtime[TextGenerationInput])``, its rows
+``Row[TextGenerationInput]``, its sessions ``StepSession[TextGenerationInput]``.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,24 @@ import gc
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol
 
-from tasks.kinds import AnyInput, JobKind
+from typing_extensions import TypeVar
+
+from tasks.kinds import AnyInput, JobInput, JobKind
 from tasks.models_file import ModelSpec
 from tasks.outputs import OutputStore
+
+if TYPE_CHECKING:
+    from worker.adapters.cache import AdapterCache
+    from worker.grammar import CompiledGrammar
+
+#: The input of a runtime's kind. A bare ``Runtime``, ``Row`` or ``StepSession`` is one of any kind (``AnyInput``):
+#: so the generic layers (executor, consumer, step loop) hold them, the loader having checked that a runtime's kind
+#: is its model's, and every input being validated by its model's kind before it reaches the runtime.
+InputT = TypeVar("InputT", bound=JobInput[Any], default=AnyInput)
 
 #: Called with (step, total) while a batch runs; the executor fans it out to the batch's jobs.
 ProgressFn = Callable[[int, int], None]
@@ -42,11 +58,11 @@ class Prediction:
 
 
 @dataclass
-class Row:
+class Row(Generic[InputT]):
     """One job handed to a step session: ``handle`` is the caller's name for it (the job id)."""
 
     handle: str
-    input: Any  # the job's parsed input (tasks.kinds.AnyInput)
+    input: InputT  # the job's parsed input
     text_sink: TextSink | None = None  # where a text runtime streams this job's new text
 
 
@@ -59,7 +75,7 @@ class RowResult:
     error: BaseException | None = None
 
 
-class StepSession(ABC):
+class StepSession(ABC, Generic[InputT]):
     """The rows of one step key in flight on the model, advanced one step at a time (docs/scheduling.md).
 
     The model thread owns it: between two calls to ``step`` it ``admit``s newcomers and ``drop``s rows that
@@ -68,7 +84,7 @@ class StepSession(ABC):
     """
 
     @abstractmethod
-    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+    def admit(self, rows: Sequence[Row[InputT]]) -> list[RowResult]:
         """Prefill newcomers (text encoder, prompt KV cache) so they take part in the next ``step``.
 
         Returns the rows that ended at admission: a row whose own prefill failed (``error``), or one already
@@ -104,12 +120,20 @@ class StepSession(ABC):
         return [handle for handle, (done, total) in self.progress().items() if total - done == 1]
 
 
-class Runtime(ABC):
-    """A model served by a worker. ``predict`` takes a list and returns a list of the same length."""
+class Runtime(ABC, Generic[InputT]):
+    """A model served by a worker, typed by its kind's input. ``predict`` takes a list and returns a list of the
+    same length.
+
+    What only some runtimes can do is declared here with its default, so callers use it as it is, never probe for it:
+    ``streams_text``, ``adapters`` and ``grammar_future``.
+    """
 
     kind: ClassVar[JobKind]
     #: True when ``predict`` takes ``text_sinks`` (one per input) and streams generated text into them.
     streams_text: ClassVar[bool] = False
+    #: The model's LoRA cache (worker/adapters), built at load by a runtime whose rows may name adapters; None: the
+    #: model serves none.
+    adapters: AdapterCache | None = None
 
     def __init__(self, spec: ModelSpec, source: str, options: Any) -> None:
         self.spec = spec
@@ -122,11 +146,11 @@ class Runtime(ABC):
     def load(self, device: str) -> None:
         """Load weights onto ``device`` ("cuda" or "cpu") and warm up; called once per process."""
 
-    def batch_key(self, inp: AnyInput) -> Hashable:
+    def batch_key(self, inp: InputT) -> Hashable:
         """Requests with equal keys may share a batch."""
         return ()
 
-    def weight(self, inp: AnyInput) -> int:
+    def weight(self, inp: InputT) -> int:
         """How much of ``max_batch_size`` a request takes (images per job, texts per job)."""
         return 1
 
@@ -139,21 +163,27 @@ class Runtime(ABC):
             torch.cuda.empty_cache()
 
     @abstractmethod
-    def predict(self, inputs: list[AnyInput], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[InputT], progress: ProgressFn | None = None) -> list[Prediction]:
         """Run one batch of compatible inputs; one Prediction per input, in order."""
+
+    def grammar_future(self, inp: InputT) -> Future[CompiledGrammar | None] | None:
+        """The job's grammar compiling off the model thread (structured outputs), or None: the job has none, or the
+        runtime constrains no output (the default). The executor calls it as a job arrives, so that its grammar is
+        compiled by the time a step session admits it."""
+        return None
 
     # --- step-level scheduling (runtimes that iterate: denoising, decoding) -----------------------------
 
-    def step_key(self, inp: AnyInput) -> Hashable | None:
+    def step_key(self, inp: InputT) -> Hashable | None:
         """Rows with equal keys may share a step session (images: the latent size; text: all); None when this
         runtime runs request-level batches only (one forward pass: fill-mask, embeddings)."""
         return None
 
-    def open_session(self, key: Hashable) -> StepSession:
+    def open_session(self, key: Hashable) -> StepSession[InputT]:
         """An empty session for rows of ``key``; only called when ``step_key`` gives keys."""
         raise NotImplementedError(f"{type(self).__name__} runs request-level batches only")
 
-    def step_cost(self, inp: AnyInput) -> int:
+    def step_cost(self, inp: InputT) -> int:
         """What a row of ``inp`` costs per step against the model's per-step budget (images: latent pixels x
         images); the session admits rows while the sum stays within the budget."""
         return self.weight(inp)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from tasks.kinds import EmbeddingInput, JobKind
 from worker.runtimes.base import Prediction, ProgressFn, Runtime
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 
 
-class EmbeddingRuntime(Runtime):
+class EmbeddingRuntime(Runtime[EmbeddingInput]):
     """All texts of all jobs in one padded batch; output ``{embeddings, dim}`` per job."""
 
     kind = JobKind.embedding
@@ -28,11 +27,11 @@ class EmbeddingRuntime(Runtime):
             self.max_length = min(self.max_length, trained)
         self.predict([EmbeddingInput(texts=["warm up"])])
 
-    def weight(self, inp: Any) -> int:
+    def weight(self, inp: EmbeddingInput) -> int:
         """Each text is one row of the batch."""
         return len(inp.texts)
 
-    def predict(self, inputs: list[Any], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[EmbeddingInput], progress: ProgressFn | None = None) -> list[Prediction]:
         """Embed every text of every input in one forward pass, then split the rows back per input."""
         import torch
 

@@ -10,7 +10,7 @@ from worker.runtimes.base import Prediction, ProgressFn, Runtime
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 
 
-class FillMaskRuntime(Runtime):
+class FillMaskRuntime(Runtime[FillMaskInput]):
     """Top-k candidates for the single mask token of each text, like ``pipeline("fill-mask")``."""
 
     kind = JobKind.fill_mask
@@ -26,11 +26,11 @@ class FillMaskRuntime(Runtime):
         self.max_length = max_input_length(self.tokenizer, self.model.config)
         self.predict([FillMaskInput(text=f"warm {self.tokenizer.mask_token} up", top_k=1)])
 
-    def batch_key(self, inp: Any) -> Hashable:
+    def batch_key(self, inp: FillMaskInput) -> Hashable:
         """Jobs asking for the same ``top_k`` share a batch (one topk call for all of them)."""
         return (inp.top_k,)
 
-    def predict(self, inputs: list[Any], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[FillMaskInput], progress: ProgressFn | None = None) -> list[Prediction]:
         """One padded forward pass; per input a list of top_k ``{score, token, token_str, sequence}``."""
         import torch
 

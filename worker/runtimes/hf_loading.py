@@ -12,7 +12,7 @@ from worker.runtimes.base import Runtime
 LOCAL_SOURCES = (".", "/", "~", "package:")
 
 
-def require_folder(runtime: Runtime) -> None:
+def require_folder(runtime: Runtime[Any]) -> None:
     """A model named by a local folder that is not there: said so (the hub's loaders would call its path a bad
     "repo id")."""
     if runtime.spec.source.startswith(LOCAL_SOURCES) and not Path(runtime.source).is_dir():
@@ -22,7 +22,7 @@ def require_folder(runtime: Runtime) -> None:
         )
 
 
-def load_pretrained(runtime: Runtime, model_class: Any, device: str, **tokenizer_options: Any) -> tuple[Any, Any]:
+def load_pretrained(runtime: Runtime[Any], model_class: Any, device: str, **tokenizer_options: Any) -> tuple[Any, Any]:
     """Tokenizer and ``model_class`` from ``runtime.source`` (hub id or folder): safetensors only, no remote code."""
     require_folder(runtime)
     from transformers import AutoTokenizer

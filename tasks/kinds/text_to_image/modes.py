@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
+
+from tasks.media.references import MediaRef
 
 
 class Mode(StrEnum):
@@ -24,14 +26,26 @@ NEEDS_IMAGE: dict[str, Any] = {
 }
 
 
-def mode_of(inp: Any) -> Mode:
+class Pictured(Protocol):
+    """What a job's mode is read from: its ``TextToImageInput`` (this module is below it)."""
+
+    @property
+    def image(self) -> MediaRef | None: ...
+
+    @property
+    def mask(self) -> MediaRef | None: ...
+
+    @property
+    def strength(self) -> float | None: ...
+
+
+def mode_of(inp: Pictured) -> Mode:
     """The mode of a text-to-image input: by whether it names an image, and a mask."""
-    if getattr(inp, "image", None) is None:
+    if inp.image is None:
         return Mode.text
-    return Mode.inpaint if getattr(inp, "mask", None) is not None else Mode.image
+    return Mode.inpaint if inp.mask is not None else Mode.image
 
 
-def strength_of(inp: Any) -> float:
+def strength_of(inp: Pictured) -> float:
     """The job's strength, or its mode's default."""
-    strength = getattr(inp, "strength", None)
-    return DEFAULT_STRENGTH[mode_of(inp)] if strength is None else float(strength)
+    return DEFAULT_STRENGTH[mode_of(inp)] if inp.strength is None else float(inp.strength)

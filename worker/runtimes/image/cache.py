@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.kinds import TextToImageInput
+
 
 @dataclass(eq=False)
 class RowCache:
@@ -39,11 +41,10 @@ class RowCache:
         self.since_full = 1 if full else self.since_full + 1
 
 
-def cache_interval(inp: Any, default: int | None = None) -> int | None:
+def cache_interval(inp: TextToImageInput, default: int | None = None) -> int | None:
     """The job's DeepCache interval (``input.accel.deepcache.interval``), else the model's default; None or 1:
     no caching."""
-    accel = getattr(inp, "accel", None)
-    deepcache = getattr(accel, "deepcache", None) if accel is not None else None
+    deepcache = inp.accel.deepcache if inp.accel is not None else None
     interval = deepcache.interval if deepcache is not None else default
     return interval if interval is not None and interval > 1 else None
 

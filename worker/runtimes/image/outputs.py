@@ -1,4 +1,5 @@
-"""A text-to-image job's outputs: the seed of each image and its PNG bytes (request-level and step sessions)."""
+"""A text-to-image job's outputs: their size and steps, the seed of each image and its PNG bytes (request-level and
+step sessions)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,21 @@ from tasks.kinds import SEED_MAX, TextToImageInput
 
 #: A random seed leaves room for seed + j of every image of a job without wrapping.
 RANDOM_SEED_MAX = SEED_MAX - 16
+
+
+def size_of(inp: TextToImageInput) -> tuple[int, int]:
+    """The job's (width, height): a worker's input has both, filled when it was parsed with the model's limits (their
+    defaults, or the source picture's size the API filled in)."""
+    if inp.width is None or inp.height is None:
+        raise ValueError("a text-to-image input without its size: parse it with its model's limits")
+    return inp.width, inp.height
+
+
+def steps_of(inp: TextToImageInput) -> int:
+    """The job's ``num_inference_steps``, filled like its size when it was parsed."""
+    if inp.num_inference_steps is None:
+        raise ValueError("a text-to-image input without its steps: parse it with its model's limits")
+    return inp.num_inference_steps
 
 
 def image_seeds(inp: TextToImageInput) -> list[int]:

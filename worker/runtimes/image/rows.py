@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.kinds import TextToImageInput
 from worker.runtimes.image.cache import RowCache, cache_interval
-from worker.runtimes.image.outputs import scaled_step
+from worker.runtimes.image.outputs import scaled_step, size_of, steps_of
 from worker.runtimes.image.sources import Source
 from worker.runtimes.image.start import Blend, start_row
 
@@ -84,12 +85,14 @@ class ImageJob:
         return len(self.images) == len(self.rows)
 
 
-def guided(inp: Any) -> bool:
+def guided(inp: TextToImageInput) -> bool:
     """The pipeline's do_classifier_free_guidance for this job (no time_cond_proj_dim in a stepped UNet)."""
     return bool(inp.guidance_scale > 1)
 
 
-def encode_prompts(pipe: Any, jobs: list[tuple[Any, int]], with_negative: bool, device: str) -> list[Embeddings]:
+def encode_prompts(
+    pipe: Any, jobs: list[tuple[TextToImageInput, int]], with_negative: bool, device: str
+) -> list[Embeddings]:
     """The text encoder's prefill for several jobs at once: per (input, images), embeddings of shape
     (images, seq, dim), and the negative prompt's when ``with_negative`` (jobs with guidance > 1)."""
     import torch
@@ -108,7 +111,7 @@ def encode_prompts(pipe: Any, jobs: list[tuple[Any, int]], with_negative: bool, 
 def start_job(
     pipe: Any,
     handle: str,
-    inp: Any,
+    inp: TextToImageInput,
     seeds: list[int],
     new_scheduler: SchedulerFactory,
     device: str,
@@ -124,9 +127,10 @@ def start_job(
     if embeddings is None:
         (embeddings,) = encode_prompts(pipe, [(inp, len(seeds))], guided(inp), device)
     cond, uncond = embeddings
-    steps = int(inp.num_inference_steps)
+    steps = steps_of(inp)
     factor = pipe.vae_scale_factor
-    shape = (1, pipe.unet.config.in_channels, int(inp.height) // factor, int(inp.width) // factor)
+    width, height = size_of(inp)
+    shape = (1, pipe.unet.config.in_channels, height // factor, width // factor)
     rows = []
     interval = cache_interval(inp)
     for j, seed in enumerate(seeds):

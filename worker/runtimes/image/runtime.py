@@ -17,12 +17,11 @@ from tasks.errors import ModelError
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
 from tasks.kinds.text_to_image.modes import Mode, mode_of, strength_of
 from tasks.models_file import ModelSpec
-from worker.adapters.cache import AdapterCache
 from worker.adapters.runtime_cache import build_cache, request_rows
 from worker.adapters.session_rows import image_row
 from worker.runtimes.base import Blob, Prediction, ProgressFn, Runtime, StepSession
 from worker.runtimes.hf_loading import require_folder
-from worker.runtimes.image.outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step
+from worker.runtimes.image.outputs import RANDOM_SEED_MAX, image_seeds, png_bytes, scaled_step, size_of, steps_of
 from worker.runtimes.image.sources import Source, read_source
 from worker.runtimes.image.steps import ImageStepSession, can_step
 from worker.torch_settings import apply_to_pipeline, inference_context
@@ -49,7 +48,7 @@ def _has_safety_checker(source: str, revision: str | None) -> bool:
     return "safety_checker" in config
 
 
-class TextToImageRuntime(Runtime):
+class TextToImageRuntime(Runtime[TextToImageInput]):
     """A diffusers text-to-image pipeline; one PNG Blob (with its seed) per image."""
 
     kind = JobKind.text_to_image
@@ -61,7 +60,6 @@ class TextToImageRuntime(Runtime):
         self.device = "cpu"
         self._schedulers: dict[str, Any] = {}
         self._steppable = False  # set at load: whether step sessions can run this pipeline
-        self.adapters: AdapterCache | None = None  # the model's LoRAs (worker/adapters); None: it serves none
 
     def load(self, device: str) -> None:
         """Load the pipeline from ``self.source`` onto ``device``, apply torch settings and warm up."""
@@ -108,14 +106,14 @@ class TextToImageRuntime(Runtime):
                     prompt="warm up", image=blank, strength=1.0, num_inference_steps=WARM_UP_STEPS, output_type="latent"
                 )
 
-    def batch_key(self, inp: Any) -> Hashable:
+    def batch_key(self, inp: TextToImageInput) -> Hashable:
         """Jobs share a batch when one pipeline call can serve them: size, steps, guidance, scheduler, and the
         same mode and strength (one call runs one pipeline with one strength)."""
         key = (inp.width, inp.height, inp.num_inference_steps, round(inp.guidance_scale, 4), inp.scheduler)
         mode = mode_of(inp)
         return key if mode == Mode.text else (*key, mode, round(strength_of(inp), 4))
 
-    def weight(self, inp: Any) -> int:
+    def weight(self, inp: TextToImageInput) -> int:
         """Each image takes one slot of the batch."""
         return int(inp.num_images)
 
@@ -142,7 +140,7 @@ class TextToImageRuntime(Runtime):
 
     # --- step-level scheduling ------------------------------------------------------------------------
 
-    def step_key(self, inp: Any) -> Hashable | None:
+    def step_key(self, inp: TextToImageInput) -> Hashable | None:
         """Images of one size share a step session; None (request-level) for pipelines a session cannot step.
         With ``adapter_rows = "grouped"`` the adapters and their scales are part of the key."""
         if not self._steppable:
@@ -151,7 +149,7 @@ class TextToImageRuntime(Runtime):
             return (inp.width, inp.height, tuple((lora.name, lora.scale) for lora in inp.loras))
         return (inp.width, inp.height)
 
-    def open_session(self, key: Hashable) -> StepSession:
+    def open_session(self, key: Hashable) -> StepSession[TextToImageInput]:
         """An empty session for images of ``key`` = (width, height)."""
         if not self._steppable:
             return super().open_session(key)
@@ -169,19 +167,20 @@ class TextToImageRuntime(Runtime):
             model=self.spec.id,
         )
 
-    def _source(self, inp: Any) -> Source | None:
+    def _source(self, inp: TextToImageInput) -> Source | None:
         """The job's source picture and mask from the store; ModelError if this pipeline has no such mode."""
         mode = mode_of(inp)
         if mode not in self.pipes:
             raise ModelError(f"model {self.spec.id} does not do {mode.value}")
         return read_source(self.inputs, inp)
 
-    def step_cost(self, inp: Any) -> int:
+    def step_cost(self, inp: TextToImageInput) -> int:
         """Latent pixels x images: what a job adds to every UNet call it takes part in."""
         factor = int(getattr(self.pipe, "vae_scale_factor", 8))
-        return (int(inp.width) // factor) * (int(inp.height) // factor) * int(inp.num_images)
+        width, height = size_of(inp)
+        return (width // factor) * (height // factor) * inp.num_images
 
-    def predict(self, inputs: list[Any], progress: ProgressFn | None = None) -> list[Prediction]:
+    def predict(self, inputs: list[TextToImageInput], progress: ProgressFn | None = None) -> list[Prediction]:
         """Run all images of all inputs in one pipeline call; inputs share one batch key."""
         import torch
 
@@ -197,7 +196,7 @@ class TextToImageRuntime(Runtime):
             if source is not None:
                 pictures += [source.image] * len(job_seeds)
                 masks += [source.mask] * len(job_seeds)
-        steps = int(first.num_inference_steps)
+        steps = steps_of(first)
         # The batch key guarantees one mode, strength and scheduler per batch; set it per call since batches alternate.
         pipe = self.pipes[mode]
         pipe.scheduler = self.scheduler(first.scheduler)

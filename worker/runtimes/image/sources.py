@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.errors import InvalidInput
-from tasks.kinds.text_to_image.modes import Mode, mode_of, strength_of
+from tasks.kinds import TextToImageInput
+from tasks.kinds.text_to_image.modes import strength_of
 from tasks.media.jpeg_scans import check_jpeg_scans
 from tasks.media.picture_reading import as_shown
 from tasks.media.references import MediaRef
 from tasks.outputs import OutputStore
+from worker.runtimes.image.outputs import size_of, steps_of
 
 
 def denoising_steps(steps: int, strength: float) -> int:
@@ -36,20 +38,19 @@ class Source:
 
 
 #: Reads a job's source (``read_source`` bound to a store); None for a text-to-image job.
-SourceReader = Callable[[Any], Source | None]
+SourceReader = Callable[[TextToImageInput], Source | None]
 
 
-def read_source(store: OutputStore | None, inp: Any) -> Source | None:
+def read_source(store: OutputStore | None, inp: TextToImageInput) -> Source | None:
     """The job's source picture and mask, resized to its width x height if they differ; None for text to image.
 
     Raises InvalidInput naming the field when an object is gone or is not a picture, or when the strength leaves
     no step to run (diffusers refuses that too).
     """
-    mode = mode_of(inp)
-    if mode == Mode.text:
+    if inp.image is None:  # text to image
         return None
     strength = strength_of(inp)
-    if denoising_steps(int(inp.num_inference_steps), strength) < 1:
+    if denoising_steps(steps_of(inp), strength) < 1:
         raise InvalidInput(
             f"input.strength: {strength} of {inp.num_inference_steps} steps leaves no step to run; "
             "raise strength or num_inference_steps",
@@ -57,9 +58,9 @@ def read_source(store: OutputStore | None, inp: Any) -> Source | None:
         )
     if store is None:
         raise InvalidInput("input.image: this worker has no store to read input images from", field="input.image")
-    size = (int(inp.width), int(inp.height))
+    size = size_of(inp)
     image = _picture(store, inp.image, "input.image", "RGB", size)
-    mask = _picture(store, inp.mask, "input.mask", "L", size) if mode == Mode.inpaint else None
+    mask = _picture(store, inp.mask, "input.mask", "L", size) if inp.mask is not None else None  # inpainting
     return Source(image, mask, strength)
 
 

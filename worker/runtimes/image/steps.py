@@ -53,7 +53,7 @@ def can_step(pipe: Any) -> bool:
     return bool(config.in_channels == pipe.vae.config.latent_channels)  # not an inpainting UNet
 
 
-class ImageStepSession(StepSession):
+class ImageStepSession(StepSession[TextToImageInput]):
     """The images of jobs of one size, stepped together; see the module docstring."""
 
     def __init__(
@@ -78,12 +78,12 @@ class ImageStepSession(StepSession):
         self._jobs: dict[str, ImageJob] = {}  # admission order
         self.model = model  # for its metrics
         self.adapters = SessionAdapters(adapters)  # each row's LoRAs (``loras``), applied to its rows only
-        self._parked: dict[str, Row] = {}  # rows waiting for their adapters to load: they join a later step
+        self._parked: dict[str, Row[TextToImageInput]] = {}  # rows waiting for their adapters: they join a later step
         self.denoiser = Denoiser(pipe, model, self.adapters)
 
     # --- the contract ---------------------------------------------------------------------------------
 
-    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+    def admit(self, rows: Sequence[Row[TextToImageInput]]) -> list[RowResult]:
         """Encode the newcomers' prompts (one text encoder call per guided / unguided group) and draw their
         initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
         caller's mistake: ValueError, and nothing is admitted."""
@@ -95,7 +95,7 @@ class ImageStepSession(StepSession):
         now = []
         for row in rows:  # a row whose adapters are cold waits for them off the model thread (``_unpark``)
             try:
-                joins = self.adapters.arrive(row.handle, image_row(getattr(row.input, "loras", None)))
+                joins = self.adapters.arrive(row.handle, image_row(row.input.loras))
             except Exception as exc:
                 ended.append(RowResult(row.handle, error=exc))
                 continue
@@ -105,7 +105,7 @@ class ImageStepSession(StepSession):
                 self._parked[row.handle] = row
         return ended + self._admit_now(now)
 
-    def _admit_now(self, rows: Sequence[Row]) -> list[RowResult]:
+    def _admit_now(self, rows: Sequence[Row[TextToImageInput]]) -> list[RowResult]:
         ended: list[RowResult] = []
         with inference_context(self.options):
             valid = []
@@ -192,7 +192,7 @@ class ImageStepSession(StepSession):
 
     # --- the work -------------------------------------------------------------------------------------
 
-    def _checked(self, row: Row) -> TextToImageInput:
+    def _checked(self, row: Row[TextToImageInput]) -> TextToImageInput:
         inp = row.input
         if not isinstance(inp, TextToImageInput):
             raise TypeError(f"a text-to-image session takes text-to-image inputs, not {type(inp).__name__}")

@@ -13,18 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.errors import InvalidInput
+from tasks.kinds import TextGenerationInput
 from tasks.kinds.text_generation.messages import message_dicts, template_extras
 
 FIELD = "input.messages"
 
 
-def render(tokenizer: Any, inp: Any) -> str:
+def render(tokenizer: Any, inp: TextGenerationInput) -> str:
     """The conversation as the model reads it, ending with the assistant's turn (``add_generation_prompt``)."""
     if not getattr(tokenizer, "chat_template", None):
         raise InvalidInput(f"{FIELD}: this model has no chat template: send a prompt instead", field=FIELD)
     try:
         text = tokenizer.apply_chat_template(
-            message_dicts(inp.messages),
+            message_dicts(inp.messages or []),  # a chat job's: it has them
             add_generation_prompt=True,
             tokenize=False,
             **template_extras(inp),
@@ -35,6 +36,6 @@ def render(tokenizer: Any, inp: Any) -> str:
     return str(text)
 
 
-def chat_prompt(tokenizer: Any, inp: Any) -> list[int]:
+def chat_prompt(tokenizer: Any, inp: TextGenerationInput) -> list[int]:
     """The rendered conversation's token ids."""
     return list(tokenizer(render(tokenizer, inp), add_special_tokens=False)["input_ids"])

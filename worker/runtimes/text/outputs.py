@@ -68,15 +68,17 @@ def _answer(row: DecodeRow, text: str) -> tuple[dict[str, Any], str | None]:
 
 def _constrained(rows: list[DecodeRow]) -> dict[str, Any] | None:
     """What the grammar cost the job (issue 32): masks computed, their CPU time per token, the compile."""
-    grammars: list[Any] = [p for row in rows for p in row.processors if hasattr(p, "mask_seconds")]
+    from worker.grammar import GrammarProcessor  # torch and llguidance: loaded by the runtime already
+
+    grammars = [p for row in rows for p in row.processors if isinstance(p, GrammarProcessor)]
     if not grammars:
         return None
-    masks = sum(int(p.masks) for p in grammars)
-    seconds = sum(float(p.mask_seconds) for p in grammars)
+    masks = sum(p.masks for p in grammars)
+    seconds = sum(p.mask_seconds for p in grammars)
     first = grammars[0]
     return {
         "masks": masks,
         "mask_ms_per_token": round(1000 * seconds / masks, 4) if masks else 0.0,
-        "compile_ms": round(1000 * float(getattr(first, "compile_seconds", 0.0)), 3),
-        "cache_hit": bool(getattr(first, "cache_hit", False)),
+        "compile_ms": round(1000 * first.compile_seconds, 3),
+        "cache_hit": first.cache_hit,
     }

@@ -26,8 +26,13 @@ class RowProcessor(Protocol):
     def accept(self, token: int) -> None:
         """The token the row took (penalty counts, a grammar matcher's state)."""
 
+    def prefetch(self) -> None:
+        """Start what the next ``process`` needs while the model's forward runs (a grammar's mask); by default
+        nothing."""
+        return None
 
-class LogitBias:
+
+class LogitBias(RowProcessor):
     """OpenAI's ``logit_bias``: a constant added to the logits of chosen token ids."""
 
     def __init__(self, bias: dict[int, float]) -> None:
@@ -49,7 +54,7 @@ class LogitBias:
         """A bias does not depend on what came before."""
 
 
-class Penalties:
+class Penalties(RowProcessor):
     """OpenAI's ``presence_penalty`` and ``frequency_penalty`` over the tokens this row generated so far."""
 
     def __init__(self, presence: float, frequency: float) -> None:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from tasks.kinds import TextGenerationInput
 from worker.runtimes.base import Prediction
 from worker.runtimes.text.row_processors import RowProcessor
+
+if TYPE_CHECKING:
+    from worker.adapters.cache import AdapterCache
+    from worker.grammar import CompiledGrammar
+
+#: A job's grammar compiling off the model thread (worker/grammar), in the compiler's pool.
+GrammarFuture: TypeAlias = "Future[CompiledGrammar | None]"
 
 
 @dataclass
@@ -51,14 +60,15 @@ class Decoder(Protocol):
     tokenizer: Any
     spec: Any  # its models-file entry (the batching settings)
     packs_prompts: bool  # newcomers' prompts may ride in the running rows' step (packed_rows.py)
+    adapters: AdapterCache | None  # the model's LoRAs; None: it serves none
 
     def grad_off(self) -> Any:
         """The context the model runs under."""
 
-    def grammar_future(self, inp: Any) -> Any:
+    def grammar_future(self, inp: TextGenerationInput) -> GrammarFuture | None:
         """The job's compiled grammar as a Future (None: the job has none)."""
 
-    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
+    def decode_rows(self, inp: TextGenerationInput, grammar: CompiledGrammar | None = None) -> list[DecodeRow]:
         """A job's decoding state: one row per choice (with ``grammar``, a compiled one, each row masked by it)."""
 
     def choose(self, logits: Any, rows: Sequence[DecodeRow]) -> list[int]:

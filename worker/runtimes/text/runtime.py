@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Hashable, Sequence
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from tasks.kinds.text_generation.context_fit import check_context
-from worker.adapters.cache import AdapterCache
 from worker.adapters.runtime_cache import build_cache
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
@@ -32,8 +32,11 @@ from worker.runtimes.text.rows import DecodeRow
 from worker.runtimes.text.token_logprobs import TokenPieces, record_logprobs
 from worker.runtimes.text.tool_calls import grammar_format, tool_mode, tool_names
 
+if TYPE_CHECKING:
+    from worker.grammar import CompiledGrammar
 
-class TextGenerationRuntime(Runtime):
+
+class TextGenerationRuntime(Runtime[TextGenerationInput]):
     """Greedy or temperature/top-p sampling on each row's processed logits; ``n`` choices as ``n`` rows of a job."""
 
     kind = JobKind.text_generation
@@ -41,8 +44,6 @@ class TextGenerationRuntime(Runtime):
     #: Whether rows can join a running batch: the model's KV cache is a plain ``DynamicCache`` (checked at load).
     joins_rows = False
     packs_prompts = False  # set at load: newcomers ride in the running rows' step (worker/runtimes/text/packed_rows.py)
-    #: The model's LoRAs (worker/adapters), built at load; sessions apply each row's own.
-    adapters: AdapterCache | None = None
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
@@ -78,11 +79,11 @@ class TextGenerationRuntime(Runtime):
         self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)
         self.predict([TextGenerationInput(prompt="Hello", max_new_tokens=2, seed=0)])
 
-    def batch_key(self, inp: Any) -> Hashable:
+    def batch_key(self, inp: TextGenerationInput) -> Hashable:
         """Jobs with the same sampling settings share a request-level batch; greedy ignores temperature and top_p."""
         return (True, inp.temperature, inp.top_p) if inp.do_sample else (False, None, None)
 
-    def step_key(self, inp: Any) -> Hashable | None:
+    def step_key(self, inp: TextGenerationInput) -> Hashable | None:
         """Every text job may join every running session: sampling settings are per row, never a key.
         None (request-level only) for a model whose KV cache rows cannot be spliced (sliding windows...).
         With ``adapter_rows = "grouped"`` the job's adapter is the key."""
@@ -90,17 +91,17 @@ class TextGenerationRuntime(Runtime):
             return None
         return (inp.adapter,) if self.spec.batching.adapter_rows == "grouped" else ()
 
-    def open_session(self, key: Hashable) -> StepSession:
+    def open_session(self, key: Hashable) -> StepSession[TextGenerationInput]:
         """An empty decode batch that rows join between steps."""
         from worker.runtimes.text.session import TextStepSession
 
         return TextStepSession(self)
 
-    def weight(self, inp: Any) -> int:
+    def weight(self, inp: TextGenerationInput) -> int:
         """One row per choice."""
         return int(inp.n)
 
-    def step_cost(self, inp: Any) -> int:
+    def step_cost(self, inp: TextGenerationInput) -> int:
         """One row per choice: a job with ``n`` choices is ``n`` rows of the session."""
         return int(inp.n)
 
@@ -111,7 +112,10 @@ class TextGenerationRuntime(Runtime):
         return torch.inference_mode() if self.options.inference_mode else torch.no_grad()
 
     def predict(
-        self, inputs: list[Any], progress: ProgressFn | None = None, text_sinks: Sequence[TextSink] | None = None
+        self,
+        inputs: list[TextGenerationInput],
+        progress: ProgressFn | None = None,
+        text_sinks: Sequence[TextSink] | None = None,
     ) -> list[Prediction]:
         """Decode all inputs together as one step session (admit all, step until empty): one left-padded prefill,
         then one forward pass per step; rows leave the batch as they finish.
@@ -140,13 +144,13 @@ class TextGenerationRuntime(Runtime):
                 raise result.error  # request-level: the executor isolates a bad input by splitting the batch
         return [by_handle[str(i)].prediction or Prediction() for i in range(len(inputs))]
 
-    def grammar_future(self, inp: Any) -> Any:
+    def grammar_future(self, inp: TextGenerationInput) -> Future[CompiledGrammar | None] | None:
         """The job's grammar compiling off the model thread (a Future), or None: a forced tool call's JSON, else a
         ``response_format`` other than text (worker/runtimes/text/tool_calls.py)."""
         fmt = grammar_format(inp)
         return None if fmt is None else self.grammars.prepare(fmt)
 
-    def decode_rows(self, inp: Any, grammar: Any = None) -> list[DecodeRow]:
+    def decode_rows(self, inp: TextGenerationInput, grammar: CompiledGrammar | None = None) -> list[DecodeRow]:
         """A job's decoding state, one row per choice: its prompt's token ids (a conversation rendered with the chat
         template; the end of either when it leaves no room to answer), choice i seeded ``seed + i``, its processors
         (``grammar``, a compiled one, masks each row last)."""

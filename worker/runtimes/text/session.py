@@ -13,14 +13,15 @@ together, each leaves the batch when it finishes, and the job ends (one ``RowRes
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.kinds import TextGenerationInput
 from worker.adapters.session_rows import SessionAdapters, text_row
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text import kv_rows, packed_rows
-from worker.runtimes.text.rows import Decoder, DecodeRow
+from worker.runtimes.text.rows import Decoder, DecodeRow, GrammarFuture
 from worker.runtimes.text.streaming import row_streamer
 
 
@@ -38,7 +39,7 @@ class _Held:
         self.prompt = packed_rows.PromptProgress(self.state.prompt_ids)
 
 
-class TextStepSession(StepSession):
+class TextStepSession(StepSession[TextGenerationInput]):
     """Rows of a causal LM decoding together; batch position i of the cache is ``self._rows[i]``."""
 
     def __init__(self, runtime: Decoder) -> None:
@@ -47,11 +48,11 @@ class TextStepSession(StepSession):
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
-        self.adapters = SessionAdapters(getattr(runtime, "adapters", None))  # each job's LoRA, on its rows only
+        self.adapters = SessionAdapters(runtime.adapters)  # each job's LoRA, on its rows only
         # Jobs waiting for their adapter to load or their grammar to compile (issue 32), both off the model thread:
         # they join a later step while the running rows step on.
-        self._parked: dict[str, Row] = {}
-        self._grammars: dict[str, Future[Any] | None] = {}  # each admitted-to-be job's grammar, by handle
+        self._parked: dict[str, Row[TextGenerationInput]] = {}
+        self._grammars: dict[str, GrammarFuture | None] = {}  # each admitted-to-be job's grammar, by handle
         self._pending: list[list[_Held]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
         self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
 
@@ -62,7 +63,7 @@ class TextStepSession(StepSession):
 
     def weight(self) -> int:
         """Rows held: a job's choices each take one (a parked job's too)."""
-        parked = sum(int(getattr(row.input, "n", 1) or 1) for row in self._parked.values())
+        parked = sum(row.input.n for row in self._parked.values())
         return len(self._rows) + len(self._waiting) + parked
 
     def progress(self) -> dict[str, tuple[int, int]]:
@@ -82,7 +83,7 @@ class TextStepSession(StepSession):
         """(rows, columns) of the held KV cache: what one step attends over."""
         return (0, 0) if self._cache is None else kv_rows.rows_and_columns(self._cache)
 
-    def admit(self, rows: Sequence[Row]) -> list[RowResult]:
+    def admit(self, rows: Sequence[Row[TextGenerationInput]]) -> list[RowResult]:
         """Admit ``rows``: beside running rows their prompts ride in the next steps, else they are prefilled together
         now (``_prefill_jobs``); returns the rows that failed or finished with their first token. A job whose adapter
         is cold or whose grammar is compiling waits parked (both off the model thread) and joins later (``_unpark``)."""
@@ -90,7 +91,7 @@ class TextStepSession(StepSession):
         now = []
         for row in rows:
             try:
-                joins = self.adapters.arrive(row.handle, text_row(getattr(row.input, "adapter", None)))
+                joins = self.adapters.arrive(row.handle, text_row(row.input.adapter))
                 future = self.runtime.grammar_future(row.input)
             except Exception as error:  # a model without adapters; a grammar that cannot be prepared
                 results.append(RowResult(row.handle, error=error))
@@ -102,7 +103,7 @@ class TextStepSession(StepSession):
                 self._parked[row.handle] = row
         return self._left(results + self._admit_now(now))
 
-    def _admit_now(self, rows: Sequence[Row]) -> list[RowResult]:
+    def _admit_now(self, rows: Sequence[Row[TextGenerationInput]]) -> list[RowResult]:
         results: list[RowResult] = []
         jobs: list[list[_Held]] = []
         for row in rows:
@@ -157,9 +158,7 @@ class TextStepSession(StepSession):
         runtime = self.runtime
         for row in self._rows + self._waiting:  # grammar masks compute while the forward runs (grammar/processor.py)
             for processor in row.state.processors:
-                prefetch = getattr(processor, "prefetch", None)
-                if prefetch is not None:
-                    prefetch()
+                processor.prefetch()
         if self._pending:
             return self._left(ended + self._packed_step())
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):

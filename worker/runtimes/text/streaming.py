@@ -14,7 +14,9 @@ from typing import Any
 
 from transformers import TextStreamer
 
-from worker.runtimes.base import TextSink
+from tasks.kinds import TextGenerationInput
+from worker.runtimes.base import Row, TextSink
+from worker.runtimes.text.rows import DecodeRow
 
 
 class RowStreamer(TextStreamer):
@@ -68,9 +70,9 @@ class RowStreamer(TextStreamer):
                 self.sink(offset, text, self.tokens, self.index)
 
 
-def row_streamer(tokenizer: Any, row: Any, state: Any, choices: int) -> RowStreamer | None:
-    """The streamer of one choice of a step session's job (``row``: worker.runtimes.base.Row), None when its job has
-    no sink; one choice: the sink is called as before, several: each call names its choice."""
+def row_streamer(tokenizer: Any, row: Row[TextGenerationInput], state: DecodeRow, choices: int) -> RowStreamer | None:
+    """The streamer of one choice of a step session's job, None when its job has no sink; one choice: the sink is
+    called as before, several: each call names its choice."""
     if row.text_sink is None:
         return None
     return RowStreamer(tokenizer, row.text_sink, row.input.stop, state.index if choices > 1 else None)

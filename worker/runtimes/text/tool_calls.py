@@ -18,34 +18,35 @@ import secrets
 from collections.abc import Collection
 from typing import Any
 
+from tasks.kinds import TextGenerationInput
 from tasks.kinds.text_generation.response_format import AnyFormat, TextFormat
 from tasks.kinds.text_generation.tools import tool_call_format
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
-def grammar_format(inp: Any) -> AnyFormat | None:
+def grammar_format(inp: TextGenerationInput) -> AnyFormat | None:
     """The format a job's rows are constrained to: a forced call's, else its response_format (None: free text)."""
-    if getattr(inp, "messages", None) is not None:
+    if inp.messages is not None:
         forced = inp.forced_tools()
         if forced:
             forced_format: AnyFormat = tool_call_format(forced)
             return forced_format
-    fmt: AnyFormat | None = getattr(inp, "response_format", None)
+    fmt: AnyFormat | None = inp.response_format
     return None if fmt is None or isinstance(fmt, TextFormat) else fmt
 
 
-def tool_mode(inp: Any) -> str:
+def tool_mode(inp: TextGenerationInput) -> str:
     """``forced``, ``auto`` or ``none`` (tools only apply to a conversation)."""
-    if getattr(inp, "messages", None) is None or not getattr(inp, "tools", None):
+    if inp.messages is None or not inp.tools:
         return "none"
     choice = inp.effective_tool_choice()
     return "none" if choice == "none" else "auto" if choice == "auto" else "forced"
 
 
-def tool_names(inp: Any) -> frozenset[str]:
+def tool_names(inp: TextGenerationInput) -> frozenset[str]:
     """The functions a job declares (a parsed call to any other is not a call)."""
-    return frozenset(tool.function.name for tool in getattr(inp, "tools", None) or [])
+    return frozenset(tool.function.name for tool in inp.tools or [])
 
 
 def call_id() -> str:
