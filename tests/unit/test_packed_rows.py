@@ -14,7 +14,7 @@ import pytest
 
 from tasks.kinds import TextGenerationInput
 from worker.runtimes.base import Row
-from worker.runtimes.text import packed_rows
+from worker.runtimes.text import packed_probe, packed_rows
 from worker.runtimes.text.runtime import TextGenerationRuntime
 
 PROMPTS = ["Once upon a time there was", "A", "The weather today is sunny and warm, and the little robot"]
@@ -103,7 +103,7 @@ def test_a_model_not_on_sdpa_keeps_its_attention(textgen: TextGenerationRuntime)
     class Model:
         config = Config()
 
-    assert not packed_rows.supported(Model(), "cpu") and Model.config._attn_implementation == "eager"
+    assert not packed_probe.supported(Model(), "cpu") and Model.config._attn_implementation == "eager"
 
 
 def test_a_long_prompt_rides_in_parts_and_the_running_rows_never_wait_for_it(

@@ -11,8 +11,9 @@ continuous batching does the same with a paged cache.
 
 The attention is registered with transformers' ``AttentionInterface`` under ``NAME``; outside a packed step it is
 SDPA itself (the mask likewise), so request-level ``generate`` and plain steps run exactly as before. A model is
-packed only if a probe at load gives the same logits packed as unpacked (``supported``): a model whose code asks
-more of the cache than ``update`` keeps separate prefills.
+packed only if a probe at load gives the same logits packed as unpacked (``packed_probe.supported``): a model whose
+code asks more of the cache than ``update`` keeps separate prefills. Which part of each prompt rides in a step is
+``prompt_parts``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+
+from worker.runtimes.text.prompt_parts import PromptPart
 
 log = logging.getLogger(__name__)
 
@@ -45,43 +48,6 @@ class LayerRows:
 @dataclass
 class NewRows:
     layers: list[LayerRows]
-
-
-@dataclass
-class PromptPart:
-    """This step's part of one newcomer's prompt: ``ids`` from position ``start``, over the keys and values its
-    earlier parts left (``prefix``, per layer [heads, start, dim]; None for a first part)."""
-
-    ids: list[int]
-    start: int = 0
-    prefix: list[tuple[Any, Any]] | None = None
-    last: bool = True  # the prompt ends here: its logits are kept and it joins the batch
-
-
-@dataclass
-class PromptProgress:
-    """A newcomer's prompt while its parts ride in steps: the tokens prefilled so far and their keys and values."""
-
-    ids: list[int]
-    done: int = 0
-    prefix: list[tuple[Any, Any]] | None = None
-
-    def advance(self, part: PromptPart, prefix: list[tuple[Any, Any]] | None) -> None:
-        self.done, self.prefix = self.done + len(part.ids), prefix
-
-
-def parts(prompts: Sequence[PromptProgress], budget: int) -> list[PromptPart]:
-    """Each prompt's next part, in order, while ``budget`` tokens last: a long prompt is prefilled over several
-    steps, so the running rows never wait for one long forward (vLLM's chunked prefill)."""
-    out = []
-    for prompt in prompts:
-        if budget <= 0:
-            break
-        take = min(len(prompt.ids) - prompt.done, budget)
-        end = prompt.done + take
-        out.append(PromptPart(prompt.ids[prompt.done : end], prompt.done, prompt.prefix, end == len(prompt.ids)))
-        budget -= take
-    return out
 
 
 @dataclass
@@ -183,7 +149,7 @@ def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: An
     return step.attend(module.layer_idx, query, kwargs.get("scaling")), None
 
 
-def _register() -> None:
+def register() -> None:
     global _registered
     if not _registered:
         from transformers import AttentionInterface, AttentionMaskInterface
@@ -247,54 +213,3 @@ def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> A
             logits_to_keep=keep,
         )
     return out.logits[0]
-
-
-def supported(model: Any, device: Any) -> bool:
-    """Switch ``model`` to the packed attention if it runs SDPA and a probe gives the same logits packed as
-    unpacked (two rows held, one decode step, one newcomer); False leaves the model as it was."""
-    from worker.runtimes.text import kv_rows
-
-    config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa":
-        return False
-    try:
-        _register()
-        model.set_attn_implementation(NAME)
-        same = _probe(model, device, kv_rows)
-    except Exception:
-        log.info("packed prefills are off for %s: the probe failed", type(model).__name__, exc_info=True)
-        same = False
-    if not same:
-        model.set_attn_implementation("sdpa")
-    return same
-
-
-def _probe(model: Any, device: Any, kv_rows: Any) -> bool:
-    with torch.inference_mode():
-        newcomer = [10, 11, 12, 13]
-        ids = torch.tensor([[5, 6, 7], [0, 8, 9]], device=device)
-        mask = torch.tensor([[1, 1, 1], [0, 1, 1]], device=device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-
-        def held() -> Any:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-            return kv_rows.hold(out.past_key_values)
-
-        plain_mask = torch.cat([mask, mask.new_ones((2, 1))], dim=-1)
-        plain = model(
-            input_ids=torch.tensor([[3], [4]], device=device),
-            attention_mask=plain_mask,
-            position_ids=(plain_mask.cumsum(-1) - 1)[:, -1:],
-            past_key_values=held(),
-            use_cache=True,
-        ).logits[:, -1]
-        alone = model(input_ids=torch.tensor([newcomer], device=device), use_cache=True).logits[0, -1]
-        step = PackedStep(held(), 2, plain_mask, [PromptPart(newcomer[:2], last=False), PromptPart(newcomer)])
-        logits = forward(model, step, [3, 4], device)
-        rest = PackedStep(held(), 2, plain_mask, [PromptPart(newcomer[2:], 2, step.prefix_of(0))])
-        rest_logits = forward(model, rest, [3, 4], device)  # the prompt's second part, over its first
-        tolerance = 1e-4 if logits.dtype == torch.float32 else 5e-2  # half precision sums in another order
-        return all(
-            torch.allclose(got, want, atol=tolerance, rtol=1e-3)
-            for got, want in ((logits[:2], plain), (logits[2], alone), (rest_logits[2], alone))
-        )

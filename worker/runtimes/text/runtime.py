@@ -70,10 +70,10 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
             )
         self.joins_rows = splices(probe.past_key_values)
         self.adapters = build_cache(self.model, self.adapter_sources)  # the LoRAs its sessions' rows name
-        from worker.runtimes.text import packed_rows
+        from worker.runtimes.text import packed_probe
 
         # Newcomers' prompts ride in the running rows' step (issue 34) where the model's code allows it.
-        self.packs_prompts = self.joins_rows and packed_rows.supported(self.model, device)
+        self.packs_prompts = self.joins_rows and packed_probe.supported(self.model, device)
         from worker.grammar import GrammarCompiler
 
         self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)

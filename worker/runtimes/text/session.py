@@ -20,7 +20,7 @@ from typing import Any
 from tasks.kinds import TextGenerationInput
 from worker.adapters.session_rows import SessionAdapters, text_row
 from worker.runtimes.base import Row, RowResult, StepSession
-from worker.runtimes.text import kv_rows, packed_rows
+from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
 from worker.runtimes.text.rows import Decoder, DecodeRow, GrammarFuture
 from worker.runtimes.text.streaming import row_streamer
 
@@ -33,10 +33,10 @@ class _Held:
     state: DecodeRow
     streamer: Any
     choices: int = 1  # rows of its job
-    prompt: packed_rows.PromptProgress = field(init=False)  # while its prompt rides in steps beside running rows
+    prompt: prompt_parts.PromptProgress = field(init=False)  # while its prompt rides in steps beside running rows
 
     def __post_init__(self) -> None:
-        self.prompt = packed_rows.PromptProgress(self.state.prompt_ids)
+        self.prompt = prompt_parts.PromptProgress(self.state.prompt_ids)
 
 
 class TextStepSession(StepSession[TextGenerationInput]):
@@ -219,7 +219,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
     def _packed_step(self) -> list[RowResult]:
         """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward."""
         waiting = self._waiting
-        parts = packed_rows.parts([held.prompt for held in waiting], self._chunk)
+        parts = prompt_parts.parts([held.prompt for held in waiting], self._chunk)
         last = [row.state.generated[-1] for row in self._rows]
         with self.runtime.grad_off():
             logits, self._cache, self._mask, prefixes = packed_rows.step(
