@@ -9,12 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify, request
+from pydantic import ValidationError
 
+from api.kinds.text_generation.prompt_tokens import default_new_tokens
 from api.openai_compat.chat_request import ChatCompletionRequest, prompt_chars
 from api.openai_compat.chat_stream import stream_chat
 from api.openai_compat.jobs import parse, run, served_model_and_adapter
 from api.openai_compat.text_params import PARAMS, chat_head, chat_logprobs, choices_of, refuse, usage
-from tasks.kinds import JobKind
+from api.services import services
+from tasks.kinds import JobKind, TextGenerationInput
 from tasks.models_file import ModelSpec
 
 
@@ -44,7 +47,14 @@ def chat_input(req: ChatCompletionRequest, spec: ModelSpec) -> dict[str, Any]:
         raise refuse(
             "messages", f"the conversation has {chars} characters; this model takes at most {limits.max_prompt_chars}"
         )
-    return req.genq_input(default_max_tokens=limits.max_new_tokens)
+    inp = req.genq_input(default_max_tokens=limits.max_new_tokens)
+    if req.max_tokens is None and req.max_completion_tokens is None:
+        try:
+            parsed = TextGenerationInput.model_validate(inp)
+        except ValidationError:  # the job's own validation names what is wrong
+            return inp
+        inp["max_new_tokens"] = default_new_tokens(services().models, spec, parsed, limits.max_new_tokens)
+    return inp
 
 
 def message_of(choice: dict[str, Any]) -> dict[str, Any]:

@@ -254,3 +254,27 @@ def test_the_spec_says_what_chat_supports(live_api):
         and "prediction" in chat["refused"]
         and "user" in chat["accepted_without_effect"]
     )
+
+
+def test_a_conversation_that_fits_is_answered_without_max_tokens(client, worker_for):
+    """No ``max_tokens`` (LangChain's ChatOpenAI and the bare package send none): the model's cap on new tokens (256
+    here) is bounded by the context the conversation leaves, as OpenAI and vLLM bound theirs, instead of refused."""
+    worker_for("gpt2-demo")
+
+    def prompt_tokens(words: int) -> int:  # the count the API refuses a too-long request with
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="gpt2-demo", messages=[user(words)], max_tokens=200)
+        found = TOO_LONG.search(refused.value.message)
+        assert found, refused.value.message
+        return int(found[2])
+
+    def user(words: int) -> dict[str, str]:
+        return {"role": "user", "content": "a " * words}
+
+    words = 470
+    words += 490 - prompt_tokens(words)  # about 490 tokens rendered: 490 + 256 > 512, yet 490 < 512
+    prompt = prompt_tokens(words)
+    assert 512 - 64 < prompt < 512, prompt
+    answer = client.chat.completions.create(model="gpt2-demo", messages=[user(words)], seed=1)
+    assert answer.usage.prompt_tokens == prompt
+    assert answer.usage.completion_tokens <= 512 - prompt and answer.choices[0].finish_reason in ("stop", "length")

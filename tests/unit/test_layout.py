@@ -184,11 +184,12 @@ def test_only_the_app_imports_route_modules() -> None:
 
 
 def test_a_kinds_checks_are_reached_only_through_the_registry() -> None:
-    """Submission calls ``api.kinds.check_input`` once; staging media never reaches a kind's checks."""
+    """Submission calls ``api.kinds.check_input`` once; staging media never reaches a kind's checks. (The OpenAI
+    routes are per kind already: a chat route may use text generation's helpers.)"""
     bad = []
     for path in sorted((ROOT / "api").rglob("*.py")):
         rel = path.relative_to(ROOT)
-        if rel.parts[:2] == ("api", "kinds"):
+        if rel.parts[:2] in {("api", "kinds"), ("api", "openai_compat")}:
             continue
         media = rel.parts[:2] == ("api", "media")
         for name in imports_of(path):

@@ -74,3 +74,18 @@ def check_prompt_fits(models: ModelsFile, spec: ModelSpec, inp: TextGenerationIn
         return
     if tokens is not None:
         check_context(tokens, inp.max_new_tokens, spec.limits.context_tokens, field)
+
+
+def default_new_tokens(models: ModelsFile, spec: ModelSpec, inp: TextGenerationInput, cap: int) -> int:
+    """A call that names no cap on new tokens gets the model's ``cap`` bounded by the context its prompt leaves (as
+    OpenAI and vLLM bound theirs), so a conversation that fits is never refused for a cap the caller never asked
+    for. A prompt that leaves no room keeps ``cap``: the context check then refuses it, naming the prompt."""
+    if not isinstance(spec.limits, TextGenerationLimits) or spec.limits.context_tokens is None:
+        return cap
+    if inp.prompt is not None:
+        tokens = count_tokens(models, spec, inp.prompt)
+    else:
+        tokens = conversation_tokens(models, spec, inp)
+    if tokens is None or tokens >= spec.limits.context_tokens:
+        return cap
+    return min(cap, spec.limits.context_tokens - tokens)
