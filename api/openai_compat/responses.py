@@ -32,7 +32,10 @@ def create_response() -> Response:
     inp = req.genq_input()
     if req.stream:
         return _stream_new(spec, inp, req)
-    record = accept(spec, inp, req.priority, PARAMS)
+    # Nobody waits on a background call's connection: its deadline is the OpenAI routes' own, never the read
+    # timeout of the client that created it.
+    wait_s = services().settings.openai_wait_s if req.background else None
+    record = accept(spec, inp, req.priority, PARAMS, wait_s=wait_s)
     if req.background:
         return jsonify(response_object(record, background=True))
     with services().waiters.slot():

@@ -124,3 +124,15 @@ def test_a_caller_that_sends_no_read_timeout_is_answered_a_margin_before_the_pac
         assert answer_within_s(settings) == DEFAULT_CLIENT_TIMEOUT_S - ANSWER_MARGIN_S
     with Flask(__name__).test_request_context("/openai/v1/embeddings", headers={"x-stainless-read-timeout": "30"}):
         assert answer_within_s(settings) == 27.0  # a tenth of a short timeout
+
+
+def test_a_background_response_waits_for_the_routes_deadline_not_its_creators_read_timeout(texts):
+    """Its creator's short read timeout (2 s here) is no deadline for a job nobody waits on: queued past it, it is
+    still queued (GENQ_OPENAI_WAIT_S, 30 s here), not expired."""
+    headers = {"x-stainless-read-timeout": "2", "x-stainless-retry-count": "0"}
+    body = {"model": "gpt2-demo", "input": uuid.uuid4().hex, "background": True, "max_output_tokens": 4}
+    created = texts.client.post("/openai/v1/responses", json=body, headers=headers)
+    assert created.status_code == 200 and created.json["status"] == "queued", created.json
+    time.sleep(2.5)
+    job = texts.client.get(f"/v1/jobs/{created.headers['x-genq-job-id']}").json
+    assert job["status"] == "queued", job
