@@ -233,3 +233,28 @@ def test_close_objects_closes_listed_properties_only() -> None:
     assert "additionalProperties" not in closed and "additionalProperties" not in closed["allOf"][0]
     # ...but objects below them are.
     assert closed["allOf"][0]["properties"]["e"]["additionalProperties"] is False
+
+
+def test_one_of_is_refused_not_enforced_as_any_of() -> None:
+    """The grammar would take ``oneOf`` as ``anyOf``: a value matching both branches below would pass, against the
+    caller's schema (issue 43: 4 of 8 samples were invalid). Refused as OpenAI's strict mode refuses it."""
+    branches = [{"type": "integer"}, {"type": "number", "minimum": 0}]  # 3 matches both
+    one_of = {"type": "object", "properties": {"x": {"oneOf": branches}}, "required": ["x"]}
+    with pytest.raises(InvalidInput, match="oneOf whose branches"):
+        check_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": one_of}})
+    with pytest.raises(InvalidInput, match="oneOf whose branches"):  # nested under $defs and items too
+        nested = {"$defs": {"n": {"type": "array", "items": {"oneOf": branches}}}, "$ref": "#/$defs/n"}
+        check_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": nested}})
+    # Branches that exclude each other are enforced as written: a discriminator (pydantic's unions), or objects
+    # each requiring a property the other does not list (the grammar writes only listed ones).
+    cat = {"type": "object", "properties": {"kind": {"const": "cat"}, "x": {"type": "integer"}}, "required": ["kind"]}
+    dog = {"type": "object", "properties": {"kind": {"const": "dog"}, "x": {"type": "integer"}}, "required": ["kind"]}
+    tagged = {"$defs": {"Cat": cat, "Dog": dog}, "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}
+    check_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": tagged}})
+    radius = {"type": "object", "properties": {"radius": {"type": "number"}}, "required": ["radius"]}
+    side = {"type": "object", "properties": {"side": {"type": "integer"}}, "required": ["side"]}
+    check_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": {"oneOf": [radius, side]}}})
+    # A property named oneOf, and oneOf as a value, are no keywords: taken.
+    named = {"type": "object", "properties": {"oneOf": {"type": "string", "enum": ["oneOf"]}}}
+    check_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": named}})
+    check_response_format({"type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": branches}}})
