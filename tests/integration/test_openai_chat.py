@@ -278,3 +278,13 @@ def test_a_conversation_that_fits_is_answered_without_max_tokens(client, worker_
     answer = client.chat.completions.create(model="gpt2-demo", messages=[user(words)], seed=1)
     assert answer.usage.prompt_tokens == prompt
     assert answer.usage.completion_tokens <= 512 - prompt and answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_stop_with_a_grammar_is_refused_naming_stop(client):
+    """A stop string would cut JSON the grammar has not finished and answer it as ``finish_reason: "stop"``
+    (``parse`` then returns ``parsed=None`` without raising): refused at submission, before any job."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    for extra in ({"response_format": {"type": "json_object"}}, {"tools": [tool], "tool_choice": "required"}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="gpt2-demo", messages=CHAT, max_tokens=8, stop=["}"], **extra)
+        assert refused.value.param == "stop" and "x-genq-job-id" not in refused.value.response.headers

@@ -39,6 +39,20 @@ RULES: dict[str, Any] = {
                 {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
             ]
         },
+        # tools.py: stop would cut a grammar's output short (a JSON format, a required or named tool_choice).
+        "stop": {
+            "anyOf": [
+                {"properties": {"stop": {"maxItems": 0}}},
+                {
+                    "properties": {
+                        "response_format": {
+                            "anyOf": [{"type": "null"}, {"type": "object", "properties": {"type": {"const": "text"}}}]
+                        },
+                        "tool_choice": {"enum": ["none", "auto", None]},
+                    }
+                },
+            ]
+        },
     },
 }
 RESERVED: list[JsonValue] = [*sorted(RESERVED_TEMPLATE_KWARGS)]

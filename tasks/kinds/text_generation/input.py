@@ -31,7 +31,15 @@ from tasks.kinds.text_generation.messages import (
     check_template_kwargs,
 )
 from tasks.kinds.text_generation.response_format import ResponseFormat
-from tasks.kinds.text_generation.tools import MAX_TOOLS, Tool, ToolChoice, ToolFunction, forced_functions, tool_declared
+from tasks.kinds.text_generation.tools import (
+    MAX_TOOLS,
+    Tool,
+    ToolChoice,
+    ToolFunction,
+    forced_functions,
+    stop_outside_grammar,
+    tool_declared,
+)
 
 
 class TextGenerationLimits(KindLimits):
@@ -107,6 +115,7 @@ class TextGenerationInput(JobInput[TextGenerationLimits]):
     _logit_bias_ids = field_validator("logit_bias")(logit_bias_ids)
     _needs_logprobs = field_validator("top_logprobs")(needs_logprobs)
     _prompt_or_messages = field_validator("prompt")(prompt_or_messages)
+    _stop_outside_grammar = field_validator("stop")(stop_outside_grammar)
 
     @classmethod
     def limited_fields(cls, lim: TextGenerationLimits) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 from tasks.kinds.text_generation.response_format import (
     MAX_SCHEMA_BYTES,
     JsonSchemaFormat,
+    TextFormat,
     compact,
     for_schema,
 )
@@ -101,3 +102,18 @@ def tool_call_format(functions: list[ToolFunction]) -> JsonSchemaFormat:
     ]
     schema = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return for_schema(schema, name="tool_call")
+
+
+def stop_outside_grammar(value: list[str], info: ValidationInfo) -> list[str]:
+    """``stop`` with a JSON format or a forced call would cut the constrained output where the grammar does not end
+    and call it finished (invalid JSON as ``finish_reason: "stop"``): refused, naming ``stop``."""
+    if not value:
+        return value
+    fmt, choice = info.data.get("response_format"), info.data.get("tool_choice")
+    if fmt is not None and not isinstance(fmt, TextFormat):
+        raise PydanticCustomError(
+            "stop_with_grammar", "stop cannot be used with a json_object or json_schema response_format"
+        )
+    if choice == "required" or isinstance(choice, NamedToolChoice):
+        raise PydanticCustomError("stop_with_grammar", "stop cannot be used with a required or named tool_choice")
+    return value
