@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from api.body_limits import BodyLimits
 from api.body_reads import BodyReads, Receive, Refusal, Send, read_body, request_id_of, send_error
 
 log = logging.getLogger(__name__)
@@ -132,11 +133,13 @@ def run_app(app: WsgiApp, environ: dict[str, Any], out: Outlet) -> None:
 
 
 class AsgiFront:
-    """The ASGI app granian serves: reads bodies, then calls ``app`` (WSGI) on ``threads`` threads, and requests that
-    may be held on ``threads`` more (the wait caps bound how many are held; beyond, they answer at once)."""
+    """The ASGI app granian serves: reads bodies (each within its route's limit, api/body_limits.py), then calls
+    ``app`` (WSGI) on ``threads`` threads, and requests that may be held on ``threads`` more (the wait caps bound how
+    many are held; beyond, they answer at once)."""
 
-    def __init__(self, app: WsgiApp, threads: int, body_limit: int) -> None:
-        self.app, self.body_limit = app, body_limit
+    def __init__(self, app: WsgiApp, threads: int, body_limit: int | BodyLimits) -> None:
+        self.app = app
+        self.limits = body_limit if isinstance(body_limit, BodyLimits) else BodyLimits.plain(body_limit)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="genq-api")
         self.hold_pool = ThreadPoolExecutor(threads, thread_name_prefix="genq-hold")
         self.health_pool = ThreadPoolExecutor(HEALTH_THREADS, thread_name_prefix="genq-health")
@@ -191,7 +194,8 @@ class AsgiFront:
             entered.extend(owners)
 
         try:
-            return await read_body(receive, declared, self.body_limit, waiting)
+            limit = self.limits.of(scope["method"], scope["path"])
+            return await read_body(receive, declared, limit.bytes, waiting, limit.why)
         finally:
             self.reads.leave(entered)
 

@@ -79,9 +79,9 @@ def install(app: Flask, *, bodiless: tuple[str, ...] = (), limits: dict[str, int
     app.before_request(read_json_body)
 
 
-def read_body(limit: int) -> bytes:
-    """The raw body, at most ``limit`` bytes (chunked or not), else PayloadTooLarge."""
-    too_large = PayloadTooLarge(f"an upload is at most {limit} bytes (GENQ_MAX_UPLOAD_BYTES)")
+def read_body(limit: int, setting: str = "GENQ_MAX_UPLOAD_BYTES") -> bytes:
+    """The raw body, at most ``limit`` bytes (chunked or not), else PayloadTooLarge naming the ``setting``."""
+    too_large = PayloadTooLarge(f"an upload is at most {limit} bytes ({setting})")
     length = request.content_length
     if length is not None and length > limit:
         raise too_large

@@ -71,15 +71,16 @@ class BodyReads:
 
 
 async def read_body(
-    receive: Receive, declared: int | None, limit: int, waiting: Callable[[], None] = lambda: None
+    receive: Receive, declared: int | None, limit: int, waiting: Callable[[], None] = lambda: None, why: str = ""
 ) -> bytes:
-    """The whole body, within the deadline and rate above and ``limit`` bytes, or a Refusal (408, 413).
+    """The whole body, within the deadline and rate above and ``limit`` bytes, or a Refusal (408, 413; ``why``
+    ends the 413's message: the setting that sets the limit, api/body_limits.py).
 
     ``waiting()`` is called once the body has taken ``BODY_SLOW_AFTER_S``: a body sent at once, as nearly all are,
     is never counted as one in flight (a burst of small requests from one address is not refused for it).
     """
     if declared is not None and declared > limit:
-        raise Refusal(413, "payload_too_large", f"the body is {declared} bytes; at most {limit} are read")
+        raise Refusal(413, "payload_too_large", f"the body is {declared} bytes; at most {limit} are read{why}")
     parts, received, started, counted = [], 0, time.monotonic(), False
     pending: asyncio.Future[Message] | None = None
     try:
@@ -107,7 +108,7 @@ async def read_body(
             chunk = message.get("body", b"")
             received += len(chunk)
             if received > limit:
-                raise Refusal(413, "payload_too_large", f"the body is over {limit} bytes")
+                raise Refusal(413, "payload_too_large", f"the body is over {limit} bytes{why}")
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)

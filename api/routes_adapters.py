@@ -79,7 +79,7 @@ def create_adapter(query: AdapterQuery) -> Response:
         raise Conflict(f"name: {query.name!r} is a model's id; pick another name")
     with current_app.extensions["genq_submission_limit"]:
         request.max_content_length = svc.settings.max_adapter_upload_bytes
-        data = read_body(svc.settings.max_adapter_upload_bytes)
+        data = read_body(svc.settings.max_adapter_upload_bytes, "GENQ_MAX_ADAPTER_UPLOAD_BYTES")
         rank, layers = check_adapter(data, svc.models.source_of(spec.id), spec.kind)
         meta = AdapterMeta(
             name=query.name,

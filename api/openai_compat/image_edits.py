@@ -16,6 +16,7 @@ from pydantic import Field
 from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from api.body_limits import FORM_SLACK
 from api.openai_compat.edit_masks import genq_mask
 from api.openai_compat.image_request import ImageGenerationRequest, images_response
 from api.openai_compat.jobs import parse, run, served_model
@@ -27,7 +28,6 @@ from tasks.kinds import JobKind
 PARAMS = {"num_images": "n", "width": "size", "height": "size", "image": "image", "mask": "mask"}
 #: The package sends one picture as ``image``, several as ``image[]``; genq takes one.
 IMAGE_PARTS = ("image", "image[]")
-FORM_SLACK = 1 << 20  # the form's other fields and the multipart framing, over the two images
 
 
 class ImageEditRequest(ImageGenerationRequest):
@@ -73,7 +73,7 @@ def _data_uri(name: str, file: FileStorage) -> str:
     sent in JSON. A mask with alpha is read as OpenAI documents it (transparent = edit): edit_masks.py."""
     data = file.stream.read(max_image_bytes() + 1)
     if len(data) > max_image_bytes():
-        raise RequestEntityTooLarge(f"{name}: larger than {max_image_bytes()} bytes")
+        raise RequestEntityTooLarge(f"{name}: larger than {max_image_bytes()} bytes (GENQ_MAX_UPLOAD_BYTES)")
     kind = sniff(data)
     if kind is None:
         raise InvalidInput(f"{name}: not a PNG, JPEG or WebP image", field=name)

@@ -11,6 +11,7 @@ import pytest
 
 from api import body_reads
 from api.asgi_front import AsgiFront, may_hold
+from api.body_limits import INLINE_HINT, BodyLimits
 from api.body_reads import BodyReads, Refusal, read_body
 
 
@@ -104,9 +105,50 @@ def test_a_refusal_is_genq_s_error_with_the_callers_request_id() -> None:
     assert sent[0]["status"] == 413
     assert json.loads(sent[1]["body"])["error"] == {
         "code": "payload_too_large",
-        "message": "the body is 5 bytes; at most 1 are read",
+        "message": f"the body is 5 bytes; at most 1 are read (GENQ_MAX_CONTENT_LENGTH){INLINE_HINT}",
         "request_id": "r1",
     }
+
+
+def test_each_route_is_read_within_its_own_limit_and_a_413_names_the_setting() -> None:
+    """Issue 43: the front read every body within the largest plain limit (20 MiB) and named no setting, so a
+    24 MiB adapter was refused although GENQ_MAX_ADAPTER_UPLOAD_BYTES is 128 MiB."""
+    from tasks.settings import ApiSettings
+
+    def ok(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [environ["wsgi.input"].read()]
+
+    settings = ApiSettings(adapter_uploads=True, max_adapter_upload_bytes=30, max_upload_bytes=20)
+    front = AsgiFront(ok, threads=1, body_limit=BodyLimits.from_settings(settings))
+    limits = front.limits
+    assert limits.of("POST", "/v1/adapters").bytes == 30 and limits.of("POST", "/v1/uploads").bytes == 20
+    assert limits.of("POST", "/v1/jobs") == limits.of("GET", "/v1/adapters") == limits.default
+    assert "/v1/adapters" not in BodyLimits.from_settings(ApiSettings()).posts  # no uploads: no larger body
+
+    def answer(path: str, *parts: bytes, declared: int | None = None) -> tuple[int, str]:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        length = [] if declared is None else [(b"content-length", str(declared).encode())]
+        chunked = [] if declared is not None else [(b"transfer-encoding", b"chunked")]
+        scope = {"type": "http", "method": "POST", "path": path, "headers": length + chunked}
+        asyncio.run(front(scope, messages(*parts), send))
+        body = json.loads(sent[1]["body"]) if sent[0]["status"] != 200 else {}
+        return sent[0]["status"], body.get("error", {}).get("message", "")
+
+    assert answer("/v1/adapters", b"x" * 25, declared=25)[0] == 200
+    assert answer("/v1/adapters", b"x" * 31, declared=31) == (
+        413,
+        "the body is 31 bytes; at most 30 are read (GENQ_MAX_ADAPTER_UPLOAD_BYTES)",
+    )
+    assert answer("/v1/adapters", b"x" * 20, b"x" * 20) == (
+        413,
+        "the body is over 30 bytes (GENQ_MAX_ADAPTER_UPLOAD_BYTES)",
+    )
+    assert answer("/v1/uploads", b"x" * 25, declared=25)[1].endswith("(GENQ_MAX_UPLOAD_BYTES)")
 
 
 def test_requests_that_may_be_held_get_threads_of_their_own() -> None:
