@@ -84,6 +84,13 @@ def test_rank_over_the_cap_is_refused(tmp_path: Path) -> None:
         checked_weights("big", path, SHAPES)
 
 
+def test_rank_0_with_an_alpha_is_refused_not_divided_by(tmp_path: Path) -> None:
+    """Issue 43: alpha / rank divided by zero, and every job failed as a model_error."""
+    path = write_peft(tmp_path / "r0", random_factors({"h.0.attn.c_proj": (16, 16)}, rank=0, seed=3), alpha=8)
+    with pytest.raises(AdapterRejected, match="rank 0 at h.0.attn.c_proj adapts nothing"):
+        checked_weights("r0", path, SHAPES)
+
+
 def test_a_file_over_the_size_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_peft(tmp_path / "a", random_factors(LINEAR, rank=4, seed=1))
     monkeypatch.setattr(files, "MAX_ADAPTER_FILE_BYTES", 1000)

@@ -72,6 +72,8 @@ def checked_weights(name: str, path: Path, shapes: dict[str, LayerShape], max_ra
         module = names[key]
         down, up = _fit(module, entry, shapes[module])
         rank = int(down.shape[0])
+        if rank < 1:  # adapts nothing, and alpha / rank would divide by zero
+            raise AdapterRejected(f"adapter {name!r}: rank 0 at {module} adapts nothing")
         if rank > max_rank:
             raise AdapterRejected(f"adapter {name!r}: rank {rank} at {module}, over the cap of {max_rank}")
         scaled_up = up.to(torch.float32) * scaling(entry, rank)

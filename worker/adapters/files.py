@@ -157,6 +157,8 @@ def read_factors(path: Path) -> dict[str, RawFactors]:
         if not tensor.is_floating_point() or not bool(tensor.isfinite().all()):
             raise AdapterRejected(f"{key}: not finite floating-point values")
         if (match := _ALPHA.match(key)) is not None:
+            if tensor.numel() != 1:
+                raise AdapterRejected(f"{key}: an alpha is one number, not a tensor of shape {list(tensor.shape)}")
             factors.setdefault(_strip(match["module"]), RawFactors()).alpha = float(tensor.item())
             continue
         if (match := _FACTOR.match(key)) is None:
