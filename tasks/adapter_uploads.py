@@ -2,7 +2,9 @@
 
 An uploaded adapter is one safetensors file (PEFT or diffusers keys), named by its uploader, for one base model.
 Names are one namespace per deployment (an adapter's name is what a job, and ``model: "<base>:<adapter>"``,
-says), so a name taken by another key or by the models file is refused. Only its owner sees, uses and deletes it.
+says, and workers resolve and cache adapters by name alone), so a name taken by another key or by the models file
+is refused: a 409 tells a key that the name is used, by whom it never says (README, "LoRA adapters per job").
+Only its owner sees, uses and deletes it.
 Its bytes live in Redis beside its metadata (tasks/store/adapter_registry.py): adapters are small next to
 models, and the per-owner byte quota bounds what Redis holds.
 """

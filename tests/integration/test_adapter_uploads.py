@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from safetensors.numpy import save
+from safetensors.numpy import load, save
 
+from tests.harness import ApiServer
 from tests.integration.jobs import poll, submit
 from tests.integration.test_step_scheduling_models import alone, pixels
 
 NEON = "sd-demo/adapters/neon/adapter_model.safetensors"
 PIRATE = "gpt2-demo/adapters/pirate/adapter_model.safetensors"
 MODULE = "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_k"  # a Linear 32 -> 32 of the demo UNet
+FF = "down_blocks.0.attentions.0.transformer_blocks.0.ff.net.0.proj"  # a Linear 32 -> 256: weight [256, 32]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,22 @@ def lora(down: tuple[int, ...], up: tuple[int, ...], module: str = MODULE) -> by
             f"{module}.lora_B.weight": np.zeros(up, np.float32),
         }
     )
+
+
+def crafted(entry: dict[str, Any]) -> bytes:
+    """A safetensors file by hand: ``entry`` as its lora_A's header entry, a fitting lora_B after 512 bytes."""
+    header = {
+        f"{MODULE}.lora_A.weight": entry,
+        f"{MODULE}.lora_B.weight": {"dtype": "F32", "shape": [32, 4], "data_offsets": [512, 1024]},
+    }
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * 1024
+
+
+def with_alpha(data: bytes) -> bytes:
+    """``data`` (a safetensors file) with an alpha of 8 for MODULE."""
+    tensors = load(data)
+    return save({**tensors, f"{MODULE}.alpha": np.array(8.0, np.float32)})
 
 
 def test_an_uploaded_adapter_is_its_owners_and_runs_as_the_same_weights_from_the_models_file(
@@ -92,6 +112,12 @@ def test_bad_adapters_are_refused_at_registration_each_with_a_clear_4xx(clients,
         (lora((8, 16), (32, 8)), "do not fit the base's weight", 422),
         (lora((65, 32), (32, 65)), "over the cap of 64", 422),
         (save({f"{MODULE}.weight": np.zeros((32, 32), np.float32)}), "not a LoRA factor", 422),
+        # issue 43: each of these was a 201 that every job then failed on, or a 500
+        (lora((4, 256), (32, 4), FF), "do not fit the base's weight [256, 32]", 422),  # transposed
+        (with_alpha(lora((0, 32), (32, 0))), "rank 0", 422),
+        (crafted({"dtype": "F32", "shape": [None, 32], "data_offsets": [0, 512]}), "shape [null, 32]", 422),
+        (crafted({"dtype": "F32", "shape": [4, 32], "data_offsets": ["0", "512"]}), 'data_offsets ["0"', 422),
+        (crafted({"dtype": "F32", "shape": [4, 32]}), "no data_offsets", 422),
     ]
     for data, message, status in cases:
         response = upload(alice, data, "bad")
@@ -155,3 +181,40 @@ def test_a_job_whose_adapter_is_deleted_before_it_runs_fails_naming_it(clients, 
     done = poll(alice, job["id"])
     assert done["status"] == "failed", done
     assert done["error"]["code"] == "invalid_input" and "alice-short-lived" in done["error"]["message"], done
+
+
+def test_the_deployed_server_takes_adapters_up_to_their_own_limit_and_its_413_names_it(
+    settings: Any, tmp_path: Path
+) -> None:
+    """Issue 43: the deployed front read every body within 20 MiB (the largest plain limit), so a valid 24 MiB
+    LoRA was refused whatever GENQ_MAX_ADAPTER_UPLOAD_BYTES said, and its 413 named no setting. Here the limit is
+    26 MiB: 24 MiB is registered, sized or chunked; 27 MiB is a 413 naming the setting, sized or chunked."""
+    import httpx
+
+    limit = 26 << 20
+    module = {
+        f"{MODULE}.lora_{ab}.weight": np.zeros(shape, np.float32) for ab, shape in (("A", (4, 32)), ("B", (32, 4)))
+    }
+    notes = "x" * (24 << 20)  # a valid LoRA padded with metadata (kohya writes pages of it) to 24 MiB
+    big = save(module, metadata={"notes": notes})
+    over = save(module, metadata={"notes": notes + "x" * (3 << 20)})
+    env = {"GENQ_API_WORKERS": "1", "GENQ_API_THREADS": "4", "GENQ_API_KEYS_FILE": "", "GENQ_ADAPTER_UPLOADS": "1"}
+    env |= {"GENQ_MAX_ADAPTER_UPLOAD_BYTES": str(limit), "GENQ_ADAPTER_QUOTA_BYTES": str(4 * limit)}
+    headers = {"Content-Type": "application/octet-stream"}
+
+    def chunked(data: bytes) -> Any:
+        return (data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20))
+
+    with ApiServer(settings, tmp_path / "api.log", **env) as server:
+        url = f"{server.url}/v1/adapters?model=sd-demo&name=big-lora"
+        for content in (big, chunked(big)):  # the second is the same file again: the same adapter
+            response = httpx.post(url, content=content, headers=headers, timeout=120)
+            assert response.status_code == 201, response.text[:300]
+            assert response.json()["bytes"] == len(big) > 24 << 20
+        for content in (over, chunked(over)):
+            response = httpx.post(url.replace("big-lora", "too-big"), content=content, headers=headers, timeout=120)
+            assert response.status_code == 413, response.text[:300]
+            error = response.json()["error"]
+            assert error["code"] == "payload_too_large" and "GENQ_MAX_ADAPTER_UPLOAD_BYTES" in error["message"]
+            assert str(limit) in error["message"], error
+        assert httpx.delete(f"{server.url}/v1/adapters/big-lora").status_code == 204
