@@ -18,7 +18,7 @@ from tasks.settings import Settings
 from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.redis_client import connect
 from tasks.store.row_leases import lease_states
-from worker.step_loop import CANCEL_CHECK_S
+from worker.row_leaving import CANCEL_CHECK_S
 
 FAST_STEP_S = 0.020
 ROUNDS = 2000

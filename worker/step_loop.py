@@ -2,40 +2,53 @@
 (docs/scheduling.md).
 
 The loop thread claims newcomers and ``offer``s them (worker/step_inbox.py); between two steps the model thread
-admits those that fit, drops rows canceled, revoked, past their deadline or without their lease, reports progress,
-and stores each finished job's result as it leaves (the executor's rules: outputs, then the ending; the first ending
-wins), then hands the rows back (``on_left``, each with its ``LeaveReason``) for their events and acks. After a step
-that leaves rows one step from their end, ``on_room`` asks the loop thread to claim their successors ahead
-(``ahead``): they wait in the inbox and join at the very boundary those rows leave. A step that raises drops its
-session and reruns its rows in fresh ones (``_rerun``); newcomers that run out of memory beside the rows held wait
-until rows leave. The loop ends once it holds no row and its inbox is empty; from then ``offer`` answers False.
+admits those that fit (worker/row_joining.py), drops rows canceled, revoked, past their deadline or without their
+lease, reports progress (worker/row_reports.py), and stores each finished job's result as it leaves
+(worker/row_leaving.py: the executor's rules, outputs, then the ending; the first ending wins), then hands the rows
+back (``on_left``, each with its ``LeaveReason``) for their events and acks. After a step that leaves rows one step
+from their end, ``on_room`` asks the loop thread to claim their successors ahead (``ahead``): they wait in the inbox
+and join at the very boundary those rows leave. A step that raises drops its session and reruns its rows in fresh
+ones (``_rerun``); newcomers that run out of memory beside the rows held wait until rows leave. The loop ends once
+it holds no row and its inbox is empty; from then ``offer`` answers False.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Hashable
+from typing import Protocol
 
-from tasks.schemas import JobMetrics
-from worker.events import BatchEvents
-from worker.executor import Executor, failure_of, is_out_of_memory
+from tasks.models_file import ModelSpec
+from tasks.store.job_store import JobStore
+from worker.events import EventPublisher
+from worker.executor import is_out_of_memory
 from worker.job import WorkItem
 from worker.lifecycle import LeaveReason, Left
 from worker.metrics import record_step
-from worker.row_leaving import leave_reasons, read_leases, settle_leaver
+from worker.results import ResultStore
+from worker.row_joining import RowJoining
+from worker.row_leaving import RowLeaving
 from worker.row_reports import HeldRow, RowReports
-from worker.runtimes.base import Prediction, Row, RowResult, StepSession
+from worker.runtimes.base import Runtime, StepSession
 from worker.step_inbox import Ahead, Inbox
 from worker.step_metrics import record_boundary
 
 log = logging.getLogger(__name__)
-# Cancels made through the API live in the job record: the loop reads its rows' statuses and lease tokens (one
-# pipelined HMGET, well under a millisecond on a local Redis) at most this often, at a step boundary. A canceled
-# row so computes at most one step after this interval; fast decode steps do not pay a round trip each.
-CANCEL_CHECK_S = 0.05
+
+
+class SessionParts(Protocol):
+    """What a step session uses of its model's executor (``worker.executor.Executor`` is one), and no more."""
+
+    runtime: Runtime
+    spec: ModelSpec  # its id (metrics) and its batching limits (the inbox's)
+    store: JobStore
+    results: ResultStore
+    events: EventPublisher | None
+
+    def run_alone(self, item: WorkItem) -> None:
+        """``item`` request-level, on its own: its outcome stored (a row failing alone runs this way)."""
 
 
 class StepRunner:
@@ -43,7 +56,7 @@ class StepRunner:
 
     def __init__(
         self,
-        executor: Executor,
+        parts: SessionParts,
         key: Hashable,
         on_left: Callable[[list[Left]], None],
         *,
@@ -51,23 +64,36 @@ class StepRunner:
         on_room: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.executor, self.key, self.on_left, self.on_room = executor, key, on_left, on_room
-        self.runtime, self.model = executor.runtime, executor.spec.id
-        self.is_revoked = is_revoked or (lambda _: False)
-        self.clock, self.session_id = clock, uuid.uuid4().hex[:12]
-        self.inbox = Inbox(executor.spec.batching.max_batch_size, executor.spec.batching.max_step_cost)
-        # Newcomers that ran out of memory beside the rows held wait (first in the inbox) until fewer are held.
-        self._wait_below: int | None = None
+        self.parts = parts
+        self.runtime = parts.runtime
+        self.model = parts.spec.id
+        self.key = key
+        self.on_left = on_left
+        self.on_room = on_room
+        self.clock = clock
+        self.session_id = uuid.uuid4().hex[:12]
+        batching = parts.spec.batching
+        self.inbox = Inbox(batching.max_batch_size, batching.max_step_cost)
         self._held: dict[str, HeldRow] = {}
-        self._checked_at = -math.inf
         self.reports = RowReports(
             self._held,
-            executor.store,
-            executor.events,
+            parts.store,
+            parts.events,
             streams_text=self.runtime.streams_text,
             session_id=self.session_id,
             clock=clock,
         )
+        self.leaving = RowLeaving(
+            self._held,
+            self.reports,
+            parts.store,
+            parts.results,
+            parts.events,
+            on_left,
+            is_revoked=is_revoked or (lambda _: False),
+            clock=clock,
+        )
+        self.joining = RowJoining(self._held, self.inbox, self.runtime, parts.events, self.reports, self.leaving)
 
     # --- the loop thread's side ----------------------------------------------------------
 
@@ -107,13 +133,13 @@ class StepRunner:
 
     def _loop(self) -> None:
         session: StepSession | None = None
-        while (newcomers := self._take()) is not None:
+        while (newcomers := self.joining.take()) is not None:
             failed: list[WorkItem] | None = None
             if newcomers:
                 session = session or self.runtime.open_session(self.key)
-                failed = self._admit(session, newcomers)
+                failed = self.joining.admit(session, newcomers)
             if failed is None and session is not None and self._held:
-                self._drop_leavers(session)
+                self.leaving.drop_leavers(session)
                 if self._held:
                     failed = self._step(session, len(newcomers))
             if failed is not None:
@@ -121,54 +147,6 @@ class StepRunner:
                 # is gone before the rows run again.
                 session = None
                 self._rerun(failed)
-
-    def _take(self) -> list[WorkItem] | None:
-        if self._wait_below is not None:
-            if self._held and len(self._held) >= self._wait_below:
-                return []
-            self._wait_below = None
-        held = [h.item for h in self._held.values()]
-        return self.inbox.take(sum(i.weight for i in held), sum(i.cost for i in held))
-
-    def _admit(self, session: StepSession, items: list[WorkItem]) -> list[WorkItem] | None:
-        """None when ``items`` joined (or wait for memory); else the rows to run again, the session being broken."""
-        # Its model time starts here, as request-level's starts before predict: the admission (text encoder, prefill)
-        # is the model's work for this job (counted after it, a lone text job's prefill showed as ~20 ms of overhead).
-        joined = time.perf_counter()
-        BatchEvents(self.executor.events, [item.job_id for item in items]).started()
-        rows = [Row(item.job_id, item.parsed_input, self.reports.sink(item.job_id)) for item in items]
-        try:
-            ended = session.admit(rows)
-        except Exception as exc:
-            out_of_memory = is_out_of_memory(exc)
-            log.warning("admitting %d rows failed (%s)", len(items), "out of memory" if out_of_memory else exc)
-        else:
-            if not self._held:  # a fresh session: the claim has just read every newcomer's status and lease
-                self._checked_at = self.clock()
-            held = {item.job_id: HeldRow(item, joined) for item in items}
-            self._held.update((k, v) for k, v in held.items() if k not in {r.handle for r in ended})
-            self._finish(ended, held)
-            self.reports.learn_totals(session.progress())
-            return None
-        if out_of_memory and self._held and self._put_back(session, items):
-            return None
-        failed = items + [h.item for h in self._held.values()]
-        self._held.clear()
-        return failed
-
-    def _put_back(self, session: StepSession, items: list[WorkItem]) -> bool:
-        """Newcomers that ran out of memory beside running rows wait until rows leave; False if the session
-        cannot be trusted after the failed admission."""
-        try:
-            session.drop([item.job_id for item in items])
-        except Exception:
-            log.warning("cannot drop the rows of a failed admission", exc_info=True)
-            return False
-        self.runtime.release_memory()
-        self.inbox.put_first(items)
-        self._wait_below = len(self._held)
-        log.info("%d newcomers wait for memory until some of the %d rows leave", len(items), len(self._held))
-        return True
 
     def _step(self, session: StepSession, admitted: int) -> list[WorkItem] | None:
         """None when the step ran; else its rows, to run again (the session is not to be trusted)."""
@@ -188,8 +166,11 @@ class StepRunner:
         weight = sum(h.item.weight for h in self._held.values())  # full or partial by max_batch_size's measure
         record_boundary(self.model, weight, self.inbox.max_rows, admitted, len(finished))
         for held in self._held.values():
-            held.steps, held.rows_sum, held.peak = held.steps + 1, held.rows_sum + rows, max(held.peak, rows)
-        self._finish(finished, {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held})
+            held.steps += 1
+            held.rows_sum += rows
+            held.peak = max(held.peak, rows)
+        leavers = {r.handle: self._held.pop(r.handle) for r in finished if r.handle in self._held}
+        self.leaving.ended(finished, leavers)
         self.reports.report_progress(session)
         self._claim_ahead(session)
         return None
@@ -218,9 +199,9 @@ class StepRunner:
 
     def _run_group(self, items: list[WorkItem]) -> list[WorkItem] | None:
         session = self.runtime.open_session(self.key)
-        failed = self._admit(session, items)  # nothing else is held: an out-of-memory admission fails the group
+        failed = self.joining.admit(session, items)  # nothing else is held: an out-of-memory admission fails the group
         while failed is None and self._held:
-            self._drop_leavers(session)
+            self.leaving.drop_leavers(session)
             if self._held:
                 failed = self._step(session, 0)
         return failed
@@ -229,8 +210,8 @@ class StepRunner:
         """``items`` less those canceled, revoked, past their deadline or without their lease (settled, handed back)."""
         joined = time.perf_counter()
         self._held.update((item.job_id, HeldRow(item, joined)) for item in items)
-        self._checked_at = -math.inf  # read the statuses now
-        self._drop_leavers(None)
+        self.leaving.read_statuses_next()
+        self.leaving.drop_leavers(None)
         kept = [h.item for h in self._held.values()]
         self._held.clear()
         return kept
@@ -244,57 +225,9 @@ class StepRunner:
         if ahead.weight and self.on_room is not None:
             self.on_room()
 
-    # --- rows leaving --------------------------------------------------------------------
-
-    def _finish(self, results: list[RowResult], held: dict[str, HeldRow]) -> None:
-        """Store the results of rows that ended (finished, or failed on their own), then hand them back."""
-        results = [r for r in results if r.handle in held]
-        if not results:
-            return
-        done: list[tuple[HeldRow, Prediction]] = []
-        for result in results:
-            entry = held[result.handle]
-            if result.error is None and result.prediction is not None:
-                self.reports.progress_event(entry, entry.total)  # its last step, as predict reports it
-                done.append((entry, result.prediction))
-                continue
-            exc = result.error or RuntimeError("the session returned no prediction")
-            entry.item.fail(*failure_of(exc))
-            self.executor.results.store_failure(entry.item, self.reports.metrics(entry))
-        if self.executor.events is not None:
-            BatchEvents(self.executor.events, []).flush()  # their text and progress are in Redis before their end
-        # Model time ends after the flush, as request-level's does (it flushes before it reads its clock).
-        successes: list[tuple[WorkItem, Prediction, JobMetrics]] = [
-            (entry.item, prediction, self.reports.metrics(entry)) for entry, prediction in done
-        ]
-        if successes:
-            self.executor.results.store_successes(successes)
-        won = {id(item) for item, _, _ in successes}
-        self.on_left(
-            [
-                (item, LeaveReason.finished if id(item) in won else LeaveReason.failed)
-                for item in (held[r.handle].item for r in results)
-            ]
-        )
-
-    def _drop_leavers(self, session: StepSession | None) -> None:
-        """Rows canceled (API or Celery revoke), past their deadline, or whose lease is lost leave before the step."""
-        now = self.clock()
-        leaving = leave_reasons(self._held, now, self.is_revoked)
-        if now - self._checked_at >= CANCEL_CHECK_S:
-            self._checked_at = now
-            leaving.update(read_leases(self.executor.store, self._held, set(leaving)))
-        if not leaving:
-            return
-        if session is not None:
-            session.drop(list(leaving))
-        gone = [(self._held.pop(job_id), reason) for job_id, reason in leaving.items()]
-        for held, reason in gone:
-            settle_leaver(self.executor, held, reason, self.reports.metrics(held))
-        self.on_left([(held.item, reason) for held, reason in gone])
-
     def _alone(self, items: list[WorkItem]) -> None:
+        """Rows that failed their session (or whose session crashed), each run request-level: its own status."""
         for item in items:
-            self.executor.run_alone(item)
+            self.parts.run_alone(item)
         if items:
             self.on_left([(item, LeaveReason.failover) for item in items])

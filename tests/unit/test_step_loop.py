@@ -25,8 +25,9 @@ from worker.executor import Executor
 from worker.job import WorkItem
 from worker.lifecycle import Left
 from worker.results import ResultStore
+from worker.row_leaving import CANCEL_CHECK_S
 from worker.shutdown import give_back_running
-from worker.step_loop import CANCEL_CHECK_S, StepRunner
+from worker.step_loop import StepRunner
 
 STEP_S = 0.1  # the fake clock's time per step: more than CANCEL_CHECK_S, so every boundary reads the statuses
 
@@ -41,7 +42,13 @@ class Loop:
     """A runner over a fake stepping runtime whose steps advance a fake clock and may run hooks (before step n)."""
 
     def __init__(
-        self, store: JobStore, source: str = "fake://", events: Any = None, max_batch_size: int = 8, ahead: bool = True
+        self,
+        store: JobStore,
+        source: str = "fake://",
+        events: Any = None,
+        max_batch_size: int = 8,
+        ahead: bool = True,
+        runtime_class: type[FakeSteppingRuntime] = FakeSteppingRuntime,
     ) -> None:
         spec = ModelSpec(
             id="fake-steps",
@@ -49,7 +56,7 @@ class Loop:
             source="x",
             batching=BatchingSettings(max_batch_size=max_batch_size),
         )
-        self.runtime = FakeSteppingRuntime(spec, source, None)
+        self.runtime = runtime_class(spec, source, None)
         self.runtime.load("cpu")
         self.clock = Clock(100.0)
         self.hooks: dict[int, Callable[[], None]] = {}
@@ -246,13 +253,7 @@ def test_a_row_canceled_while_its_step_failed_does_not_run_again(store, monkeypa
 
 
 def budget_loop(store: JobStore, source: str) -> Loop:
-    loop = Loop(store)
-    spec = loop.executor.spec
-    runtime = BudgetSteppingRuntime(spec, source, None)
-    runtime.load("cpu")
-    runtime.sleep = loop._sleep
-    loop.runtime = loop.executor.runtime = loop.runner.runtime = runtime
-    return loop
+    return Loop(store, source, runtime_class=BudgetSteppingRuntime)
 
 
 def test_a_step_out_of_memory_reruns_after_the_failed_session_is_freed(store):
