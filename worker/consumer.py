@@ -1,11 +1,13 @@
 """The batching consumer: a Celery task strategy that buffers messages and feeds the model thread.
 
 Celery calls our handler once per message in its event-loop thread, which stays the scheduler. The handler
-buffers the job; whenever the model is idle the batcher picks what starts: a request-level batch, or a step
-session for runtimes that iterate (worker/step_loop.py). While a session runs, buffered jobs of its step key join
-at its next step, as rows and the step-cost budget allow. Jobs are claimed here, in the loop thread, before they
-run or join; each job's result is stored on the model thread; back here each job's message is acknowledged, after
-its result is stored (never before). The listeners (worker/lifecycle.py) hear each job start, leave and settle.
+buffers the job; whenever the model is idle the batcher picks what starts: a request-level batch
+(worker/request_batches.py), or a step session for runtimes that iterate (worker/step_sessions.py, run by
+worker/step_loop.py). While a session runs, buffered jobs of its step key join at its next step, as rows and the
+step-cost budget allow. Jobs are claimed here, in the loop thread, before they run or join; each job's result is
+stored on the model thread; back here each job's message is acknowledged, after its result is stored (never before).
+The listeners (worker/lifecycle.py) hear each job start, leave and settle. A reconnect hands everything buffered to
+the next consumer (``retire``); a warm shutdown finishes what runs and gives the rest back (``drain``).
 """
 
 from __future__ import annotations
@@ -22,22 +24,22 @@ from worker.flower_events import FlowerEvents
 from worker.holdings import Holdings
 from worker.intake import give_back, monotonic_deadline, more_coming, schedule_key, to_item
 from worker.job import WorkItem
-from worker.lifecycle import Left
 from worker.listeners import compose
 from worker.loader import Loaded
-from worker.metrics import record_policy
 from worker.model_thread import HandBack, ModelThread
+from worker.request_batches import RequestBatches
 from worker.scheduling import Schedule, StepKey
 from worker.settlement import Settlement
 from worker.shutdown import give_back_running
-from worker.step_loop import StepRunner
+from worker.step_sessions import StepSessions
 
 log = logging.getLogger("genq.batching")
 
 
 class BatchingConsumer:
     def __init__(self, loaded: Loaded, consumer: Any, model: ModelThread, holdings: Holdings) -> None:
-        self.loaded, self.consumer = loaded, consumer
+        self.loaded = loaded
+        self.consumer = consumer
         self.holdings = holdings  # one per process, shared across reconnects, like the model thread
         self.retired = False  # replaced after a reconnect: its buffered messages died with the old channel
         self.executor = loaded.executor
@@ -52,19 +54,36 @@ class BatchingConsumer:
         # credit 4 capped batches at 4 (measured: batches of 3 and 1 with 28 jobs waiting). Celery's Tasks
         # step reads this right after building the strategies, on every (re)connect.
         consumer.initial_prefetch_count = batching.buffer_size
-        self.running: list[WorkItem] = []  # the running batch, or the rows in (or offered to) the running session
-        self.session: StepRunner | None = None
-        self.ready: list[WorkItem] = []  # claimed for a session that ended before they joined: they start next
         self.successor: BatchingConsumer | None = None
         self._timer_generation = 0
         self._timer_deadline: float | None = None
-        self._busy_s = 0.0
         # Rows must settle before the session that held them ends: hand-backs run in the order they were made.
-        self._hand_back = HandBack(lambda callback: consumer.controller.hub.call_soon(callback))
+        hand_back = HandBack(lambda callback: consumer.controller.hub.call_soon(callback))
         self.flower = FlowerEvents(consumer)
         self.listeners = compose(loaded.spec, loaded.webhooks, self.flower, self._learner)
         self.settlement = Settlement(loaded, consumer, holdings, self.listeners, self.held)
         self.claims = Claims(self.executor, consumer, self.settlement)
+        self.batches = RequestBatches(
+            loaded,
+            model,
+            self.settlement,
+            self.listeners,
+            learner=self._learner,
+            hand_back=hand_back,
+            start_next=self._start_next,
+        )
+        self.sessions = StepSessions(
+            loaded,
+            model,
+            self.batcher,
+            self.claims,
+            self.settlement,
+            self.listeners,
+            learner=self._learner,
+            hand_back=hand_back,
+            start_next=self._start_next,
+            is_revoked=self._revoked,
+        )
 
     # --- Celery's side: one call per message ---------------------------------------------
 
@@ -86,8 +105,8 @@ class BatchingConsumer:
             return
         self.buffer(item)
         # The held count is reported per batch (start and settle), not per message: a Redis round trip each.
-        if self.session is not None:
-            self.offer_joiners()
+        if self.sessions.active:
+            self.sessions.offer_joiners()
         self.maybe_run()
 
     def buffer(self, item: WorkItem) -> None:
@@ -110,23 +129,26 @@ class BatchingConsumer:
 
     # --- choosing what starts ------------------------------------------------------------
 
+    @property
+    def running(self) -> list[WorkItem]:
+        """What the model runs now: the request-level batch, or the rows in (or offered to) the step session."""
+        return self.batches.running + self.sessions.rows
+
     def held(self) -> int:
         """Messages this worker holds unacknowledged (for queue depth and the heartbeat)."""
-        return len(self.batcher) + len(self.running) + len(self.ready)
+        return len(self.batcher) + len(self.running) + len(self.sessions.ready)
 
     def maybe_run(self) -> bool:
         """If the model is idle, start the batch or session the rules pick, or arm the deadline timer.
 
         True if something started: the held count is then reported already.
         """
-        while not self.retired and self.session is None and not self.running and not self.model.busy:
+        while not self.retired and not self.sessions.active and not self.running and not self.model.busy:
             if (retry_at := self.claims.backing_off()) is not None:  # a claim failed just now: Redis is away
                 self._arm_timer(retry_at)
                 return False
-            if self.ready:  # claimed already: they missed a session that was ending
-                ready, self.ready = self.ready, []
-                assert isinstance(key := ready[0].key, StepKey), "only a session's joiners wait ready"
-                self._start_session(key, ready)
+            if self.sessions.ready:  # claimed already: they missed a session that was ending
+                self.sessions.start_ready()
                 self.settlement.report_held()
                 return True
             if not len(self.batcher):
@@ -138,114 +160,24 @@ class BatchingConsumer:
             admitted = self.claims.claim(decision.batch, self.batcher)
             if admitted:
                 if isinstance(key := admitted[0].key, StepKey):
-                    self._start_session(key, admitted)
+                    self.sessions.start(key, admitted)
                 else:
-                    self._start_batch(admitted)
+                    self.batches.start(admitted)
             self.settlement.report_held()  # once per start: arrivals since the last report, and this start
             if admitted:
                 return True
         return False
 
-    # --- request-level batches -----------------------------------------------------------
-
-    def _start_batch(self, batch: list[WorkItem]) -> None:
-        self.running = batch
-        self.model.submit(lambda: self._execute_timed(batch), self._threadsafe(self._batch_done))
-        self.listeners.started(batch)  # after the model has its work: it need not wait for them
-
-    def _execute_timed(self, batch: list[WorkItem]) -> None:
-        """On the model thread: the batch, and how long it kept the model busy (the policy learns from it)."""
-        started = time.perf_counter()
-        try:
-            self.executor.execute(batch)
-        finally:
-            self._busy_s = time.perf_counter() - started
-
-    def _batch_done(self) -> None:
-        batch, self.running = self.running, []
-        learner = self._learner()
-        learner.batch_done(sum(i.weight for i in batch if i.parsed is not None), self._busy_s)
-        record_policy(self.loaded.spec, learner.stats())
-        # Settled before the next starts: a start that fails (a claim in a Redis stall) must not leave it unacked.
-        self.settlement.settle(batch, report_held=False)
-        if not (self.successor or self).maybe_run():
-            self.settlement.report_held()  # a start reports it
-
-    # --- step sessions -------------------------------------------------------------------
-
-    def _start_session(self, key: StepKey, items: list[WorkItem]) -> None:
-        rows_left, room_ahead = self._threadsafe_rows(self._rows_left), self._threadsafe(self._room_ahead)
-        runner = StepRunner(self.executor, key.key, rows_left, is_revoked=self._revoked, on_room=room_ahead)
-        self.session, self.running = runner, list(items)
-        self.model.submit(partial(runner.run, items), self._threadsafe(self._session_done))
-        self.listeners.started(items)
-        self.offer_joiners()  # what else of its key fits (a session restarted from ``ready`` may have room)
-
-    def offer_joiners(self) -> bool:
-        """Buffered jobs of the session's key join at its next step as rows and budget allow; True if any did. The
-        places that free at the next step count as room (claimed ahead: they join the boundary those rows leave)."""
-        runner = self.session
-        if runner is None or self.retired or not runner.accepting or self.claims.backing_off() is not None:
-            return False
-        batching, ahead = self.loaded.spec.batching, runner.ahead
-        room = batching.max_batch_size - sum(i.weight for i in self.running) + ahead.weight
-        budget = batching.max_step_cost - sum(i.cost for i in self.running) + ahead.cost
-        items = self.batcher.take_joiners(StepKey(runner.key), room, budget)
-        if not items:
-            return False
-        admitted = self.claims.claim(items, self.batcher)
-        if admitted:
-            if runner.offer(admitted):
-                self.running += admitted
-                self.listeners.started(admitted)
-            else:  # the session ended meanwhile: they start the next one, claimed as they are
-                self.ready += admitted
-        self.settlement.report_held()
-        return True
-
-    def _rows_left(self, rows: list[Left]) -> None:
-        """Rows that left the session, their outcomes stored: settle them now, and let others take their place."""
-        reasons = {id(item): reason for item, reason in rows}
-        left = [(item, reasons[id(item)]) for item in self.running if id(item) in reasons]
-        if not left:  # settled inline already (a warm shutdown)
-            return
-        self.running = [item for item in self.running if id(item) not in reasons]
-        self.listeners.left(left)
-        self.settlement.settle([item for item, _ in left], report_held=False)
-        if not (self.successor or self).offer_joiners():
-            self.settlement.report_held()
-
-    def _room_ahead(self) -> None:
-        """A step left rows one step from their end: claim their successors now (nothing buffered: no claim)."""
-        if len(self.batcher):
-            self.offer_joiners()
-
-    def _session_done(self) -> None:
-        self.session = None
-        if self.running:  # rows the loop could not end (a result store that kept failing): settle what can be
-            log.error("a step session ended with %d rows not handed back", len(self.running))
-            batch, self.running = self.running, []
-            self.settlement.settle(batch)
-        learner = self._learner()
-        learner.idle()
-        record_policy(self.loaded.spec, learner.stats())
-        (self.successor or self).maybe_run()
+    def _start_next(self) -> bool:
+        """After a batch or a session: what starts next (the successor's choice, after a reconnect)."""
+        return (self.successor or self).maybe_run()
 
     def _revoked(self, job_id: str) -> bool:
         """Called from the model thread between steps: a set lookup on Celery's revoked ids."""
         return job_id in self.consumer.controller.state.revoked
 
-    # --- plumbing ------------------------------------------------------------------------
-
     def _learner(self) -> Batcher[WorkItem]:
         return self.successor.batcher if self.successor is not None else self.batcher
-
-    def _threadsafe(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """``callback`` run in the loop thread, called from the model thread."""
-        return lambda: self._hand_back(callback)
-
-    def _threadsafe_rows(self, callback: Callable[[list[Left]], None]) -> Callable[[list[Left]], None]:
-        return lambda rows: self._hand_back(partial(callback, rows))
 
     def _arm_timer(self, deadline: float | None) -> None:
         if deadline is None or deadline == self._timer_deadline:
@@ -262,6 +194,8 @@ class BatchingConsumer:
             self._timer_deadline = None
             self.maybe_run()
 
+    # --- a reconnect, and a warm shutdown ------------------------------------------------
+
     def retire(self, successor: BatchingConsumer) -> None:
         """Hand over to the consumer of a new connection, buffered jobs included.
 
@@ -269,32 +203,28 @@ class BatchingConsumer:
         run: a message popped just before Redis died exists nowhere else. Copies that Redis restores
         later are skipped by the claim. A running session admits no more: it drains, then the successor starts.
         """
-        self.retired, self.successor = True, successor
+        self.retired = True
+        self.successor = successor
         successor.batcher.adopt(self.batcher)
-        successor.ready += self.ready
-        self.ready = []
-        if self.session is not None:
-            self.session.close()
-
-    # --- warm shutdown -----------------------------------------------------------------
+        self.sessions.retire(successor.sessions)
 
     def drain(self, timeout: float) -> None:
         """Finish the running batch or session (no newcomers join) and ack it; buffered messages go back."""
-        if self.session is not None:  # newcomers that never joined (claimed ahead, say) go back as ``ready`` ones do
-            unjoined = {id(item): item for item in self.session.take_back()}
-            self.running = [item for item in self.running if id(item) not in unjoined]
-            self.ready += unjoined.values()
+        self.sessions.take_back()  # newcomers that never joined (claimed ahead, say) go back as ``ready`` ones do
         if self.running:
             log.info("warm shutdown: finishing the running %d jobs", len(self.running))
             if not self.model.wait(timeout):
                 log.warning("running jobs did not finish in %.0f s: giving them back", timeout)
-                give_back_running(self.executor.store, self.running + self.ready)
+                give_back_running(self.executor.store, self.running + self.sessions.ready)
                 return
-            batch, self.running = self.running, []
-            self.settlement.settle(batch)
+            running = self.running  # settled here: a hand-back that runs later finds them gone (settled inline)
+            self.batches.running = []
+            self.sessions.rows = []
+            self.settlement.settle(running)
         self.settlement.retry()  # endings kept through an outage: a last try (else they come back counted)
-        if self.ready:  # claimed for a session that ended, never started: back to the queue, unleased
-            give_back_running(self.executor.store, self.ready)
+        ready = self.sessions.ready
+        if ready:  # claimed for a session that ended, never started: back to the queue, unleased
+            give_back_running(self.executor.store, ready)
         self.flower.release_received()  # Flower hears of every job this worker received, run or not
         self.flower.flush()
-        log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher) + len(self.ready))
+        log.info("warm shutdown: returning %d buffered jobs to the queue", len(self.batcher) + len(ready))

@@ -50,7 +50,7 @@ class Model:
     def finish(self, batching: BatchingConsumer) -> None:
         work, self.work = self.work, None
         work()
-        batching._batch_done()
+        batching.batches._done()
 
 
 class Executor:

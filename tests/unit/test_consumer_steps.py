@@ -16,6 +16,7 @@ from tests.batch_sim import Clock
 from tests.unit.consumer_fakes import Calls, Dispatcher, Executor, Model
 from worker import consumer as consumer_module
 from worker import settlement as settlement_module
+from worker import step_sessions as step_sessions_module
 from worker.batcher import FAIR_WAIT_FLOOR_S
 from worker.consumer import BatchingConsumer
 from worker.holdings import Holdings
@@ -73,7 +74,7 @@ class Claims(Executor):
 @pytest.fixture
 def setup(monkeypatch: pytest.MonkeyPatch) -> tuple[BatchingConsumer, Model, Dispatcher, Calls, Claims]:
     RUNNERS.clear()
-    monkeypatch.setattr(consumer_module, "StepRunner", Runner)
+    monkeypatch.setattr(step_sessions_module, "StepRunner", Runner)
     calls, executor = Calls(), Claims()
     spec = ModelSpec(
         id="m", kind=JobKind.text_to_image, source="x", batching=BatchingSettings(max_batch_size=3, policy="greedy")
@@ -115,8 +116,8 @@ def arrive(batching: BatchingConsumer, name: str, size: str = "64") -> WorkItem:
     batching.holdings.add(item)
     batching.flower.buffer_received(item)
     batching.buffer(item)
-    if batching.session is not None:
-        batching.offer_joiners()
+    if batching.sessions.active:
+        batching.sessions.offer_joiners()
     batching.maybe_run()
     return item
 
@@ -154,7 +155,7 @@ def test_a_session_stops_admitting_while_a_job_of_another_key_is_overdue(setup):
     assert runner.offered == []  # the session drains
     runner.leave(first)
     model.work = None  # the model thread is done with the session
-    batching._session_done()
+    batching.sessions._session_done()
     model.work()
     assert RUNNERS[-1].first == [odd]  # the overdue job's group starts next, before the fuller one
     assert batching.batcher.items() == [late]
@@ -196,10 +197,10 @@ def test_newcomers_claimed_as_the_session_ended_start_the_next_one_unclaimed_aga
     runner.leave(first)
     runner.ended = True  # the loop found nothing more and ended, just after the consumer looked
     late = arrive(batching, "late")
-    assert batching.ready == [late] and executor.claimed == ["first", "late"]
+    assert batching.sessions.ready == [late] and executor.claimed == ["first", "late"]
     assert batching.held() == 1
     model.work = None
-    batching._session_done()
+    batching.sessions._session_done()
     model.work()
     assert RUNNERS[-1].first == [late] and executor.claimed == ["first", "late"]  # claimed once
 
