@@ -42,8 +42,9 @@ class KindLimits(BaseModel):
 L = TypeVar("L", bound=KindLimits)
 
 
-class JobInput(BaseModel, Generic[L]):
-    """The base of every kind's input: ``limited_fields`` and ``limited_validators`` give a model's bounds."""
+class InputPart(BaseModel):
+    """A strict model a job input is made of (the input itself, or a part nested in it): unknown fields refused,
+    no coercion, yet an integral JSON number taken where an integer is documented."""
 
     # Unknown fields are typos more often than not: reject them and name them. Strict: a string where an
     # integer is documented is refused, not coerced ("16", true and "yes" are not numbers or booleans); an
@@ -53,12 +54,16 @@ class JobInput(BaseModel, Generic[L]):
     @model_validator(mode="before")
     @classmethod
     def _integral_numbers(cls, data: Any) -> Any:
-        # JSON has one number type, and JSON Schema counts 3.0 as the integer 3: a client may send it.
-        # 3.5, "3" and true are still refused where an integer is documented.
+        # JSON has one number type, and JSON Schema counts 3.0 as the integer 3: a client may send it (the fuzzer
+        # sent {"deepcache": {"interval": 1.0}}). 3.5, "3" and true are still refused where an integer is documented.
         if not isinstance(data, dict):
             return data
         ints = {name for name, f in cls.model_fields.items() if f.annotation in (int, int | None)}
         return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+
+class JobInput(InputPart, Generic[L]):
+    """The base of every kind's input: ``limited_fields`` and ``limited_validators`` give a model's bounds."""
 
     @classmethod
     def limited_fields(cls, lim: L) -> dict[str, Any]:

@@ -153,6 +153,7 @@ def fuzz_workers(fuzz_settings: Settings, log_dir: Path) -> Iterator[list[Worker
 #: a fresh seed. A failure prints its seed; add it here with the fix.
 REGRESSION_SEEDS: dict[int, str] = {
     3067587727: "199 of 800 POST /v1/jobs bodies generated, 86 jobs: the yield bound was of all cases, not submissions",
+    2285182896: "accel.deepcache.interval 1.0 refused: a nested part took no integral float (tasks/kinds/base.py)",
 }
 
 

@@ -6,11 +6,11 @@ import math
 from collections.abc import Set
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tasks.adapters import LoraList, check_lora_names_unique
-from tasks.kinds.base import SEED_MAX, JobInput, JobKind, Kind, KindLimits, OutputEntry
+from tasks.kinds.base import SEED_MAX, InputPart, JobInput, JobKind, Kind, KindLimits, OutputEntry
 from tasks.kinds.text_to_image.diffusion_limits import image_limits
 from tasks.kinds.text_to_image.modes import DEFAULT_STRENGTH, NEEDS_IMAGE, Mode, strength_of
 from tasks.media.images import IMAGE, ImageRef
@@ -23,10 +23,9 @@ Scheduler = Literal["default", "euler", "euler_a", "ddim", "pndm", "dpm++_2m", "
 MAX_DEEPCACHE_INTERVAL = 10  # past ~5 the published fidelity falls off (DeepCache paper); 10 bounds a typo
 
 
-class DeepCache(BaseModel):
+class DeepCache(InputPart):
     """Per-row deep feature caching (worker/runtimes/image/cache.py), under step-level scheduling."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     interval: int = Field(
         ge=1,
         le=MAX_DEEPCACHE_INTERVAL,
@@ -35,10 +34,9 @@ class DeepCache(BaseModel):
     )
 
 
-class Accel(BaseModel):
+class Accel(InputPart):
     """Speed for fidelity, per job: each opt-in says what it trades."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
     deepcache: DeepCache | None = None
 
 
