@@ -19,6 +19,7 @@ from genq.protocol import Config, Flow, NextEvent, OpenStream, Request, Sleep
 from tasks.events import EventType, StatusChange, TextPiece
 from tasks.kinds import TextGenerationOutput
 from tasks.schemas import Job, JobStatus, Progress
+from tasks.streamed_text import StreamedText
 
 READ_TIMEOUT_S = 60.0  # the server sends a keep-alive every 15 s: a minute of silence is a dead connection
 RECONNECTS = 3  # streams lost in a row before falling back to polling
@@ -30,33 +31,26 @@ OnText = Callable[[str], None]
 
 
 class TextSoFar:
-    """The job's text rebuilt from its pieces, and the part of it handed to ``on_text``.
-
-    Only extensions of what was handed on are handed on: a generation that starts over (a retried batch)
-    repeats nothing, and whatever the pieces missed comes from the finished job's output. A piece past the
-    text so far (the server's stream dropped the ones before it: a long job, a late reader) ends the pieces'
-    say: the rest comes from the output.
-    """
+    """The job's text as it is generated, handed to ``on_text`` (tasks/streamed_text.py rebuilds it from its
+    pieces); whatever the pieces missed comes from the finished job's output."""
 
     def __init__(self, on_text: OnText | None) -> None:
-        self.on_text, self.text, self.given = on_text, "", ""
-        self.gap = False
+        self.on_text = on_text
+        self.streamed = StreamedText()
 
     def piece(self, piece: TextPiece) -> None:
-        if self.gap or piece.offset > len(self.text):
-            self.gap = True
-            return
-        self.text = self.text[: piece.offset] + piece.text
-        self._give(self.text)
+        self._give(self.streamed.add(piece))
 
     def final(self, job: Job) -> None:
         if job.status == JobStatus.succeeded and isinstance(job.output, TextGenerationOutput):
-            self._give(job.output.text)
+            rest = self.streamed.rest(job.output.text)  # None: a rerun made other text; nothing more to give
+            if rest:
+                self._give(rest)
+                self.streamed.sent = job.output.text
 
-    def _give(self, text: str) -> None:
-        if self.on_text is not None and len(text) > len(self.given) and text.startswith(self.given):
-            self.on_text(text[len(self.given) :])
-            self.given = text
+    def _give(self, new: str) -> None:
+        if self.on_text is not None and new:
+            self.on_text(new)
 
 
 def follow(

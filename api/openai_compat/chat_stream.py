@@ -25,6 +25,7 @@ from api.sse import KEEPALIVE, data_text, sse_response
 from tasks.events import EventType, TextPiece
 from tasks.kinds import TextGenerationOutput
 from tasks.schemas import Job, JobStatus
+from tasks.streamed_text import StreamedChoices
 
 TOOL_OPEN = "<tool_call>"  # the demo chat template's tool-call format (notes: tools contract)
 
@@ -51,11 +52,10 @@ class ChatChunks:
 
     def __init__(self, head: dict[str, Any], req: ChatCompletionRequest, n: int) -> None:
         self.head, self.n = head, n
-        self.include_usage, self.hold_tools = req.include_usage, req.uses_tools
+        self.include_usage = req.include_usage
         # A forced call's text is its JSON without tags: all of it is held back, the call comes at the end.
-        self.hold_all = req.forces_tool_call
-        self.text = [""] * n  # each choice's text so far
-        self.sent = [""] * n  # the part of it the client has
+        shown = _nothing if req.forces_tool_call else _before_calls if req.uses_tools else _all
+        self.texts = StreamedChoices(n, shown)
         self.done = False
 
     def chunk(self, choices: list[dict[str, Any]]) -> str:
@@ -66,21 +66,13 @@ class ChatChunks:
 
     def stream(self, events: JobEventStream) -> Iterator[str]:
         yield self.chunk([_delta(i, {"role": "assistant", "content": ""}) for i in range(self.n)])
-        gap = False  # the stream lost entries this reader needed: the record tells the rest
         for event in events:
             if event is None:
                 yield KEEPALIVE
-            elif event.type == EventType.text and not gap:
-                piece = TextPiece.model_validate(event.data)
-                i = piece.index or 0
-                if i >= self.n or piece.offset > len(self.text[i]):
-                    gap = True
-                    continue
-                self.text[i] = self.text[i][: piece.offset] + piece.text
-                new = self._sendable(i)
+            elif event.type == EventType.text:
+                i, new = self.texts.add(TextPiece.model_validate(event.data))
                 if new:
                     yield self.chunk([_delta(i, {"content": new})])
-                    self.sent[i] += new
             elif event.type == EventType.status and JobStatus(event.data["status"]).terminal:
                 yield from self._end(Job.model_validate(event.data["job"]))
                 return
@@ -88,19 +80,6 @@ class ChatChunks:
                 self.done = True
                 yield data_text(error_body(str(event.data.get("message")), "server_error", str(event.data.get("code"))))
                 return
-
-    def _sendable(self, i: int) -> str:
-        """New text of choice i the client may have now; with tools, never what could start a tool call."""
-        text, sent = self.text[i], self.sent[i]
-        if self.hold_all or not text.startswith(sent):  # a restarted generation re-sends nothing
-            return ""
-        if self.hold_tools:
-            start = text.find(TOOL_OPEN)
-            if start >= 0:
-                text = text[:start]
-            else:
-                text = text[: len(text) - _open_prefix(text)]
-        return text[len(sent) :] if len(text) > len(sent) else ""
 
     def _end(self, job: Job) -> Iterator[str]:
         self.done = True
@@ -110,21 +89,19 @@ class ChatChunks:
         assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
         out = job.output.model_dump(mode="json")
         choices = choices_of(out)
-        if any(not _final(c).startswith(self.sent[c["index"]] if c["index"] < self.n else "") for c in choices):
+        rests = [self.texts.rest(c["index"], _final(c)) for c in choices]
+        if any(rest is None for rest in rests):
             yield data_text(diverged_error(job.id))
             return
-        for choice in choices:
-            yield from self._last(choice)
+        for choice, rest in zip(choices, rests, strict=True):
+            yield from self._last(choice, rest or "")
         if self.include_usage:
             yield data_text({**self.head, "choices": [], "usage": usage(out)})
         yield data_text("[DONE]")
 
-    def _last(self, choice: dict[str, Any]) -> Iterator[str]:
+    def _last(self, choice: dict[str, Any], rest: str) -> Iterator[str]:
         i = choice["index"]
         calls = (choice.get("message") or {}).get("tool_calls") or []
-        final = _final(choice)
-        sent = self.sent[i] if i < self.n else ""
-        rest = final[len(sent) :] if final.startswith(sent) else ""
         if rest:
             yield self.chunk([_delta(i, {"content": rest})])
         if calls:
@@ -134,6 +111,22 @@ class ChatChunks:
             yield self.chunk([_delta(i, {"tool_calls": deltas})])
         reason = "tool_calls" if calls else (choice.get("finish_reason") or "stop")
         yield self.chunk([{**_delta(i, {}), "logprobs": chat_logprobs(choice), "finish_reason": reason}])
+
+
+def _all(text: str) -> str:
+    return text
+
+
+def _nothing(text: str) -> str:
+    return ""
+
+
+def _before_calls(text: str) -> str:
+    """With tools, the text that cannot be part of a call: what precedes ``<tool_call>`` (or the start of one),
+    less trailing whitespace, which the content loses when a call follows (worker/runtimes/text/tool_calls.py)."""
+    start = text.find(TOOL_OPEN)
+    text = text[:start] if start >= 0 else text[: len(text) - _open_prefix(text)]
+    return text.rstrip()
 
 
 def _final(choice: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from tasks.kinds import SEED_MAX, JobKind, TextGenerationOutput
 from tasks.kinds.text_generation.messages import MAX_TOP_LOGPROBS
 from tasks.models_file import ModelSpec
 from tasks.schemas import Job, JobStatus, Priority
+from tasks.streamed_text import StreamedChoices
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 PARAMS = {"max_new_tokens": "max_tokens", "top_logprobs": "logprobs", "do_sample": "temperature"}
@@ -127,43 +128,35 @@ def _opened(chunks: Iterator[str]) -> Iterator[str]:
 def _chunks(events: JobEventStream, head: dict[str, Any], include_usage: bool, n: int) -> Iterator[str]:
     """OpenAI's chunks from the job's events: new text as it comes (each choice's ``index``), the finish reasons,
     usage, ``[DONE]``."""
-    text, sent = [""] * n, [""] * n  # each choice's text so far; the part of it the client has
-    gap = False  # the stream lost entries this reader needed (its cap trimmed the head): the record tells the rest
+    texts = StreamedChoices(n)
     for event in events:
         if event is None:
             yield KEEPALIVE
-        elif event.type == EventType.text and not gap:
-            piece = TextPiece.model_validate(event.data)
-            i = piece.index or 0
-            if i >= n or piece.offset > len(text[i]):  # a piece of text after some this reader never saw
-                gap = True
-                continue
-            text[i] = text[i][: piece.offset] + piece.text
-            if text[i].startswith(sent[i]) and len(text[i]) > len(sent[i]):  # a restarted generation re-sends nothing
-                yield data_text({**head, "choices": [_choice(i, text[i][len(sent[i]) :], None)]})
-                sent[i] = text[i]
+        elif event.type == EventType.text:
+            i, new = texts.add(TextPiece.model_validate(event.data))
+            if new:
+                yield data_text({**head, "choices": [_choice(i, new, None)]})
         elif event.type == EventType.status and JobStatus(event.data["status"]).terminal:
-            yield from _end(Job.model_validate(event.data["job"]), head, sent, include_usage)
+            yield from _end(Job.model_validate(event.data["job"]), head, texts, include_usage)
             return
         elif event.type == EventType.error:
             yield data_text(error_body(str(event.data.get("message")), "server_error", str(event.data.get("code"))))
             return
 
 
-def _end(job: Job, head: dict[str, Any], sent: list[str], include_usage: bool) -> Iterator[str]:
+def _end(job: Job, head: dict[str, Any], texts: StreamedChoices, include_usage: bool) -> Iterator[str]:
     if job.status != JobStatus.succeeded:
         yield data_text(failed_job_error(job))
         return
     assert isinstance(job.output, TextGenerationOutput), "a succeeded text-generation job has a text output"
     out = job.output.model_dump(mode="json")
     choices = choices_of(out)
-    if any(not c["text"].startswith(sent[c["index"]] if c["index"] < len(sent) else "") for c in choices):
+    rests = [texts.rest(c["index"], c["text"]) for c in choices]
+    if any(rest is None for rest in rests):
         yield data_text(diverged_error(job.id))
         return
-    for c in choices:
-        i, final = c["index"], c["text"]
-        rest = final[len(sent[i]) :] if i < len(sent) else final  # whatever the events did not carry
-        yield data_text({**head, "choices": [_choice(i, rest, c.get("finish_reason") or "stop", c)]})
+    for c, rest in zip(choices, rests, strict=True):  # whatever the events did not carry
+        yield data_text({**head, "choices": [_choice(c["index"], rest or "", c.get("finish_reason") or "stop", c)]})
     if include_usage:
         yield data_text({**head, "choices": [], "usage": usage(out)})
     yield data_text("[DONE]")

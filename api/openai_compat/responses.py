@@ -3,7 +3,8 @@
 A response is a job: ``resp_<job id>``, owned by the key that made it (another key's id is a 404, as for jobs),
 kept as long as the job record is (``result_ttl_s`` after it ends; the README says so). ``background: true``
 answers at once with status ``queued``; ``GET /responses/{id}`` reads it, ``?stream=true&starting_after=N``
-replays its event stream after event N (numbered the same way on every read: responses_events.py);
+replays its event stream after event N (numbered the same way on every read while the job's events are kept,
+an ``error`` event after: responses_events.py);
 ``POST /responses/{id}/cancel`` cancels the job (its rows stop at the next step); ``DELETE`` removes the record.
 """
 
@@ -109,7 +110,7 @@ def _events_response(record: JobRecord, watch: Any, starting_after: int, backgro
     holds_text = bool(record.input.get("tools"))
 
     def chunks() -> Iterator[str]:
-        for event in response_events(iter(stream), head, holds_text):
+        for event in response_events(iter(stream), head, holds_text, starting_after):
             if not event:
                 yield KEEPALIVE
             elif event["sequence_number"] > starting_after:

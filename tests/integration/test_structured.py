@@ -113,7 +113,7 @@ def test_bad_structured_input_is_a_422_naming_the_field(live_api, extra, field):
     assert field in response.text
 
 
-def test_responses_plain_streamed_background_resumed(client, live_api, worker_for):
+def test_responses_plain_streamed_background_resumed(client, live_api, worker_for, store):
     worker_for("gpt2-demo")
     plain = client.responses.create(
         model="gpt2-demo", input="Hello", instructions="Be brief.", max_output_tokens=8, extra_body={"seed": 1}
@@ -143,6 +143,14 @@ def test_responses_plain_streamed_background_resumed(client, live_api, worker_fo
     rest = list(client.responses.retrieve(queued.id, stream=True, starting_after=3))
     assert [e.sequence_number for e in rest] == [e.sequence_number for e in every][4:]
     assert [e.type for e in rest] == [e.type for e in every][4:]
+    # Issue 43: the job's event stream expires 600 s after its last event while the response is kept a day. A
+    # resume after that gets one error event saying so, not a silent end (the stream's key deleted stands for it).
+    store.redis.delete(store.keys.event_stream(queued.id.removeprefix("resp_")))
+    late = list(client.responses.retrieve(queued.id, stream=True, starting_after=3))
+    assert [(e.type, e.code, e.sequence_number) for e in late] == [("error", "events_expired", 4)]
+    whole = list(client.responses.retrieve(queued.id, stream=True))
+    assert whole[-1].type in ("response.completed", "response.incomplete")
+    assert "".join(e.delta for e in whole if e.type == "response.output_text.delta") == got.output_text
     tool = {"type": "function", "name": "get_weather", "parameters": TOOL["function"]["parameters"]}
     # Room for the whole call: unseeded, the city's random characters took more than the default tokens 1 time in 10.
     called = client.responses.create(

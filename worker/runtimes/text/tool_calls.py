@@ -4,7 +4,8 @@ The demo chat template's format (worker/demo_models/gpt2.py): the model writes e
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. A ``required`` or named ``tool_choice`` constrains
 the whole answer to one call's JSON (``tasks/kinds/text_generation/tools.py:tool_call_format``): the text is that JSON.
 ``auto`` lets the model choose; its text is searched for ``<tool_call>`` blocks afterwards (those that parse as a call
-to a declared tool become calls; the text before the first is the content, the text after the calls is dropped).
+to a declared tool become calls; the text before the first, less trailing whitespace, is the content, the text after
+the calls is dropped).
 
 ``parallel_tool_calls: false``: a forced answer is one call by its grammar either way; under ``auto`` only the first
 call is kept, and whatever the model wrote after it (further calls included) is dropped, as if it had stopped there.
@@ -88,5 +89,7 @@ def read_calls(
                 break
     if not calls:
         return text, []
-    content = text[: text.find("<tool_call>")].strip()
+    # The text before the first call, as streamed (api/openai_compat/chat_stream.py holds back only its trailing
+    # whitespace): stripping its start too would make the streamed content differ from the final one.
+    content = text[: text.find("<tool_call>")].rstrip()
     return content or None, calls
