@@ -17,7 +17,8 @@ from flask import Response, current_app, jsonify, request
 
 from api.event_stream import JobEventStream
 from api.openai_compat.jobs import accept, accept_streamed, finished, parse, served_model, succeeded
-from api.openai_compat.responses_events import job_id_of, response_events, response_id, response_object
+from api.openai_compat.response_object import job_id_of, response_id, response_object
+from api.openai_compat.responses_events import response_events
 from api.openai_compat.responses_request import PARAMS, ResponsesRequest
 from api.owned_jobs import owned_record
 from api.services import services

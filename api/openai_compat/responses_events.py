@@ -1,8 +1,9 @@
-"""A genq text job as an OpenAI Response object, and its events as the Responses stream (issue 32).
+"""A genq text job's events as the OpenAI Responses stream (issue 32).
 
 The events are derived from the job's stored event stream (api/event_stream.py) read from its start, so the same
-job always yields the same numbered events: a client that lost its stream resumes with ``starting_after=N`` and
-gets exactly the events after N (none lost, none repeated), however many times it reconnects. Text is streamed as
+job always yields the same numbered events while that stream is kept: a client that lost its stream resumes with
+``starting_after=N`` and gets exactly the events after N (none lost, none repeated), however many times it
+reconnects, or one ``error`` event once they can no longer be told (``response_events``). Text is streamed as
 ``response.output_text.delta``; a job with tools holds its text back (it may be a call) and, at the end, sends each
 call as a ``function_call`` item with one ``response.function_call_arguments.delta``.
 """
@@ -13,86 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from api.openai_compat.errors import diverged_message
+from api.openai_compat.response_object import message_id, message_item
 from tasks.events import EVENTS_TTL_S, EventType, TextPiece
 from tasks.schemas import JobStatus
 from tasks.streamed_text import StreamedText
-
-_STATUS = {
-    JobStatus.queued: "queued",
-    JobStatus.running: "in_progress",
-    JobStatus.succeeded: "completed",
-    JobStatus.failed: "failed",
-    JobStatus.canceled: "cancelled",
-    JobStatus.expired: "failed",
-}
-
-
-def response_id(job_id: str) -> str:
-    return f"resp_{job_id}"
-
-
-def job_id_of(resp_id: str) -> str | None:
-    return resp_id.removeprefix("resp_") if resp_id.startswith("resp_") else None
-
-
-def output_items(job_id: str, out: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The response's ``output``: the assistant's message (its text) and/or its function calls."""
-    if not out:
-        return []
-    message = out.get("message") or {"content": out.get("text", "")}
-    items: list[dict[str, Any]] = []
-    if message.get("content") is not None:
-        items.append(_message_item(job_id, str(message["content"]), "completed"))
-    for call in message.get("tool_calls") or []:
-        items.append(_call_item(call, "completed"))
-    return items
-
-
-def response_object(record: Any, background: bool = False) -> dict[str, Any]:
-    """The Response of a job record (``JobRecord`` or a public ``Job``)."""
-    status = _STATUS[JobStatus(record.status)]
-    out = record.output if isinstance(record.output, dict) else (record.output.model_dump() if record.output else None)
-    inp = record.input if isinstance(record.input, dict) else record.input.model_dump(by_alias=True)
-    incomplete = None
-    if status == "completed" and out and out.get("finish_reason") == "length":
-        status, incomplete = "incomplete", {"reason": "max_output_tokens"}
-    items = output_items(record.id, out) if status in ("completed", "incomplete") else []
-    error = None
-    if status == "failed" and getattr(record, "error", None) is not None:
-        error = {"code": "server_error", "message": f"{record.error.code}: {record.error.message}"}
-    messages = inp.get("messages") or []
-    instructions = messages[0]["content"] if messages and messages[0].get("role") == "system" else None
-    prompt_tokens, tokens = int((out or {}).get("prompt_tokens", 0)), int((out or {}).get("tokens", 0))
-    return {
-        "id": response_id(record.id),
-        "object": "response",
-        "created_at": int(record.created_at),
-        "status": status,
-        "background": background,
-        "model": record.model,
-        "output": items,
-        "output_text": "".join(part["text"] for item in items if item["type"] == "message" for part in item["content"]),
-        "instructions": instructions,
-        "max_output_tokens": inp.get("max_new_tokens"),
-        "temperature": inp.get("temperature", 1.0) if inp.get("do_sample") else 0.0,
-        "top_p": inp.get("top_p", 1.0),
-        "tools": [{"type": "function", **tool["function"]} for tool in inp.get("tools") or []],
-        "tool_choice": inp.get("tool_choice") or "auto",
-        "parallel_tool_calls": inp.get("parallel_tool_calls", True),
-        "text": {"format": _flat_format(inp.get("response_format"))},
-        "error": error,
-        "incomplete_details": incomplete,
-        "metadata": {},
-        "previous_response_id": None,
-        "store": True,
-        "usage": {
-            "input_tokens": prompt_tokens,
-            "output_tokens": tokens,
-            "total_tokens": prompt_tokens + tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        },
-    }
 
 
 def response_events(
@@ -130,7 +55,7 @@ def response_events(
             yield {
                 "type": "response.output_text.delta",
                 "sequence_number": seq(),
-                "item_id": _msg_id(job_id),
+                "item_id": message_id(job_id),
                 "output_index": 0,
                 "content_index": 0,
                 "delta": delta,
@@ -185,14 +110,14 @@ def _message_text(final: dict[str, Any]) -> str:
 
 
 def _open_message(job_id: str, seq: _Numbers) -> Iterator[dict[str, Any]]:
-    item = _message_item(job_id, "", "in_progress")
+    item = message_item(job_id, "", "in_progress")
     item["content"] = []
     yield {"type": "response.output_item.added", "sequence_number": seq(), "output_index": 0, "item": item}
     part = {"type": "output_text", "text": "", "annotations": []}
     yield {
         "type": "response.content_part.added",
         "sequence_number": seq(),
-        "item_id": _msg_id(job_id),
+        "item_id": message_id(job_id),
         "output_index": 0,
         "content_index": 0,
         "part": part,
@@ -266,36 +191,3 @@ def _close(job_id: str, final: dict[str, Any], sent: str, opened: bool, seq: _Nu
         final["status"], "response.failed"
     )
     yield {"type": kind, "sequence_number": seq(), "response": final}
-
-
-def _msg_id(job_id: str) -> str:
-    return f"msg_{job_id}"
-
-
-def _message_item(job_id: str, text: str, status: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": _msg_id(job_id),
-        "status": status,
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
-
-
-def _call_item(call: dict[str, Any], status: str) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": f"fc_{call['id'].removeprefix('call_')}",
-        "call_id": call["id"],
-        "name": call["function"]["name"],
-        "arguments": call["function"]["arguments"],
-        "status": status,
-    }
-
-
-def _flat_format(fmt: dict[str, Any] | None) -> dict[str, Any]:
-    if not fmt:
-        return {"type": "text"}
-    if fmt.get("type") == "json_schema":
-        return {"type": "json_schema", **fmt["json_schema"]}
-    return dict(fmt)

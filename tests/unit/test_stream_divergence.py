@@ -14,7 +14,8 @@ from openai.types.chat import ChatCompletionChunk
 from api.openai_compat.chat_request import ChatCompletionRequest
 from api.openai_compat.chat_stream import ChatChunks
 from api.openai_compat.completions import _chunks
-from api.openai_compat.responses_events import _message_item, response_events
+from api.openai_compat.response_object import message_item
+from api.openai_compat.responses_events import response_events
 from tasks.events import EventType, JobEvent
 from tasks.schemas import Job
 from worker.runtimes.text.tool_calls import read_calls
@@ -126,7 +127,7 @@ def test_a_tool_answer_without_a_call_streams_its_whole_text():
 
 
 def responses(pieces: list[tuple[int, str]], text: str, starting_after: int = -1) -> list[dict[str, Any]]:
-    final = {"id": "resp_j1", "status": "completed", "output": [_message_item("j1", text, "completed")]}
+    final = {"id": "resp_j1", "status": "completed", "output": [message_item("j1", text, "completed")]}
     head = {"id": "resp_j1", "status": "queued"}
     return [e for e in response_events(iter(events(pieces, final)), head, False, starting_after) if e]
 
