@@ -41,7 +41,7 @@ def stream_chat(req: ChatCompletionRequest, spec: Any, inp: dict[str, Any]) -> R
 
     def close() -> None:
         events.close()
-        if not chunks.done:  # the client left mid-answer: nobody reads the rest, stop its rows (unless a retry reads)
+        if not chunks.done:  # the client left mid-answer: nobody reads the rest, stop its rows
             leave()
 
     return sse_response(chunks.stream(events), on_close=close)

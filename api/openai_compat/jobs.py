@@ -120,39 +120,22 @@ def accept_streamed(
     """Submit a streamed call's job, watching its channels first: no event of the job can come before the stream
     listens. Beyond the process's or the key's share of held requests: 503 with Retry-After.
 
-    A retry of the openai package's (``x-stainless-retry-count``) attaches to the job its first attempt started,
-    streaming its events from the first, as the non-streamed retry does (``run``). The third item is what to do
-    when the client leaves mid-answer: cancel the job, unless a later attempt of the call streams it now.
+    Every streamed attempt is a job of its own: its headers go out at once, so the openai package retries one
+    only when it made no job, or when its client never heard an answer that was sent (a job that another client
+    may be reading: never shared). The third item is what to do when the client leaves mid-answer: cancel the job.
     """
     svc = services()
     current_app.extensions["genq_stream_limit"].check()
-    owner, call, retries = current_owner(), identity(spec.id, inp, str(priority)), retry_count()
-    found = _attached_stream(owner, call) if retries > 0 else None
-    if found is None:
-        job_id = str(uuid.uuid4())
-        watch = _watch_job(job_id)
-        try:
-            record = accept(spec, inp, priority, params, job_id)
-        except Exception:
-            watch.close()
-            raise
-    else:
-        record, watch = found
-    mine = f"{record.id} {retries}"  # this attempt's mark: the latest attempt to stream the job
+    job_id = str(uuid.uuid4())
+    watch = _watch_job(job_id)
     try:
-        svc.idempotency.remember(owner, call, mine, math.ceil(answer_within_s(svc.settings)) + REMEMBER_EXTRA_S)
-    except (redis.RedisError, OSError) as exc:  # the job runs all the same; a retry would start another
-        log.warning("job %s: its streamed call's identity was not saved (%s)", record.id, exc)
+        record = accept(spec, inp, priority, params, job_id)
+    except Exception:
+        watch.close()
+        raise
 
     def leave() -> None:
-        try:
-            latest = svc.idempotency.recall(owner, call)
-        except (redis.RedisError, OSError):
-            latest = None
-        if latest in (None, mine):
-            svc.store.cancel(record.id)
-        else:
-            log.info("job %s: its stream's client left; a retry of the call streams it", record.id)
+        svc.store.cancel(record.id)
 
     return record, watch, leave
 
@@ -162,32 +145,11 @@ def _watch_job(job_id: str) -> Watch:
     return services().waiters.watch([keys.done_channel(job_id), keys.event_channel(job_id)], job_id)
 
 
-def _attached_stream(owner: str, call: str) -> tuple[JobRecord, Watch] | None:
-    """The job an earlier attempt of this streamed call started, watched (before its record is read: no event
-    is missed), unless it is gone or was canceled (its client left before this retry came: a new job)."""
-    svc = services()
-    found = svc.idempotency.recall(owner, call)
-    if not found:
-        return None
-    job_id = _job_id(found)
-    watch = _watch_job(job_id)
-    try:
-        record = svc.store.get(job_id)
-    except BaseException:
-        watch.close()
-        raise
-    if record is None or record.owner != owner or record.status == JobStatus.canceled:
-        watch.close()
-        return None
-    g.genq_job_id = record.id
-    log.info("job %s: a retried stream attaches to it", record.id)
-    return record, watch
-
-
 def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]) -> JobRecord:
     """Submit and wait: the succeeded job, or JobNotDone. The wait slot is taken first, so a call that could
-    not wait never leaves a job behind. A retry of the openai package's attaches to the job its first attempt
-    started (api/openai_compat/retries.py) and answers before the caller's own deadline."""
+    not wait never leaves a job behind. The answer comes before the caller's own deadline; a job whose wait ran
+    out is set aside, and a retry of the openai package's takes it instead of starting another
+    (api/openai_compat/retries.py)."""
     svc = services()
     with svc.waiters.slot() as free:
         if not free:
@@ -197,31 +159,37 @@ def run(spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mappin
             )
         wait_s, owner = answer_within_s(svc.settings), current_owner()
         call = identity(spec.id, inp, str(priority))
-        record = attached(owner, call) if retry_count() > 0 else None
+        record = taken_aside(owner, call) if retry_count() > 0 else None
         if record is None:
             record = accept(spec, inp, priority, params, wait_s=wait_s)
-            try:
-                svc.idempotency.remember(owner, call, record.id, math.ceil(wait_s) + REMEMBER_EXTRA_S)
-            except (redis.RedisError, OSError) as exc:  # the job runs all the same; a retry would start another
-                log.warning("job %s: its call's identity was not saved (%s)", record.id, exc)
-        return succeeded(finished(record, wait_s))
+        try:
+            done = finished(record, wait_s)
+        except JobNotDone as exc:
+            if exc.status == 504:  # still running: nobody has its answer yet
+                _set_aside(owner, call, record.id, wait_s)
+            raise
+        return succeeded(done)
 
 
-def attached(owner: str, call: str) -> JobRecord | None:
-    """The caller's job that an earlier attempt of this call started, while its record lives."""
+def taken_aside(owner: str, call: str) -> JobRecord | None:
+    """A job of the caller's that an earlier attempt of this call started and never delivered, while its record
+    lives and it may still end well (canceled or expired: a new job)."""
     svc = services()
-    found = svc.idempotency.recall(owner, call)
-    record = svc.store.get(_job_id(found)) if found else None
-    if record is None or record.owner != owner:
-        return None
-    g.genq_job_id = record.id
-    log.info("job %s: a retried call attaches to it", record.id)
-    return record
+    while (job_id := svc.idempotency.take_aside(owner, call)) is not None:
+        record = svc.store.get(job_id)
+        if record is None or record.owner != owner or record.status in (JobStatus.canceled, JobStatus.expired):
+            continue
+        g.genq_job_id = record.id
+        log.info("job %s: a retried call takes it", record.id)
+        return record
+    return None
 
 
-def _job_id(remembered: str) -> str:
-    """The job id of a call's remembered value (a streamed attempt adds its retry count after a space)."""
-    return remembered.split(" ", 1)[0]
+def _set_aside(owner: str, call: str, job_id: str, wait_s: float) -> None:
+    try:
+        services().idempotency.set_aside(owner, call, job_id, math.ceil(wait_s) + REMEMBER_EXTRA_S)
+    except (redis.RedisError, OSError) as exc:  # the job runs all the same; a retry starts another
+        log.warning("job %s: its call's identity was not saved (%s)", job_id, exc)
 
 
 def finished(record: JobRecord, wait_s: float | None = None) -> JobRecord:

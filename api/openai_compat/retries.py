@@ -3,8 +3,13 @@
 The ``openai`` package gives up on a call after its read timeout (600 s by default, sent as
 ``x-stainless-read-timeout``) and then sends it again, with ``x-stainless-retry-count`` counting the retries and no
 key of its own. A server that answers exactly at that timeout is never heard, and each retry would start another
-job. So an OpenAI-style call answers before its caller's deadline (``answer_within_s``), and a retry attaches to
-the job its first attempt started (``recall``), found by the request's identity (owner, model, input, priority).
+job. So an OpenAI-style call answers before its caller's deadline (``answer_within_s``), and a call whose wait ran
+out sets its job aside under the request's identity (owner, path, model, input, priority): a retry
+(``x-stainless-retry-count`` > 0) takes one such job instead of starting another.
+
+Nothing the package sends ties a retry to its first attempt, so identical calls of one key cannot be told apart:
+only a job whose answer nobody has had is taken, each at most once (tasks/store/idempotency.py). Two identical
+calls at once are two jobs, and a retry never gets an answer another call was given.
 """
 
 from __future__ import annotations

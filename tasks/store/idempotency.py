@@ -76,11 +76,16 @@ class IdempotencyBindings:
             return False
         return bool(self._scripts.run(SwapArgs(binding=self._key(owner, key), expected=current)))
 
-    def remember(self, owner: str, identity: str, job_id: str, ttl_s: int) -> None:
-        """The job an OpenAI-style call started, under its request's identity (api/openai_compat/retries.py)."""
-        self._client.set(self._keys.idempotency(owner, f"call-{identity}"), job_id, ex=max(1, ttl_s))
+    def set_aside(self, owner: str, identity: str, job_id: str, ttl_s: int) -> None:
+        """A job an OpenAI-style call started and did not deliver (its wait ran out): a retry of the call may take
+        it (api/openai_compat/retries.py). Each job set aside is taken at most once."""
+        aside = self._keys.idempotency(owner, f"aside-{identity}")
+        with self._client.pipeline(transaction=True) as pipe:
+            pipe.rpush(aside, job_id)
+            pipe.expire(aside, max(1, ttl_s))
+            pipe.execute()
 
-    def recall(self, owner: str, identity: str) -> str | None:
-        """The job the last call with this identity started, while it is remembered."""
-        found = self._client.get(self._keys.idempotency(owner, f"call-{identity}"))
+    def take_aside(self, owner: str, identity: str) -> str | None:
+        """The oldest job set aside under ``identity``, now no longer there (LPOP: of two retries, one gets it)."""
+        found = self._client.lpop(self._keys.idempotency(owner, f"aside-{identity}"))
         return found.decode() if isinstance(found, bytes) else None

@@ -1,9 +1,10 @@
 """The openai package's timeouts and retries against genq: an answer before the caller's own deadline, and a
-retry that attaches to the job its first attempt started instead of starting another (no worker: the jobs
-stay queued, as a slow model's do)."""
+retry that takes the job an attempt started and never delivered instead of starting another, but never a job
+another call is reading or was answered with (no worker: the jobs stay queued, as a slow model's do)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,16 +24,29 @@ def private(tmp_path, settings) -> Iterator[Private]:
         yield own
 
 
-def call(private: Private, text: str, retry: int) -> tuple[float, object]:
-    headers = {"x-stainless-read-timeout": "2", "x-stainless-retry-count": str(retry)}
+def call(private: Private, text: str, retry: int, timeout: str = "2") -> tuple[float, object]:
+    headers = {"x-stainless-read-timeout": timeout, "x-stainless-retry-count": str(retry)}
     started = time.monotonic()
     response = private.client.post("/openai/v1/embeddings", json={"model": "minilm", "input": text}, headers=headers)
     return time.monotonic() - started, response
 
 
-def test_a_call_answers_before_its_callers_read_timeout_and_its_retry_attaches(private):
+def job_of(private: Private, tag: str) -> str:
+    """The id of the job whose input holds ``tag``, once it is there."""
+    deadline = time.monotonic() + 10
+    while not private.jobs_with(tag) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [key] = private.jobs_with(tag)
+    return key.decode().rsplit(":", 1)[-1]
+
+
+def test_a_call_answers_before_its_callers_read_timeout_and_its_retry_takes_its_job(private):
     tag = uuid.uuid4().hex
+    # A worker claims the job as it is submitted (this test plays it): running past the call's wait.
+    claim = threading.Thread(target=lambda: private.svc.store.leases.claim_many([(job_of(private, tag), "run1")]))
+    claim.start()
     took, first = call(private, tag, 0)
+    claim.join(10)
     assert first.status_code == 504 and took < 2.0, (took, first.json)  # heard, not a client-side timeout
     took, retried = call(private, tag, 1)
     assert retried.status_code == 504 and took < 2.0
@@ -40,6 +54,16 @@ def test_a_call_answers_before_its_callers_read_timeout_and_its_retry_attaches(p
     assert len(private.jobs_with(tag)) == 1  # one job for the call and its retry
     _, fresh = call(private, tag, 0)  # a new call (not a retry) with the same body is its own job
     assert fresh.headers["x-genq-job-id"] != first.headers["x-genq-job-id"] and len(private.jobs_with(tag)) == 2
+
+
+def test_a_retry_after_its_job_expired_unstarted_starts_anew(private):
+    """Nobody waits past the call's wait, so a job not started by then expires: its retry is a new job, not the
+    expired one answered again."""
+    tag = uuid.uuid4().hex
+    _, first = call(private, tag, 0)
+    assert first.status_code == 504
+    _, retried = call(private, tag, 1)
+    assert retried.headers["x-genq-job-id"] != first.headers["x-genq-job-id"]
 
 
 @pytest.fixture
@@ -66,36 +90,59 @@ def stream(private: Private, path: str, tag: str, retry: int) -> object:
 
 
 @pytest.mark.parametrize("path", list(STREAMED))
-def test_a_retried_stream_attaches_to_the_job_its_first_attempt_started(texts, path):
+def test_a_streamed_call_never_shares_its_job(texts, path):
+    """Issue 43: a retry of the package's attached to whatever job the same body had started, so identical calls
+    of one key streamed one job's text to each other. A streamed attempt is a job of its own."""
     tag = uuid.uuid4().hex
     first = stream(texts, path, tag, 0)
-    job_id = first.headers["x-genq-job-id"]
     retried = stream(texts, path, tag, 1)
     try:
-        assert retried.headers["x-genq-job-id"] == job_id
-        assert len(texts.jobs_with(tag)) == 1  # one job for the call and its retry
-        if path.endswith("chat/completions"):
-            assert job_id in next(iter(retried.response)).decode()  # its first chunk names the job
-        first.close()  # the first attempt's client is gone: its leaving does not cancel what the retry streams
-        assert texts.client.get(f"/v1/jobs/{job_id}").json["status"] == "queued"
+        assert retried.headers["x-genq-job-id"] != first.headers["x-genq-job-id"]
+        assert len(texts.jobs_with(tag)) == 2
     finally:
         first.close()
         retried.close()
-    fresh = stream(texts, path, tag, 0)  # a new call (not a retry) with the same body is its own job
-    fresh.close()
-    assert fresh.headers["x-genq-job-id"] != job_id and len(texts.jobs_with(tag)) == 2
 
 
-def test_a_retry_after_its_first_stream_was_canceled_starts_anew(texts):
+def test_a_stream_whose_client_left_cancels_its_job(texts):
     path = "/openai/v1/chat/completions"
     tag = uuid.uuid4().hex
     first = stream(texts, path, tag, 0)
-    first.close()  # the client left before the retry came: the job is canceled
+    first.close()  # the client left mid-answer: nobody reads the rest
     job_id = first.headers["x-genq-job-id"]
     assert texts.client.get(f"/v1/jobs/{job_id}").json["status"] == "canceled"
     retried = stream(texts, path, tag, 1)
     retried.close()
     assert retried.headers["x-genq-job-id"] != job_id
+
+
+def test_a_retry_never_gets_an_answer_another_attempt_was_given(private):
+    """Issue 43: the first call's job ended (canceled here, by another hand) and its caller was answered; a retry
+    with the same body took that job and answered it again. It is a new job now, and a job set aside (its wait ran
+    out) is taken by one retry only."""
+    tag = uuid.uuid4().hex
+    answers: list[object] = []
+    waiting = threading.Thread(target=lambda: answers.append(call(private, tag, 0, timeout="30")[1]))
+    waiting.start()
+    job_id = job_of(private, tag)
+    assert private.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    waiting.join(30)
+    [delivered] = answers
+    assert delivered.status_code == 500 and delivered.json["error"]["code"] == "canceled"  # the caller heard it
+    _, retried = call(private, tag, 1)
+    assert retried.headers["x-genq-job-id"] != job_id  # a job of its own, not the answer another call had
+
+    owner, identity = "someone", uuid.uuid4().hex
+    private.svc.idempotency.set_aside(owner, identity, "j1", 60)
+    def take() -> None:
+        answers.append(private.svc.idempotency.take_aside(owner, identity))
+
+    takers = [threading.Thread(target=take) for _ in range(2)]
+    for taker in takers:
+        taker.start()
+    for taker in takers:
+        taker.join(10)
+    assert sorted(map(str, answers[1:])) == ["None", "j1"]
 
 
 def test_a_call_whose_wait_loses_redis_answers_outcome_unknown_naming_its_job(private, monkeypatch):
