@@ -151,6 +151,7 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, own
         input=fields,
         webhook=body.webhook,
         webhook_events=list(body.webhook_events) if body.webhook else [],
+        metadata=body.metadata,
     )
 
 

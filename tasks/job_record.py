@@ -47,6 +47,7 @@ class JobRecord(BaseModel):
     metrics: JobMetrics | None = None
     webhook: str | None = None
     webhook_events: list[str] = []
+    metadata: dict[str, str] | None = None  # the caller's labels
 
     def public(self, sign: Signer | None = None) -> Job:
         """The job object a client sees (``public_job``)."""
@@ -72,6 +73,7 @@ def public_job(record: JobRecord, sign: Signer | None = None) -> Job:
         output=_output(record, sign),
         error=record.error,
         metrics=record.metrics,
+        metadata=record.metadata,
     )
 
 
@@ -93,7 +95,7 @@ def _output(record: JobRecord, sign: Signer | None) -> JobOutput | None:
         return None
 
 
-_JSON_FIELDS = ("input", "progress", "output", "binary_outputs", "error", "metrics", "webhook_events")
+_JSON_FIELDS = ("input", "progress", "output", "binary_outputs", "error", "metrics", "webhook_events", "metadata")
 
 
 def encode(fields: dict[str, Any]) -> dict[str, str]:

@@ -6,9 +6,9 @@ import functools
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, create_model
 
 from tasks.adapters import check_adapters_offered
 from tasks.errors import InvalidInput, UnknownModel
@@ -32,6 +32,12 @@ class JobStatus(StrEnum):
 
 Priority = Literal["high", "normal", "low"]
 WebhookEvent = Literal["start", "completed"]
+#: A caller's labels on a job, returned with it (OpenAI's ``metadata`` bounds: 16 pairs, 64-character keys,
+#: 512-character values).
+Metadata = Annotated[
+    dict[Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]],
+    Field(max_length=16, description="up to 16 labels of your own, returned with the job"),
+]
 
 
 class JobCreate(BaseModel):
@@ -48,6 +54,7 @@ class JobCreate(BaseModel):
     )
     webhook: str | None = Field(default=None, max_length=2048)
     webhook_events: list[WebhookEvent] = Field(default_factory=lambda: list[WebhookEvent](["completed"]))
+    metadata: Metadata | None = None
 
 
 def model_input(spec: ModelSpec) -> type[BaseModel]:
@@ -139,6 +146,7 @@ class Job(BaseModel):
     output: JobOutput | None = Field(default=None, description="a succeeded job's result, typed by its kind")
     error: JobErrorInfo | None = None
     metrics: JobMetrics | None = None
+    metadata: dict[str, str] | None = None
 
 
 class ErrorInfo(BaseModel):

@@ -95,6 +95,7 @@ def accept(
     params: Mapping[str, str],
     job_id: str | None = None,
     wait_s: float | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> JobRecord:
     """Submit the genq job behind a call; input errors name the OpenAI parameter (``params``: genq -> OpenAI)."""
     svc = services()
@@ -102,7 +103,7 @@ def accept(
         # Nobody waits past the call's wait: a job not started by then expires instead of running for no one.
         wait_s = answer_within_s(svc.settings) if wait_s is None else wait_s
         deadline_s = min(wait_s, spec.default_deadline_s or math.inf)
-        body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s)
+        body = JobCreate(model=spec.id, input=inp, priority=priority, deadline_s=deadline_s, metadata=metadata)
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
             check_adapters_offered(spec.id, spec.adapters, parsed, uploaded_of(svc))
@@ -115,7 +116,11 @@ def accept(
 
 
 def accept_streamed(
-    spec: ModelSpec, inp: dict[str, Any], priority: Priority, params: Mapping[str, str]
+    spec: ModelSpec,
+    inp: dict[str, Any],
+    priority: Priority,
+    params: Mapping[str, str],
+    metadata: dict[str, str] | None = None,
 ) -> tuple[JobRecord, Watch, Callable[[], None]]:
     """Submit a streamed call's job, watching its channels first: no event of the job can come before the stream
     listens. Beyond the process's or the key's share of held requests: 503 with Retry-After.
@@ -129,7 +134,7 @@ def accept_streamed(
     job_id = str(uuid.uuid4())
     watch = _watch_job(job_id)
     try:
-        record = accept(spec, inp, priority, params, job_id)
+        record = accept(spec, inp, priority, params, job_id, metadata=metadata)
     except Exception:
         watch.close()
         raise

@@ -37,7 +37,7 @@ def output_items(job_id: str, out: dict[str, Any] | None) -> list[dict[str, Any]
     return items
 
 
-def response_object(record: Any, background: bool = False) -> dict[str, Any]:
+def response_object(record: Any, background: bool = False, stored: bool = True) -> dict[str, Any]:
     """The Response of a job record (``JobRecord`` or a public ``Job``)."""
     status = _STATUS[JobStatus(record.status)]
     out = record.output if isinstance(record.output, dict) else (record.output.model_dump() if record.output else None)
@@ -71,9 +71,9 @@ def response_object(record: Any, background: bool = False) -> dict[str, Any]:
         "text": {"format": _flat_format(inp.get("response_format"))},
         "error": error,
         "incomplete_details": incomplete,
-        "metadata": {},
+        "metadata": record.metadata or {},
         "previous_response_id": None,
-        "store": True,
+        "store": stored,
         "usage": {
             "input_tokens": prompt_tokens,
             "output_tokens": tokens,

@@ -10,13 +10,15 @@ an ``error`` event after: responses_events.py);
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+import redis
 from flask import Response, current_app, jsonify, request
 
 from api.event_stream import JobEventStream
-from api.openai_compat.jobs import accept, accept_streamed, finished, parse, served_model, succeeded
+from api.openai_compat.jobs import accept, accept_streamed, finished, parse, served_model_and_adapter, succeeded
 from api.openai_compat.response_object import job_id_of, response_id, response_object
 from api.openai_compat.responses_events import response_events
 from api.openai_compat.responses_request import PARAMS, ResponsesRequest
@@ -25,26 +27,38 @@ from api.services import services
 from api.sse import KEEPALIVE, compact, sse_response
 from tasks.errors import InvalidInput, NotFound
 from tasks.kinds import JobKind
-from tasks.store.job_store import JobRecord
+from tasks.store.job_store import JobRecord, JobStore
+
+log = logging.getLogger(__name__)
 
 
 def create_response() -> Response:
     req: ResponsesRequest = parse(ResponsesRequest, request.get_json(silent=True))
-    spec = served_model(req.model, JobKind.text_generation)
-    inp = req.genq_input()
+    spec, adapter = served_model_and_adapter(req.model, JobKind.text_generation)
+    inp = req.genq_input() | ({} if adapter is None else {"adapter": adapter})
     if req.stream:
         return _stream_new(spec, inp, req)
     # Nobody waits on a background call's connection: its deadline is the OpenAI routes' own, never the read
     # timeout of the client that created it.
     wait_s = services().settings.openai_wait_s if req.background else None
-    record = accept(spec, inp, req.priority, PARAMS, wait_s=wait_s)
+    record = accept(spec, inp, req.priority, PARAMS, wait_s=wait_s, metadata=req.metadata)
     if req.background:
         return jsonify(response_object(record, background=True))
     with services().waiters.slot():
         record = finished(record)
+    if not req.store:
+        _forget(services().store, record)
     if record.status.value == "failed" and record.error and record.error.code == "invalid_input":
         succeeded(record)  # a 400 naming the job's error
-    return jsonify(response_object(record))
+    return jsonify(response_object(record, stored=req.store))
+
+
+def _forget(store: JobStore, record: JobRecord) -> None:
+    """``store: false``: the response is answered and then not kept (a later GET is a 404, as OpenAI's)."""
+    try:
+        store.delete(record)
+    except (redis.RedisError, OSError) as exc:  # answered all the same; the record expires with result_ttl_s
+        log.warning("job %s: an unstored response's record was not removed (%s)", record.id, exc)
 
 
 def retrieve_response(resp_id: str) -> Response:
@@ -89,8 +103,8 @@ def _owned(resp_id: str) -> JobRecord:
 
 
 def _stream_new(spec: Any, inp: dict[str, Any], req: ResponsesRequest) -> Response:
-    record, watch, _ = accept_streamed(spec, inp, req.priority, PARAMS)
-    return _events_response(record, watch, -1, background=req.background)
+    record, watch, _ = accept_streamed(spec, inp, req.priority, PARAMS, metadata=req.metadata)
+    return _events_response(record, watch, -1, background=req.background, forget=not req.store)
 
 
 def _stream(record: JobRecord, starting_after: int) -> Response:
@@ -103,10 +117,16 @@ def _stream(record: JobRecord, starting_after: int) -> Response:
     return _events_response(record, watch, starting_after)
 
 
-def _events_response(record: JobRecord, watch: Any, starting_after: int, background: bool = False) -> Response:
+def _events_response(
+    record: JobRecord, watch: Any, starting_after: int, background: bool = False, forget: bool = False
+) -> Response:
     svc = services()
-    stream = JobEventStream(svc.store, svc.events, watch, record.id, None, show=response_object)
-    head = response_object(record, background)
+
+    def show(final: JobRecord) -> dict[str, Any]:
+        return response_object(final, background, stored=not forget)
+
+    stream = JobEventStream(svc.store, svc.events, watch, record.id, None, show=show)
+    head = show(record)
     head["status"] = "queued" if not record.status.terminal else head["status"]
     holds_text = bool(record.input.get("tools"))
 
@@ -116,5 +136,7 @@ def _events_response(record: JobRecord, watch: Any, starting_after: int, backgro
                 yield KEEPALIVE
             elif event["sequence_number"] > starting_after:
                 yield f"event: {event['type']}\ndata: {compact(event)}\n\n"
+        if forget:  # the stream has the final Response (streamed after the request's context: svc, not services())
+            _forget(svc.store, record)
 
     return sse_response(chunks(), on_close=stream.close)

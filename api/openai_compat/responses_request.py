@@ -5,6 +5,10 @@
 (the tool's answer, by ``call_id``). ``instructions`` is a system message first. ``text.format`` is the structured
 output (``json_schema`` flat: ``{type, name, schema, strict}``), ``tools`` functions in the Responses' flat shape.
 ``previous_response_id`` is refused (400): a conversation is continued by sending its items again.
+
+As on the chat route, every field of OpenAI's request is named: honoured (``metadata`` is kept and returned,
+``store: false`` removes the response once it is answered), changing nothing for a self-hosted model (accepted), or
+refused with a 400 naming it when it would change the answer; an unknown field is a 400 too.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.errors import InvalidInput
 from tasks.kinds import SEED_MAX
-from tasks.schemas import Priority
+from tasks.schemas import Metadata, Priority
 
 PARAMS = {
     "max_new_tokens": "max_output_tokens",
@@ -26,13 +30,33 @@ PARAMS = {
 }
 
 
+#: Fields of OpenAI's request that would change the answer and that genq does not do, and why.
+UNSUPPORTED = {
+    "conversation": "conversations are not kept by genq: send the conversation's items in input",
+    "prompt": "stored prompt templates are not supported",
+    "reasoning": "reasoning options are not supported by genq's models",
+    "max_tool_calls": "max_tool_calls is not supported",
+    "top_logprobs": "logprobs are not supported on this route (the chat route gives them)",
+    "context_management": "context management is not supported",
+    "image": "image options are not supported on this route",
+    "moderation": "moderation is not supported",
+    "access_programs": "access programs are not supported",
+    "background_options": "background options are not supported",
+}
+
+
 class TextOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
     format: dict[str, Any] | None = None
+    verbosity: Literal["medium"] | None = Field(default=None, description="only the default: genq cannot honour others")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")  # include_obfuscation and later options change no token
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
     input: str | list[dict[str, Any]] = Field(min_length=1)
@@ -48,12 +72,37 @@ class ResponsesRequest(BaseModel):
     background: bool = False
     store: bool = True
     previous_response_id: str | None = None
-    metadata: dict[str, str] | None = None
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)  # genq's own, for extra_body
+    metadata: Metadata | None = None
+    stream_options: StreamOptions | None = None
+    include: list[str] | None = Field(default=None, max_length=0, description="no extra output is supported")
+    truncation: Literal["disabled"] | None = Field(default=None, description="a prompt that does not fit is a 400")
+    # Accepted, no effect on the tokens.
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    prompt_cache_options: Any = None
+    service_tier: str | None = None
+    # Refused when set (UNSUPPORTED).
+    conversation: Any = None
+    prompt: Any = None
+    reasoning: Any = None
+    max_tool_calls: Any = None
+    top_logprobs: Any = None
+    context_management: Any = None
+    image: Any = None
+    moderation: Any = None
+    access_programs: Any = None
+    background_options: Any = None
+    # genq's own, through extra_body.
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     priority: Priority = "normal"
 
     @model_validator(mode="after")
     def _supported(self) -> ResponsesRequest:
+        for name, why in UNSUPPORTED.items():
+            if getattr(self, name) is not None:
+                raise InvalidInput(f"{name}: {why}", field=name)
         if self.background and not self.store:
             raise InvalidInput("background: a background response must be stored (store: false)", field="background")
         if self.previous_response_id is not None:

@@ -97,6 +97,13 @@ def test_the_openai_routes_select_an_adapter_by_model_name(api, worker_for):
         assert response.json["choices"][0]["text"] == want
     refused = api.post("/openai/v1/completions", json={"model": "gpt2-demo:nope", "prompt": "x"})
     assert refused.status_code in (400, 404, 422) and "nope" in str(refused.json)
+    # Issue 43: the Responses route answered 404 for the adapter names the README says the OpenAI routes take.
+    for model in ("gpt2-demo:pirate", "pirate"):
+        body = {"model": model, "input": [{"role": "user", "content": "Hi"}], "max_output_tokens": 6}
+        response = api.post("/openai/v1/responses", json=body | {"temperature": 0})
+        assert response.status_code == 200, response.json
+        job = api.get(f"/v1/jobs/{response.json['id'].removeprefix('resp_')}").json
+        assert job["metrics"]["adapters"] == ["pirate"]
 
 
 def test_a_cache_of_one_adapter_evicts_and_keeps_every_job_correct(api, workers, settings, log_dir):

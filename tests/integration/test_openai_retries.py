@@ -134,6 +134,7 @@ def test_a_retry_never_gets_an_answer_another_attempt_was_given(private):
 
     owner, identity = "someone", uuid.uuid4().hex
     private.svc.idempotency.set_aside(owner, identity, "j1", 60)
+
     def take() -> None:
         answers.append(private.svc.idempotency.take_aside(owner, identity))
 

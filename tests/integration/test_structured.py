@@ -158,12 +158,37 @@ def test_responses_plain_streamed_background_resumed(client, live_api, worker_fo
     )
     (call,) = [item for item in called.output if item.type == "function_call"]
     jsonschema.validate(json.loads(call.arguments), TOOL["function"]["parameters"])
+    # Issue 43: metadata was dropped and store: false stored. Kept and returned; an unstored response is gone once
+    # answered.
+    labelled = client.responses.create(
+        model="gpt2-demo", input="Hi", max_output_tokens=4, metadata={"team": "search"}, background=True
+    )
+    assert labelled.metadata == {"team": "search"}
+    assert client.responses.retrieve(labelled.id).metadata == {"team": "search"}
+    unstored = client.responses.create(model="gpt2-demo", input="Hi", max_output_tokens=4, store=False)
+    assert unstored.store is False and unstored.output_text
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+    streamed = list(
+        client.responses.create(model="gpt2-demo", input="Hi", max_output_tokens=4, store=False, stream=True)
+    )
+    assert streamed[-1].response.store is False
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(streamed[-1].response.id)
     assert client.responses.delete(queued.id) is None
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(queued.id)
 
 
 def test_responses_refusals(client):
+    # Issue 43: the route ignored what it does not know, where chat answers 400 naming the field.
+    with pytest.raises(openai.BadRequestError, match="temprature"):
+        client.responses.create(model="gpt2-demo", input="x", extra_body={"temprature": 0})
+    for name, value in (("reasoning", {"effort": "low"}), ("top_logprobs", 2), ("truncation", "auto")):
+        with pytest.raises(openai.BadRequestError, match=name):
+            client.responses.create(model="gpt2-demo", input="x", **{name: value})
+    with pytest.raises(openai.BadRequestError, match="metadata"):
+        client.responses.create(model="gpt2-demo", input="x", metadata={str(k): "v" for k in range(17)})
     with pytest.raises(openai.BadRequestError, match="background"):
         client.responses.create(model="gpt2-demo", input="x", background=True, store=False)
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
