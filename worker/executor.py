@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tasks.adapters import adapters_used
-from tasks.errors import ErrorCode, GenqError, OutOfMemory
+from tasks.errors import ErrorCode, GenqError
 from tasks.input_checks import validate_input
 from tasks.models_file import ModelSpec
 from tasks.schemas import JobMetrics, JobStatus
@@ -21,6 +21,7 @@ from tasks.store.job_store import Claim, JobStore, Verdict
 from worker.events import BatchEvents, EventPublisher
 from worker.intake import deadline_at_claim
 from worker.job import WorkItem
+from worker.memory_errors import is_out_of_memory
 from worker.metrics import record_batch
 from worker.results import ResultStore
 from worker.runtimes.base import Prediction, Runtime
@@ -35,15 +36,6 @@ def _settled_status(claim: Claim) -> JobStatus | None:
     if claim.verdict == Verdict.expired:
         return JobStatus.expired
     return claim.before if claim.verdict == Verdict.done else None
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch.cuda.OutOfMemoryError and friends, recognised without importing torch."""
-    return (
-        isinstance(exc, OutOfMemory)
-        or type(exc).__name__ == "OutOfMemoryError"
-        or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
-    )
 
 
 def failure_of(exc: BaseException) -> tuple[ErrorCode, str]:

@@ -10,8 +10,8 @@ import logging
 import time
 
 from worker.events import BatchEvents, EventPublisher
-from worker.executor import is_out_of_memory
 from worker.job import WorkItem
+from worker.memory_errors import is_out_of_memory
 from worker.row_leaving import RowLeaving
 from worker.row_reports import HeldRow, RowReports
 from worker.runtimes.base import Row, Runtime, StepSession

@@ -23,9 +23,9 @@ from typing import Protocol
 from tasks.models_file import ModelSpec
 from tasks.store.job_store import JobStore
 from worker.events import EventPublisher
-from worker.executor import is_out_of_memory
 from worker.job import WorkItem
 from worker.lifecycle import LeaveReason, Left
+from worker.memory_errors import is_out_of_memory
 from worker.metrics import record_step
 from worker.results import ResultStore
 from worker.row_joining import RowJoining

@@ -236,3 +236,46 @@ def test_a_cache_that_cannot_splice_still_runs_request_level(
     session.admit([Row("first", inputs[0])])
     ended = session.admit([Row("second", inputs[1])])
     assert [(r.handle, type(r.error)) for r in ended] == [("second", TypeError)] and session.handles == ["first"]
+
+
+def test_newcomers_out_of_memory_beside_running_rows_wait_until_rows_leave(
+    textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: a newcomer whose admission ran out of memory beside running rows failed ``out_of_memory``. Its
+    prompt riding in the running rows' step waits (pending) until fewer rows are held; its prefill beside them
+    raises, so the step loop puts it back in the inbox (worker/row_joining.py). Every job still gets its tokens."""
+    from tests.device_budget import OutOfMemoryError
+    from worker.runtimes.text import packed_rows
+
+    long_job = TextGenerationInput(prompt="Hello", max_new_tokens=6, do_sample=True, seed=5)
+    short_job = TextGenerationInput(prompt="The quick brown fox", max_new_tokens=3, do_sample=True, seed=6)
+    real_step = packed_rows.step
+
+    def packed_out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise OutOfMemoryError("CUDA out of memory (simulated)")
+
+    session = textgen.open_session(())
+    session.admit([Row("long", long_job)])
+    monkeypatch.setattr(packed_rows, "step", packed_out_of_memory)
+    assert session.admit([Row("short", short_job)]) == []
+    assert steps(session, 2) == {} and session.progress()["short"] == (0, 3)  # waiting, not failed
+    monkeypatch.setattr(packed_rows, "step", real_step)
+    done = run_out(session, {})
+    assert done == {"long": alone(textgen, long_job), "short": alone(textgen, short_job)}
+
+    session = textgen.open_session(())
+    session.admit([Row("long", long_job)])
+    monkeypatch.setattr(session, "_packs", False)  # newcomers beside running rows get a prefill of their own
+    real_model = textgen.model
+
+    def model(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("past_key_values") is None:  # a prefill
+            raise OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_model(*args, **kwargs)
+
+    monkeypatch.setattr(textgen, "model", model)
+    with pytest.raises(OutOfMemoryError):
+        session.admit([Row("short", short_job)])
+    session.drop(["short"])  # what the step loop does before putting it back
+    monkeypatch.setattr(textgen, "model", real_model)
+    assert run_out(session, {}) == {"long": alone(textgen, long_job)}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from tasks.kinds import TextGenerationInput
 from worker.runtimes.base import Prediction
+from worker.runtimes.text.prompt_parts import PromptProgress
 from worker.runtimes.text.row_processors import RowProcessor
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ class Decoder(Protocol):
     packs_prompts: bool  # newcomers' prompts may ride in the running rows' step (packed_rows.py)
     adapters: AdapterCache | None  # the model's LoRAs; None: it serves none
 
+    def release_memory(self) -> None:
+        """Give what a failed attempt held back to the device (after an out-of-memory error)."""
+
     def grad_off(self) -> Any:
         """The context the model runs under."""
 
@@ -82,3 +86,17 @@ class Decoder(Protocol):
 
     def prediction(self, rows: list[DecodeRow]) -> Prediction:
         """A finished job's output from its rows (one per choice, in order)."""
+
+
+@dataclass
+class SessionRow:
+    """A row in the batch: its job's handle, decoding state (one choice) and streamer (None when nobody listens)."""
+
+    handle: str
+    state: DecodeRow
+    streamer: Any
+    choices: int = 1  # rows of its job
+    prompt: PromptProgress = field(init=False)  # while its prompt rides in steps beside running rows
+
+    def __post_init__(self) -> None:
+        self.prompt = PromptProgress(self.state.prompt_ids)

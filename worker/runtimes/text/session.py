@@ -14,29 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.kinds import TextGenerationInput
 from worker.adapters.session_rows import SessionAdapters, text_row
+from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
-from worker.runtimes.text.rows import Decoder, DecodeRow, GrammarFuture
+from worker.runtimes.text.rows import Decoder, DecodeRow, GrammarFuture, SessionRow
 from worker.runtimes.text.streaming import row_streamer
-
-
-@dataclass
-class _Held:
-    """A row in the batch: its job's handle, decoding state (one choice) and streamer (None when nobody listens)."""
-
-    handle: str
-    state: DecodeRow
-    streamer: Any
-    choices: int = 1  # rows of its job
-    prompt: prompt_parts.PromptProgress = field(init=False)  # while its prompt rides in steps beside running rows
-
-    def __post_init__(self) -> None:
-        self.prompt = prompt_parts.PromptProgress(self.state.prompt_ids)
 
 
 class TextStepSession(StepSession[TextGenerationInput]):
@@ -44,7 +30,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
 
     def __init__(self, runtime: Decoder) -> None:
         self.runtime = runtime
-        self._rows: list[_Held] = []
+        self._rows: list[SessionRow] = []
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
@@ -53,8 +39,9 @@ class TextStepSession(StepSession[TextGenerationInput]):
         # they join a later step while the running rows step on.
         self._parked: dict[str, Row[TextGenerationInput]] = {}
         self._grammars: dict[str, GrammarFuture | None] = {}  # each admitted-to-be job's grammar, by handle
-        self._pending: list[list[_Held]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
+        self._pending: list[list[SessionRow]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
         self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
+        self._pack_below: int | None = None  # pending prompts ran out of memory beside this many rows: fewer first
 
     @property
     def handles(self) -> list[str]:
@@ -75,7 +62,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         return done | {handle: (0, int(row.input.max_new_tokens)) for handle, row in self._parked.items()}
 
     @property
-    def _waiting(self) -> list[_Held]:
+    def _waiting(self) -> list[SessionRow]:
         """The rows of the jobs whose prompts ride in the next step."""
         return [held for job in self._pending for held in job]
 
@@ -101,11 +88,12 @@ class TextStepSession(StepSession[TextGenerationInput]):
                 now.append(row)
             else:
                 self._parked[row.handle] = row
-        return self._left(results + self._admit_now(now))
+        return self._left(results + self._admit_now(now, beside=bool(self._rows)))
 
-    def _admit_now(self, rows: Sequence[Row[TextGenerationInput]]) -> list[RowResult]:
+    def _admit_now(self, rows: Sequence[Row[TextGenerationInput]], beside: bool = False) -> list[RowResult]:
+        """``beside``: out of memory beside running rows raises (the newcomers wait: worker/row_joining.py)."""
         results: list[RowResult] = []
-        jobs: list[list[_Held]] = []
+        jobs: list[list[SessionRow]] = []
         for row in rows:
             try:
                 future = self._grammars.pop(row.handle, None)
@@ -115,7 +103,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
                 )
                 streamers = [row_streamer(self.runtime.tokenizer, row, st, len(states)) for st in states]
                 jobs.append(
-                    [_Held(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
+                    [SessionRow(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
                 )
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
@@ -123,9 +111,9 @@ class TextStepSession(StepSession[TextGenerationInput]):
         if self._rows and self._packs and kv_rows.splices(self._cache) and self.adapters.plain(handles):
             self._pending += jobs  # prefilled in the next steps' forwards
             return results
-        return results + self._prefill_jobs(jobs)
+        return results + self._prefill_jobs(jobs, beside)
 
-    def _prefill_jobs(self, jobs: list[list[_Held]]) -> list[RowResult]:
+    def _prefill_jobs(self, jobs: list[list[SessionRow]], beside: bool = False) -> list[RowResult]:
         """Prefill ``jobs`` together; a job that breaks the shared prefill is isolated (the others one by one)."""
         results: list[RowResult] = []
         groups = [jobs]
@@ -139,6 +127,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
             except Exception as error:
                 for job in group:
                     self._ended.pop(job[0].handle, None)
+                if beside and is_out_of_memory(error):
+                    raise
                 if len(group) == 1:
                     results.append(RowResult(group[0][0].handle, error=error))
                 else:  # isolate the job that broke the shared prefill: the others are admitted one by one
@@ -159,8 +149,16 @@ class TextStepSession(StepSession[TextGenerationInput]):
         for row in self._rows + self._waiting:  # grammar masks compute while the forward runs (grammar/processor.py)
             for processor in row.state.processors:
                 processor.prefetch()
-        if self._pending:
-            return self._left(ended + self._packed_step())
+        if self._pending and (self._pack_below is None or len(self._rows) < self._pack_below):
+            try:
+                ended += self._packed_step()
+                self._pack_below = None
+                return self._left(ended)
+            except Exception as error:  # newcomers' prompts beside the rows ran out: they wait until rows leave
+                if not is_out_of_memory(error):
+                    raise
+                self._pack_below = len(self._rows)
+                runtime.release_memory()
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = kv_rows.with_column(self._mask)
@@ -237,7 +235,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self.adapters.leave(result.handle for result in results)
         return results
 
-    def _prefill(self, group: list[_Held]) -> list[RowResult]:
+    def _prefill(self, group: list[SessionRow]) -> list[RowResult]:
         """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""
         import torch
 
@@ -266,7 +264,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
             self._rows += [group[pos] for pos in stay]
         return finished
 
-    def _advance(self, rows: list[_Held], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
+    def _advance(self, rows: list[SessionRow], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
         """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch).
         Returns the jobs whose last choice finished, and the finished rows (by ``id``)."""
         runtime = self.runtime
