@@ -33,8 +33,9 @@ from bench.text_steps import load_runtime  # noqa: E402
 from bench.workload import job_input  # noqa: E402
 from tasks.kinds import TextGenerationInput  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
+from worker.runtimes.text.rows import SessionRow  # noqa: E402
 from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
-from worker.runtimes.text.session import TextStepSession, _Held  # noqa: E402
+from worker.runtimes.text.session import TextStepSession  # noqa: E402
 
 SLOTS = 16
 
@@ -125,7 +126,7 @@ def decode_ms(runtime: TextGenerationRuntime, lengths: list[int], steps: int = 8
     for i, length in enumerate(lengths):
         state = runtime.decode_rows(TextGenerationInput(prompt="x", max_new_tokens=steps + 2, seed=i))[0]
         state.prompt_ids = [(7 * i + j) % 1000 + 10 for j in range(length)]
-        group.append(_Held(str(i), state, None))
+        group.append(SessionRow(str(i), state, None))
     with runtime.grad_off():
         session._prefill(group)
     model = timed(runtime)
