@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: install install-dev browser run test test-fast lint bench clean
+.PHONY: proxy install install-dev browser run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,16 @@ browser:
 	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; }; } || \
 	  echo "no Chromium (it needs root and apt-get): the browser test will be skipped"
 
-test: install-dev browser
+# The proxy test runs Debian's nginx in front of the API (api/proxy_conf.py): installed the same way, else it skips.
+proxy:
+	@command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { [ "$$(id -u)" = 0 ] && \
+	  command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null 2>&1; }; }; } || \
+	  echo "no nginx (it needs root and apt-get): the proxy test will be skipped"
+
+test: install-dev browser proxy
 	$(BIN)/python -m pytest
 
 # Seconds, not minutes: the unit tests only (no workers, no browser).

@@ -21,6 +21,9 @@ TARGET = "api.wsgi:app"
 ASGI_TARGET = "api.asgi:app"
 #: Requests in flight per process that granian lets in: a body being read costs a coroutine, not a thread.
 BACKPRESSURE = 4096
+#: A client's headers must arrive within this (granian's default is 30 s): a slow-header client holds a connection
+#: no longer. The reverse proxy (api/proxy_conf.py) holds slow clients in a deployment; this bounds a direct one.
+HEADER_READ_TIMEOUT_MS = 10_000
 
 
 def bind(settings: ApiSettings) -> tuple[str, int]:
@@ -33,6 +36,7 @@ def main() -> None:
     if os.environ.get("GENQ_API_SERVER", "granian") == "gunicorn":
         os.execv(sys.executable, [sys.executable, "-m", "gunicorn", "-c", "python:api.gunicorn_conf", TARGET])
     from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
     from granian.server import Server
 
     settings = ApiSettings.from_env()
@@ -47,6 +51,7 @@ def main() -> None:
         blocking_threads=settings.api_threads if wsgi else 1,  # ASGI: the front's own threads run the app
         backpressure=None if wsgi else BACKPRESSURE,
         websockets=False,
+        http1_settings=HTTP1Settings(header_read_timeout=HEADER_READ_TIMEOUT_MS),
         log_access=True,
         respawn_failed_workers=True,
     ).serve()

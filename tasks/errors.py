@@ -32,6 +32,8 @@ class ErrorCode(StrEnum):
     quota_exceeded = "quota_exceeded"  # an owner's live bytes (uploads, staged inputs) at GENQ_OWNER_MAX_BYTES
     storage_full = "storage_full"  # Redis refused a write: out of memory (maxmemory); nothing was written
     internal = "internal"
+    bad_gateway = "bad_gateway"  # the reverse proxy (api/proxy_conf.py) could not reach the API
+    gateway_timeout = "gateway_timeout"  # the reverse proxy waited past its read timeout for the API
 
 
 #: HTTP status per code, the only such table: the API answers with it, and an HTTP error without a genq body
@@ -64,6 +66,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.wrong_model: 500,
     ErrorCode.invalid_message: 500,
     ErrorCode.deadline_exceeded: 500,
+    ErrorCode.bad_gateway: 502,
+    ErrorCode.gateway_timeout: 504,
 }
 _CODE_OF_STATUS = {status: code for code, status in reversed(HTTP_STATUS.items())}  # reversed: the first wins
 

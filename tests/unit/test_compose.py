@@ -204,3 +204,21 @@ def test_the_images_install_the_s3_extra():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert any(dep.startswith("boto3") for dep in extras["s3"])
     assert 'pip install ".[worker,s3]"' in (COMPOSE / "Dockerfile.worker").read_text()
+
+
+def test_the_proxy_is_the_front_door_with_the_committed_configuration(services):
+    """Issue 43: nginx from Debian in front of the API, configured from genq's own limits (api/proxy_conf.py); the
+    API's port stays on localhost, so /metrics is reachable only on the compose network."""
+    from api.proxy_conf import render
+    from tasks.settings import ApiSettings
+
+    proxy = services["proxy"]
+    assert proxy["build"]["dockerfile"] == "compose/Dockerfile.proxy"
+    assert "./proxy/nginx.conf:/etc/nginx/genq.conf:ro" in proxy["volumes"]
+    assert {port.rsplit(":", 1)[-1] for port in proxy["ports"]} == {"80", "443"}
+    assert proxy["depends_on"]["api"]["condition"] == "service_healthy"
+    for port in services["api"]["ports"]:
+        assert port.startswith("127.0.0.1:"), f"the API publishes {port} beyond localhost"
+    assert "apt-get install" in (COMPOSE / "Dockerfile.proxy").read_text()  # the distribution's nginx
+    committed = (COMPOSE / "proxy" / "nginx.conf").read_text()
+    assert committed == render(ApiSettings()), "render it again: python -m api.proxy_conf > compose/proxy/nginx.conf"

@@ -33,7 +33,7 @@ def test_a_status_maps_back_through_the_same_table():
         ErrorCode.broker_unavailable,
     ]
     assert code_for_status(405) == ErrorCode.method_not_allowed and code_for_status(418) == ErrorCode.bad_request
-    assert code_for_status(502) == ErrorCode.internal
+    assert code_for_status(502) == ErrorCode.bad_gateway and code_for_status(504) == ErrorCode.gateway_timeout
 
 
 def test_bad_input_codes_are_4xx():
