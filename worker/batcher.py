@@ -29,9 +29,9 @@ from typing import Any, Generic, TypeVar
 
 from tasks.models_file import BatchPolicy as Policy
 from worker.batch_learning import CostModel, EchoModel
+from worker.batch_waits import AdaptiveWait
 
 T = TypeVar("T")
-WAIT_MARGIN = 1.05  # waiting must promise 5% more goodput than running now: noise never buys a wait
 ECHO_HORIZON_WAITS = 2  # echoes are learned up to twice max_wait after a completion: late ones still count
 # The fairness bound: a job buffered longer than max(FAIR_WAIT_FLOOR_S, FAIR_WAIT_BATCHES x the learned time of a
 # full batch, or of a row's run under step scheduling) goes next, whatever full groups wait. Two batch times leave
@@ -93,9 +93,7 @@ class Batcher(Generic[T]):
         self._pending: list[Pending[T]] = []
         self._seq = 0
         self._idle_since = -math.inf
-        self._wait_until: float | None = None
-        self._waiting_since: float | None = None
-        self._waited_s = 0.0
+        self.wait = AdaptiveWait(self.cost, self.echoes, max_batch_size)
         self._weight_mean = 1.0
 
     def __len__(self) -> int:
@@ -129,7 +127,7 @@ class Batcher(Generic[T]):
             self._pending.append(Pending(p.item, p.key, p.weight, p.priority, p.arrived, self._seq, p.deadline, p.cost))
         other._pending = []
         self.cost, self.echoes, self._weight_mean = other.cost, other.echoes, other._weight_mean
-        self._waited_s = other._waited_s
+        self.wait = AdaptiveWait(self.cost, self.echoes, self.max_batch_size, waited_s=other.wait.waited_s)
 
     def batch_done(self, weight: float, seconds: float) -> None:
         """A batch of ``weight`` finished after keeping the model busy ``seconds``: learn, and the model is free."""
@@ -177,7 +175,7 @@ class Batcher(Generic[T]):
             self.echoes.share,
             self.echoes.delay_quantile(0.9),
             self.echoes.background_rate,
-            self._waited_s,
+            self.wait.waited_s,
         )
 
     # --- deciding --------------------------------------------------------------------------
@@ -215,26 +213,9 @@ class Batcher(Generic[T]):
         return self._adaptive(group, now, cap)
 
     def _adaptive(self, group: list[Pending[T]], now: float, cap: float) -> Decision[T]:
-        if self._wait_until is not None and now >= self._wait_until:
-            return self._run(group, now)  # the wait chosen has passed: run what came
-        n = _weight(group)
         horizon = min(cap - now, self._slack(group, now))
-        if horizon <= 0 or not self.cost.ready:
-            return self._run(group, now)
-        best_t, best_goodput = 0.0, n / max(self.cost.cost(n), 1e-9)
-        threshold = WAIT_MARGIN * best_goodput
-        for t in [*self.echoes.candidate_waits(now), horizon]:
-            if 0 < t <= horizon:
-                expected = min(float(self.max_batch_size), n + self.echoes.expected(now, t) * self._weight_mean)
-                goodput = expected / (t + self.cost.cost(expected))
-                if goodput > best_goodput:
-                    best_t, best_goodput = t, goodput
-        if best_t > 0 and best_goodput >= threshold:
-            self._wait_until = now + best_t
-            if self._waiting_since is None:
-                self._waiting_since = now
-            return Decision(wake_at=self._wait_until, waiting=True)
-        return self._run(group, now)
+        wake = self.wait.choose(_weight(group), horizon, now, self._weight_mean)
+        return self._run(group, now) if wake is None else Decision(wake_at=wake, waiting=True)
 
     def _slack(self, group: list[Pending[T]], now: float) -> float:
         """How long the group can wait and still finish a full batch before its earliest deadline."""
@@ -244,9 +225,7 @@ class Batcher(Generic[T]):
         return min(deadlines) - now - self.cost.cost(self.max_batch_size)
 
     def _run(self, group: Iterable[Pending[T]], now: float) -> Decision[T]:
-        if self._waiting_since is not None:
-            self._waited_s += now - self._waiting_since
-        self._waiting_since = self._wait_until = None
+        self.wait.ran(now)
         return Decision(batch=self._take(group))
 
     def _groups(self) -> list[list[Pending[T]]]:
