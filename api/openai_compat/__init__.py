@@ -1,5 +1,5 @@
 """OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, chat
-completions and completions (streamed too) and models.
+completions and completions (streamed too), Responses and models; and vLLM's rerank and score beside them.
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
@@ -18,6 +18,7 @@ from api.openai_compat.errors import JobNotDone, context_too_long, job_not_done,
 from api.openai_compat.image_edits import edit_images
 from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
+from api.openai_compat.rerank import create_rerank, create_score
 from api.openai_compat.responses import cancel_response, create_response, delete_response, retrieve_response
 from tasks.kinds.text_generation.context_fit import ContextTooLong
 
@@ -41,6 +42,8 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])
     bp.add_url_rule("/chat/completions", view_func=create_chat_completion, methods=["POST"])
     bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
+    bp.add_url_rule("/rerank", view_func=create_rerank, methods=["POST"])
+    bp.add_url_rule("/score", view_func=create_score, methods=["POST"])
     bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
     bp.add_url_rule("/responses", view_func=create_response, methods=["POST"])
     bp.add_url_rule("/responses/<resp_id>", view_func=retrieve_response, methods=["GET"])

@@ -53,6 +53,28 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
         },
         {
             "method": "POST",
+            "path": "/rerank",
+            "genq_kind": "rerank",
+            "content_type": "application/json",
+            "supported": [
+                "query",
+                "documents (strings or {text} objects)",
+                "top_n",
+                "return_documents",
+                "model",
+            ],
+            "refused": ["max_chunks_per_doc (above 1)", "rank_fields", "a pair longer than the model's context"],
+        },
+        {
+            "method": "POST",
+            "path": "/score",
+            "genq_kind": "rerank",
+            "content_type": "application/json",
+            "supported": ["text_1 (one text)", "text_2 (one text or a list)", "model"],
+            "refused": ["text_1 as a list", "a pair longer than the model's context"],
+        },
+        {
+            "method": "POST",
             "path": "/chat/completions",
             "genq_kind": "text-generation (messages)",
             "content_type": "application/json",

@@ -243,6 +243,7 @@ def _renamed(exc: InvalidInput, params: Mapping[str, str]) -> InvalidInput:
     name = field.removeprefix("input.")
     head = _FIELD_HEAD.split(name, maxsplit=1)[0]
     param = params.get(head, head)
+    where = param + name[len(head) :]  # the message keeps the item it names (documents.1), the param its field
     if isinstance(exc, ContextTooLong):  # answered in OpenAI's own words (errors.py), its numbers kept
         return ContextTooLong(
             exc.message.replace(field, param, 1),
@@ -251,4 +252,4 @@ def _renamed(exc: InvalidInput, params: Mapping[str, str]) -> InvalidInput:
             prompt_tokens=exc.prompt_tokens,
             new_tokens=exc.new_tokens,
         )
-    return InvalidInput(exc.message.replace(field, param, 1) if field else exc.message, field=param)
+    return InvalidInput(exc.message.replace(field, where, 1) if field else exc.message, field=param)

@@ -108,6 +108,10 @@ const DISPLAYS = {
   text: (out, box) => {
     box.append(el("pre", out.text), el("p", `${out.tokens ?? "?"} tokens · seed ${out.seed ?? "–"}`, { class: "hint" }));
   },
+  ranking: (out, box) => {
+    const rows = out.results.map((r) => [String(r.index), r.relevance_score.toFixed(4), r.document ?? ""]);
+    box.append(table(["document", "relevance", "text"], rows));
+  },
   vectors: (out, box) => {
     box.append(el("p", `${out.embeddings.length} embeddings of dimension ${out.dim}`));
     box.append(el("pre", out.embeddings.map((v) => `[${v.slice(0, 6).map((x) => x.toFixed(4)).join(", ")}, …]`).join("\n")));

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.kinds import embedding, fill_mask, text_generation, text_to_image
+from tasks.kinds import embedding, fill_mask, rerank, text_generation, text_to_image
 from tasks.kinds.base import (
     SEED_MAX,
     Display,
@@ -25,6 +25,7 @@ from tasks.kinds.base import (
 )
 from tasks.kinds.embedding import EmbeddingInput, EmbeddingLimits, EmbeddingOutput
 from tasks.kinds.fill_mask import FillMaskCandidate, FillMaskInput, FillMaskLimits
+from tasks.kinds.rerank import RerankInput, RerankLimits, RerankOutput
 from tasks.kinds.text_generation import TextGenerationInput, TextGenerationLimits, TextGenerationOutput
 from tasks.kinds.text_to_image import TextToImageInput, TextToImageLimits
 from tasks.type_adapters import adapter
@@ -36,16 +37,17 @@ KINDS: dict[JobKind, Kind[Any]] = {
         text_generation.KIND,
         fill_mask.KIND,
         embedding.KIND,
+        rerank.KIND,
     )
 }
 
 # The unions the typed edges need, one member per kind (tests/unit/test_kinds.py checks them against KINDS).
 #: A job's parsed input.
-AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput
+AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput | RerankInput
 #: A model's limits.
-AnyLimits = TextToImageLimits | TextGenerationLimits | FillMaskLimits | EmbeddingLimits
+AnyLimits = TextToImageLimits | TextGenerationLimits | FillMaskLimits | EmbeddingLimits | RerankLimits
 #: A job's ``output``: one of these per kind, None until it succeeds.
-JobOutput = list[OutputEntry] | TextGenerationOutput | EmbeddingOutput | list[FillMaskCandidate]
+JobOutput = list[OutputEntry] | TextGenerationOutput | EmbeddingOutput | RerankOutput | list[FillMaskCandidate]
 
 
 def parse_output(kind: JobKind, raw: Any) -> JobOutput:
@@ -72,6 +74,9 @@ __all__ = [
     "Kind",
     "KindLimits",
     "OutputEntry",
+    "RerankInput",
+    "RerankLimits",
+    "RerankOutput",
     "TextGenerationInput",
     "TextGenerationLimits",
     "TextGenerationOutput",

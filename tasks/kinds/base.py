@@ -19,6 +19,7 @@ class JobKind(StrEnum):
     text_generation = "text-generation"
     fill_mask = "fill-mask"
     embedding = "embedding"
+    rerank = "rerank"
 
 
 class KindLimits(BaseModel):
@@ -123,7 +124,7 @@ def binary_entries(output: Any) -> list[OutputEntry]:
 # --- the declaration ------------------------------------------------------------------------------------------
 
 #: How a client shows a finished job's output: a table of candidates, the text, a count of vectors, files.
-Display = Literal["candidates", "text", "vectors", "files"]
+Display = Literal["candidates", "text", "vectors", "files", "ranking"]
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,7 @@ def test_a_prompt_past_the_context_is_refused_never_cut(textgen: TextGenerationR
 def test_the_api_counts_a_prompt_as_the_worker_does(
     textgen: TextGenerationRuntime, demo_models: dict[str, Path]
 ) -> None:
-    from api.kinds.text_generation.prompt_tokens import _tokenizer
+    from api.kinds.tokenizer_files import tokenizer_of as _tokenizer
 
     counter = _tokenizer(str(demo_models["gpt2-demo"]), None)
     for prompt in ("Hello", "word " * 300, "Ünïcödé ☃ emoji 🎉 and\ttabs\n", "  spaces  "):

@@ -6,20 +6,21 @@ import importlib
 import shutil
 from pathlib import Path
 
-DEMO_MODELS = ("bert-demo", "gpt2-demo", "sd-demo")
+DEMO_MODELS = ("bert-demo", "gpt2-demo", "sd-demo", "rerank-demo")
 
-#: Which module builds each model; each has ``build(path: Path) -> None``.
+#: Which module builds each model: its ``build(path: Path) -> None``, or ``module:function``.
 _BUILDERS = {
     "bert-demo": "worker.demo_models.bert",
     "gpt2-demo": "worker.demo_models.gpt2",
     "sd-demo": "worker.demo_models.stable_diffusion",
+    "rerank-demo": "worker.demo_models.bert:build_cross_encoder",
 }
 
 #: Written last: a folder without it is a build that was interrupted, and is built again.
 COMPLETE_MARKER = ".complete"
 #: What the marker holds per model: a folder whose marker says another version (an older checkout's cache) is
 #: built again. gpt2-demo 2: its tokenizer has a chat template (the weights are the same).
-VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": ""}
+VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": "", "rerank-demo": ""}
 
 
 def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...] = DEMO_MODELS) -> dict[str, Path]:
@@ -33,7 +34,8 @@ def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...]
             if folder.exists():  # leftovers of an interrupted build (or force): start clean
                 shutil.rmtree(folder)
             # Imported here: builders need torch/transformers/diffusers, and `import worker` must stay light.
-            importlib.import_module(_BUILDERS[name]).build(folder)
+            module, _, function = _BUILDERS[name].partition(":")
+            getattr(importlib.import_module(module), function or "build")(folder)
             (folder / COMPLETE_MARKER).write_text(VERSIONS[name])
         _build_adapters(name, folder, force=force)
         folders[name] = folder

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -57,8 +58,23 @@ def vocabulary() -> list[str]:
 
 def build(path: Path) -> None:
     """Write a deterministic random-weight BertForMaskedLM and its tokenizer into ``path``."""
+    from transformers import BertForMaskedLM
+
+    write(path, BertForMaskedLM)
+
+
+def build_cross_encoder(path: Path) -> None:
+    """Write a deterministic random-weight BERT cross-encoder (a sequence classifier with one label, as rerankers
+    are) and its tokenizer into ``path`` (issue 42); its scores are random, its loading and batching real."""
+    from transformers import BertForSequenceClassification
+
+    write(path, BertForSequenceClassification, num_labels=1, max_position_embeddings=128)
+
+
+def write(path: Path, model_class: Any, max_position_embeddings: int = 512, **config: Any) -> None:
+    """A random-weight BERT of ``model_class`` (seeded: the same weights on every build) and its tokenizer."""
     import torch
-    from transformers import BertConfig, BertForMaskedLM, BertTokenizer
+    from transformers import BertConfig, BertTokenizer
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -70,18 +86,19 @@ def build(path: Path) -> None:
     tokenizer = BertTokenizer(vocab=str(vocab_file), do_lower_case=True)
     if len(tokenizer) != len(tokens):
         raise RuntimeError(f"tokenizer read {len(tokenizer)} of {len(tokens)} tokens from {vocab_file}")
-    tokenizer.model_max_length = 512
+    tokenizer.model_max_length = max_position_embeddings
 
     torch.manual_seed(0)  # the same weights on every build: tests may compare outputs across builds
-    config = BertConfig(
+    bert = BertConfig(
         vocab_size=len(tokens),
         hidden_size=128,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=256,
-        max_position_embeddings=512,
+        max_position_embeddings=max_position_embeddings,
         pad_token_id=0,
+        **config,
     )
-    model = BertForMaskedLM(config).eval()
+    model = model_class(bert).eval()
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)

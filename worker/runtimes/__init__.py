@@ -17,6 +17,7 @@ DEFAULT_RUNTIMES: dict[JobKind, str] = {
     JobKind.fill_mask: "worker.runtimes.fill_mask:FillMaskRuntime",
     JobKind.text_generation: "worker.runtimes.text.runtime:TextGenerationRuntime",
     JobKind.embedding: "worker.runtimes.embedding:EmbeddingRuntime",
+    JobKind.rerank: "worker.runtimes.rerank:RerankRuntime",
     JobKind.text_to_image: "worker.runtimes.image.runtime:TextToImageRuntime",
 }
 

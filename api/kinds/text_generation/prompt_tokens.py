@@ -9,32 +9,14 @@ here: the worker refuses such a job instead (worker/runtimes/text/runtime.py), w
 
 from __future__ import annotations
 
-import functools
-import logging
 from typing import Any
 
 from api.kinds.text_generation.chat_render import pick, render
 from api.kinds.text_generation.chat_templates import chat_templates
+from api.kinds.tokenizer_files import tokenizer_of as _tokenizer
 from tasks.kinds import TextGenerationInput, TextGenerationLimits
 from tasks.kinds.text_generation.context_fit import check_context
-from tasks.model_config import model_file
 from tasks.models_file import ModelsFile, ModelSpec
-
-log = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=32)
-def _tokenizer(source: str, revision: str | None) -> Any | None:
-    path = model_file(source, "tokenizer.json", revision)
-    if path is None:
-        return None
-    try:
-        from tokenizers import Tokenizer
-
-        return Tokenizer.from_file(str(path))
-    except Exception:  # the library missing, or a file it cannot read: counted by the worker instead
-        log.warning("cannot read %s: prompts of this model are counted by its worker", path, exc_info=True)
-        return None
 
 
 def count_tokens(models: ModelsFile, spec: ModelSpec, text: str, special: bool = True) -> int | None:
