@@ -279,3 +279,36 @@ def test_newcomers_out_of_memory_beside_running_rows_wait_until_rows_leave(
     session.drop(["short"])  # what the step loop does before putting it back
     monkeypatch.setattr(textgen, "model", real_model)
     assert run_out(session, {}) == {"long": alone(textgen, long_job)}
+
+
+def test_a_parked_job_out_of_memory_as_it_joins_parks_again_until_rows_leave(
+    textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43: a job parked for its grammar (or adapter) that ran out of memory as it joined beside running rows
+    failed ``out_of_memory``; it parks again and joins once fewer rows are held."""
+    from concurrent.futures import Future
+
+    from tests.device_budget import OutOfMemoryError
+
+    long_job = TextGenerationInput(prompt="Hello", max_new_tokens=5, do_sample=True, seed=5)
+    late_job = TextGenerationInput(prompt="The quick brown fox", max_new_tokens=3, do_sample=True, seed=6)
+    compiling: Future[Any] = Future()
+    monkeypatch.setattr(textgen, "grammar_future", lambda inp: compiling if inp is late_job else None)
+    session = textgen.open_session(())
+    monkeypatch.setattr(session, "_packs", False)  # a joining job gets a prefill of its own
+    session.admit([Row("long", long_job)])
+    assert session.admit([Row("late", late_job)]) == [] and session.handles == ["long", "late"]  # parked
+    real_model = textgen.model
+    failures = []
+
+    def model(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("past_key_values") is None and not failures:  # its first prefill, beside "long"
+            failures.append(1)
+            raise OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_model(*args, **kwargs)
+
+    monkeypatch.setattr(textgen, "model", model)
+    compiling.set_result(None)  # compiled: it tries to join at the next step
+    assert steps(session, 1) == {} and failures == [1] and session.handles == ["long", "late"]  # parked again
+    monkeypatch.setattr(textgen, "model", real_model)
+    assert run_out(session, {}) == {"long": alone(textgen, long_job), "late": alone(textgen, late_job)}

@@ -13,15 +13,15 @@ together, each leaves the batch when it finishes, and the job ends (one ``RowRes
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
 from tasks.kinds import TextGenerationInput
-from worker.adapters.session_rows import SessionAdapters, text_row
+from worker.adapters.session_rows import SessionAdapters
 from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
-from worker.runtimes.text.rows import Decoder, DecodeRow, GrammarFuture, SessionRow
+from worker.runtimes.text.parking import Parking
+from worker.runtimes.text.rows import Decoder, DecodeRow, SessionRow
 from worker.runtimes.text.streaming import row_streamer
 
 
@@ -35,10 +35,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
         self.adapters = SessionAdapters(runtime.adapters)  # each job's LoRA, on its rows only
-        # Jobs waiting for their adapter to load or their grammar to compile (issue 32), both off the model thread:
-        # they join a later step while the running rows step on.
-        self._parked: dict[str, Row[TextGenerationInput]] = {}
-        self._grammars: dict[str, GrammarFuture | None] = {}  # each admitted-to-be job's grammar, by handle
+        self.parking = Parking(runtime, self.adapters)  # jobs that join a later step while the rows step on
         self._pending: list[list[SessionRow]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
         self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
         self._pack_below: int | None = None  # pending prompts ran out of memory beside this many rows: fewer first
@@ -46,12 +43,11 @@ class TextStepSession(StepSession[TextGenerationInput]):
     @property
     def handles(self) -> list[str]:
         """The jobs held, in admission order, then those parked (adapter or grammar)."""
-        return list(dict.fromkeys(row.handle for row in self._rows + self._waiting)) + list(self._parked)
+        return list(dict.fromkeys(row.handle for row in self._rows + self._waiting)) + list(self.parking.rows)
 
     def weight(self) -> int:
         """Rows held: a job's choices each take one (a parked job's too)."""
-        parked = sum(row.input.n for row in self._parked.values())
-        return len(self._rows) + len(self._waiting) + parked
+        return len(self._rows) + len(self._waiting) + self.parking.weight()
 
     def progress(self) -> dict[str, tuple[int, int]]:
         """Each held job's (tokens generated, its max_new_tokens), by its furthest choice."""
@@ -59,7 +55,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         for row in self._rows + self._waiting:
             step = (len(row.state.generated), row.state.max_new_tokens)
             done[row.handle] = max(done.get(row.handle, step), step)
-        return done | {handle: (0, int(row.input.max_new_tokens)) for handle, row in self._parked.items()}
+        return done | self.parking.progress()
 
     @property
     def _waiting(self) -> list[SessionRow]:
@@ -78,16 +74,10 @@ class TextStepSession(StepSession[TextGenerationInput]):
         now = []
         for row in rows:
             try:
-                joins = self.adapters.arrive(row.handle, text_row(row.input.adapter))
-                future = self.runtime.grammar_future(row.input)
+                if self.parking.arrive(row):
+                    now.append(row)
             except Exception as error:  # a model without adapters; a grammar that cannot be prepared
                 results.append(RowResult(row.handle, error=error))
-                continue
-            self._grammars[row.handle] = future
-            if joins and (future is None or future.done()):
-                now.append(row)
-            else:
-                self._parked[row.handle] = row
         return self._left(results + self._admit_now(now, beside=bool(self._rows)))
 
     def _admit_now(self, rows: Sequence[Row[TextGenerationInput]], beside: bool = False) -> list[RowResult]:
@@ -96,11 +86,9 @@ class TextStepSession(StepSession[TextGenerationInput]):
         jobs: list[list[SessionRow]] = []
         for row in rows:
             try:
-                future = self._grammars.pop(row.handle, None)
+                grammar = self.parking.grammar(row.handle)
                 inp = row.input
-                states = (
-                    self.runtime.decode_rows(inp) if future is None else self.runtime.decode_rows(inp, future.result())
-                )
+                states = self.runtime.decode_rows(inp) if grammar is None else self.runtime.decode_rows(inp, grammar)
                 streamers = [row_streamer(self.runtime.tokenizer, row, st, len(states)) for st in states]
                 jobs.append(
                     [SessionRow(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
@@ -180,8 +168,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self._pending = [job for job in self._pending if job[0].handle not in leaving]
         for handle in leaving:
             self._ended.pop(handle, None)
-            self._parked.pop(handle, None)
-            self._grammars.pop(handle, None)
+        self.parking.leave(leaving)
         self.adapters.leave(leaving)
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
@@ -189,30 +176,20 @@ class TextStepSession(StepSession[TextGenerationInput]):
     # --- internals -------------------------------------------------------------------------------------------
 
     def _unpark(self) -> list[RowResult]:
-        """Parked jobs whose adapter loaded and whose grammar compiled join before this step; those whose adapter
-        was refused leave (a grammar that failed leaves with its error as it is admitted)."""
-        if not self._parked:
-            return []
-        if not self._rows:  # nothing to step meanwhile: wait a little rather than spin
-            compiling = [f for h in self._parked if (f := self._grammars.get(h)) is not None and not f.done()]
-            if compiling:
-                wait(compiling, timeout=0.05, return_when=FIRST_COMPLETED)
-            else:
-                self.adapters.wait(timeout=0.05)
-        ended = [RowResult(handle, error=error) for handle, error in self.adapters.failed()]
-        for result in ended:
-            self._parked.pop(result.handle, None)
-            self._grammars.pop(result.handle, None)
-        self.adapters.ready()  # pins the adapters that loaded
-        waiting = set(self.adapters.waiting)
-        joined = [
-            row
-            for handle, row in self._parked.items()
-            if handle not in waiting and ((f := self._grammars.get(handle)) is None or f.done())
-        ]
-        for row in joined:
-            del self._parked[row.handle]
-        return ended + (self._admit_now(joined) if joined else [])
+        """Parked jobs that may join do so before this step; those whose adapter was refused leave (a grammar that
+        failed leaves with its error as it is admitted). Out of memory beside the rows held, they park again."""
+        ended, joining = self.parking.ready(len(self._rows))
+        if not joining:
+            return ended
+        beside = len(self._rows)
+        try:
+            return ended + self._admit_now(joining, beside=bool(beside))
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            self.parking.wait_for_room(joining, beside)
+            self.runtime.release_memory()
+            return ended
 
     def _packed_step(self) -> list[RowResult]:
         """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward."""
@@ -231,8 +208,9 @@ class TextStepSession(StepSession[TextGenerationInput]):
             return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
-        """Jobs that ended (finished or failed) unpin their adapters."""
+        """Jobs that ended (finished or failed) unpin their adapters and let their grammars go."""
         self.adapters.leave(result.handle for result in results)
+        self.parking.leave(result.handle for result in results)
         return results
 
     def _prefill(self, group: list[SessionRow]) -> list[RowResult]:
