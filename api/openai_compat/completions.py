@@ -111,11 +111,22 @@ def create_completion() -> Response:
 
 def _stream(req: CompletionRequest, spec: ModelSpec, inp: dict[str, Any]) -> Response:
     svc = services()
-    record, watch, _ = accept_streamed(spec, inp, req.priority, PARAMS)
+    record, watch, leave = accept_streamed(spec, inp, req.priority, PARAMS)
     job_id = record.id
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     head = _head(job_id, spec.id, record.created_at)
-    return sse_response(_opened(_chunks(events, head, req.include_usage, req.n or 1)), on_close=events.close)
+    ended: list[bool] = []
+
+    def chunks() -> Iterator[str]:
+        yield from _opened(_chunks(events, head, req.include_usage, req.n or 1))
+        ended.append(True)
+
+    def close() -> None:
+        events.close()
+        if not ended:  # the client left mid-answer: nobody reads the rest, stop its rows (as chat does)
+            leave()
+
+    return sse_response(chunks(), on_close=close)
 
 
 def _opened(chunks: Iterator[str]) -> Iterator[str]:

@@ -11,7 +11,7 @@ an ``error`` event after: responses_events.py);
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -103,8 +103,10 @@ def _owned(resp_id: str) -> JobRecord:
 
 
 def _stream_new(spec: Any, inp: dict[str, Any], req: ResponsesRequest) -> Response:
-    record, watch, _ = accept_streamed(spec, inp, req.priority, PARAMS, metadata=req.metadata)
-    return _events_response(record, watch, -1, background=req.background, forget=not req.store)
+    record, watch, leave = accept_streamed(spec, inp, req.priority, PARAMS, metadata=req.metadata)
+    # A background response runs whoever reads it; a plain streamed one stops when its client leaves mid-answer.
+    left = None if req.background else leave
+    return _events_response(record, watch, -1, background=req.background, forget=not req.store, left=left)
 
 
 def _stream(record: JobRecord, starting_after: int) -> Response:
@@ -118,7 +120,12 @@ def _stream(record: JobRecord, starting_after: int) -> Response:
 
 
 def _events_response(
-    record: JobRecord, watch: Any, starting_after: int, background: bool = False, forget: bool = False
+    record: JobRecord,
+    watch: Any,
+    starting_after: int,
+    background: bool = False,
+    forget: bool = False,
+    left: Callable[[], None] | None = None,
 ) -> Response:
     svc = services()
 
@@ -136,7 +143,14 @@ def _events_response(
                 yield KEEPALIVE
             elif event["sequence_number"] > starting_after:
                 yield f"event: {event['type']}\ndata: {compact(event)}\n\n"
+        ended.append(True)
         if forget:  # the stream has the final Response (streamed after the request's context: svc, not services())
             _forget(svc.store, record)
 
-    return sse_response(chunks(), on_close=stream.close)
+    def close() -> None:
+        stream.close()
+        if left is not None and not ended:  # the client left mid-answer
+            left()
+
+    ended: list[bool] = []
+    return sse_response(chunks(), on_close=close)

@@ -104,8 +104,9 @@ def test_a_streamed_call_never_shares_its_job(texts, path):
         retried.close()
 
 
-def test_a_stream_whose_client_left_cancels_its_job(texts):
-    path = "/openai/v1/chat/completions"
+@pytest.mark.parametrize("path", list(STREAMED))
+def test_a_stream_whose_client_left_cancels_its_job(texts, path):
+    """Chat did; the completions stream and a streamed (not background) response ran on for nobody."""
     tag = uuid.uuid4().hex
     first = stream(texts, path, tag, 0)
     first.close()  # the client left mid-answer: nobody reads the rest
