@@ -184,6 +184,8 @@ def taken_aside(owner: str, call: str) -> JobRecord | None:
         record = svc.store.get(job_id)
         if record is None or record.owner != owner or record.status in (JobStatus.canceled, JobStatus.expired):
             continue
+        if record.status == JobStatus.queued and record.deadline_at is not None and record.deadline_at <= time.time():
+            continue  # never started and past its deadline: it expires at its claim (clocks apart by a little)
         g.genq_job_id = record.id
         log.info("job %s: a retried call takes it", record.id)
         return record
