@@ -185,3 +185,31 @@ def test_a_background_response_waits_for_the_routes_deadline_not_its_creators_re
     time.sleep(2.5)
     job = texts.client.get(f"/v1/jobs/{created.headers['x-genq-job-id']}").json
     assert job["status"] == "queued", job
+
+
+def test_identical_calls_through_the_openai_package_are_each_their_own_job(settings, worker_for):
+    """Issue 43, as found: identical unseeded calls at once through the ``openai`` package, retried by it (one wait
+    slot here, so the others get a 503 and come back), were answered from one job. Each is its own job now."""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+
+    from api import create_app
+    from tests.live_server import LiveServer
+
+    worker_for("gpt2-demo")
+    one_slot = dataclasses.replace(settings, max_waiters=1, max_waiters_per_owner=1)
+    with LiveServer(create_app(one_slot)) as server:
+        client = OpenAI(base_url=f"{server.url}/openai/v1", api_key="unused", max_retries=8, timeout=60)
+
+        def call(_: int) -> str:
+            raw = client.chat.completions.with_raw_response.create(
+                model="gpt2-demo", messages=[{"role": "user", "content": "Tell me"}], max_tokens=6
+            )
+            return str(raw.headers["x-genq-job-id"])
+
+        with ThreadPoolExecutor(4) as pool:
+            job_ids = list(pool.map(call, range(4)))
+        client.close()
+    assert len(set(job_ids)) == 4, job_ids
