@@ -37,6 +37,7 @@ def submit(
     job_id: str,
     owner: str,
     not_after: float | None = None,
+    keep_events: bool = False,
 ) -> JobRecord:
     """Stage the job's media, reserve a place and write the record (one script, fenced at ``not_after`` on Redis'
     clock), then send the message (the record first: an id handed out is never unknown).
@@ -50,7 +51,8 @@ def submit(
     # Media first: their bytes go to the output store under the job's input keys, the record names the keys. The
     # fence is read after them (when not given): staging from a slow store must not use up the admission's time.
     inp, staged = stage(svc, spec, body, inp, job_id, owner)
-    return admit_staged(svc, spec, new_record(spec, body, inp, job_id, owner), staged, not_after)
+    record = new_record(spec, body, inp, job_id, owner, keep_events)
+    return admit_staged(svc, spec, record, staged, not_after)
 
 
 def stage(
@@ -129,7 +131,9 @@ def unknown(job_id: str) -> OutcomeUnknown:
     )
 
 
-def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str) -> JobRecord:
+def new_record(
+    spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, owner: str, keep_events: bool = False
+) -> JobRecord:
     """The record of a job being submitted (times are stamped again on Redis' clock when it is written)."""
     deadline_s = body.deadline_s or spec.default_deadline_s
     now = time.time()
@@ -152,6 +156,7 @@ def new_record(spec: ModelSpec, body: JobCreate, inp: AnyInput, job_id: str, own
         webhook=body.webhook,
         webhook_events=list(body.webhook_events) if body.webhook else [],
         metadata=body.metadata,
+        keep_events=keep_events or None,
     )
 
 

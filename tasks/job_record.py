@@ -48,6 +48,9 @@ class JobRecord(BaseModel):
     webhook: str | None = None
     webhook_events: list[str] = []
     metadata: dict[str, str] | None = None  # the caller's labels
+    # Its event stream lives as long as the record once it ends (a background response a client resumes), not
+    # EVENTS_TTL_S after its last event (tasks/store/job_ended.lua).
+    keep_events: bool | None = None
 
     def public(self, sign: Signer | None = None) -> Job:
         """The job object a client sees (``public_job``)."""

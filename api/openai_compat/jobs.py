@@ -96,6 +96,7 @@ def accept(
     job_id: str | None = None,
     wait_s: float | None = None,
     metadata: dict[str, str] | None = None,
+    keep_events: bool = False,
 ) -> JobRecord:
     """Submit the genq job behind a call; input errors name the OpenAI parameter (``params``: genq -> OpenAI)."""
     svc = services()
@@ -107,7 +108,9 @@ def accept(
         try:  # the schema's checks, then the images' (decodable, sizes) as submit stages them
             parsed = validate_input(spec.kind, inp, spec.limits)
             check_adapters_offered(spec.id, spec.adapters, parsed, uploaded_of(svc))
-            record = submit(svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner())
+            record = submit(
+                svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner(), keep_events=keep_events
+            )
         except InvalidInput as exc:
             raise _renamed(exc, params) from None
     JOBS_ACCEPTED.labels(spec.id).inc()
@@ -121,6 +124,7 @@ def accept_streamed(
     priority: Priority,
     params: Mapping[str, str],
     metadata: dict[str, str] | None = None,
+    keep_events: bool = False,
 ) -> tuple[JobRecord, Watch, Callable[[], None]]:
     """Submit a streamed call's job, watching its channels first: no event of the job can come before the stream
     listens. Beyond the process's or the key's share of held requests: 503 with Retry-After.
@@ -134,7 +138,7 @@ def accept_streamed(
     job_id = str(uuid.uuid4())
     watch = _watch_job(job_id)
     try:
-        record = accept(spec, inp, priority, params, job_id, metadata=metadata)
+        record = accept(spec, inp, priority, params, job_id, metadata=metadata, keep_events=keep_events)
     except Exception:
         watch.close()
         raise

@@ -41,7 +41,8 @@ def create_response() -> Response:
     # Nobody waits on a background call's connection: its deadline is the OpenAI routes' own, never the read
     # timeout of the client that created it.
     wait_s = services().settings.openai_wait_s if req.background else None
-    record = accept(spec, inp, req.priority, PARAMS, wait_s=wait_s, metadata=req.metadata)
+    # A background response is one a client comes back to: its events stay as long as it does (resumable).
+    record = accept(spec, inp, req.priority, PARAMS, wait_s=wait_s, metadata=req.metadata, keep_events=req.background)
     if req.background:
         return jsonify(response_object(record, background=True))
     with services().waiters.slot():
@@ -103,7 +104,9 @@ def _owned(resp_id: str) -> JobRecord:
 
 
 def _stream_new(spec: Any, inp: dict[str, Any], req: ResponsesRequest) -> Response:
-    record, watch, leave = accept_streamed(spec, inp, req.priority, PARAMS, metadata=req.metadata)
+    record, watch, leave = accept_streamed(
+        spec, inp, req.priority, PARAMS, metadata=req.metadata, keep_events=req.background
+    )
     # A background response runs whoever reads it; a plain streamed one stops when its client leaves mid-answer.
     left = None if req.background else leave
     return _events_response(record, watch, -1, background=req.background, forget=not req.store, left=left)

@@ -94,7 +94,8 @@ def _parted(job_id: str, seq: _Numbers, starting_after: int) -> dict[str, Any] |
         return None
     message = (
         f"the events of response resp_{job_id} after {starting_after} are no longer kept (a response's events are "
-        f"kept {EVENTS_TTL_S} s after its last one); GET /openai/v1/responses/resp_{job_id} gives the whole response"
+        f"kept {EVENTS_TTL_S} s after its last one unless it is background, a long answer's first ones are trimmed); "
+        f"GET /openai/v1/responses/resp_{job_id} gives the whole response"
     )
     return _error(starting_after + 1, "events_expired", message)
 

@@ -10,6 +10,10 @@ local function ended(status)
   redis.call('HSET', job, 'status', status, 'completed_at', stamp(now))
   redis.call('EXPIRE', job, record_ttl)
   redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
+  -- A background response's events last as long as it does (a client resumes it by event number).
+  if redis.call('HGET', job, 'keep_events') == 'True' and redis.call('EXISTS', events) == 1 then
+    redis.call('EXPIRE', events, record_ttl)
+  end
   redis.call('ZREM', active_prefix .. model, job_id)
   redis.call('ZREM', queued_prefix .. model, job_id)
   -- Its staged inputs count against its owner's bytes (byte_quota.lua) as long as its result lives, no longer,

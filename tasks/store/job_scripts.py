@@ -59,6 +59,7 @@ class JobFrame(ScriptArgs):
     tombstone_ttl: int  # from the ending: the record's TTL plus the tombstone's own
     bytes_prefix: str = ""  # owners' byte ledgers (tasks/store/byte_quota.py): the ending shortens the job's entry
     outputs_prefix: str = ""  # the Redis output store's keys: the job's staged inputs expire with its result
+    events: str = key()  # its event stream: kept as long as the record when the record says keep_events
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -50,6 +50,7 @@ class JobWrites:
             tombstone_ttl=ttl + self.settings.tombstone_ttl_s,
             bytes_prefix=ledger_key(self.keys, ""),
             outputs_prefix=self.keys.output(""),
+            events=self.keys.event_stream(job_id),
         )
 
     def replicated(self, queue: Callable[[ScriptCalls], object], also: Tail | None = None) -> tuple[list[Any], bool]:

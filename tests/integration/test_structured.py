@@ -143,9 +143,16 @@ def test_responses_plain_streamed_background_resumed(client, live_api, worker_fo
     rest = list(client.responses.retrieve(queued.id, stream=True, starting_after=3))
     assert [e.sequence_number for e in rest] == [e.sequence_number for e in every][4:]
     assert [e.type for e in rest] == [e.type for e in every][4:]
-    # Issue 43: the job's event stream expires 600 s after its last event while the response is kept a day. A
-    # resume after that gets one error event saying so, not a silent end (the stream's key deleted stands for it).
-    store.redis.delete(store.keys.event_stream(queued.id.removeprefix("resp_")))
+    # Issue 43: a job's event stream expires 600 s after its last event while the response is kept a day. A
+    # background response's stream lives as long as the response (a plain one's does not); one that is gone anyway
+    # (its key deleted here) gets one error event on a resume, not a silent end.
+    from tasks.events import EVENTS_TTL_S
+
+    stream_key = store.keys.event_stream(queued.id.removeprefix("resp_"))
+    assert store.redis.ttl(stream_key) > EVENTS_TTL_S
+    plain_key = store.keys.event_stream(events[-1].response.id.removeprefix("resp_"))
+    assert 0 < store.redis.ttl(plain_key) <= EVENTS_TTL_S
+    store.redis.delete(stream_key)
     late = list(client.responses.retrieve(queued.id, stream=True, starting_after=3))
     assert [(e.type, e.code, e.sequence_number) for e in late] == [("error", "events_expired", 4)]
     whole = list(client.responses.retrieve(queued.id, stream=True))

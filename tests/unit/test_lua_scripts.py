@@ -89,6 +89,7 @@ def job_frame(p: str) -> dict[str, Any]:
         queued_prefix=p + "queued:",
         record_ttl=60,
         tombstone_ttl=120,
+        events=p + "events:j1",
     )
 
 
@@ -220,7 +221,13 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.hget(p + "job:j1", "status") == b"succeeded" and client.get(p + "done:1") == b"1"  # counted once
 
     def end(s: Scripts) -> None:
-        frame = {**job_frame(p), "job": p + "job:j2", "done_channel": p + "done:j2", "tombstone": p + "gone:j2"}
+        frame = {
+            **job_frame(p),
+            "job": p + "job:j2",
+            "done_channel": p + "done:j2",
+            "tombstone": p + "gone:j2",
+            "events": p + "events:j2",
+        }
         assert s.run(job_scripts.EndArgs(**frame, allowed=",queued,", status="canceled")) == b"queued"
         assert client.zcard(p + "queued:m") == 0  # its reservation went with it
 
