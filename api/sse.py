@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from flask import Response
@@ -30,11 +30,25 @@ def compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def sse_response(chunks: Iterable[str], on_close: Callable[[], None] | None = None) -> Response:
-    """A streamed 200 whose ``on_close`` runs when the server is done with it (finished, or the client left)."""
-    response = Response(chunks, mimetype="text/event-stream")
+def sse_response(
+    chunks: Iterable[str], on_close: Callable[[], None] | None = None, on_left: Callable[[], None] | None = None
+) -> Response:
+    """A streamed 200 whose ``on_close`` runs when the server is done with it (finished, or the client left), and
+    ``on_left`` after it when the client left before the last chunk (a streamed call's job then stops)."""
+    read_to_end: list[bool] = []
+
+    def read() -> Iterator[str]:
+        yield from chunks
+        read_to_end.append(True)
+
+    def close() -> None:
+        if on_close is not None:
+            on_close()
+        if on_left is not None and not read_to_end:
+            on_left()
+
+    response = Response(read(), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: pass every event on at once, do not buffer the stream
-    if on_close is not None:
-        response.call_on_close(on_close)
+    response.call_on_close(close)
     return response

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from api.openai_compat.text_params import max_new_tokens, penalties, refuse, sampling, takes
+from api.openai_compat.text_params import max_new_tokens, penalties, refuse, refuse_set, sampling, takes
 from tasks.kinds import SEED_MAX
 from tasks.schemas import Priority
 
@@ -81,9 +81,7 @@ class ChatCompletionRequest(BaseModel):
 
     @model_validator(mode="after")
     def _honest(self) -> ChatCompletionRequest:
-        for name, why in UNSUPPORTED.items():
-            if getattr(self, name) is not None:
-                raise refuse(name, why)
+        refuse_set(self, UNSUPPORTED)
         if self.modalities is not None and set(self.modalities) - {"text"}:
             raise refuse("modalities", "only text output is supported")
         if (

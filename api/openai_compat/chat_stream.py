@@ -38,13 +38,8 @@ def stream_chat(req: ChatCompletionRequest, spec: Any, inp: dict[str, Any]) -> R
     chunks = ChatChunks(
         chat_head(job_id, spec.id, record.created_at, "chat.completion.chunk"), req, int(inp.get("n", 1))
     )
-
-    def close() -> None:
-        events.close()
-        if not chunks.done:  # the client left mid-answer: nobody reads the rest, stop its rows
-            leave()
-
-    return sse_response(chunks.stream(events), on_close=close)
+    # A client that leaves mid-answer: nobody reads the rest, its rows stop.
+    return sse_response(chunks.stream(events), on_close=events.close, on_left=leave)
 
 
 class ChatChunks:
@@ -56,7 +51,6 @@ class ChatChunks:
         # A forced call's text is its JSON without tags: all of it is held back, the call comes at the end.
         shown = _nothing if req.forces_tool_call else _before_calls if req.uses_tools else _all
         self.texts = StreamedChoices(n, shown)
-        self.done = False
 
     def chunk(self, choices: list[dict[str, Any]]) -> str:
         body = {**self.head, "choices": choices}
@@ -77,12 +71,10 @@ class ChatChunks:
                 yield from self._end(Job.model_validate(event.data["job"]))
                 return
             elif event.type == EventType.error:
-                self.done = True
                 yield data_text(error_body(str(event.data.get("message")), "server_error", str(event.data.get("code"))))
                 return
 
     def _end(self, job: Job) -> Iterator[str]:
-        self.done = True
         if job.status != JobStatus.succeeded:
             yield data_text(failed_job_error(job))
             return

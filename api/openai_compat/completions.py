@@ -115,18 +115,8 @@ def _stream(req: CompletionRequest, spec: ModelSpec, inp: dict[str, Any]) -> Res
     job_id = record.id
     events = JobEventStream(svc.store, svc.events, watch, job_id, after=None)
     head = _head(job_id, spec.id, record.created_at)
-    ended: list[bool] = []
-
-    def chunks() -> Iterator[str]:
-        yield from _opened(_chunks(events, head, req.include_usage, req.n or 1))
-        ended.append(True)
-
-    def close() -> None:
-        events.close()
-        if not ended:  # the client left mid-answer: nobody reads the rest, stop its rows (as chat does)
-            leave()
-
-    return sse_response(chunks(), on_close=close)
+    chunks = _opened(_chunks(events, head, req.include_usage, req.n or 1))
+    return sse_response(chunks, on_close=events.close, on_left=leave)  # a client that left: its rows stop
 
 
 def _opened(chunks: Iterator[str]) -> Iterator[str]:

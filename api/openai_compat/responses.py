@@ -146,14 +146,7 @@ def _events_response(
                 yield KEEPALIVE
             elif event["sequence_number"] > starting_after:
                 yield f"event: {event['type']}\ndata: {compact(event)}\n\n"
-        ended.append(True)
         if forget:  # the stream has the final Response (streamed after the request's context: svc, not services())
             _forget(svc.store, record)
 
-    def close() -> None:
-        stream.close()
-        if left is not None and not ended:  # the client left mid-answer
-            left()
-
-    ended: list[bool] = []
-    return sse_response(chunks(), on_close=close)
+    return sse_response(chunks(), on_close=stream.close, on_left=left)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.openai_compat.text_params import refuse_set
 from tasks.errors import InvalidInput
 from tasks.kinds import SEED_MAX
 from tasks.schemas import Metadata, Priority
@@ -100,9 +101,7 @@ class ResponsesRequest(BaseModel):
 
     @model_validator(mode="after")
     def _supported(self) -> ResponsesRequest:
-        for name, why in UNSUPPORTED.items():
-            if getattr(self, name) is not None:
-                raise InvalidInput(f"{name}: {why}", field=name)
+        refuse_set(self, UNSUPPORTED)
         if self.background and not self.store:
             raise InvalidInput("background: a background response must be stored (store: false)", field="background")
         if self.previous_response_id is not None:

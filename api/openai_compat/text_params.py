@@ -7,6 +7,7 @@ accepted as OpenAI accepts it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tasks.errors import InvalidInput
@@ -25,6 +26,13 @@ PARAMS = {
 
 def refuse(param: str, why: str) -> InvalidInput:
     return InvalidInput(f"{param}: {why}", field=param)
+
+
+def refuse_set(request: object, unsupported: Mapping[str, str]) -> None:
+    """A 400 naming the first field of ``unsupported`` the request sets, with why genq cannot honour it."""
+    for name, why in unsupported.items():
+        if getattr(request, name) is not None:
+            raise refuse(name, why)
 
 
 def takes(field: str) -> bool:
