@@ -68,9 +68,6 @@ class StreamedChoices:
         self.gap = choice.gap
         return index, new
 
-    def sent(self, index: int) -> str:
-        return self.choices[index].sent if index < len(self.choices) else ""
-
     def rest(self, index: int, final: str) -> str | None:
         """As ``StreamedText.rest``, for choice ``index`` (one this reader never saw hands on all of ``final``)."""
         return self.choices[index].rest(final) if index < len(self.choices) else final

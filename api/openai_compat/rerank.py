@@ -18,7 +18,7 @@ from api.openai_compat.jobs import parse, run, served_model
 from tasks.kinds import JobKind
 from tasks.schemas import Priority
 
-RERANK_PARAMS = {"documents": "documents", "query": "query", "top_n": "top_n"}
+RERANK_PARAMS: dict[str, str] = {}  # its fields are named as the kind's
 SCORE_PARAMS = {"documents": "text_2", "query": "text_1"}
 
 
