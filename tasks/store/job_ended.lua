@@ -5,13 +5,13 @@ local function set_pairs(from)
   for i = from, #ARGV, 2 do redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
 end
 local function ended(status)
-  local model, job_id, owner = unpack(redis.call('HMGET', job, 'model', 'id', 'owner'))
+  local model, job_id, owner, keep_events = unpack(redis.call('HMGET', job, 'model', 'id', 'owner', 'keep_events'))
   if not owner or owner == '' then owner = '-' end
   redis.call('HSET', job, 'status', status, 'completed_at', stamp(now))
   redis.call('EXPIRE', job, record_ttl)
   redis.call('SET', tombstone, owner, 'EX', tombstone_ttl)
   -- A background response's events last as long as it does (a client resumes it by event number).
-  if redis.call('HGET', job, 'keep_events') == 'True' and redis.call('EXISTS', events) == 1 then
+  if keep_events == 'True' and redis.call('EXISTS', events) == 1 then
     redis.call('EXPIRE', events, record_ttl)
   end
   redis.call('ZREM', active_prefix .. model, job_id)
