@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -28,6 +29,8 @@ from tests.integration.output_backends import (
 )
 from tests.live_server import LiveServer
 from tests.s3_server import AWS_ENV, S3Server, serving_bucket
+
+BRIEF_S = 4  # a presigned URL's life in the expiry check
 
 BUCKET, PREFIX = "genq-test", "tests/outputs/"
 
@@ -126,10 +129,14 @@ def test_presigned_urls_work_without_the_api_key_and_expire(presigned, s3, s3_se
         assert [p.read_bytes() for p in sorted(tmp_path.glob(f"{job['id']}-*.png"))] == expected
     assert s3.refused() == []  # neither the client nor the CLI sent the genq key to the object store
 
-    brief = create_app(dataclasses.replace(s3_settings, output_delivery="presigned", output_url_ttl_s=1))
+    # A URL valid BRIEF_S from its signing (X-Amz-Date, whole seconds): opened at once it works, after that it does
+    # not. Long enough that a loaded machine opens it in time (1 s lost to the signing time's rounding at worst).
+    brief = create_app(dataclasses.replace(s3_settings, output_delivery="presigned", output_url_ttl_s=BRIEF_S))
     entry = brief.test_client().get(f"/v1/jobs/{job['id']}", headers=bearer(KEY_A)).json["output"][0]
     assert httpx.get(entry["download_url"]).status_code == 200
-    time.sleep(2.1)
+    [signed] = parse_qs(urlsplit(entry["download_url"]).query)["X-Amz-Date"]
+    expires = datetime.strptime(signed, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp() + BRIEF_S
+    time.sleep(max(0.0, expires + 1.1 - time.time()))
     expired = httpx.get(entry["download_url"])
     assert expired.status_code == 403 and b"Request has expired" in expired.content
 
