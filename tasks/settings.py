@@ -95,6 +95,15 @@ DEFAULT_UPLOAD_TTL_S = 3600
 # One owner's live bytes in the store (uploads and jobs' staged inputs) at most; past it, 429 quota_exceeded. 2 GiB:
 # a hundred 20 MiB photos, and a Redis store shared by a few tenants stays within a small server's memory.
 DEFAULT_OWNER_MAX_BYTES = 2 << 30
+# POST /openai/v1/files: OpenAI's own limit for a batch's input file. Spooled to disk as it arrives, never held whole.
+DEFAULT_MAX_FILE_BYTES = 200 << 20
+# Files (batch inputs and outputs) live this long unless deleted: a 24 h batch window, then a week to fetch results.
+DEFAULT_FILE_TTL_S = 8 * 24 * 3600
+DEFAULT_BATCH_MAX_LINES = 50_000  # OpenAI's limit of requests per batch
+DEFAULT_MAX_OPEN_BATCHES = 16  # per key: validating, in progress, finalizing or cancelling at once
+# A batch's lines queued or running at once, per batch: enough to fill a worker's step session twice over, few
+# enough that an interactive job never queues behind more than this many of a batch's (they are low priority too).
+DEFAULT_BATCH_LINES_IN_FLIGHT = 64
 
 
 class SettingError(GenqError, ValueError):
@@ -187,6 +196,12 @@ class ApiSettings(SharedSettings):
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     upload_ttl_s: int = DEFAULT_UPLOAD_TTL_S
     owner_max_bytes: int = DEFAULT_OWNER_MAX_BYTES
+    # OpenAI's Files and Batch API (tasks/openai_batches.py, api/batch_runner.py).
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    file_ttl_s: int = DEFAULT_FILE_TTL_S
+    batch_max_lines: int = DEFAULT_BATCH_MAX_LINES
+    max_open_batches: int = DEFAULT_MAX_OPEN_BATCHES
+    batch_lines_in_flight: int = DEFAULT_BATCH_LINES_IN_FLIGHT
     # POST /v1/adapters: keys' own LoRAs (tasks/adapter_uploads.py); off unless a deployment allows them.
     adapter_uploads: bool = False
     max_adapters_per_owner: int = DEFAULT_MAX_ADAPTERS_PER_OWNER

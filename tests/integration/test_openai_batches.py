@@ -1,0 +1,214 @@
+"""OpenAI's Files and Batch API through the ``openai`` package (issue 42): a chat batch and an embeddings batch run
+on real workers and answer every ``custom_id`` once; an invalid file fails with its lines' errors; another key
+sees nothing; a cancelled batch accounts for every line; and a feeder that dies midway (its lease lost, lines
+registered and never submitted) is taken over with every line still answered exactly once."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import openai
+import pytest
+from openai import OpenAI
+
+from api import create_app
+from api.auth import hash_key
+from api.batch_runner import BatchRunner
+from tasks.openai_batches import line_job_id
+from tests.live_server import LiveServer
+
+KEY_A, KEY_B = "files-a-" + uuid.uuid4().hex, "files-b-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def served(settings, tmp_path_factory) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """The API with two keys over HTTP, its batch runner started, and few lines in flight per batch."""
+    keys = tmp_path_factory.mktemp("batch-keys") / "keys"
+    keys.write_text(f"{hash_key(KEY_A)} batch-alice\n{hash_key(KEY_B)} batch-bob\n")
+    changes = dict(api_keys_file=keys, rate_limit="100000/minute", batch_lines_in_flight=4)
+    app = create_app(dataclasses.replace(settings, **changes))
+    runner = BatchRunner(app).start()
+    with LiveServer(app) as server:
+        yield server.url, app
+    runner.stop()
+
+
+def client_of(url: str, key: str) -> OpenAI:
+    return OpenAI(base_url=f"{url}/openai/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def jsonl(lines: list[dict[str, object]]) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def chat_line(custom_id: str, text: str, url: str = "/v1/chat/completions") -> dict[str, object]:
+    body = {"model": "gpt2-demo", "messages": [{"role": "user", "content": text}], "max_tokens": 4}
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def wait_done(client: OpenAI, batch_id: str, limit_s: float = 180) -> openai.types.Batch:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        time.sleep(0.3)
+    raise AssertionError(f"batch {batch_id} did not end: {batch}")
+
+
+def lines_of(client: OpenAI, file_id: str | None) -> list[dict[str, object]]:
+    if file_id is None:
+        return []
+    return [json.loads(line) for line in client.files.content(file_id).text.splitlines() if line.strip()]
+
+
+def test_a_chat_batch_and_an_embeddings_batch_answer_every_custom_id_once(served, worker_for) -> None:
+    worker_for("gpt2-demo")
+    worker_for("minilm")
+    url, _ = served
+    client = client_of(url, KEY_A)
+    ids = [f"req-{i}" for i in range(10)]
+    uploaded = client.files.create(file=("chat.jsonl", jsonl([chat_line(i, f"Say {i}") for i in ids])), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes > 0 and uploaded.filename == "chat.jsonl"
+    assert client.files.retrieve(uploaded.id).id == uploaded.id
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "t"}
+    )
+    assert batch.status == "in_progress" and batch.request_counts and batch.request_counts.total == 10
+    done = wait_done(client, batch.id)
+    assert done.status == "completed" and done.request_counts is not None, done
+    assert (done.request_counts.completed, done.request_counts.failed) == (10, 0)
+    assert done.metadata == {"run": "t"} and done.error_file_id is None and done.completed_at
+    out = lines_of(client, done.output_file_id)
+    assert sorted(str(line["custom_id"]) for line in out) == sorted(ids)  # each once, none missing
+    for line in out:
+        response = line["response"]
+        assert isinstance(response, dict) and response["status_code"] == 200 and line["error"] is None
+        assert response["body"]["object"] == "chat.completion" and response["body"]["choices"][0]["message"]["role"]
+    assert client.files.retrieve(str(done.output_file_id)).purpose == "batch_output"
+
+    vectors = [
+        {
+            "custom_id": "floats",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "minilm", "input": "a cat", "encoding_format": "float"},
+        },
+        {
+            "custom_id": "b64",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "minilm", "input": ["a cat"], "encoding_format": "base64"},
+        },
+    ]
+    emb_file = client.files.create(file=("emb.jsonl", jsonl(vectors)), purpose="batch")
+    emb = wait_done(
+        client, client.batches.create(input_file_id=emb_file.id, endpoint="/v1/embeddings", completion_window="24h").id
+    )
+    by_id = {line["custom_id"]: line["response"]["body"] for line in lines_of(client, emb.output_file_id)}  # type: ignore[index]
+    assert len(by_id["floats"]["data"][0]["embedding"]) == 384 and isinstance(by_id["b64"]["data"][0]["embedding"], str)
+    listed = [b.id for b in client.batches.list(limit=5)]
+    assert emb.id in listed and batch.id in listed
+
+
+def test_an_invalid_file_fails_with_each_lines_error(served) -> None:
+    url, _ = served
+    client = client_of(url, KEY_A)
+    lines = [
+        chat_line("same", "one"),
+        chat_line("same", "two"),
+        chat_line("wrong-url", "x", url="/v1/completions"),
+        {
+            **chat_line("bad-tokens", "x"),
+            "body": {"model": "gpt2-demo", "messages": [{"role": "user", "content": "x"}], "max_tokens": -3},
+        },
+        {**chat_line("no-model", "x"), "body": {"model": "nope", "messages": [{"role": "user", "content": "x"}]}},
+        {"custom_id": "no-body", "method": "POST", "url": "/v1/chat/completions"},
+    ]
+    file = client.files.create(file=("bad.jsonl", jsonl(lines)), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.status == "failed" and batch.errors is not None and batch.errors.data
+    by_line = {e.line: e for e in batch.errors.data}
+    assert sorted(by_line) == [2, 3, 4, 5, 6], by_line
+    assert by_line[2].code == "duplicate_custom_id" and by_line[3].code == "invalid_url"
+    assert by_line[4].param == "body.max_tokens" and by_line[5].code == "unknown_model" and by_line[6].param == "body"
+
+    with pytest.raises(openai.BadRequestError) as not_jsonl:
+        client.files.create(file=("x.jsonl", b'{"custom_id": "a"}\nnot json\n'), purpose="batch")
+    assert "line 2" in str(not_jsonl.value)
+    with pytest.raises(openai.BadRequestError, match="purpose"):
+        client.files.create(file=("x.jsonl", jsonl([chat_line("a", "b")])), purpose="fine-tune")
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        client.batches.create(input_file_id=file.id, endpoint="/v1/images/generations", completion_window="24h")  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError, match="completion_window"):
+        client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="1h")  # type: ignore[arg-type]
+
+
+def test_another_key_sees_none_of_it(served) -> None:
+    url, _ = served
+    alice, bob = client_of(url, KEY_A), client_of(url, KEY_B)
+    file = alice.files.create(file=("mine.jsonl", jsonl([chat_line("a", "b")])), purpose="batch")
+    batch = alice.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    for call in (
+        lambda: bob.files.retrieve(file.id),
+        lambda: bob.files.content(file.id),
+        lambda: bob.files.delete(file.id),
+        lambda: bob.batches.retrieve(batch.id),
+        lambda: bob.batches.cancel(batch.id),
+        lambda: bob.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert file.id not in [f.id for f in bob.files.list()] and batch.id not in [b.id for b in bob.batches.list()]
+    assert file.id in [f.id for f in alice.files.list()]
+    deleted = alice.files.delete(file.id)
+    assert deleted.deleted and file.id not in [f.id for f in alice.files.list()]
+    with pytest.raises(openai.NotFoundError):
+        alice.files.retrieve(file.id)
+
+
+def test_a_cancelled_batch_accounts_for_every_line_once(served, worker_for) -> None:
+    worker_for("gpt2-demo")
+    url, _ = served
+    client = client_of(url, KEY_A)
+    ids = [f"c-{i}" for i in range(30)]
+    file = client.files.create(file=("many.jsonl", jsonl([chat_line(i, f"Count {i}") for i in ids])), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert client.batches.cancel(batch.id).status == "cancelling"
+    done = wait_done(client, batch.id)
+    assert done.status == "cancelled" and done.cancelled_at, done
+    out, errors = lines_of(client, done.output_file_id), lines_of(client, done.error_file_id)
+    assert sorted(str(line["custom_id"]) for line in out + errors) == sorted(ids)
+    assert any(line["error"] and line["error"]["code"] == "batch_cancelled" for line in errors)  # type: ignore[index]
+    assert done.request_counts is not None and done.request_counts.completed == len(out)
+    with pytest.raises(openai.ConflictError):
+        client.batches.cancel(batch.id)
+
+
+def test_a_feeder_that_dies_midway_is_taken_over_and_every_line_is_answered_once(served, settings, worker_for) -> None:
+    worker_for("gpt2-demo")
+    url, app = served
+    client = client_of(url, KEY_A)
+    ids = [f"d-{i}" for i in range(12)]
+    file = client.files.create(file=("die.jsonl", jsonl([chat_line(i, f"Die {i}") for i in ids])), purpose="batch")
+    svc = app.extensions["genq"]
+    store = svc.openai_batches
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    # A feeder took the lease and registered lines 0-5, then died before submitting them: its lease is held (the
+    # module's runner cannot take the batch) until it lapses, here made to lapse at once.
+    dead = "dead-feeder"
+    svc.openai_batches.redis.delete(store.part(batch.id, "lease"))
+    assert store.take_lease(batch.id, dead)
+    assert store.feed(batch.id, dead, [(line_job_id(batch.id, n), n) for n in range(6)], 6, 3600)
+    assert all(svc.store.get(line_job_id(batch.id, n)) is None for n in range(6))
+    svc.openai_batches.redis.delete(store.part(batch.id, "lease"))  # its lease lapsed
+    assert not store.settle(batch.id, dead, line_job_id(batch.id, 0), "{}", True, 60)  # a stale feeder writes nothing
+    done = wait_done(client, batch.id)
+    assert done.status == "completed", done
+    out = lines_of(client, done.output_file_id)
+    assert sorted(str(line["custom_id"]) for line in out) == sorted(ids)
+    assert done.request_counts is not None and done.request_counts.completed == 12
