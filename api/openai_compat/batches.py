@@ -106,7 +106,8 @@ def batch_object(batch: BatchRecord) -> dict[str, Any]:
     shown = batch
     if state.cancel and batch.status == BatchStatus.in_progress:
         shown = batch.model_copy(update={"status": BatchStatus.cancelling})
-    return shown.public(state.completed, state.failed)
+    never_fed = batch.total - state.fed if batch.status in (BatchStatus.expired, BatchStatus.cancelled) else 0
+    return shown.public(state.completed, state.failed + max(0, never_fed))  # its error file lists those too
 
 
 def retrieve_batch(batch_id: str) -> Response:

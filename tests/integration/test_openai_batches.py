@@ -185,6 +185,7 @@ def test_a_cancelled_batch_accounts_for_every_line_once(served, worker_for) -> N
     assert sorted(str(line["custom_id"]) for line in out + errors) == sorted(ids)
     assert any(line["error"] and line["error"]["code"] == "batch_cancelled" for line in errors)  # type: ignore[index]
     assert done.request_counts is not None and done.request_counts.completed == len(out)
+    assert done.request_counts.failed == len(errors)
     with pytest.raises(openai.ConflictError):
         client.batches.cancel(batch.id)
 
@@ -212,3 +213,27 @@ def test_a_feeder_that_dies_midway_is_taken_over_and_every_line_is_answered_once
     out = lines_of(client, done.output_file_id)
     assert sorted(str(line["custom_id"]) for line in out) == sorted(ids)
     assert done.request_counts is not None and done.request_counts.completed == 12
+
+
+def test_a_batch_past_its_window_expires_with_what_finished_kept(served, worker_for) -> None:
+    worker_for("gpt2-demo")
+    url, app = served
+    client = client_of(url, KEY_A)
+    ids = [f"e-{i}" for i in range(20)]
+    file = client.files.create(file=("late.jsonl", jsonl([chat_line(i, f"Late {i}") for i in ids])), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    store = app.extensions["genq"].openai_batches
+    record = store.get(batch.id)
+    # Its window ends now (the record is the feeder's to write; it only reads the window from it).
+    store.redis.set(
+        store.keys.batch(batch.id),
+        record.model_copy(update={"expires_at": record.created_at + 0.5}).model_dump_json(),
+        keepttl=True,
+    )
+    done = wait_done(client, batch.id)
+    assert done.status == "expired" and done.expired_at, done
+    out, errors = lines_of(client, done.output_file_id), lines_of(client, done.error_file_id)
+    assert sorted(str(line["custom_id"]) for line in out + errors) == sorted(ids)
+    assert errors and all(line["error"]["code"] == "batch_expired" for line in errors)  # type: ignore[index]
+    assert done.request_counts is not None and done.request_counts.completed == len(out)
+    assert done.request_counts.failed == len(errors)
