@@ -237,3 +237,27 @@ def test_a_batch_past_its_window_expires_with_what_finished_kept(served, worker_
     assert errors and all(line["error"]["code"] == "batch_expired" for line in errors)  # type: ignore[index]
     assert done.request_counts is not None and done.request_counts.completed == len(out)
     assert done.request_counts.failed == len(errors)
+
+
+def test_genq_batch_runs_an_openai_batch_file_with_progress(served, worker_for, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from genq.cli import main
+
+    worker_for("gpt2-demo")
+    url, _ = served
+    source, out = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    source.write_bytes(jsonl([chat_line(f"cli-{i}", f"Hi {i}") for i in range(3)]))
+    env = {"GENQ_URL": url, "GENQ_API_KEY": KEY_A}
+    result = CliRunner().invoke(main, ["batch", str(source), "--out", str(out)], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(line["custom_id"] for line in lines) == ["cli-0", "cli-1", "cli-2"]
+    assert all(line["response"]["status_code"] == 200 for line in lines)
+    assert "completed: 3 completed, 0 failed of 3" in result.output
+
+    from genq import Client
+
+    with Client(url, KEY_A) as client:
+        run = client.openai_batch(source)
+    assert run.ok and sorted(line["custom_id"] for line in run.lines) == ["cli-0", "cli-1", "cli-2"]
