@@ -62,8 +62,7 @@ class FileStore:
         with self.redis.pipeline() as pipe:  # MULTI: the index never names a file whose metadata was not written
             pipe.set(self.keys.file(meta.id), meta.model_dump_json(), ex=ttl_s)
             pipe.zadd(index, {meta.id: meta.created_at})
-            pipe.expire(index, ttl_s, gt=True)
-            pipe.expire(index, ttl_s, nx=True)
+            pipe.expire(index, ttl_s)  # every file lives as long: the newest outlives the others
             pipe.execute()
         return True, held
 
