@@ -116,7 +116,7 @@ class Feeding:
         return missing
 
     def feed(self, batch: BatchRecord, in_flight: int, fed: int) -> None:
-        room = min(self.svc.settings.batch_lines_in_flight - in_flight, batch.total - fed)
+        room = min(self.window(fed, in_flight) - in_flight, batch.total - fed)
         if room <= 0:
             return
         lines = self.store.lines(self.id, fed, room)
@@ -124,6 +124,18 @@ class Feeding:
         if not self.store.feed(self.id, self.token, jobs, fed + len(lines), self.ttl_s):
             return  # another process took the lease meanwhile
         self.submit_all(batch, jobs, lines)
+
+    def window(self, fed: int, in_flight: int) -> int:
+        """How many lines may be in flight: ``GENQ_BATCH_LINES_IN_FLIGHT``, and while other jobs of the next line's
+        model are active (interactive calls, another batch), at most ``GENQ_BATCH_ROW_SHARE`` of its rows, so those
+        jobs find free rows in its step sessions instead of queueing behind the batch's."""
+        window = self.svc.settings.batch_lines_in_flight
+        upcoming = self.store.lines(self.id, fed, 1)
+        spec = self.svc.models.get(upcoming[0].model) if upcoming else None
+        if spec is not None and self.svc.fleet.backlog(spec.id).backlog > in_flight:
+            share = int(spec.batching.max_batch_size * self.svc.settings.batch_row_share)
+            window = min(window, max(1, share))
+        return window
 
     def submit_all(
         self, batch: BatchRecord, jobs: list[tuple[str, int]], lines: list[PreparedLine] | None = None

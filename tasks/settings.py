@@ -104,6 +104,9 @@ DEFAULT_MAX_OPEN_BATCHES = 16  # per key: validating, in progress, finalizing or
 # A batch's lines queued or running at once, per batch: enough to fill a worker's step session twice over, few
 # enough that an interactive job never queues behind more than this many of a batch's (they are low priority too).
 DEFAULT_BATCH_LINES_IN_FLIGHT = 64
+# While other jobs of its model are active, a batch holds at most this share of the model's rows (max_batch_size):
+# interactive calls find free rows beside it; alone, it may use them all.
+DEFAULT_BATCH_ROW_SHARE = 0.5
 
 
 class SettingError(GenqError, ValueError):
@@ -202,6 +205,7 @@ class ApiSettings(SharedSettings):
     batch_max_lines: int = DEFAULT_BATCH_MAX_LINES
     max_open_batches: int = DEFAULT_MAX_OPEN_BATCHES
     batch_lines_in_flight: int = DEFAULT_BATCH_LINES_IN_FLIGHT
+    batch_row_share: float = DEFAULT_BATCH_ROW_SHARE
     # POST /v1/adapters: keys' own LoRAs (tasks/adapter_uploads.py); off unless a deployment allows them.
     adapter_uploads: bool = False
     max_adapters_per_owner: int = DEFAULT_MAX_ADAPTERS_PER_OWNER

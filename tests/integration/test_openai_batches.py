@@ -261,3 +261,28 @@ def test_genq_batch_runs_an_openai_batch_file_with_progress(served, worker_for, 
     with Client(url, KEY_A) as client:
         run = client.openai_batch(source)
     assert run.ok and sorted(line["custom_id"] for line in run.lines) == ["cli-0", "cli-1", "cli-2"]
+
+
+def test_a_batch_leaves_rows_to_other_jobs_of_its_model(served) -> None:
+    """Alone a batch may hold ``GENQ_BATCH_LINES_IN_FLIGHT`` lines; while another job of its model is active, at
+    most ``GENQ_BATCH_ROW_SHARE`` of the model's rows."""
+    from api.batch_runner import Feeding
+    from tasks.openai_batches import PreparedLine, new_batch_id
+
+    _, app = served
+    svc = app.extensions["genq"]
+    svc = dataclasses.replace(svc, settings=dataclasses.replace(svc.settings, batch_lines_in_flight=64))
+    spec = svc.models.get("gpt2-demo")
+    batch_id, other = new_batch_id(), str(uuid.uuid4())
+    svc.openai_batches.add_lines(batch_id, [PreparedLine(custom_id="a", model="gpt2-demo", input={})], 60)
+    feeding = Feeding(svc, batch_id, "token")
+    active = svc.store.keys.active("gpt2-demo")
+    try:
+        with app.app_context():
+            assert feeding.window(0, 0) == 64
+            svc.store.redis.zadd(active, {other: 0})  # an interactive job of the model, queued or running
+            share = max(1, int(spec.batching.max_batch_size * svc.settings.batch_row_share))
+            assert feeding.window(0, 0) == share < 64
+    finally:
+        svc.store.redis.zrem(active, other)
+        svc.openai_batches.drop_lines(batch_id)
