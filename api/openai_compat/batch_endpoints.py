@@ -14,9 +14,13 @@ from api.openai_compat.completion_request import PARAMS as COMPLETION_PARAMS
 from api.openai_compat.completion_request import CompletionRequest, completion_job, completion_object
 from api.openai_compat.embedding_request import PARAMS as EMBEDDING_PARAMS
 from api.openai_compat.embedding_request import EmbeddingRequest, embedding_job, embedding_list
-from api.openai_compat.jobs import parse
+from api.openai_compat.jobs import parse, served_model_and_adapter
+from api.openai_compat.response_object import response_object
+from api.openai_compat.responses_request import PARAMS as RESPONSES_PARAMS
+from api.openai_compat.responses_request import ResponsesRequest
 from api.openai_compat.text_params import PARAMS as TEXT_PARAMS
 from tasks.errors import InvalidInput
+from tasks.kinds import JobKind
 from tasks.models_file import ModelSpec
 from tasks.store.job_store import JobRecord
 
@@ -58,6 +62,17 @@ def _embedding_job(body: dict[str, Any]) -> tuple[ModelSpec, dict[str, Any], Opt
     return spec, inp, {"encoding_format": req.encoding_format}
 
 
+def _response_job(body: dict[str, Any]) -> tuple[ModelSpec, dict[str, Any], Options]:
+    req: ResponsesRequest = parse(ResponsesRequest, body)
+    _not_streamed(req.stream)
+    if req.background:
+        raise InvalidInput(
+            "background: a batch's lines run in the background already; leave it out", field="background"
+        )
+    spec, adapter = served_model_and_adapter(req.model, JobKind.text_generation)
+    return spec, req.genq_input() | ({} if adapter is None else {"adapter": adapter}), {}
+
+
 ENDPOINTS: dict[str, BatchEndpoint] = {
     "/v1/chat/completions": BatchEndpoint(
         _chat_job, lambda spec, record, _: chat_completion(spec, record), TEXT_PARAMS
@@ -70,4 +85,5 @@ ENDPOINTS: dict[str, BatchEndpoint] = {
         lambda spec, record, options: embedding_list(spec, record, options.get("encoding_format", "float")),
         EMBEDDING_PARAMS,
     ),
+    "/v1/responses": BatchEndpoint(_response_job, lambda spec, record, _: response_object(record), RESPONSES_PARAMS),
 }

@@ -286,3 +286,33 @@ def test_a_batch_leaves_rows_to_other_jobs_of_its_model(served) -> None:
     finally:
         svc.store.redis.zrem(active, other)
         svc.openai_batches.drop_lines(batch_id)
+
+
+def test_a_responses_batch_answers_response_objects(served, worker_for) -> None:
+    worker_for("gpt2-demo")
+    url, _ = served
+    client = client_of(url, KEY_A)
+    rows = [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "gpt2-demo", "input": f"Hi {i}", "max_output_tokens": 4},
+        }
+        for i in range(2)
+    ]
+    bad = [{**rows[0], "custom_id": "bg", "body": {**rows[0]["body"], "background": True}}]  # type: ignore[dict-item]
+    file = client.files.create(file=("resp.jsonl", jsonl(rows)), purpose="batch")
+    done = wait_done(
+        client, client.batches.create(input_file_id=file.id, endpoint="/v1/responses", completion_window="24h").id
+    )
+    bodies = {line["custom_id"]: line["response"]["body"] for line in lines_of(client, done.output_file_id)}  # type: ignore[index]
+    assert set(bodies) == {"r0", "r1"} and all(
+        b["object"] == "response" and b["status"] in ("completed", "incomplete") for b in bodies.values()
+    )
+    refused = client.batches.create(
+        input_file_id=client.files.create(file=("bg.jsonl", jsonl(bad)), purpose="batch").id,
+        endpoint="/v1/responses",
+        completion_window="24h",
+    )
+    assert refused.status == "failed" and refused.errors and refused.errors.data[0].param == "body.background"
