@@ -17,7 +17,7 @@ import uuid
 import redis
 from flask import Flask, g
 
-from api.batch_answers import answer_of, refused
+from api.batch_answers import answer_of, never_ran, refused
 from api.batch_files import write_files
 from api.job_submit import submit
 from api.keyring import KeyInfo
@@ -93,6 +93,10 @@ class Feeding:
         if batch.ending is not None:
             for job_id in flight:
                 self.svc.store.cancel(job_id)
+            for job_id, line in missing:  # registered, never submitted: they never ran
+                custom_id = self.store.lines(self.id, line, 1)[0].custom_id
+                answer = never_ran(batch, line, custom_id)
+                self.store.settle(self.id, self.token, job_id, _json(answer), False, self.ttl_s)
         elif missing:
             self.submit_all(batch, missing)
         else:

@@ -42,7 +42,13 @@ PAD = "lorem ipsum dolor sit amet " * 36  # ~1 KB of content per line for the fi
 
 def chat_body(n: int, text: str | None = None) -> dict[str, Any]:
     content = text if text is not None else f"Tell me about item {n}"
-    return {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": NEW_TOKENS}
+    # Greedy (as the /v1/jobs/batch jobs below): both ways make the same tokens.
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": NEW_TOKENS,
+        "temperature": 0,
+    }
 
 
 def batch_file(lines: int, pad: bool = False) -> bytes:
@@ -125,7 +131,7 @@ def jobs_batch_rate(http: httpx.Client, lines: int) -> float:
         jobs = [
             {
                 "model": MODEL,
-                "input": {"messages": chat_body(n)["messages"], "max_new_tokens": NEW_TOKENS},
+                "input": {"messages": chat_body(n)["messages"], "max_new_tokens": NEW_TOKENS, "do_sample": False},
                 "priority": "low",
             }
             for n in range(start, min(lines, start + 100))

@@ -105,8 +105,9 @@ DEFAULT_MAX_OPEN_BATCHES = 16  # per key: validating, in progress, finalizing or
 # enough that an interactive job never queues behind more than this many of a batch's (they are low priority too).
 DEFAULT_BATCH_LINES_IN_FLIGHT = 64
 # While other jobs of its model are active, a batch holds at most this share of the model's rows (max_batch_size):
-# interactive calls find free rows beside it; alone, it may use them all.
-DEFAULT_BATCH_ROW_SHARE = 0.5
+# interactive calls find free rows beside it, and each step stays near their own width (bench/openai_batches.py:
+# half the rows made an interactive p50 1.5x its value alone); alone, a batch may use them all.
+DEFAULT_BATCH_ROW_SHARE = 0.25
 
 
 class SettingError(GenqError, ValueError):

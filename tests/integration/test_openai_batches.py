@@ -31,10 +31,10 @@ def served(settings, tmp_path_factory) -> Iterator[tuple[str, object]]:  # type:
     keys.write_text(f"{hash_key(KEY_A)} batch-alice\n{hash_key(KEY_B)} batch-bob\n")
     changes = dict(api_keys_file=keys, rate_limit="100000/minute", batch_lines_in_flight=4)
     app = create_app(dataclasses.replace(settings, **changes))
-    runner = BatchRunner(app).start()
+    app.extensions["genq_batch_runner"] = BatchRunner(app).start()
     with LiveServer(app) as server:
         yield server.url, app
-    runner.stop()
+    app.extensions["genq_batch_runner"].stop()
 
 
 def client_of(url: str, key: str) -> OpenAI:
@@ -316,3 +316,25 @@ def test_a_responses_batch_answers_response_objects(served, worker_for) -> None:
         completion_window="24h",
     )
     assert refused.status == "failed" and refused.errors and refused.errors.data[0].param == "body.background"
+
+
+def test_a_cancel_after_a_feeder_died_accounts_for_lines_it_never_submitted(served) -> None:
+    url, app = served
+    client = client_of(url, KEY_A)
+    ids = [f"n-{i}" for i in range(6)]
+    file = client.files.create(file=("never.jsonl", jsonl([chat_line(i, f"Never {i}") for i in ids])), purpose="batch")
+    store = app.extensions["genq"].openai_batches
+    paused = app.extensions["genq_batch_runner"]
+    paused.stop()  # the module's runner: this test's dying feeder takes the batch first
+    paused.thread.join()
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert store.take_lease(batch.id, "dying")
+    assert store.feed(batch.id, "dying", [(line_job_id(batch.id, n), n) for n in range(6)], 6, 3600)
+    client.batches.cancel(batch.id)
+    store.redis.delete(store.part(batch.id, "lease"))  # it died: its lease lapses
+    app.extensions["genq_batch_runner"] = BatchRunner(app).start()
+    done = wait_done(client, batch.id)
+    assert done.status == "cancelled", done
+    errors = lines_of(client, done.error_file_id)
+    assert sorted(str(line["custom_id"]) for line in errors) == ids
+    assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}  # type: ignore[index]
