@@ -101,6 +101,7 @@ DEFAULT_MAX_FILE_BYTES = 200 << 20
 DEFAULT_FILE_TTL_S = 8 * 24 * 3600
 DEFAULT_BATCH_MAX_LINES = 50_000  # OpenAI's limit of requests per batch
 DEFAULT_MAX_OPEN_BATCHES = 16  # per key: validating, in progress, finalizing or cancelling at once
+DEFAULT_MAX_OPEN_BATCH_LINES = 200_000  # per key: the lines of its open batches together (four full batches)
 # A batch's lines queued or running at once, per batch: enough to fill a worker's step session twice over, few
 # enough that an interactive job never queues behind more than this many of a batch's (they are low priority too).
 DEFAULT_BATCH_LINES_IN_FLIGHT = 64
@@ -205,6 +206,7 @@ class ApiSettings(SharedSettings):
     file_ttl_s: int = DEFAULT_FILE_TTL_S
     batch_max_lines: int = DEFAULT_BATCH_MAX_LINES
     max_open_batches: int = DEFAULT_MAX_OPEN_BATCHES
+    max_open_batch_lines: int = DEFAULT_MAX_OPEN_BATCH_LINES
     batch_lines_in_flight: int = DEFAULT_BATCH_LINES_IN_FLIGHT
     batch_row_share: float = DEFAULT_BATCH_ROW_SHARE
     # POST /v1/adapters: keys' own LoRAs (tasks/adapter_uploads.py); off unless a deployment allows them.

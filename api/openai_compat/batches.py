@@ -55,7 +55,7 @@ def create_batch() -> Response:
             f"input_file_id: {meta.id} is a {meta.purpose} file, not a batch input", field="input_file_id"
         )
     owner = current_owner()
-    _check_open_batches(svc, owner)
+    _check_open_batches(svc, owner, meta.lines)
     batch_id, now = new_batch_id(), svc.openai_batches.now()
     ttl_s = COMPLETION_WINDOW_S + svc.settings.file_ttl_s
     total, errors = validate_file(svc, batch_id, req.endpoint, meta, ttl_s)
@@ -80,17 +80,18 @@ def create_batch() -> Response:
     return jsonify(batch.public(0, 0))
 
 
-def _check_open_batches(svc: Services, owner: str) -> None:
-    limit = svc.settings.max_open_batches
-    open_ = [
-        b for b in svc.openai_batches.get_many(svc.openai_batches.owned(owner)[: limit * 4]) if b and b.status.open
-    ]
+def _check_open_batches(svc: Services, owner: str, lines: int) -> None:
+    """At most ``GENQ_MAX_OPEN_BATCHES`` open batches per key, and ``GENQ_MAX_OPEN_BATCH_LINES`` lines in them."""
+    limit, max_lines = svc.settings.max_open_batches, svc.settings.max_open_batch_lines
+    open_ = [b for b in svc.openai_batches.get_many(svc.openai_batches.owned(owner)) if b and b.status.open]
+    held = sum(b.total for b in open_)
     if len(open_) >= limit:
-        raise Unavailable(
-            f"this key has {len(open_)} open batches, its limit (GENQ_MAX_OPEN_BATCHES); wait for one to end",
-            retry_after=60,
-            code=ErrorCode.rate_limited,
-        )
+        why = f"this key has {len(open_)} open batches, its limit (GENQ_MAX_OPEN_BATCHES)"
+    elif held + lines > max_lines:
+        why = f"this key's open batches hold {held} lines; {lines} more would pass GENQ_MAX_OPEN_BATCH_LINES"
+    else:
+        return
+    raise Unavailable(f"{why}; wait for a batch to end", retry_after=60, code=ErrorCode.rate_limited)
 
 
 def owned_batch(batch_id: str) -> BatchRecord:

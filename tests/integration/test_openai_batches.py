@@ -338,3 +338,37 @@ def test_a_cancel_after_a_feeder_died_accounts_for_lines_it_never_submitted(serv
     errors = lines_of(client, done.error_file_id)
     assert sorted(str(line["custom_id"]) for line in errors) == ids
     assert {line["error"]["code"] for line in errors} == {"batch_cancelled"}  # type: ignore[index]
+
+
+def test_a_keys_open_batches_and_their_lines_are_bounded(settings, tmp_path) -> None:
+    import io
+
+    keys = tmp_path / "keys"
+    key = "limits-" + uuid.uuid4().hex
+    keys.write_text(f"{hash_key(key)} batch-limits-{uuid.uuid4().hex[:6]}\n")
+    changes = dict(api_keys_file=keys, rate_limit="100000/minute", max_open_batches=2, max_open_batch_lines=3)
+    # A prefix of its own, and no runner: its batches stay open.
+    own = dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}limits:", **changes)
+    api = create_app(own).test_client()
+    auth = {"Authorization": f"Bearer {key}"}
+
+    def upload(lines: int) -> str:
+        data = {
+            "purpose": "batch",
+            "file": (io.BytesIO(jsonl([chat_line(f"l{i}", "x") for i in range(lines)])), "f.jsonl"),
+        }
+        answer = api.post("/openai/v1/files", data=data, headers=auth, content_type="multipart/form-data")
+        assert answer.status_code == 200, answer.text
+        return str(answer.json["id"])
+
+    def create(file_id: str):  # type: ignore[no-untyped-def]
+        body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        return api.post("/openai/v1/batches", json=body, headers=auth)
+
+    assert create(upload(2)).json["status"] == "in_progress"
+    too_many_lines = create(upload(2))
+    assert too_many_lines.status_code == 429 and "GENQ_MAX_OPEN_BATCH_LINES" in too_many_lines.text
+    assert create(upload(1)).status_code == 200
+    too_many = create(upload(1))
+    assert too_many.status_code == 429 and "GENQ_MAX_OPEN_BATCHES" in too_many.text
+    assert too_many.json["error"]["code"] == "rate_limit_exceeded" and too_many.headers["Retry-After"]
