@@ -24,7 +24,7 @@ from api.keyring import KeyInfo
 from api.services import Services
 from tasks.errors import GenqError, InvalidInput, OutcomeUnknown, Unavailable
 from tasks.input_checks import validate_input
-from tasks.openai_batches import BatchRecord, BatchStatus, PreparedLine, line_job_id
+from tasks.openai_batches import BatchRecord, BatchStatus, PreparedLine, batch_event, line_job_id
 from tasks.schemas import JobCreate
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,8 @@ class Feeding:
             update={"status": status, stamp: now, "output_file_id": output, "error_file_id": errors, "ending": ending}
         )
         if self.store.save(ended, self.token):
+            if ended.webhook:  # recorded once (set if absent); any worker's webhook sender delivers it
+                self.svc.outbox.record([(self.id, batch_event(status))])
             self.store.drop_work(self.id)
             log.info("batch %s %s", self.id, status.value)
 

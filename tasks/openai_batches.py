@@ -114,6 +114,7 @@ class BatchRecord(BaseModel):
     total: int = 0
     ending: Literal["completed", "expired", "cancelled"] | None = None  # set once it stops feeding
     metadata: dict[str, str] | None = None
+    webhook: str | None = None  # genq's own (extra_body): POSTed batch.<status> when the batch ends
     errors: list[LineError] = Field(default_factory=list)
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -125,8 +126,11 @@ class BatchRecord(BaseModel):
     cancelling_at: float | None = None
     cancelled_at: float | None = None
 
-    def public(self, completed: int, failed: int) -> dict[str, Any]:
-        """The batch object, with the counts of lines ended so far."""
+    def public(self, completed: int, failed: int, fed: int | None = None) -> dict[str, Any]:
+        """The batch object, with the counts of lines ended so far (``fed``: how many lines were fed; a stopped
+        batch's error file lists the others too, and they count as failed)."""
+        if fed is not None and self.status in (BatchStatus.expired, BatchStatus.cancelled):
+            failed += max(0, self.total - fed)
         stamp = {name: _int(getattr(self, name)) for name in _TIMES}
         errors = {"object": "list", "data": [e.model_dump() for e in self.errors]} if self.errors else None
         return {
@@ -180,6 +184,15 @@ class PreparedLine(BaseModel):
     model: str
     input: dict[str, Any]
     options: dict[str, Any] = Field(default_factory=dict, description="how its answer is written (encoding_format)")
+
+
+def batch_event(status: BatchStatus) -> str:
+    """The webhook event a batch's ending sends (OpenAI's names: batch.completed, batch.failed, ...)."""
+    return f"batch.{status.value}"
+
+
+def is_batch_id(delivery_target: str) -> bool:
+    return BATCH_ID.fullmatch(delivery_target) is not None
 
 
 def output_line(batch_id: str, line: int, custom_id: str, status: int, body: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from tasks.settings import WorkerSettings
 from tasks.store.adapter_registry import AdapterRegistry
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import JobStore
+from tasks.store.openai_batch_store import BatchStore
 from tasks.store.outbox import Outbox
 from tasks.store.outbox_defer import OutboxDeferral
 from tasks.store.output_stores import output_store
@@ -96,6 +97,10 @@ def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
         worker=worker_name,
     )
     webhooks = WebhookSender(
-        store, Outbox(client, settings), OutboxDeferral(client, store.keys), settings.webhook_sending()
+        store,
+        Outbox(client, settings),
+        OutboxDeferral(client, store.keys),
+        settings.webhook_sending(),
+        batches=BatchStore(client, store.keys),
     )
     return Loaded(spec, runtime, store, fleet, executor, webhooks, device, seconds, SweepStore(client, store.keys))

@@ -27,12 +27,14 @@ from tasks.errors import InvalidInput
 from tasks.os_thread import name_os_thread
 from tasks.settings import WebhookSending
 from tasks.ssrf import IPAddress, check_host, forbidden_address, split_webhook_url
-from tasks.store.job_store import JobRecord, JobStore
+from tasks.store.job_store import JobStore
+from tasks.store.openai_batch_store import BatchStore
 from tasks.store.outbox import Delivery, Outbox
 from tasks.store.outbox_defer import OutboxDeferral
 from tasks.webhooks import EVENT_HEADER, Unsigned, signing_headers
 from worker.webhook_attempt import AttemptExpired, Deadline, Resolver, new_client, post_within, resolve_within
 from worker.webhook_slots import DeliverySlots
+from worker.webhook_targets import Target, target_of
 
 log = logging.getLogger(__name__)
 SENDER_THREADS = 8  # one owner's slow receivers hold OWNER_IN_FLIGHT of them at most: the others keep sending
@@ -78,6 +80,7 @@ class WebhookSender:
         resolver: Resolver = system_resolver,
         threads: int = SENDER_THREADS,
         start: bool = True,
+        batches: BatchStore | None = None,
     ) -> None:
         self.store, self.outbox, self.deferral, self.settings, self.resolver = (
             store,
@@ -86,6 +89,7 @@ class WebhookSender:
             settings,
             resolver,
         )
+        self.batches = batches  # OpenAI batches' endings are delivered here too
         self.slots = DeliverySlots()
         self.attempt_s = attempt_seconds(settings.lease_s, settings.attempt_s)
         self._wake = threading.Event()
@@ -150,20 +154,20 @@ class WebhookSender:
         """POST the event: ``delivered`` (2xx), ``rejected`` (a 4xx: not worth retrying), ``retry``, ``gone``,
         or ``busy`` (its owner or host has this worker's share of deliveries in flight: not attempted)."""
         deadline = Deadline(self.attempt_s)
-        record = self.store.get(delivery.job_id)
-        if record is None or not record.webhook:
-            return "gone"  # the job expired, or never had a webhook: nothing to send
+        target = target_of(self.store, self.batches, delivery)
+        if target is None:
+            return "gone"  # the job (or batch) expired, or never had a webhook: nothing to send
         try:
-            parts = split_webhook_url(record.webhook, allow_http=self.settings.allow_http)
+            parts = split_webhook_url(target.url, allow_http=self.settings.allow_http)
             assert parts.hostname is not None
             literal = check_host(parts.hostname, allow_private=self.settings.allow_private)
         except InvalidInput as exc:
             raise Refused(exc.message) from None
-        owner = record.owner or ""
+        owner = target.owner
         if not self.slots.take(owner, parts.hostname):
             return "busy"
         try:
-            return self._send(delivery, record, parts, literal, deadline)
+            return self._send(delivery, target, parts, literal, deadline)
         except AttemptExpired as exc:
             log.info("webhook for job %s: %s", delivery.job_id, exc)
             return "retry"
@@ -171,7 +175,7 @@ class WebhookSender:
             self.slots.give(owner, parts.hostname)
 
     def _send(
-        self, delivery: Delivery, record: JobRecord, parts: SplitResult, literal: IPAddress | None, deadline: Deadline
+        self, delivery: Delivery, target: Target, parts: SplitResult, literal: IPAddress | None, deadline: Deadline
     ) -> str:
         assert parts.hostname is not None
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -186,11 +190,9 @@ class WebhookSender:
             return "retry"
         if not self.settings.allow_private and any(forbidden_address(a) for a in addresses):
             raise Refused(f"{parts.hostname!r} resolves to a non-public address ({', '.join(addresses)})")
-        body = json.dumps(
-            {"id": delivery.delivery_id, "event": delivery.event, "job": record.public().model_dump(mode="json")}
-        ).encode()
+        body = json.dumps({"id": delivery.delivery_id, "event": delivery.event, **target.about}).encode()
         try:
-            headers = signing_headers(self.settings, record.key_id, delivery.delivery_id, body)
+            headers = signing_headers(self.settings, target.key_id, delivery.delivery_id, body)
         except Unsigned as exc:
             raise Refused(str(exc)) from None
         url, host_header, extensions = pinned_request(parts, addresses[0])

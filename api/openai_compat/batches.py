@@ -23,9 +23,11 @@ from tasks.openai_batches import (
     COMPLETION_WINDOW_S,
     BatchRecord,
     BatchStatus,
+    batch_event,
     new_batch_id,
 )
 from tasks.schemas import Metadata
+from tasks.webhooks import check_webhook_url
 
 LIST_DEFAULT, LIST_MAX = 20, 100
 
@@ -37,6 +39,7 @@ class BatchCreate(BaseModel):
     endpoint: str
     completion_window: str = COMPLETION_WINDOW
     metadata: Metadata | None = None
+    webhook: str | None = Field(default=None, max_length=2048, description="genq's own: batch.<status> POSTed here")
 
 
 def create_batch() -> Response:
@@ -49,6 +52,8 @@ def create_batch() -> Response:
         )
     if req.completion_window != COMPLETION_WINDOW:
         raise InvalidInput(f"completion_window: only {COMPLETION_WINDOW!r} is supported", field="completion_window")
+    if req.webhook is not None:
+        check_webhook_url(req.webhook, svc.settings, field="webhook")
     meta = owned_file(req.input_file_id)
     if meta.purpose != "batch":
         raise InvalidInput(
@@ -70,6 +75,7 @@ def create_batch() -> Response:
         expires_at=now + COMPLETION_WINDOW_S,
         total=0 if errors else total,
         metadata=req.metadata,
+        webhook=req.webhook,
         errors=errors,
         failed_at=now if errors else None,
         in_progress_at=None if errors else now,
@@ -77,6 +83,8 @@ def create_batch() -> Response:
     if errors:
         svc.openai_batches.drop_lines(batch_id)
     svc.openai_batches.create(batch, ttl_s)
+    if errors and batch.webhook:
+        svc.outbox.record([(batch.id, batch_event(batch.status))])
     return jsonify(batch.public(0, 0))
 
 
@@ -107,8 +115,7 @@ def batch_object(batch: BatchRecord) -> dict[str, Any]:
     shown = batch
     if state.cancel and batch.status == BatchStatus.in_progress:
         shown = batch.model_copy(update={"status": BatchStatus.cancelling})
-    never_fed = batch.total - state.fed if batch.status in (BatchStatus.expired, BatchStatus.cancelled) else 0
-    return shown.public(state.completed, state.failed + max(0, never_fed))  # its error file lists those too
+    return shown.public(state.completed, state.failed, state.fed)
 
 
 def retrieve_batch(batch_id: str) -> Response:
