@@ -20,6 +20,7 @@ class JobKind(StrEnum):
     fill_mask = "fill-mask"
     embedding = "embedding"
     rerank = "rerank"
+    speech_to_text = "speech-to-text"
 
 
 class KindLimits(BaseModel):
