@@ -1,5 +1,6 @@
 """OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, chat
-completions and completions (streamed too), Responses and models; and vLLM's rerank and score beside them.
+completions and completions (streamed too), Responses, audio transcriptions and translations, and models; and
+vLLM's rerank and score beside them.
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, g, request
 
+from api.openai_compat.audio import create_transcription, create_translation
 from api.openai_compat.chat import create_chat_completion
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
@@ -42,6 +44,8 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])
     bp.add_url_rule("/chat/completions", view_func=create_chat_completion, methods=["POST"])
     bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
+    bp.add_url_rule("/audio/transcriptions", view_func=create_transcription, methods=["POST"])
+    bp.add_url_rule("/audio/translations", view_func=create_translation, methods=["POST"])
     bp.add_url_rule("/rerank", view_func=create_rerank, methods=["POST"])
     bp.add_url_rule("/score", view_func=create_score, methods=["POST"])
     bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
@@ -51,8 +55,9 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/responses/<resp_id>/cancel", view_func=cancel_response, methods=["POST"])
     bp.add_url_rule("/models/<path:model_id>", view_func=retrieve_model, methods=["GET"])
     app.register_blueprint(bp)
-    # Its body is a multipart form, read by the view itself (api/body.py decodes JSON bodies up front).
-    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | {"openai.edit_images"}
+    # Their bodies are multipart forms, read by the views themselves (api/body.py decodes JSON bodies up front).
+    forms = {"openai.edit_images", "openai.create_transcription", "openai.create_translation"}
+    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | forms
     # App-wide, not the blueprint's: an unknown path or method under the prefix gets OpenAI's shape too.
     app.after_request(_openai_errors)
 

@@ -4,12 +4,12 @@ tokenizer), loaded through ``from_pretrained`` (safetensors, no remote code). Jo
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from tasks.kinds import JobKind, SpeechToTextInput, SpeechToTextLimits
 from tasks.media.references import Media, MediaRef, RefForm
-from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession
+from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.speech.audio_samples import read_samples, stored_audio
 from worker.runtimes.speech.session import Samples, SpeechStepSession
@@ -21,6 +21,8 @@ STEP_KEY = "audio"  # every job's windows may share a step
 
 class SpeechToTextRuntime(Runtime[SpeechToTextInput]):
     kind = JobKind.speech_to_text
+    streams_text = True  # each window's text as it is heard (in order), for stream=true
+    progress_while_streaming = True  # and a progress event per window
 
     def load(self, device: str) -> None:
         from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperTokenizer
@@ -68,13 +70,23 @@ class SpeechToTextRuntime(Runtime[SpeechToTextInput]):
     def open_session(self, key: Hashable) -> StepSession[SpeechToTextInput]:
         return self._session(self._read)
 
-    def predict(self, inputs: list[SpeechToTextInput], progress: ProgressFn | None = None) -> list[Prediction]:
-        """The jobs as one session run to its end (the step loop runs them as rows instead)."""
+    def predict(
+        self,
+        inputs: list[SpeechToTextInput],
+        progress: ProgressFn | None = None,
+        text_sinks: Sequence[TextSink] | None = None,
+    ) -> list[Prediction]:
+        """The jobs as one session run to its end (``scheduling = "request"``; the step loop runs them as rows)."""
         session = self.open_session(STEP_KEY)
         handles = [str(k) for k in range(len(inputs))]
-        results = {r.handle: r for r in session.admit([Row(h, inp) for h, inp in zip(handles, inputs, strict=True)])}
+        sinks: Sequence[TextSink | None] = text_sinks or [None] * len(inputs)
+        rows = [Row(h, inp, sink) for h, inp, sink in zip(handles, inputs, sinks, strict=True)]
+        results = {r.handle: r for r in session.admit(rows)}
         while session.handles:
             results |= {r.handle: r for r in session.step()}
+            if progress is not None:
+                done = session.progress().values()
+                progress(sum(d for d, _ in done), sum(t for _, t in done))
         for handle in handles:
             if results[handle].error is not None:
                 raise results[handle].error  # type: ignore[misc]

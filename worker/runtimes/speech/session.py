@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from tasks.kinds import SpeechToTextInput
-from worker.runtimes.base import Prediction, Row, RowResult, StepSession
-from worker.runtimes.speech.stitching import WindowResult, stitch
+from worker.runtimes.base import Prediction, Row, RowResult, StepSession, TextSink
+from worker.runtimes.speech.stitching import WindowResult, owned_text, stitch
 from worker.runtimes.speech.transcriber import Clip, Decoding, Transcriber
 from worker.runtimes.speech.windows import FRAME_S, Window, plan_windows
 
@@ -30,6 +30,20 @@ class SpeechRow:
     windows: list[Window]
     results: list[WindowResult] = field(default_factory=list)
     next: int = 0  # the next window to hear
+    text_sink: TextSink | None = None
+    streamed: int = 0  # windows whose text went to the sink
+    sent: int = 0  # characters sent
+
+    def stream(self) -> None:
+        """The text of the windows heard in a row from the start (a later window waits for those before it)."""
+        heard = {r.window.index: r for r in self.results}
+        while self.streamed in heard:
+            piece = owned_text(heard[self.streamed])
+            self.streamed += 1
+            piece = piece if self.sent else piece.lstrip()  # as the stitched text starts
+            if piece and self.text_sink is not None:
+                self.text_sink(self.sent, piece, self.streamed)
+            self.sent += len(piece)
 
     @property
     def decoding(self) -> Decoding:
@@ -77,7 +91,8 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
                 ended.append(RowResult(row.handle, error=exc))
                 continue
             rate = self.transcriber.rate
-            self.rows[row.handle] = SpeechRow(row.handle, row.input, samples, rate, windows_of(samples, rate))
+            windows = windows_of(samples, rate)
+            self.rows[row.handle] = SpeechRow(row.handle, row.input, samples, rate, windows, text_sink=row.text_sink)
         return ended
 
     def step(self) -> list[RowResult]:
@@ -91,6 +106,7 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
                 row.results.append(result)
         for row in {id(r): r for group in by_decoding.values() for r, _ in group}.values():
             row.next = len(row.results)
+            row.stream()
         done = [row for row in self.rows.values() if row.next >= len(row.windows)]
         for row in done:
             del self.rows[row.handle]

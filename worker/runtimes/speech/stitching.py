@@ -59,6 +59,11 @@ def stitch(results: list[WindowResult]) -> Transcript:
     )
 
 
+def owned_text(result: WindowResult) -> str:
+    """The text ``result``'s window adds to the transcript (what ``stitch`` keeps of it): streamed as windows end."""
+    return "".join(kept.text for seg in result.segments if (kept := _kept(seg, result.window)) is not None)
+
+
 def _absolute(t: float, window: Window) -> float:
     return min(window.end, max(window.start, window.start + t))
 
