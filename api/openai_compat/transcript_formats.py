@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from flask import Response, jsonify
 
+from tasks.kinds.speech_to_text.subtitles import srt, vtt
+
 ResponseFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 Granularity = Literal["word", "segment"]
 
@@ -56,24 +58,3 @@ def verbose(out: dict[str, Any], granularities: list[Granularity], temperature: 
     if "word" in granularities:
         body["words"] = out.get("words") or []
     return body
-
-
-def clock(seconds: float, separator: str) -> str:
-    millis = round(seconds * 1000)
-    hours, rest = divmod(millis, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    secs, millis = divmod(rest, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
-
-
-def srt(segments: list[dict[str, Any]]) -> str:
-    cues = [
-        f"{k}\n{clock(s['start'], ',')} --> {clock(s['end'], ',')}\n{s['text'].strip()}\n"
-        for k, s in enumerate(segments, 1)
-    ]
-    return "\n".join(cues) + ("\n" if cues else "")
-
-
-def vtt(segments: list[dict[str, Any]]) -> str:
-    cues = [f"{clock(s['start'], '.')} --> {clock(s['end'], '.')}\n{s['text'].strip()}\n" for s in segments]
-    return "WEBVTT\n\n" + "\n".join(cues)

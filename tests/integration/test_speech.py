@@ -152,3 +152,23 @@ def test_bad_audio_is_refused_before_any_job(client: OpenAI, api: str, audio: di
         assert upload.status_code == 422 and "not" in upload.json()["error"]["message"], upload.text
         unknown = http.post("/v1/jobs", json={"model": MODEL, "input": {"audio": "up_" + "0" * 32}})
         assert unknown.status_code == 422 and json.loads(unknown.text)["error"]["field"] == "input.audio"
+
+
+def test_the_client_and_the_command(api: str, audio: dict[str, Path]) -> None:
+    """``Client.transcribe`` (a 70 s file: above the inline size, so through an upload) and ``genq transcribe``."""
+    from click.testing import CliRunner
+
+    from genq import Client
+    from genq.cli import main
+
+    with Client(api) as client:
+        job = client.transcribe(MODEL, audio["long"], language="en", timestamp_granularities=["segment", "word"])
+    out = job.output.model_dump(mode="json")  # type: ignore[union-attr]
+    assert out["windows"] == 3 and out["language"] == "en" and out["words"]
+    env = {"GENQ_URL": api, "GENQ_API_KEY": None}
+    srt = CliRunner().invoke(main, ["transcribe", str(audio["speech"]), "--format", "srt"], env=env)
+    assert srt.exit_code == 0 and "1\n00:00:" in srt.stdout and " --> " in srt.stdout, srt.output
+    not_audio = audio["speech"].with_name("notes.txt")
+    not_audio.write_text("not audio")
+    bad = CliRunner().invoke(main, ["transcribe", str(not_audio)], env=env)
+    assert bad.exit_code == 3 and "not flac, mp3" in bad.output, bad.output  # refused before anything is sent
