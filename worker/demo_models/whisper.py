@@ -1,4 +1,4 @@
-"""A random-weight Whisper (~2M parameters) with a byte-level BPE tokenizer trained by code and Whisper's special
+"""A random-weight Whisper (~0.5M parameters) with a byte-level BPE tokenizer trained by code and Whisper's special
 tokens, a feature extractor and a generation config that ``WhisperForConditionalGeneration.generate`` takes
 (issue 41). The layout of its tokens is Whisper's own: ``<|endoftext|>``, ``<|startoftranscript|>``, the language
 tokens, ``<|translate|>``, ``<|transcribe|>``, ``<|startoflm|>``, ``<|startofprev|>``, ``<|nospeech|>``,
