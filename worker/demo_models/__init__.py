@@ -21,7 +21,7 @@ _BUILDERS = {
 COMPLETE_MARKER = ".complete"
 #: What the marker holds per model: a folder whose marker says another version (an older checkout's cache) is
 #: built again. gpt2-demo 2: its tokenizer has a chat template (the weights are the same).
-VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": "", "rerank-demo": "", "whisper-demo": ""}
+VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": "", "rerank-demo": "", "whisper-demo": "1"}
 
 
 def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...] = DEMO_MODELS) -> dict[str, Path]:

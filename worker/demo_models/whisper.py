@@ -43,7 +43,7 @@ def _tokenizer(path: Path) -> Any:
     vocab[EOS] = len(vocab)
     lines = (path / "merges.txt").read_text().splitlines()
     merges = [tuple(line.split(" ")) for line in lines if line and not line.startswith("#")]
-    tokenizer = WhisperTokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+    tokenizer = WhisperTokenizer(vocab=vocab, merges=merges, eos_token=EOS, bos_token=EOS, unk_token=EOS, pad_token=EOS)
     tokenizer.add_special_tokens(
         {"additional_special_tokens": [AddedToken(t, special=True, normalized=False) for t in SPECIALS]}
     )
