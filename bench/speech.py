@@ -108,7 +108,9 @@ def p50_short(done: list[tuple[float, float]]) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--clients", default="1,8,16")
-    parser.add_argument("--quick", action="store_true", help="clips of 5, 20 and 60 s (else up to 5 min), one of each per client")
+    parser.add_argument(
+        "--quick", action="store_true", help="clips of 5, 20 and 60 s (else up to 5 min), one of each per client"
+    )
     parser.add_argument("--smoke", action="store_true", help="seconds: 1 and 2 clients, clips of 5 and 35 s")
     parser.add_argument("--model", type=Path, default=None, help="a Whisper folder (default: the demo's)")
     args = parser.parse_args(argv)
