@@ -136,6 +136,10 @@ def test_bad_audio_is_refused_before_any_job(client: OpenAI, api: str, audio: di
         client.audio.transcriptions.create(file=("lies.flac", claiming_hours(audio["flac"])), model=MODEL)
     with pytest.raises(openai.BadRequestError, match="include"):
         client.audio.transcriptions.create(file=said, model=MODEL, include=["logprobs"])
+    with pytest.raises(openai.BadRequestError, match="knows no language 'sw'"):
+        client.audio.transcriptions.create(file=said, model=MODEL, language="sw")
+    with pytest.raises(openai.BadRequestError, match=r"prompt: \d+ tokens; this model takes at most 63"):
+        client.audio.transcriptions.create(file=said, model=MODEL, prompt="a task queue " * 40)
     with pytest.raises(openai.BadRequestError, match="timestamp_granularities"):
         client.audio.transcriptions.create(file=said, model=MODEL, timestamp_granularities=["word"])
     with pytest.raises(openai.APIStatusError) as large:
