@@ -176,3 +176,20 @@ def test_the_client_and_the_command(api: str, audio: dict[str, Path]) -> None:
     not_audio.write_text("not audio")
     bad = CliRunner().invoke(main, ["transcribe", str(not_audio)], env=env)
     assert bad.exit_code == 3 and "not flac, mp3" in bad.output, bad.output  # refused before anything is sent
+
+
+def test_windows_of_several_jobs_share_one_session(api: str, audio: dict[str, Path]) -> None:
+    """A long recording and short clips submitted together are rows of one step session on the worker."""
+    from tasks.kinds.speech_to_text import silence_data_uri
+
+    with httpx.Client(base_url=api, timeout=120) as http:
+        up = http.post("/v1/uploads", content=audio["long"].read_bytes(), headers={"Content-Type": "audio/wav"}).json()
+        long = http.post("/v1/jobs", json={"model": MODEL, "input": {"audio": up["id"]}}).json()
+        shorts = [
+            http.post("/v1/jobs", json={"model": MODEL, "input": {"audio": silence_data_uri(2.0)}}).json()
+            for _ in range(2)
+        ]
+        done = [http.get(f"/v1/jobs/{j['id']}", headers={"Prefer": "wait=60"}).json() for j in [long, *shorts]]
+    assert all(j["status"] == "succeeded" for j in done), done
+    assert len({j["metrics"]["batch_id"] for j in done}) == 1  # one session
+    assert done[0]["metrics"]["batch_size"] >= 2 and done[0]["output"]["windows"] == 3
