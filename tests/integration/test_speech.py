@@ -172,6 +172,8 @@ def test_the_client_and_the_command(api: str, audio: dict[str, Path]) -> None:
     env = {"GENQ_URL": api, "GENQ_API_KEY": None}
     srt = CliRunner().invoke(main, ["transcribe", str(audio["speech"]), "--format", "srt"], env=env)
     assert srt.exit_code == 0 and "1\n00:00:" in srt.stdout and " --> " in srt.stdout, srt.output
+    shown = CliRunner().invoke(main, ["get", job.id], env=env)  # a finished job's timed segments
+    assert shown.exit_code == 0 and re.search(r"\[\s+0\.\d+\s+\d+\.\d+\] ", shown.stdout), shown.output
     not_audio = audio["speech"].with_name("notes.txt")
     not_audio.write_text("not audio")
     bad = CliRunner().invoke(main, ["transcribe", str(not_audio)], env=env)

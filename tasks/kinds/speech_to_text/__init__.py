@@ -109,6 +109,6 @@ KIND = Kind(
     limits=SpeechToTextLimits,
     derive=derived_limits,
     batch_key="any audio: every job's 30 s windows share encoder and decoder batches",
-    display="text",
+    display="transcript",
     example=lambda lim: {"audio": silence_data_uri()},
 )
