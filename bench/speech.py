@@ -73,16 +73,17 @@ def _samples(data: bytes) -> np.ndarray[Any, np.dtype[np.float32]]:
     return np.asarray(np.frombuffer(raw, dtype="<i2") / 32768, dtype=np.float32)
 
 
-def transcribe(http: httpx.Client, name: str, data: bytes) -> None:
-    form = {"model": MODEL, "language": "en", "response_format": "json"}
+def transcribe(http: httpx.Client, name: str, data: bytes, model: str) -> None:
+    form = {"model": model, "language": "en", "response_format": "json"}
     http.post("/openai/v1/audio/transcriptions", data=form, files={"file": (name, data)}).raise_for_status()
 
 
 def stack_run(
-    url: str, clips: list[tuple[float, bytes]], clients: int, probe: bool = False
+    url: str, model: str, clips: list[tuple[float, bytes]], clients: int, probe: bool = False
 ) -> tuple[float, list[float]]:
     """RTFx through the stack with ``clients`` closed-loop clients sharing ``clips``; with ``probe``, one more client
-    sends 5 s clips one after another while they run (their latencies are returned; their audio is not counted)."""
+    sends 5 s clips one after another while they run (their latencies are returned; their audio counts, and the
+    caller gives the baseline as many)."""
     pending = list(enumerate(clips))
     lock, running, probed = threading.Lock(), threading.Event(), []
 
@@ -93,7 +94,7 @@ def stack_run(
                     if not pending:
                         return
                     k, (_, data) = pending.pop(0)
-                transcribe(http, f"{k}.wav", data)
+                transcribe(http, f"{k}.wav", data, model)
 
     def prober() -> None:
         short = clip(5, seed=7)
@@ -101,7 +102,7 @@ def stack_run(
             time.sleep(1.0)  # the long clips under way first
             while running.is_set():
                 started = time.perf_counter()
-                transcribe(http, "probe.wav", short)
+                transcribe(http, "probe.wav", short, model)
                 probed.append(time.perf_counter() - started)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -118,50 +119,66 @@ def stack_run(
     running.clear()
     if probe:
         watcher.join()
-    return sum(s for s, _ in clips) / elapsed, probed
+    return (sum(s for s, _ in clips) + 5.0 * len(probed)) / elapsed, probed
+
+
+Row = tuple[int, list[tuple[float, bytes]], float, float]
+
+
+def measure(url: str, mix: tuple[int, ...], counts: list[int], model: str) -> tuple[float, list[Row]]:
+    """A 5 s clip's p50 alone, then per client count the RTFx and the probe's p50 (and the clips heard)."""
+    alone: list[float] = []
+    with httpx.Client(base_url=url, timeout=600) as http:
+        for _ in range(5):
+            began = time.perf_counter()
+            transcribe(http, "alone.wav", clip(5, seed=7), model)
+            alone.append(time.perf_counter() - began)
+    rows = []
+    for n in counts:
+        clips = [(float(s), clip(s, 100 * n + k)) for k in range(n) for s in mix]  # one of each per client
+        rtfx, probed = stack_run(url, model, clips, n, probe=True)
+        clips += [(5.0, clip(5, seed=7))] * len(probed)  # the probe's clips: the baseline hears them too
+        rows.append((n, clips, rtfx, statistics.median(probed) if probed else float("nan")))
+    return statistics.median(alone), rows
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--clients", default="1,8,16")
+    parser.add_argument("--windows", default="16,4", help="windows_per_step of each configuration")
     parser.add_argument(
-        "--quick", action="store_true", help="clips of 5, 20 and 60 s (else up to 5 min), one of each per client"
+        "--quick", action="store_true", help="clips of 5, 20 and 60 s (else to 5 min), one of each a client"
     )
     parser.add_argument("--smoke", action="store_true", help="seconds: 1 and 2 clients, clips of 5 and 35 s")
     parser.add_argument("--model", type=Path, default=None, help="a Whisper folder (default: the demo's)")
     args = parser.parse_args(argv)
     mix = MIXES["smoke" if args.smoke else "quick" if args.quick else "full"]
     counts = [1, 2] if args.smoke else [int(c) for c in args.clients.split(",")]
+    windows = [16] if args.smoke else [int(w) for w in args.windows.split(",")]
     work = Path(tempfile.mkdtemp(prefix="genq-bench-speech-"))
     from worker.demo_models import build_demo_models
 
     demo_dir = work / "models"
     model = args.model or build_demo_models(demo_dir, names=("whisper-demo",))["whisper-demo"]
     if args.model is not None:
-        (demo_dir).mkdir(parents=True, exist_ok=True)
+        demo_dir.mkdir(parents=True, exist_ok=True)
         (demo_dir / "whisper-demo").symlink_to(args.model.resolve())
-    config = ModelConfig(id=MODEL, demo="whisper-demo", max_batch_size=16, max_wait_ms=20)
-    rows = []
-    with BenchStack([config], demo_dir, work / "stack").start() as stack, stack.worker(MODEL):
-        alone: list[float] = []
-        with httpx.Client(base_url=stack.url, timeout=600) as http:
-            for _ in range(5):
-                began = time.perf_counter()
-                transcribe(http, "alone.wav", clip(5, seed=7))
-                alone.append(time.perf_counter() - began)
-        for n in counts:
-            clips = [(float(s), clip(s, 100 * n + k)) for k in range(n) for s in mix]  # one of each per client
-            rtfx, probed = stack_run(stack.url, clips, n, probe=True)
-            rows.append((n, clips, rtfx, statistics.median(probed) if probed else float("nan")))
-    alone_p50 = statistics.median(alone)
-    print(f"a 5 s clip alone: p50 {alone_p50:.2f} s")
-    print(f"{'clients':>7}  {'audio s':>7}  {'stack RTFx':>10}  {'pipeline RTFx':>13}  {'stack/pipeline':>14}  "
-          f"{'5 s p50 among long / alone':>26}")  # fmt: skip
-    for n, clips, rtfx, short in rows:
-        baseline = pipeline_rtfx(model, clips)  # the same clips, in process
-        audio = sum(s for s, _ in clips)
-        print(f"{n:>7}  {audio:>7.0f}  {rtfx:>10.1f}  {baseline:>13.1f}  {rtfx / baseline:>13.2f}x  "
-              f"{short / alone_p50:>25.2f}x")  # fmt: skip
+    configs = {
+        w: ModelConfig(f"{MODEL}-w{w}", "whisper-demo", 16, 20, limits=f"windows_per_step = {w}") for w in windows
+    }
+    results = {}
+    with BenchStack(list(configs.values()), demo_dir, work / "stack").start() as stack:
+        for w, config in configs.items():
+            with stack.worker(config.id):
+                results[w] = measure(stack.url, mix, counts, config.id)
+    print(f"{'windows/step':>12}  {'clients':>7}  {'audio s':>7}  {'stack RTFx':>10}  {'pipeline RTFx':>13}  "
+          f"{'stack/pipeline':>14}  {'5 s p50 alone':>13}  {'among long / alone':>18}")  # fmt: skip
+    for w, (alone, rows) in results.items():
+        for n, clips, rtfx, short in rows:
+            baseline = pipeline_rtfx(model, clips)  # the same clips, in process
+            audio = sum(s for s, _ in clips)
+            print(f"{w:>12}  {n:>7}  {audio:>7.0f}  {rtfx:>10.1f}  {baseline:>13.1f}  {rtfx / baseline:>13.2f}x  "
+                  f"{alone:>12.2f}s  {short / alone:>17.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -70,6 +70,18 @@ def test_windows_of_all_jobs_share_steps_and_a_short_clip_passes_a_long_one() ->
     assert [offset for offset, _ in streamed] == [sum(len(t) for _, t in streamed[:k]) for k in range(len(streamed))]
 
 
+def test_a_short_clip_goes_first_in_a_full_step() -> None:
+    """One window a step: a long recording under way yields the next step to a clip that joins."""
+    transcriber = FakeTranscriber()
+    (long_inp, long_audio), (short_inp, short_audio) = job(120), job(4)
+    audio = {"audio-120": long_audio, "audio-4": short_audio}
+    session = SpeechStepSession(transcriber, lambda inp: audio[inp.audio.value], windows_per_step=1)  # type: ignore[arg-type]
+    session.admit([Row("long", long_inp)])
+    session.step()
+    session.admit([Row("short", short_inp)])
+    assert [r.handle for r in session.step()] == ["short"] and session.progress() == {"long": (1, 5)}
+
+
 def test_a_dropped_row_hears_no_more_windows() -> None:
     transcriber = FakeTranscriber()
     inp, samples = job(120)

@@ -19,6 +19,12 @@ class SpeechToTextLimits(KindLimits):
     sampling_rate: int = Field(default=16000, ge=1000, description="the model's rate: audio is resampled to it")
     max_new_tokens: int = Field(default=224, ge=1, description="a window's transcript tokens at most")
     languages: list[str] | None = Field(default=None, description="the language codes the model knows")
+    windows_per_step: int = Field(
+        default=16,
+        ge=1,
+        description="windows heard together in one step, of all jobs: more is throughput where a batch costs "
+        "little more than one window (a GPU), fewer is a short clip's wait among long ones (bench/speech.py)",
+    )
 
 
 def derived_limits(source: str, revision: str | None = None) -> dict[str, Any]:

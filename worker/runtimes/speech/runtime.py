@@ -62,7 +62,7 @@ class SpeechToTextRuntime(Runtime[SpeechToTextInput]):
 
     def _session(self, read: Any) -> SpeechStepSession:
         context = lambda: inference_context(self.options)  # noqa: E731
-        return SpeechStepSession(self.transcriber, read, self.spec.batching.max_batch_size, context)
+        return SpeechStepSession(self.transcriber, read, self.limits.windows_per_step, context)
 
     def step_key(self, inp: SpeechToTextInput) -> Hashable | None:
         return STEP_KEY

@@ -1,5 +1,5 @@
 """Speech jobs as rows of a step session: a row is a job's audio cut into windows, and a step is one batch of
-windows from every held row, one window per row in turn (the row admitted first starts each round), so a 5 s clip
+windows from every held row, one window per row in turn (the row with the fewest windows left first), so a 5 s clip
 that arrives while a 1 h recording is under way is heard at the next step, not after it. Rows join and leave between
 steps; a canceled row leaves before its next window; each step reports each row's windows done."""
 
@@ -113,12 +113,15 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         return [RowResult(row.handle, prediction=Prediction(output=_output(row))) for row in done]
 
     def _choose(self) -> list[tuple[SpeechRow, int]]:
-        """Windows of every row in turn (round r takes each row's r-th next window) until the step is full; a row
-        whose language is to be heard from its first window sends only that one until it is heard."""
+        """Windows of every row in turn (round r takes each row's r-th next window) until the step is full, the rows
+        with the fewest windows left first (a 5 s clip is never left out of a step for a long recording's window;
+        the admitted first among equals); a row whose language is to be heard from its first window sends only that
+        one until it is heard."""
         chosen: list[tuple[SpeechRow, int]] = []
+        order = sorted(self.rows.values(), key=lambda row: len(row.windows) - row.next)
         for r in range(self.windows_per_step):
             found = False
-            for row in self.rows.values():
+            for row in order:
                 index = row.next + r
                 if len(chosen) >= self.windows_per_step:
                     return chosen
