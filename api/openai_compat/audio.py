@@ -53,7 +53,7 @@ class TranscriptionForm(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)  # genq's own, for extra_body
     priority: Priority = "normal"
 
-    @field_validator("response_format", "language", "model", "prompt", mode="before")
+    @field_validator("language", "model", "prompt", mode="before")
     @classmethod
     def _empty_is_absent(cls, value: Any) -> Any:
         return None if value == "" else value
