@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?=
 TORCH_INDEX_ARG := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
 
-.PHONY: proxy install install-dev browser run test test-fast lint bench clean
+.PHONY: proxy speech install install-dev browser run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,16 @@ proxy:
 	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null 2>&1; }; }; } || \
 	  echo "no nginx (it needs root and apt-get): the proxy test will be skipped"
 
-test: install-dev browser proxy
+# The speech-to-text tests speak with Debian's espeak-ng and sox: installed the same way, else they skip.
+speech:
+	@{ command -v espeak-ng >/dev/null 2>&1 && command -v sox >/dev/null 2>&1; } || { [ "$$(id -u)" = 0 ] && \
+	  command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng sox >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng sox >/dev/null 2>&1; }; }; } || \
+	  echo "no espeak-ng or sox (they need root and apt-get): the speech tests will be skipped"
+
+test: install-dev browser proxy speech
 	$(BIN)/python -m pytest
 
 # Seconds, not minutes: the unit tests only (no workers, no browser).

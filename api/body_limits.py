@@ -38,6 +38,15 @@ class BodyLimit:
         return f" ({self.setting}){self.hint}"
 
 
+def audio_form_limit(settings: ApiSettings) -> BodyLimit:
+    """``POST /openai/v1/audio/transcriptions`` and ``.../translations``: one file of an upload's size and the form."""
+    return BodyLimit(
+        settings.max_upload_bytes + FORM_SLACK,
+        "GENQ_MAX_UPLOAD_BYTES",
+        "; a larger audio file: POST /v1/uploads, then POST /v1/jobs naming the upload as input.audio",
+    )
+
+
 @dataclass(frozen=True)
 class BodyLimits:
     """The limit of each ``POST`` path that has its own, and ``default`` for every other request."""
@@ -69,6 +78,7 @@ class BodyLimits:
         posts["/openai/v1/files"] = BodyLimit(
             settings.max_file_bytes + FORM_SLACK, "GENQ_MAX_FILE_BYTES", FILE_HINT, spooled=True
         )
+        posts["/openai/v1/audio/transcriptions"] = posts["/openai/v1/audio/translations"] = audio_form_limit(settings)
         if settings.adapter_uploads:  # otherwise the route answers 404 whatever the body
             posts["/v1/adapters"] = BodyLimit(settings.max_adapter_upload_bytes, "GENQ_MAX_ADAPTER_UPLOAD_BYTES")
         return cls(cls.plain(settings.max_content_length).default, posts)

@@ -1,9 +1,9 @@
-"""``/v1/uploads``: a media object put once, named by its id in jobs' inputs (pictures today: ``input.image``,
-``input.mask``).
+"""``/v1/uploads``: a media object put once, named by its id in jobs' inputs (pictures: ``input.image``,
+``input.mask``; audio: ``input.audio``).
 
-``POST /v1/uploads`` takes the raw bytes of any media type a kind takes (``tasks.media.uploads.upload_media``; today
-``image/png``, ``image/jpeg`` or ``image/webp``, at most ``GENQ_MAX_UPLOAD_BYTES``), checks them with their media's
-checker (``api/media/checkers.py``) and answers 201 with the upload object. With the S3 store
+``POST /v1/uploads`` takes the raw bytes of any media type a kind takes (``tasks.media.uploads.upload_media``:
+``image/png``, ``image/jpeg``, ``image/webp`` or audio's types, at most ``GENQ_MAX_UPLOAD_BYTES``), checks them
+with their media's checker (``api/media/checkers.py``) and answers 201 with the upload object. With the S3 store
 it also takes a JSON body ``{"media_type", "bytes"}`` and answers a presigned PUT URL instead: the bytes go to S3
 directly and are checked when a job first names the upload. An upload is its owner's alone (another key's id is
 404) and expires after ``GENQ_UPLOAD_TTL_S``; it counts against the key's rate limit as a submission does. Its
@@ -26,7 +26,7 @@ from api.services import Services, services
 from api.upload_write import write_upload
 from tasks.errors import BadRequest, InvalidInput, NotFound, PayloadTooLarge
 from tasks.input_checks import invalid_from_validation
-from tasks.kinds import TextToImageLimits
+from tasks.kinds import AnyLimits
 from tasks.media.references import UPLOAD_ID, Media
 from tasks.media.uploads import PresignRequest, Upload, UploadMeta, takes, upload_media
 from tasks.outputs import UploadSigningStore
@@ -53,6 +53,7 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
         media_type=meta.media_type,
         bytes=meta.bytes,
         width=meta.width,
+        seconds=meta.seconds,
         height=meta.height,
         created_at=timestamp(meta.created_at),
         expires_at=timestamp(meta.expires_at),
@@ -64,9 +65,9 @@ def upload_object(meta: UploadMeta, url: str | None = None) -> dict[str, object]
     )  # width, height: null if unknown
 
 
-def takers(svc: Services, media: Media) -> list[TextToImageLimits]:
+def takers(svc: Services, media: Media) -> list[AnyLimits]:
     """The limits of the served models whose kind takes ``media``: an upload none of them takes is never used."""
-    return [s.limits_as(TextToImageLimits) for s in svc.models.models.values() if takes(s.kind, media)]
+    return [s.limits for s in svc.models.models.values() if takes(s.kind, media)]
 
 
 def created(meta: UploadMeta, url: str | None = None) -> Response:
@@ -77,7 +78,8 @@ def created(meta: UploadMeta, url: str | None = None) -> Response:
 
 @uploads.post("", responses={"201": Upload, "400": ErrorBody, "409": ErrorBody})
 def create_upload() -> Response:
-    """Upload an image (raw PNG, JPEG or WebP bytes), or with the S3 store ask for a presigned PUT URL (JSON).
+    """Upload an image (raw PNG, JPEG or WebP bytes) or audio (flac, mp3, mp4, m4a, ogg, wav, webm), or with the
+    S3 store ask for a presigned PUT URL (JSON).
     With ``Idempotency-Key``, the same key and body answer the same upload while it lives (another body: 409)."""
     svc = services()
     media_type = (request.mimetype or "").lower()
@@ -88,8 +90,9 @@ def create_upload() -> Response:
         taken = upload_media()
         if media_type not in taken:
             raise BadRequest(
-                f"Content-Type {media_type or 'none'}: send the image's bytes as image/png, "
-                "image/jpeg or image/webp (or JSON {media_type, bytes} for a presigned URL)"
+                f"Content-Type {media_type or 'none'}: send an image's bytes as image/png, image/jpeg or image/webp, "
+                "audio's as audio/flac, audio/mpeg, audio/mp4, audio/ogg, audio/wav or audio/webm (or JSON "
+                "{media_type, bytes} for a presigned URL)"
             )
         request.max_content_length = svc.settings.max_upload_bytes
         data = read_body(svc.settings.max_upload_bytes)
@@ -98,7 +101,9 @@ def create_upload() -> Response:
         media = taken[media_type].media
         facts = checker_of(media).inspect_upload(data, media_type, takers(svc, media))
         ttl_s = svc.settings.upload_ttl_s
-        meta = svc.uploads.new(current_owner(), media_type, len(data), ttl_s, width=facts.width, height=facts.height)
+        meta = svc.uploads.new(
+            current_owner(), media_type, len(data), ttl_s, width=facts.width, height=facts.height, seconds=facts.seconds
+        )
         answered = write_upload(svc, meta, data, UploadKey.of(key, media_type.encode(), data))
     if answered.id == meta.id:  # a replay counts nothing again
         UPLOADS.labels("direct").inc()

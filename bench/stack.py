@@ -42,6 +42,7 @@ class ModelConfig:
     scheduling: str | None = None  # "step" or "request"; None: the model's default
     adapter_rows: str | None = None  # "mixed" or "grouped"; None: the default (mixed)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, folder relative to the demo model's) the model offers
+    limits: str = ""  # the model's limits as a TOML inline table's inside ("windows_per_step = 4"); "": the defaults
 
     def toml(self, demo_dir: Path) -> str:
         kind = kind_of(self.demo)
@@ -59,7 +60,9 @@ class ModelConfig:
         if self.adapters:
             named = ", ".join(f'"{name}" = "{demo_dir / self.demo / folder}"' for name, folder in self.adapters)
             lines.append(f"adapters = {{ {named} }}")
-        if kind == "text-to-image":
+        if self.limits:
+            lines.append(f"limits = {{ {self.limits} }}")
+        elif kind == "text-to-image":
             lines.append(
                 "limits = { default_width = 64, default_height = 64, default_steps = 4, "
                 "max_width = 256, max_height = 256, max_pixels = 65536, max_steps = 50 }"

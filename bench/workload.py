@@ -48,4 +48,6 @@ def kind_of(demo: str) -> str:
     """The job kind of a demo model folder name."""
     if demo.startswith("sd"):
         return "text-to-image"
+    if demo.startswith("whisper"):
+        return "speech-to-text"
     return "fill-mask" if demo.startswith("bert") else "text-generation"

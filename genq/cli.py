@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from genq import cli_batch, cli_chat, cli_jobs
+from genq import cli_batch, cli_chat, cli_jobs, cli_speech
 
 
 @click.group()
@@ -20,6 +20,7 @@ def main() -> None:
 cli_jobs.register(main)  # submit, get, cancel, models
 main.add_command(cli_batch.batch)  # batch jobs.jsonl
 main.add_command(cli_chat.chat)  # an interactive chat
+main.add_command(cli_speech.transcribe)  # speech to text
 
 
 @main.command()
@@ -57,7 +58,7 @@ def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str
 @click.argument("directory", type=click.Path(path_type=Path), default=Path(".genq/models"))
 @click.option("--force", is_flag=True, help="rebuild even if present")
 def demo_models(directory: Path, force: bool) -> None:
-    """Build small random-weight demo models (BERT, GPT-2, Stable Diffusion) into DIRECTORY."""
+    """Build small random-weight demo models (BERT, GPT-2, Stable Diffusion, Whisper) into DIRECTORY."""
     cmd = [sys.executable, "-m", "worker.demo_models", str(directory)] + (["--force"] if force else [])
     sys.exit(subprocess.call(cmd))  # a subprocess: the genq command itself never imports torch
 

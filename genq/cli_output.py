@@ -17,7 +17,14 @@ from rich.text import Text
 
 from genq.client import Client
 from genq.flows import OnUpdate, binary_outputs
-from tasks.kinds import KINDS, EmbeddingOutput, FillMaskCandidate, RerankOutput, TextGenerationOutput
+from tasks.kinds import (
+    KINDS,
+    EmbeddingOutput,
+    FillMaskCandidate,
+    RerankOutput,
+    SpeechToTextOutput,
+    TextGenerationOutput,
+)
 from tasks.schemas import Job, ModelInfo
 
 out = Console(highlight=False, markup=False, soft_wrap=True)  # results: stdout, for pipes and scripts
@@ -88,6 +95,9 @@ def summary(job: Job, text_shown: bool = False) -> None:
         for result in output.results:
             table.add_row(str(result.index), f"{result.relevance_score:.4f}", Text(result.document or ""))
         out.print(table)
+    elif isinstance(output, SpeechToTextOutput):
+        for segment in output.segments:
+            out.print(f"  [{segment.start:8.2f} {segment.end:8.2f}] {segment.text.strip()}")
     elif isinstance(output, EmbeddingOutput):
         out.print(f"  {len(output.embeddings)} embeddings of dimension {output.dim} (--json prints them)")
 

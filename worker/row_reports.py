@@ -48,8 +48,10 @@ class RowReports:
         streams_text: bool,
         session_id: str,
         clock: Callable[[], float],
+        progress_while_streaming: bool = False,
     ) -> None:
         self.held, self.store, self.events = held, store, events
+        self.progress_while_streaming = progress_while_streaming
         self.streams_text, self.session_id, self.clock = streams_text, session_id, clock
         self._progress_at = -math.inf
 
@@ -95,7 +97,8 @@ class RowReports:
         if step is None or held.total is None or step <= held.reported:
             return
         held.reported = step
-        if events is not None and not self.streams_text:  # a text runtime streams its text instead
+        # A text runtime streams its text instead (speech streams its text and reports its windows).
+        if events is not None and (not self.streams_text or self.progress_while_streaming):
             events.emit(held.item.job_id, EventType.progress, Progress(step=step, total=held.total))
 
     def sink(self, job_id: str) -> TextSink | None:

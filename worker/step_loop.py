@@ -81,6 +81,7 @@ class StepRunner:
             parts.events,
             streams_text=self.runtime.streams_text,
             session_id=self.session_id,
+            progress_while_streaming=self.runtime.progress_while_streaming,
             clock=clock,
         )
         self.leaving = RowLeaving(

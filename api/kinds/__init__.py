@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from api.kinds import rerank, text_generation
+from api.kinds import rerank, speech_to_text, text_generation
 from tasks.kinds import KINDS, AnyInput, JobKind
 from tasks.models_file import ModelsFile, ModelSpec
 
@@ -21,6 +21,7 @@ KindCheck = Callable[[ModelsFile, ModelSpec, Any], None]
 CHECKS: dict[JobKind, KindCheck] = {
     JobKind.text_generation: text_generation.check_input,
     JobKind.rerank: rerank.check_input,
+    JobKind.speech_to_text: speech_to_text.check_input,
 }
 
 

@@ -57,7 +57,7 @@ def resolve(svc: Services, ref: MediaRef, field: str, owner: str, lim: AnyLimits
     if meta is None:
         raise InvalidInput(f"{field}: no upload {ref} (unknown, expired, or another key's)", field=field)
     INPUT_IMAGES.labels("upload").inc()
-    recorded = MediaFacts(meta.media_type, meta.width, meta.height)
+    recorded = MediaFacts(meta.media_type, meta.width, meta.height, meta.seconds)
     if meta.state == "pending" or not checker.known(recorded):  # presigned: never seen by the API
         return _read_upload(svc, checker, meta, field, lim)
     checker.fits(recorded, field, f"upload {ref}", lim)

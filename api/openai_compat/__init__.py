@@ -1,5 +1,6 @@
 """OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, chat
-completions and completions (streamed too), Responses, models, files and batches; and vLLM's rerank and score.
+completions and completions (streamed too), Responses, audio transcriptions and translations, models,
+files and batches; and vLLM's rerank and score beside them.
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, g, request
 
+from api.openai_compat.audio import create_transcription, create_translation
 from api.openai_compat.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from api.openai_compat.chat import create_chat_completion
 from api.openai_compat.completions import create_completion
@@ -44,6 +46,8 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/embeddings", view_func=create_embeddings, methods=["POST"])
     bp.add_url_rule("/chat/completions", view_func=create_chat_completion, methods=["POST"])
     bp.add_url_rule("/completions", view_func=create_completion, methods=["POST"])
+    bp.add_url_rule("/audio/transcriptions", view_func=create_transcription, methods=["POST"])
+    bp.add_url_rule("/audio/translations", view_func=create_translation, methods=["POST"])
     bp.add_url_rule("/rerank", view_func=create_rerank, methods=["POST"])
     bp.add_url_rule("/score", view_func=create_score, methods=["POST"])
     bp.add_url_rule("/models", view_func=list_models, methods=["GET"])
@@ -63,8 +67,8 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/batches/<batch_id>/cancel", view_func=cancel_batch, methods=["POST"])
     app.register_blueprint(bp)
     # Multipart forms, read by their views (api/body.py decodes JSON bodies up front).
-    bodiless = {"openai.edit_images", "openai.create_file"}
-    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | bodiless
+    forms = {"openai.edit_images", "openai.create_file", "openai.create_transcription", "openai.create_translation"}
+    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | forms
     # App-wide, not the blueprint's: an unknown path or method under the prefix gets OpenAI's shape too.
     app.after_request(_openai_errors)
 

@@ -66,6 +66,28 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
             ],
             "refused": ["max_chunks_per_doc (above 1)", "rank_fields", "a pair longer than the model's context"],
         },
+        *(
+            {
+                "method": "POST",
+                "path": f"/audio/{route}",
+                "genq_kind": f"speech-to-text (task {task})",
+                "content_type": "multipart/form-data",
+                "supported": [
+                    "file (flac, mp3, mp4, m4a, ogg, wav or webm; at most GENQ_MAX_UPLOAD_BYTES)",
+                    "model",
+                    *(["language"] if task == "transcribe" else []),
+                    "prompt",
+                    "response_format (json, text, srt, vtt, verbose_json)",
+                    "temperature",
+                    "timestamp_granularities[] (segment, word; with verbose_json)",
+                    "stream (json, text: transcript.text.delta and transcript.text.done events)",
+                    "chunking_strategy (auto)",
+                ],
+                "genq_extras": ["seed", "priority"],
+                "refused": ["include[] (logprobs)", "chunking_strategy other than auto"],
+            }
+            for route, task in (("transcriptions", "transcribe"), ("translations", "translate"))
+        ),
         {
             "method": "POST",
             "path": "/score",

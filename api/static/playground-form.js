@@ -1,6 +1,7 @@
 // The request form, generated from a model's input_schema (JSON Schema from GET /v1/models) and its limits.
 
 import { ADAPTER_FIELDS, adapterControl, readAdapters } from "./playground-adapters.js";
+import { AUDIO_FIELDS, audioControl } from "./playground-audio.js";
 import { IMAGE_FIELDS, imageControl } from "./playground-image.js";
 
 // Per-model limits that bound a field, and the model default a blank field falls back to.
@@ -68,6 +69,10 @@ export function buildForm(container, model) {
     .map(([k, v]) => [k, Array.isArray(v) ? v.join("\n") : v]));
   const properties = schema.properties || {};
   for (const [name, prop] of Object.entries(properties)) {
+    if (AUDIO_FIELDS.has(name)) { // a file or a recording, uploaded on submit
+      container.append(audioControl());
+      continue;
+    }
     if (IMAGE_FIELDS.has(name)) { // one control for the picture and the mask painted over it
       if (name === "image") container.append(imageControl("mask" in properties, model.limits?.size_multiple));
       continue;

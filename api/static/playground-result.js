@@ -108,6 +108,12 @@ const DISPLAYS = {
   text: (out, box) => {
     box.append(el("pre", out.text), el("p", `${out.tokens ?? "?"} tokens · seed ${out.seed ?? "–"}`, { class: "hint" }));
   },
+  transcript: (out, box) => {
+    box.append(el("pre", out.text));
+    const at = (s) => `${Math.floor(s / 60)}:${(s % 60).toFixed(2).padStart(5, "0")}`;
+    box.append(table(["start", "end", "text"], out.segments.map((s) => [at(s.start), at(s.end), s.text])));
+    box.append(el("p", `${out.duration} s · ${out.windows} windows · ${out.language ?? "?"}`, { class: "hint" }));
+  },
   ranking: (out, box) => {
     const rows = out.results.map((r) => [String(r.index), r.relevance_score.toFixed(4), r.document ?? ""]);
     box.append(table(["document", "relevance", "text"], rows));

@@ -4,6 +4,7 @@
 import { chatTab } from "./playground-chat.js";
 import { followEvents } from "./playground-events.js";
 import { buildForm, markInvalid, readForm } from "./playground-form.js";
+import { audioInputs } from "./playground-audio.js";
 import { imageInputs } from "./playground-image.js";
 import { showMetrics, showResult, showStatus, showText } from "./playground-result.js";
 
@@ -53,7 +54,7 @@ async function call(path, options = {}) {
   return body;
 }
 
-// POST /v1/uploads with a picture's bytes: its upload id, for the job's image or mask.
+// POST /v1/uploads with a picture's or audio's bytes: its upload id, for the job's image, mask or audio.
 async function upload(blob) {
   const body = await call("v1/uploads", { method: "POST", headers: { "Content-Type": blob.type }, body: blob });
   return body.id;
@@ -215,6 +216,7 @@ async function submit(event) {
   markInvalid($("fields"), null);
   try {
     Object.assign(input, await imageInputs($("fields"), upload)); // the picture and mask, uploaded first
+    Object.assign(input, await audioInputs($("fields"), upload)); // the audio, uploaded first
     const job = await call("v1/jobs", {
       method: "POST",
       headers: { "Content-Type": "application/json" },

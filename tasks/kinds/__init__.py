@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.kinds import embedding, fill_mask, rerank, text_generation, text_to_image
+from tasks.kinds import embedding, fill_mask, rerank, speech_to_text, text_generation, text_to_image
 from tasks.kinds.base import (
     SEED_MAX,
     Display,
@@ -26,6 +26,8 @@ from tasks.kinds.base import (
 from tasks.kinds.embedding import EmbeddingInput, EmbeddingLimits, EmbeddingOutput
 from tasks.kinds.fill_mask import FillMaskCandidate, FillMaskInput, FillMaskLimits
 from tasks.kinds.rerank import RerankInput, RerankLimits, RerankOutput
+from tasks.kinds.speech_to_text import SpeechToTextInput, SpeechToTextOutput
+from tasks.kinds.speech_to_text.limits import SpeechToTextLimits
 from tasks.kinds.text_generation import TextGenerationInput, TextGenerationLimits, TextGenerationOutput
 from tasks.kinds.text_to_image import TextToImageInput, TextToImageLimits
 from tasks.type_adapters import adapter
@@ -38,16 +40,26 @@ KINDS: dict[JobKind, Kind[Any]] = {
         fill_mask.KIND,
         embedding.KIND,
         rerank.KIND,
+        speech_to_text.KIND,
     )
 }
 
 # The unions the typed edges need, one member per kind (tests/unit/test_kinds.py checks them against KINDS).
 #: A job's parsed input.
-AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput | RerankInput
+AnyInput = TextToImageInput | TextGenerationInput | FillMaskInput | EmbeddingInput | RerankInput | SpeechToTextInput
 #: A model's limits.
-AnyLimits = TextToImageLimits | TextGenerationLimits | FillMaskLimits | EmbeddingLimits | RerankLimits
+AnyLimits = (
+    TextToImageLimits | TextGenerationLimits | FillMaskLimits | EmbeddingLimits | RerankLimits | SpeechToTextLimits
+)
 #: A job's ``output``: one of these per kind, None until it succeeds.
-JobOutput = list[OutputEntry] | TextGenerationOutput | EmbeddingOutput | RerankOutput | list[FillMaskCandidate]
+JobOutput = (
+    list[OutputEntry]
+    | TextGenerationOutput
+    | EmbeddingOutput
+    | RerankOutput
+    | SpeechToTextOutput
+    | list[FillMaskCandidate]
+)
 
 
 def parse_output(kind: JobKind, raw: Any) -> JobOutput:
@@ -77,6 +89,9 @@ __all__ = [
     "RerankInput",
     "RerankLimits",
     "RerankOutput",
+    "SpeechToTextInput",
+    "SpeechToTextLimits",
+    "SpeechToTextOutput",
     "TextGenerationInput",
     "TextGenerationLimits",
     "TextGenerationOutput",

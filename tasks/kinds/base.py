@@ -20,6 +20,7 @@ class JobKind(StrEnum):
     fill_mask = "fill-mask"
     embedding = "embedding"
     rerank = "rerank"
+    speech_to_text = "speech-to-text"
 
 
 class KindLimits(BaseModel):
@@ -124,7 +125,7 @@ def binary_entries(output: Any) -> list[OutputEntry]:
 # --- the declaration ------------------------------------------------------------------------------------------
 
 #: How a client shows a finished job's output: a table of candidates, the text, a count of vectors, files.
-Display = Literal["candidates", "text", "vectors", "files", "ranking"]
+Display = Literal["candidates", "text", "vectors", "files", "ranking", "transcript"]
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from tasks.kinds import AnyInput, AnyLimits
 
 @dataclass(frozen=True)
 class MediaFacts:
-    """What a checker found of one object: its media type and, for pictures, its size."""
+    """What a checker found of one object: its media type and, for pictures, its size; for audio, its length."""
 
     media_type: str
     width: int | None = None
     height: int | None = None
+    seconds: float | None = None
 
 
 class MediaChecker(Protocol):

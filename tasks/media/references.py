@@ -1,4 +1,4 @@
-"""Media references: how a job's input names a media object (a picture today; audio or a document later).
+"""Media references: how a job's input names a media object (a picture or audio; a document later).
 
 A client names one by an upload id (``up_<32 hex>``, from ``POST /v1/uploads``) or a ``data:<type>;base64,...``
 URI. Before the record is written the API puts the bytes in the output store under the job's own input key
@@ -39,6 +39,7 @@ class Media(StrEnum):
     """A family of media with one checker each (``api/media/checkers.py``)."""
 
     image = "image"
+    audio = "audio"
 
 
 class RefForm(StrEnum):

@@ -16,13 +16,14 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.kinds import KINDS, JobKind
+from tasks.media.audio import AudioMediaType
 from tasks.media.images import ImageMediaType
 from tasks.media.references import UPLOAD_PREFIX, Media, MediaSpec, media_fields
 
 UploadState = Literal["ready", "pending"]
 UPLOAD_OBJECT = "data"  # the object's name under the upload's folder
-#: The media types some kind takes, as the JSON schema lists them (a kind taking audio adds its own Literal here).
-UploadMediaType = ImageMediaType
+#: The media types some kind takes, as the JSON schema lists them (a Literal of Literals is one flat Literal).
+UploadMediaType = Literal[ImageMediaType, AudioMediaType]
 
 
 def upload_media() -> dict[str, MediaSpec]:
@@ -61,6 +62,7 @@ class UploadMeta(BaseModel):
     bytes: int = Field(ge=0)
     width: int | None = None
     height: int | None = None
+    seconds: float | None = None  # audio: its length, as its checker found it
     created_at: float
     expires_at: float
     state: UploadState = "ready"
@@ -69,11 +71,12 @@ class UploadMeta(BaseModel):
 class Upload(BaseModel):
     """The upload object ``POST /v1/uploads`` and ``GET /v1/uploads/{id}`` answer with."""
 
-    id: str = Field(description="up_ and 32 hex digits: give it as input.image or input.mask")
+    id: str = Field(description="up_ and 32 hex digits: give it as input.image, input.mask or input.audio")
     media_type: UploadMediaType
     bytes: int = Field(description="the upload's size (declared, for a pending presigned upload)")
     width: int | None = Field(default=None, description="pixels; null until a presigned upload is first used")
     height: int | None = None
+    seconds: float | None = Field(default=None, description="audio: its length in seconds")
     created_at: datetime
     expires_at: datetime = Field(description="jobs may name it until then; a job keeps its own copy")
     status: UploadState = Field(description="ready, or pending: PUT the bytes to upload_url first")

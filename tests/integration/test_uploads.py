@@ -16,6 +16,7 @@ import redis
 from api import create_app
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind
+from tasks.media.audio import AUDIO_MEDIA_TYPES
 from tasks.object_keys import input_key
 from tasks.settings import Settings
 from tests.integration.image_inputs import (
@@ -285,7 +286,8 @@ def test_uploads_are_counted_and_the_spec_describes_them(api):
     assert {"image", "mask", "strength"} <= fields.keys()
     assert fields["strength"]["anyOf"][0]["exclusiveMinimum"] == 0
     post = spec["paths"]["/v1/uploads"]["post"]
-    assert set(post["requestBody"]["content"]) == {"image/png", "image/jpeg", "image/webp"}  # JSON: S3 only
+    # JSON: S3 only. Audio since issue 41.
+    assert set(post["requestBody"]["content"]) == {"image/png", "image/jpeg", "image/webp", *AUDIO_MEDIA_TYPES}
     assert "201" in post["responses"] and "413" in post["responses"]
     [key] = [p for p in post["parameters"] if p["name"] == "Idempotency-Key"]  # a keyed retry: the same upload
     assert (

@@ -7,6 +7,7 @@ import pytest
 from tasks.errors import InvalidInput
 from tasks.input_checks import validate_input
 from tasks.kinds import JobKind, TextToImageInput, TextToImageLimits
+from tasks.media.audio import AUDIO_MEDIA_TYPES
 from tasks.media.images import IMAGE
 from tasks.media.references import Media, MediaRef, RefForm, media_fields, media_refs
 from tasks.media.uploads import takes, upload_media
@@ -65,5 +66,6 @@ def test_a_data_uri_decodes_and_its_repr_stays_short():
 def test_a_kind_declares_its_media_by_its_fields_and_uploads_take_them():
     assert media_fields(TextToImageInput) == {"image": IMAGE, "mask": IMAGE}
     assert set(media_refs(parse({"image": UPLOAD}))) == {"image"}
-    assert set(upload_media()) == {"image/png", "image/jpeg", "image/webp"}
+    assert set(upload_media()) == {"image/png", "image/jpeg", "image/webp", *AUDIO_MEDIA_TYPES}
     assert takes(JobKind.text_to_image, Media.image) and not takes(JobKind.embedding, Media.image)
+    assert takes(JobKind.speech_to_text, Media.audio) and not takes(JobKind.speech_to_text, Media.image)

@@ -6,7 +6,7 @@ import importlib
 import shutil
 from pathlib import Path
 
-DEMO_MODELS = ("bert-demo", "gpt2-demo", "sd-demo", "rerank-demo")
+DEMO_MODELS = ("bert-demo", "gpt2-demo", "sd-demo", "rerank-demo", "whisper-demo")
 
 #: Which module builds each model: its ``build(path: Path) -> None``, or ``module:function``.
 _BUILDERS = {
@@ -14,13 +14,14 @@ _BUILDERS = {
     "gpt2-demo": "worker.demo_models.gpt2",
     "sd-demo": "worker.demo_models.stable_diffusion",
     "rerank-demo": "worker.demo_models.bert:build_cross_encoder",
+    "whisper-demo": "worker.demo_models.whisper",
 }
 
 #: Written last: a folder without it is a build that was interrupted, and is built again.
 COMPLETE_MARKER = ".complete"
 #: What the marker holds per model: a folder whose marker says another version (an older checkout's cache) is
 #: built again. gpt2-demo 2: its tokenizer has a chat template (the weights are the same).
-VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": "", "rerank-demo": ""}
+VERSIONS = {"bert-demo": "", "gpt2-demo": "2", "sd-demo": "", "rerank-demo": "", "whisper-demo": "1"}
 
 
 def build_demo_models(root: Path, *, force: bool = False, names: tuple[str, ...] = DEMO_MODELS) -> dict[str, Path]:

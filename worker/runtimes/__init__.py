@@ -18,6 +18,7 @@ DEFAULT_RUNTIMES: dict[JobKind, str] = {
     JobKind.text_generation: "worker.runtimes.text.runtime:TextGenerationRuntime",
     JobKind.embedding: "worker.runtimes.embedding:EmbeddingRuntime",
     JobKind.rerank: "worker.runtimes.rerank:RerankRuntime",
+    JobKind.speech_to_text: "worker.runtimes.speech.runtime:SpeechToTextRuntime",
     JobKind.text_to_image: "worker.runtimes.image.runtime:TextToImageRuntime",
 }
 

@@ -131,6 +131,9 @@ class Runtime(ABC, Generic[InputT]):
     kind: ClassVar[JobKind]
     #: True when ``predict`` takes ``text_sinks`` (one per input) and streams generated text into them.
     streams_text: ClassVar[bool] = False
+    #: True when a runtime that streams text reports progress events too (speech: its windows heard); a text
+    #: runtime's stream is its progress.
+    progress_while_streaming: ClassVar[bool] = False
     #: The model's LoRA cache (worker/adapters), built at load by a runtime whose rows may name adapters; None: the
     #: model serves none.
     adapters: AdapterCache | None = None

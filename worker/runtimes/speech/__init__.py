@@ -1,0 +1,1 @@
+"""The speech-to-text runtime (issue 41): Whisper over windows of audio that share steps across jobs."""
