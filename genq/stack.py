@@ -79,6 +79,12 @@ def worker_command(python: str, model: str, node: str, queues: str | None = None
             "-Q", queues or queue_name(model), "--model", model, "-n", node]  # fmt: skip
 
 
+def pool_worker_command(python: str, node: str, models: str = "all") -> list[str]:
+    """``celery worker`` for a pool worker (``--models``): it consumes its own queue and its models' shared ones."""
+    return [python, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+            "--models", models, "-n", node]  # fmt: skip
+
+
 def wait_http(url: str, timeout: float, auth: tuple[str, str] | None = None) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -1,0 +1,106 @@
+"""A pool worker's process-wide state: its members (one per model it may serve), the pool's tiers, the loader.
+
+Built once per process (``worker_process_init``), like the model thread: the consumers of later reconnects share it.
+Nothing is loaded here; pinned and preloaded models are brought in when the first consumer starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from tasks.models_file import load_models_file
+from tasks.settings import WorkerSettings
+from tasks.store.redis_client import connect, wait_until_reachable
+from tasks.store.residency import ResidencyStore
+from worker.loader import assemble, build_runtime
+from worker.model_thread import HandBack
+from worker.pool.members import Member, MoveRunner, files_bytes
+from worker.pool.queues import pool_models
+from worker.pool.tiers import Holding, Pool
+
+log = logging.getLogger("genq.pool")
+
+
+class PoolProcess:
+    def __init__(
+        self, members: dict[str, Member], pool: Pool, settings: WorkerSettings, worker: str, residency: ResidencyStore
+    ) -> None:
+        self.members, self.pool, self.settings, self.worker = members, pool, settings, worker
+        self.residency = residency
+        self.max_wait_s = settings.pool_max_wait_s
+        self._runner: MoveRunner | None = None
+        self._started = False
+
+    def start(self, call_soon: Callable[[Callable[[], None]], object]) -> None:
+        """The loader thread, handing each move's end back to the event loop in order (first consumer only)."""
+        if self._runner is None:
+            self._runner = MoveRunner(self.members, HandBack(call_soon))
+
+    def runner(self) -> MoveRunner:
+        assert self._runner is not None, "the pool's loader starts with its first consumer"
+        return self._runner
+
+    def preloads(self) -> list[str]:
+        """Pinned models, then preloaded ones, once per process (the first consumer brings them in)."""
+        if self._started:
+            return []
+        self._started = True
+        specs = [member.loaded.spec for member in self.members.values()]
+        return [s.id for s in specs if s.pool.pinned] + [s.id for s in specs if s.pool.preload and not s.pool.pinned]
+
+    def capacity(self) -> dict[str, int]:
+        """Per model, the backlog past which routing passes this worker over: its buffer."""
+        return {m: member.loaded.spec.batching.buffer_size for m, member in self.members.items()}
+
+    def publish(self) -> None:
+        """Where this worker holds each model, for routing and ``/v1/models`` (on every move and heartbeat)."""
+        try:
+            self.residency.publish(self.worker, self.pool.tiers(), self.capacity())
+        except Exception as exc:  # Redis away: the heartbeat publishes again
+            log.warning("pool: could not publish residency: %s", exc)
+
+    def gone(self) -> None:
+        try:
+            self.residency.gone(self.worker, list(self.members))
+        except Exception:
+            log.warning("pool: could not withdraw residency of %s", self.worker)
+
+
+def budgets(settings: WorkerSettings, device: str) -> tuple[int, int]:
+    """Device and host RAM budgets: the settings, or (0) 90% of the GPU's memory and a third of RAM for each."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    device_default = ram // 3
+    if device.startswith("cuda"):
+        import torch
+
+        device_default = int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory * 0.9)
+    return settings.pool_device_bytes or device_default, settings.pool_host_bytes or ram // 3
+
+
+def build_pool(settings: WorkerSettings, worker: str) -> PoolProcess:
+    """Every model of ``--models`` as a member (runtime built, not loaded) and the pool's tiers, all on disk."""
+    models = load_models_file(settings.models_file)
+    ids = pool_models(settings.models or "", models)
+    client = connect(settings)
+    wait_until_reachable(client, f"worker {worker}")
+    members: dict[str, Member] = {}
+    for model_id in ids:
+        runtime, device = build_runtime(models, model_id)
+        members[model_id] = Member(assemble(runtime, client, settings, worker, device, 0.0), settings)
+    device_budget, host_budget = budgets(settings, next(iter(members.values())).loaded.device)
+    pool = Pool(device_budget, host_budget)
+    for model_id, member in members.items():
+        spec = member.loaded.spec
+        keep_alive = spec.pool.keep_alive_s or settings.pool_keep_alive_s
+        pool.add(Holding(model_id, keep_alive, spec.pool.pinned, disk_bytes=files_bytes(models.source_of(model_id))))
+    log.info(
+        "pool worker %s may serve %s (device budget %d bytes, host %d bytes)",
+        worker,
+        ", ".join(ids),
+        device_budget,
+        host_budget,
+    )
+    first = next(iter(members.values())).loaded
+    return PoolProcess(members, pool, settings, worker, ResidencyStore(first.store.redis, first.store.keys))
