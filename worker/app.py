@@ -156,7 +156,7 @@ def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         own = state.settings
         served = [m.loaded.spec for m in state.pool.members.values()] if state.pool else [state.loaded.spec]
-        residency = ResidencyStore(state.loaded.store.redis, state.loaded.store.keys)
+        residency = ResidencyStore(state.loaded.client, state.loaded.store.keys)
         sweepers = [
             Sweeper(
                 state.loaded.store,

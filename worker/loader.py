@@ -45,6 +45,7 @@ class Loaded:
     device: str
     load_seconds: float
     sweeps: SweepStore  # the orphan and output sweepers' locks and reads (worker/app.py starts them)
+    client: redis.Redis  # handed to the store classes built after the load (adapters, a pool's residency)
 
 
 def load_model(settings: WorkerSettings, worker_name: str) -> Loaded:
@@ -90,7 +91,7 @@ def after_load(loaded: Loaded, settings: WorkerSettings) -> None:
     if cache is not None:  # keys' uploaded adapters (POST /v1/adapters), read from Redis when first used
         cache.host_bytes, cache.device_adapters = settings.adapter_host_cache_bytes, settings.adapter_device_cache
         folder = Path(tempfile.gettempdir()) / f"genq-adapters-{os.getpid()}"
-        cache.resolve = UploadedAdapters(AdapterRegistry(loaded.store.redis, loaded.store.keys), spec.id, folder)
+        cache.resolve = UploadedAdapters(AdapterRegistry(loaded.client, loaded.store.keys), spec.id, folder)
     loaded.fleet.count_load(spec.id, loaded.executor.worker)
     log.info(
         "loaded model %s (%s) on %s in %.2f s (CUDA_VISIBLE_DEVICES=%s)",
@@ -121,4 +122,5 @@ def assemble(
     webhooks = WebhookSender(
         store, Outbox(client, settings), OutboxDeferral(client, store.keys), settings.webhook_sending()
     )
-    return Loaded(spec, runtime, store, fleet, executor, webhooks, device, seconds, SweepStore(client, store.keys))
+    sweeps = SweepStore(client, store.keys)
+    return Loaded(spec, runtime, store, fleet, executor, webhooks, device, seconds, sweeps, client)

@@ -104,8 +104,9 @@ class PoolConsumer:
         if running is not None:  # its session takes no joiners while another model's job waits past the bound
             self.batching[running].batcher.joiners_held = overdue(waiting, now, self.process.max_wait_s, running)
         turns = choose(waiting, now, self.process.max_wait_s)
-        for m in turns.urgent:
-            self._bring_in(m, evict=True)
+        oldest = {w.model: w.oldest for w in waiting}
+        for m in turns.urgent:  # never evicting a model whose jobs waited longer: first come, first served
+            self._bring_in(m, evict=True, keep=frozenset(r for r, t in oldest.items() if t <= oldest[m] and r != m))
         for m in turns.welcome:
             self._bring_in(m, evict=False)
         if running is not None or self.model.busy:
@@ -129,12 +130,12 @@ class PoolConsumer:
 
     # --- moves ----------------------------------------------------------------------------
 
-    def _bring_in(self, model: str, *, evict: bool) -> None:
+    def _bring_in(self, model: str, *, evict: bool, keep: frozenset[str] = frozenset()) -> None:
         holding = self.pool.holdings[model]
         if holding.moving is not None or holding.tier == Tier.device or self._failed(model):
             return
         try:
-            plan = self.pool.plan_in(model)
+            plan = self.pool.plan_in(model, keep)
         except DoesNotFit as exc:
             self._load_failed(model, str(exc))
             return

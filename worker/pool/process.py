@@ -103,4 +103,4 @@ def build_pool(settings: WorkerSettings, worker: str) -> PoolProcess:
         host_budget,
     )
     first = next(iter(members.values())).loaded
-    return PoolProcess(members, pool, settings, worker, ResidencyStore(first.store.redis, first.store.keys))
+    return PoolProcess(members, pool, settings, worker, ResidencyStore(first.client, first.store.keys))

@@ -73,9 +73,12 @@ class Pool:
         self.holdings[holding.model] = holding
 
     def used(self, tier: Tier) -> int:
-        """Bytes held in ``tier`` (disk: none counted)."""
+        """Bytes held in ``tier`` (disk: none counted); a model on its way to the device counts there already, one
+        of unknown size as the whole device (it was given all the room there was until its load is measured)."""
         if tier == Tier.device:
-            return sum(h.need for h in self.holdings.values() if h.tier == Tier.device)
+            coming = [h for h in self.holdings.values() if h.moving == Tier.device and h.tier != Tier.device]
+            here = [h for h in self.holdings.values() if h.tier == Tier.device]
+            return sum(h.need for h in here) + sum(h.need or self.device_budget for h in coming)
         if tier == Tier.host:
             return sum(h.host_need for h in self.holdings.values() if h.tier == Tier.host)
         return 0
@@ -83,13 +86,15 @@ class Pool:
     def touch(self, model: str) -> None:
         self.holdings[model].last_used = self.clock()
 
-    def plan_in(self, model: str) -> list[Move] | None:
+    def plan_in(self, model: str, keep: frozenset[str] = frozenset()) -> list[Move] | None:
         """The moves that bring ``model`` onto the device, evictions first; [] if it is there, None if not now (the
-        device is full of pinned, running or moving models). Raises DoesNotFit when it could never fit."""
+        device is full of pinned, running, moving or ``keep`` models: those whose jobs waited longer than its own).
+        Raises DoesNotFit when it could never fit."""
         target = self.holdings[model]
         if target.tier == Tier.device:
             return []
-        need = target.need
+        # Of unknown size (no weight files to read: a hub id, say): every evictable model leaves first. Never a guess.
+        need = target.need or self.device_budget - sum(h.need for h in self._unmovable(keep))
         if need > self.device_budget:
             raise DoesNotFit(
                 f"model {model} needs {need} bytes on the device, more than the pool's {self.device_budget} "
@@ -97,7 +102,7 @@ class Pool:
             )
         free = self.device_budget - self.used(Tier.device)
         leaving: list[Holding] = []
-        for other in self._lru(Tier.device, besides=model):
+        for other in self._lru(Tier.device, besides=model, keep=keep):
             if free >= need:
                 break
             leaving.append(other)
@@ -139,8 +144,17 @@ class Pool:
                 moves.append(Move(other.model, Tier.disk))
         return moves
 
-    def _lru(self, tier: Tier, besides: str) -> list[Holding]:
-        found = [h for h in self.holdings.values() if h.tier == tier and h.model != besides and h.evictable]
+    def _unmovable(self, keep: frozenset[str]) -> list[Holding]:
+        return [
+            h for h in self.holdings.values() if h.tier == Tier.device and not (h.evictable and h.model not in keep)
+        ]
+
+    def _lru(self, tier: Tier, besides: str, keep: frozenset[str] = frozenset()) -> list[Holding]:
+        found = [
+            h
+            for h in self.holdings.values()
+            if h.tier == tier and h.model != besides and h.evictable and h.model not in keep
+        ]
         return sorted(found, key=lambda h: h.last_used)
 
     def plan_expiry(self) -> list[Move]:
