@@ -3,12 +3,14 @@
 Its weights are one torch parameter of ``weights_mb`` MiB drawn from ``seed``; every prediction checks that they
 are still the ones loaded (a move between tiers that lost or mixed them shows as ``weights_ok: false``).
 ``fail_load=1`` makes every load fail, as a missing or corrupt checkpoint would; ``load_ms=N`` makes a load slow.
+The source may also be a folder holding that URL in ``fake.url`` beside weight files whose size a pool plans with.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -28,6 +30,9 @@ class Weights(torch.nn.Module):
 
 class FakeWeightsRuntime(FakeRuntime):
     def load(self, device: str) -> None:
+        folder = Path(self.source)
+        if folder.is_dir():
+            self.source = (folder / "fake.url").read_text().strip()
         super().load(device)
         query = {k: v[0] for k, v in parse_qs(urlparse(self.source).query).items()}
         time.sleep(float(query.get("load_ms", "0")) / 1000)  # a slow checkpoint: time to kill a worker mid-switch

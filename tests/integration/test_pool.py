@@ -37,7 +37,12 @@ def pool_settings(settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
     text = ""
     for model, query in entries.items():
         pinned = "pool = { pinned = true }\n" if model.startswith("pin-") else ""
-        text += f'[models.{model}]\nkind = "fill-mask"\nsource = "fake://?{query}&sleep_ms=20"\n'
+        folder = tmp / model  # as a checkpoint: weight files a pool plans a first load with
+        folder.mkdir()
+        (folder / "fake.url").write_text(f"fake://?{query}&sleep_ms=20")
+        with open(folder / "model.safetensors", "wb") as weights:
+            weights.truncate(int(float(query.partition("weights_mb=")[2].partition("&")[0] or 0) * MIB))
+        text += f'[models.{model}]\nkind = "fill-mask"\nsource = "./{model}"\n'
         text += f'runtime = "{RUNTIME}"\nbatching = {{ max_batch_size = 4, policy = "greedy" }}\n{pinned}\n'
     (tmp / "models.toml").write_text(text)
     return dataclasses.replace(settings, models_file=tmp / "models.toml")
@@ -111,6 +116,12 @@ def test_three_models_where_two_fit_interleave_and_the_lru_evicts(pool_api, pool
     assert [d["status"] for d in done] == ["succeeded"] * len(done), done
     assert all(d["output"][0]["weights_ok"] and d["output"][0]["model"] == d["model"] for d in done)
     assert tiers(pool_settings, pool_worker)["pin"] == "device"  # pinned: never evicted through all that
+    # The API says where each model is, and on which worker.
+    node = f"{pool_worker.name}@{pool_worker.host}"
+    assert pool_api.get(f"/v1/models/{model['pin']}").json["residency"] == {node: "device"}
+    listed = {m["id"]: m["residency"] for m in pool_api.get("/v1/models").json["models"]}
+    assert listed[model["broken"]] == {} and listed[model["pin"]] == {node: "device"}
+    assert pool_api.get("/v1/models/nope").status_code == 404
 
 
 def test_a_model_that_fails_to_load_fails_its_jobs_and_the_others_serve(pool_api, pool_settings, pool_worker):
