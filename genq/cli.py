@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from genq import cli_batch, cli_chat, cli_jobs
+from genq import cli_batch, cli_chat, cli_jobs, pool_orders
 
 
 @click.group()
@@ -20,6 +20,7 @@ def main() -> None:
 cli_jobs.register(main)  # submit, get, cancel, models
 main.add_command(cli_batch.batch)  # batch jobs.jsonl
 main.add_command(cli_chat.chat)  # an interactive chat
+main.add_command(pool_orders.pool)  # an operator's orders to pool workers
 
 
 @main.command()

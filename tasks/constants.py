@@ -95,6 +95,10 @@ class Keys:
         """Hash pool worker name -> ``tier:capacity`` (device, host, loading) of ``model_id`` there: the routing."""
         return f"{self.prefix}residency:{model_id}"
 
+    def pool_orders(self) -> str:
+        """Hash model -> ``action:stamp``: an operator's load, unload, pin or unpin for every pool worker serving it."""
+        return f"{self.prefix}pool-orders"
+
     def completed(self, model_id: str, bucket: int | str) -> str:
         """Jobs finished in one 10 s bucket of Redis' clock ('' for the prefix): the service rate behind Retry-After."""
         return f"{self.prefix}completed:{model_id}:{bucket}"

@@ -171,7 +171,7 @@ def _announce(sender: Any, **_: Any) -> None:
         ]
         # Every model's overdue queued jobs, not only this one's: a model with no worker has nobody else.
         overdue = OverdueSweep(state.loaded.store, load_models_file(own.models_file).models)
-        publish = (state.pool.publish,) if state.pool else ()
+        publish = (state.pool.publish, state.pool.read_orders) if state.pool else ()
         state.heartbeat = Heartbeat(
             state.loaded.fleet,
             tuple(spec.id for spec in served),

@@ -17,6 +17,8 @@ from tasks.store.job_scripts import RouteArgs
 
 #: The tiers a worker publishes; ``disk`` is the absence of an entry.
 TIERS = ("device", "host", "loading")
+#: An operator's orders to pool workers (``genq pool ACTION MODEL``), applied by each worker serving the model.
+ORDERS = ("load", "unload", "pin", "unpin")
 
 
 def route_args(keys: Keys, model_id: str) -> RouteArgs:
@@ -62,6 +64,17 @@ class ResidencyStore:
         live = {_text(worker) for worker, beat in beats if beat >= cutoff}
         found = {_text(worker): _text(value).partition(":")[0] for worker, value in held.items()}
         return {worker: tier for worker, tier in sorted(found.items()) if worker in live}
+
+    def order(self, model_id: str, action: str) -> None:
+        """Every pool worker serving ``model_id`` applies ``action`` once (stamped: the same order twice is two)."""
+        if action not in ORDERS:
+            raise ValueError(f"unknown pool order {action!r} (one of {', '.join(ORDERS)})")
+        seconds, micros = self.redis.time()
+        self.redis.hset(self.keys.pool_orders(), model_id, f"{action}:{seconds}.{micros:06d}")
+
+    def orders(self) -> dict[str, str]:
+        """The last order per model, as ``action:stamp``."""
+        return {_text(m): _text(v) for m, v in self.redis.hgetall(self.keys.pool_orders()).items()}
 
     def live_direct_queues(self, model_id: str, worker_ttl_s: float) -> list[str]:
         """The direct queues of live workers that hold ``model_id``: a job waiting there is not an orphan."""

@@ -134,3 +134,30 @@ def test_a_model_that_fails_to_load_fails_its_jobs_and_the_others_serve(pool_api
         job = run(pool_api, model[name], f"after {name}")
         assert job["status"] == "succeeded" and job["output"][0]["weights_ok"], job
     assert pool_worker.proc is not None and pool_worker.proc.poll() is None  # the worker serves on
+
+
+def test_an_operator_unloads_loads_and_pins_a_model_with_genq_pool(pool_api, pool_settings, pool_worker):
+    from click.testing import CliRunner
+
+    from genq.cli import main
+
+    model = ids(pool_settings)
+    env = {
+        "GENQ_REDIS_URL": pool_settings.redis_url,
+        "GENQ_KEY_PREFIX": pool_settings.key_prefix,
+        "GENQ_MODELS_FILE": str(pool_settings.models_file),
+    }
+    cli = CliRunner()
+
+    def order(action: str, name: str) -> None:
+        result = cli.invoke(main, ["pool", action, model[name]], env=env)
+        assert result.exit_code == 0 and f"ordered {action}" in result.output, result.output
+
+    order("unload", "pin")  # even a pinned model leaves when told (and is no longer pinned)
+    assert wait_tiers(pool_settings, pool_worker, {"pin": "disk"})["pin"] == "disk"
+    order("load", "pin")
+    assert wait_tiers(pool_settings, pool_worker, {"pin": "device"})["pin"] == "device"
+    status = cli.invoke(main, ["pool", "status"], env=env)
+    assert f"{model['pin']}: {pool_worker.name}@{pool_worker.host}: device" in status.output, status.output
+    bad = cli.invoke(main, ["pool", "load", "nope"], env=env)
+    assert bad.exit_code != 0 and "not in" in bad.output

@@ -47,6 +47,7 @@ class PoolConsumer:
         self.turn: str | None = None
         consumer.timer.call_repeatedly(TICK_S, self._tick)
         process.start(lambda callback: consumer.controller.hub.call_soon(callback))
+        process.apply = self.apply
         for m in process.preloads():
             self._bring_in(m, evict=False)
 
@@ -209,6 +210,22 @@ class PoolConsumer:
             item.fail(ErrorCode.model_error, f"model {model} could not be loaded on this worker: {reason}"[:500])
             if batching._guarded(item, batching.executor.reject_invalid):
                 batching.settlement.settle([item])
+
+    def apply(self, model: str, action: str) -> None:
+        """An operator's order (``genq pool ACTION MODEL``): load, unload, pin or unpin the model here."""
+        if self.successor is not None:
+            self.successor.apply(model, action)
+            return
+        holding = self.pool.holdings[model]
+        log.info("pool: operator order %s %s", action, model)
+        if action in ("pin", "unpin", "unload"):
+            holding.pinned = action == "pin"
+        if action in ("pin", "load"):
+            holding.failed = None  # an operator's load tries again at once
+            self._bring_in(model, evict=True)
+        if action == "unload" and holding.tier != Tier.disk and holding.evictable:
+            self._start([Move(model, Tier.disk)])
+        self.process.publish()
 
     # --- a reconnect, a warm shutdown -----------------------------------------------------
 

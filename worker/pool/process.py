@@ -32,11 +32,15 @@ class PoolProcess:
         self.max_wait_s = settings.pool_max_wait_s
         self._runner: MoveRunner | None = None
         self._started = False
+        self._call_soon: Callable[[Callable[[], None]], object] | None = None
+        self.apply: Callable[[str, str], None] | None = None  # the current consumer's, for an operator's orders
+        self._seen: dict[str, str] = {}
 
     def start(self, call_soon: Callable[[Callable[[], None]], object]) -> None:
         """The loader thread, handing each move's end back to the event loop in order (first consumer only)."""
         if self._runner is None:
             self._runner = MoveRunner(self.members, HandBack(call_soon))
+            self._call_soon = call_soon
 
     def runner(self) -> MoveRunner:
         assert self._runner is not None, "the pool's loader starts with its first consumer"
@@ -60,6 +64,17 @@ class PoolProcess:
             self.residency.publish(self.worker, self.pool.tiers(), self.capacity())
         except Exception as exc:  # Redis away: the heartbeat publishes again
             log.warning("pool: could not publish residency: %s", exc)
+
+    def read_orders(self) -> None:
+        """On the heartbeat: an operator's new orders for this worker's models, handed to the event loop."""
+        if self._call_soon is None or self.apply is None:
+            return
+        apply = self.apply
+        for model, order in self.residency.orders().items():
+            if model in self.members and self._seen.get(model) != order:
+                self._seen[model] = order
+                action = order.partition(":")[0]
+                self._call_soon(lambda model=model, action=action: apply(model, action))  # type: ignore[misc]
 
     def gone(self) -> None:
         try:
