@@ -33,10 +33,12 @@ def pool_settings(settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
         f"b-{tag}": "weights_mb=3&seed=2",
         f"c-{tag}": "weights_mb=3&seed=3",
         f"broken-{tag}": "fail_load=1",
+        f"idle-{tag}": "weights_mb=0.25&seed=4",
     }
     text = ""
     for model, query in entries.items():
         pinned = "pool = { pinned = true }\n" if model.startswith("pin-") else ""
+        pinned = "pool = { keep_alive_s = 1 }\n" if model.startswith("idle-") else pinned
         folder = tmp / model  # as a checkpoint: weight files a pool plans a first load with
         folder.mkdir()
         (folder / "fake.url").write_text(f"fake://?{query}&sleep_ms=20")
@@ -104,12 +106,12 @@ def test_three_models_where_two_fit_interleave_and_the_lru_evicts(pool_api, pool
         assert job["output"][0]["weights_ok"] and job["output"][0]["model"] == model[name]
     # c needed room: a, the least recently used, went to host RAM; the pinned model stayed.
     seen = wait_tiers(pool_settings, pool_worker, {"a": "host", "b": "device", "c": "device"})
-    assert seen == {"pin": "device", "a": "host", "b": "device", "c": "device", "broken": "disk"}, seen
+    assert seen == {"pin": "device", "a": "host", "b": "device", "c": "device", "broken": "disk", "idle": "disk"}, seen
     # a comes back from host RAM with its own weights; b (now least recent) leaves for host RAM.
     job = run(pool_api, model["a"], "again")
     assert job["status"] == "succeeded" and job["output"][0]["weights_ok"], job
     seen = wait_tiers(pool_settings, pool_worker, {"a": "device", "b": "host", "c": "device"})
-    assert seen == {"pin": "device", "a": "device", "b": "host", "c": "device", "broken": "disk"}, seen
+    assert seen == {"pin": "device", "a": "device", "b": "host", "c": "device", "broken": "disk", "idle": "disk"}, seen
     # Interleaved jobs of all three at once: every one succeeds on its own model's weights, none starves.
     jobs = [submit(pool_api, model[name], {"text": f"{name}{i} [MASK]"}) for i in range(6) for name in "abc"]
     done = [poll(pool_api, j["id"], timeout=90) for j in jobs]
@@ -161,3 +163,12 @@ def test_an_operator_unloads_loads_and_pins_a_model_with_genq_pool(pool_api, poo
     assert f"{model['pin']}: {pool_worker.name}@{pool_worker.host}: device" in status.output, status.output
     bad = cli.invoke(main, ["pool", "load", "nope"], env=env)
     assert bad.exit_code != 0 and "not in" in bad.output
+
+
+def test_an_idle_model_leaves_the_device_then_host_ram_after_its_keep_alive(pool_api, pool_settings, pool_worker):
+    model = ids(pool_settings)
+    assert run(pool_api, model["idle"], "once")["status"] == "succeeded"
+    assert tiers(pool_settings, pool_worker)["idle"] == "device"
+    assert wait_tiers(pool_settings, pool_worker, {"idle": "host"})["idle"] == "host"  # after 1 s idle
+    assert wait_tiers(pool_settings, pool_worker, {"idle": "disk"})["idle"] == "disk"  # after 2 s: scaled to zero
+    assert run(pool_api, model["idle"], "back")["status"] == "succeeded"  # loaded again, no process start
