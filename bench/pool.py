@@ -10,9 +10,9 @@ requests spread Zipf-like (s = 1.1) over them, one closed-loop client, in one pr
   (each switch as the pool worker makes it: LRU evictions device -> host -> disk, a restore or a load);
 - ``reload``: one model at a time, loaded from disk at every switch.
 
-Per strategy: requests per second, p50 and p99 per model, switch seconds by the tier a model came from, and the
-most device bytes held at once; each with its ratio to ``resident``. In-process (no queue): what the tiers cost, not
-routing. On a CPU-only machine "device" and "host" are both RAM (the host tier is the packed copy,
+Per strategy: requests per second, p50 and p99 per model (a request's switch included), switch seconds by the tier a
+model came from, and the most device bytes held at once; each with its ratio to ``resident``. In-process (no queue,
+no batching across clients): what the tiers cost, not routing. On a CPU-only machine "device" and "host" are both RAM (the host tier is the packed copy,
 worker/pool/movers.py): claim no GPU figure from it.
 """
 
@@ -92,11 +92,10 @@ def build(models_file: Path) -> dict[str, Served]:
     return served
 
 
-def serve(result: Result, served: dict[str, Served], model: str) -> None:
-    """One request of ``model``, timed (its model already on the device)."""
-    started = time.perf_counter()
+def serve(result: Result, served: dict[str, Served], model: str, since: float) -> None:
+    """One request of ``model`` (on the device now), its latency counted from ``since``: any switch included."""
     served[model].runtime.predict([job(model)])
-    result.latencies[model].append(time.perf_counter() - started)
+    result.latencies[model].append(time.perf_counter() - since)
 
 
 def resident(served: dict[str, Served], requests: list[str]) -> Result:
@@ -105,7 +104,7 @@ def resident(served: dict[str, Served], requests: list[str]) -> Result:
     result = Result("resident", peak_bytes=sum(s.bytes for s in served.values()))
     started = time.perf_counter()
     for model in requests:
-        serve(result, served, model)
+        serve(result, served, model, time.perf_counter())
     result.seconds = time.perf_counter() - started
     for s in served.values():
         s.mover.to_disk()
@@ -134,7 +133,7 @@ def pooled(served: dict[str, Served], requests: list[str], sizes: dict[str, int]
             result.switches[origin.value].append(time.perf_counter() - switch_started)
         pool.touch(model)
         result.peak_bytes = max(result.peak_bytes, pool.used(Tier.device))
-        serve(result, served, model)
+        serve(result, served, model, switch_started)
     result.seconds = time.perf_counter() - started
     for s in served.values():
         s.mover.to_disk()
@@ -145,15 +144,15 @@ def reloading(served: dict[str, Served], requests: list[str]) -> Result:
     result, current = Result("reload"), None
     started = time.perf_counter()
     for model in requests:
+        switch_started = time.perf_counter()
         if model != current:
-            switch_started = time.perf_counter()
             if current is not None:
                 served[current].mover.to_disk()
             served[model].load()
             result.switches["disk"].append(time.perf_counter() - switch_started)
             current = model
         result.peak_bytes = max(result.peak_bytes, served[model].bytes)
-        serve(result, served, model)
+        serve(result, served, model, switch_started)
     result.seconds = time.perf_counter() - started
     return result
 
