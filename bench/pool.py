@@ -12,8 +12,8 @@ requests spread Zipf-like (s = 1.1) over them, one closed-loop client, in one pr
 
 Per strategy: requests per second, p50 and p99 per model (a request's switch included), switch seconds by the tier a
 model came from, and the most device bytes held at once; each with its ratio to ``resident``. In-process (no queue,
-no batching across clients): what the tiers cost, not routing. On a CPU-only machine "device" and "host" are both RAM (the host tier is the packed copy,
-worker/pool/movers.py): claim no GPU figure from it.
+no batching across clients): what the tiers cost, not routing. On a CPU-only machine "device" and "host" are both
+RAM (the host tier is the packed copy, worker/pool/movers.py): claim no GPU figure from it.
 """
 
 from __future__ import annotations

@@ -79,8 +79,12 @@ def loads(settings: Settings, model_id: str) -> dict[str, int]:
 
 def test_a_job_goes_to_the_worker_holding_its_model_and_a_backlog_spreads(routed, workers, log_dir):
     api = create_app(routed).test_client()
-    a = model(routed, "a")
+    a, b = model(routed, "a"), model(routed, "b")
+    refused = api.post("/v1/jobs", json={"model": a, "input": {"text": "nobody [MASK]"}})
+    assert refused.status_code == 503 and refused.json["error"]["code"] == "no_workers"  # no live worker may serve it
     holder = start(routed, log_dir, workers, "all")
+    # A pool worker may serve every model it was given, loaded or not: admission takes their jobs.
+    assert pid_of(poll(api, submit(api, b, {"text": "never loaded before [MASK]"})["id"])) == holder.pid
     assert pid_of(poll(api, submit(api, a, {"text": "first [MASK]"})["id"])) == holder.pid
     other = start(routed, log_dir, workers, "all")  # may serve a, holds nothing
     for i in range(6):  # one at a time: the holder has room, so each goes to its own queue
