@@ -127,6 +127,9 @@ class PoolConsumer:
         moves = [move for move in self.pool.plan_expiry() if move.model not in keep]
         if moves:
             self._start(moves)
+        for m, holding in self.pool.holdings.items():  # a pinned model that found no room at start comes in now
+            if holding.pinned and holding.tier != Tier.device:
+                self._bring_in(m, evict=True, keep=frozenset(keep - {m}))
         self.next_turn()
 
     # --- moves ----------------------------------------------------------------------------
