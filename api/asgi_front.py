@@ -16,14 +16,16 @@ Every refusal made here is genq's JSON error with a request id.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import re
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import IO, Any
 
 from api.body_limits import BodyLimits
 from api.body_reads import BodyReads, Receive, Refusal, Send, read_body, request_id_of, send_error
@@ -33,9 +35,12 @@ log = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
+Spooled = tempfile.SpooledTemporaryFile[bytes]
+SPOOL_IN_RAM = 1 << 20  # a spooled body up to this size stays in memory; past it, a temporary file
 HEALTH_THREADS = 4  # /healthz, /readyz and /metrics never queue behind the app's threads
 HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _END, _HEAD, _BODY = "end", "head", "body"
+_PLAIN_OPENAI = re.compile(r"/openai/v1/(?:files|batches)(?:/|$)")  # answered at once: they wait for no job
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=", re.IGNORECASE)  # any wait asked for: the route decides how long
 
 
@@ -46,13 +51,18 @@ def may_hold(method: str, path: str, headers: dict[str, str]) -> bool:
         _PREFER_WAIT.search(headers.get("prefer", ""))
         or "text/event-stream" in headers.get("accept", "")
         or path.endswith("/events")
-        or (path.startswith("/openai/") and not path.endswith("/models"))  # calls wait; ?stream=true holds
+        or (path.startswith("/openai/") and not path.endswith("/models") and not _PLAIN_OPENAI.match(path))
     )
 
 
-def wsgi_environ(scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
-    import io
-
+def wsgi_environ(scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes | Spooled) -> dict[str, Any]:
+    if isinstance(body, bytes):
+        stream: IO[bytes] = io.BytesIO(body)
+        length = len(body)
+    else:
+        length = body.tell()
+        body.seek(0)
+        stream = body
     server = scope.get("server") or ("localhost", 80)
     client = scope.get("client") or ("", 0)
     environ: dict[str, Any] = {
@@ -67,7 +77,7 @@ def wsgi_environ(scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes) 
         "REMOTE_PORT": str(client[1]),
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": scope.get("scheme", "http"),
-        "wsgi.input": io.BytesIO(body),
+        "wsgi.input": stream,
         "wsgi.errors": sys.stderr,
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,
@@ -82,8 +92,8 @@ def wsgi_environ(scope: Scope, headers: list[tuple[bytes, bytes]], body: bytes) 
             continue  # the body is whole: its length is said below, never "chunked"
         key = f"HTTP_{name}"
         environ[key] = f"{environ[key]}, {value}" if key in environ else value
-    if body or scope["method"] in ("POST", "PUT", "PATCH"):
-        environ["CONTENT_LENGTH"] = str(len(body))
+    if length or scope["method"] in ("POST", "PUT", "PATCH"):
+        environ["CONTENT_LENGTH"] = str(length)
     return environ
 
 
@@ -169,13 +179,15 @@ class AsgiFront:
         finally:
             out.gone.set()
             await done
+            if not isinstance(body, bytes):
+                body.close()
 
     def pool_for(self, method: str, path: str, headers: dict[str, str]) -> ThreadPoolExecutor:
         if path in HEALTH_PATHS:
             return self.health_pool
         return self.hold_pool if may_hold(method, path, headers) else self.pool
 
-    async def body(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> bytes:
+    async def body(self, scope: Scope, receive: Receive, headers: dict[str, str]) -> bytes | Spooled:
         length = headers.get("content-length")
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         if not chunked and length in (None, "0"):
@@ -193,11 +205,17 @@ class AsgiFront:
             self.reads.enter(owners)
             entered.extend(owners)
 
+        limit = self.limits.of(scope["method"], scope["path"])
+        sink = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_RAM) if limit.spooled else None
         try:
-            limit = self.limits.of(scope["method"], scope["path"])
-            return await read_body(receive, declared, limit.bytes, waiting, limit.why)
+            data = await read_body(receive, declared, limit.bytes, waiting, limit.why, sink)
+        except BaseException:
+            if sink is not None:
+                sink.close()
+            raise
         finally:
             self.reads.leave(entered)
+        return data if sink is None else sink
 
 
 async def relay(out: Outlet, send: Send) -> None:

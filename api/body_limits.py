@@ -20,6 +20,8 @@ INLINE_HINT = (
     "upload's id instead"
 )
 
+FILE_HINT = "; split the batch into several files"
+
 
 @dataclass(frozen=True)
 class BodyLimit:
@@ -28,6 +30,7 @@ class BodyLimit:
     bytes: int
     setting: str
     hint: str = ""
+    spooled: bool = False  # the body goes to a temporary file as it arrives (memory flat in its size), not to RAM
 
     @property
     def why(self) -> str:
@@ -63,6 +66,9 @@ class BodyLimits:
                 2 * upload.bytes + FORM_SLACK, "two pictures of GENQ_MAX_UPLOAD_BYTES"
             ),
         }
+        posts["/openai/v1/files"] = BodyLimit(
+            settings.max_file_bytes + FORM_SLACK, "GENQ_MAX_FILE_BYTES", FILE_HINT, spooled=True
+        )
         if settings.adapter_uploads:  # otherwise the route answers 404 whatever the body
             posts["/v1/adapters"] = BodyLimit(settings.max_adapter_upload_bytes, "GENQ_MAX_ADAPTER_UPLOAD_BYTES")
         return cls(cls.plain(settings.max_content_length).default, posts)

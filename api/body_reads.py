@@ -10,7 +10,7 @@ import time
 import uuid
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import IO, Any
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -71,10 +71,16 @@ class BodyReads:
 
 
 async def read_body(
-    receive: Receive, declared: int | None, limit: int, waiting: Callable[[], None] = lambda: None, why: str = ""
+    receive: Receive,
+    declared: int | None,
+    limit: int,
+    waiting: Callable[[], None] = lambda: None,
+    why: str = "",
+    sink: IO[bytes] | None = None,
 ) -> bytes:
     """The whole body, within the deadline and rate above and ``limit`` bytes, or a Refusal (408, 413; ``why``
-    ends the 413's message: the setting that sets the limit, api/body_limits.py).
+    ends the 413's message: the setting that sets the limit, api/body_limits.py). With a ``sink`` (a spooled file:
+    OpenAI files of hundreds of MB) each piece is written there as it arrives and nothing is kept: b"" is returned.
 
     ``waiting()`` is called once the body has taken ``BODY_SLOW_AFTER_S``: a body sent at once, as nearly all are,
     is never counted as one in flight (a burst of small requests from one address is not refused for it).
@@ -109,7 +115,10 @@ async def read_body(
             received += len(chunk)
             if received > limit:
                 raise Refusal(413, "payload_too_large", f"the body is over {limit} bytes{why}")
-            parts.append(chunk)
+            if sink is None:
+                parts.append(chunk)
+            else:
+                sink.write(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
     finally:

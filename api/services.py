@@ -24,6 +24,8 @@ from tasks.store.fleet import FleetStore
 from tasks.store.idempotency import IdempotencyBindings
 from tasks.store.job_batches import JobBatches
 from tasks.store.job_store import JobStore
+from tasks.store.openai_batch_store import BatchStore
+from tasks.store.openai_files import FileStore
 from tasks.store.outbox import Outbox
 from tasks.store.output_stores import output_store
 from tasks.store.queue_limit import QueueLimit
@@ -53,6 +55,8 @@ class Services:
     clock: RedisClock  # Redis' time without a round trip per request: admission's fence (api/admission.py)
     uploads: UploadStore
     quota: ByteQuota  # each owner's live bytes: uploads and staged inputs (api/media/staging.py)
+    files: FileStore  # OpenAI files (api/openai_compat/files.py)
+    openai_batches: BatchStore  # OpenAI batches (api/openai_compat/batches.py, api/batch_runner.py)
     overdue: OverdueSweep  # the read paths' sweep of overdue jobs of models with no worker (api/job_reads.py)
     events: EventLog  # jobs' event streams (api/event_stream.py)
     outbox: Outbox  # webhook deliveries, read for /metrics' backlog
@@ -65,6 +69,7 @@ class Services:
         store = JobStore(client, settings)
         outputs = output_store(client, settings, api=True)
         models = load_models_file(settings.models_file)
+        quota = ByteQuota(client, store.keys, settings.owner_max_bytes)
         return cls(
             settings=settings,
             models=models,
@@ -81,7 +86,9 @@ class Services:
             batches=JobBatches(store),
             clock=RedisClock(client),
             uploads=UploadStore(client, store.keys, outputs, settings.tombstone_ttl_s),
-            quota=ByteQuota(client, store.keys, settings.owner_max_bytes),
+            quota=quota,
+            files=FileStore(client, store.keys, outputs, quota),
+            openai_batches=BatchStore(client, store.keys),
             overdue=OverdueSweep(store, models.models),
             events=EventLog(client, store.keys),
             outbox=Outbox(client, settings),

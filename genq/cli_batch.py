@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import IO, Any
 
 import click
@@ -14,6 +15,8 @@ from genq.batch_flows import BATCH_SIZE, Result
 from genq.cli_support import EXIT_CODES, EXIT_JOB_FAILED, connection, make_client, reports_errors
 from genq.errors import APIError, GenqError, JobFailed, WaitTimeout
 from genq.flows import DEFAULT_WAIT_S
+from genq.openai_batch import is_openai_batch, run_batch
+from genq.protocol import Config
 from tasks.schemas import Job
 
 
@@ -66,7 +69,13 @@ def batch(
     retries: int,
 ) -> None:
     """Submit every job of JOBS (JSON lines, each a POST /v1/jobs body; `-` reads stdin), write one result line
-    per job in the same order (the job, or its error), and exit 1 if any job was refused or did not succeed."""
+    per job in the same order (the job, or its error), and exit 1 if any job was refused or did not succeed.
+
+    An OpenAI batch file (lines of custom_id, method, url, body) runs as an OpenAI batch instead: uploaded, started,
+    followed with a progress bar, and its output and error lines written (one per custom_id)."""
+    if jobs_file.name != "<stdin>" and is_openai_batch(_first_line(jobs_file)):
+        run_openai_batch(Path(jobs_file.name), out_file, wait, timeout, Config.resolve(url, api_key))
+        return
     jobs = read_jobs(jobs_file)
     bar = Progress(
         TextColumn("{task.description}"),
@@ -103,4 +112,39 @@ def batch(
     bad = [r for r in results if isinstance(r, GenqError)]
     show.err.print(f"{len(results) - len(bad)} of {len(results)} jobs " + ("succeeded" if wait else "queued"))
     if bad:
+        sys.exit(EXIT_JOB_FAILED)
+
+
+def _first_line(source: IO[str]) -> str:
+    """The file's first non-blank line; the file is read again from its start afterwards."""
+    first = next((line for line in source if line.strip()), "")
+    source.seek(0)
+    return first
+
+
+def run_openai_batch(path: Path, out_file: IO[str], wait: bool, timeout: float, config: Config) -> None:
+    """``genq batch`` on an OpenAI batch file: its lines answered, or the batch's id and status without --wait."""
+    bar = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=show.err
+    )
+    task = bar.add_task("batch", total=None)
+
+    def progress(batch: dict[str, Any]) -> None:
+        counts = batch.get("request_counts") or {}
+        done = int(counts.get("completed", 0)) + int(counts.get("failed", 0))
+        bar.update(task, description=f"{batch['id']} {batch['status']}", completed=done, total=counts.get("total"))
+
+    with bar:
+        run = run_batch(config, path, wait=wait, timeout=timeout, on_progress=progress)
+    for line in run.lines if wait else [run.batch]:
+        out_file.write(json.dumps(line, separators=(",", ":")) + "\n")
+    out_file.flush()
+    counts = run.batch.get("request_counts") or {}
+    show.err.print(
+        f"batch {run.batch['id']} {run.batch['status']}: {counts.get('completed', 0)} completed, "
+        f"{counts.get('failed', 0)} failed of {counts.get('total', 0)}"
+    )
+    for error in (run.batch.get("errors") or {}).get("data", []):
+        show.err.print(f"line {error.get('line')}: {error.get('message')}")
+    if wait and not run.ok:
         sys.exit(EXIT_JOB_FAILED)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -21,6 +22,7 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 from genq import batch_flows, flows, image_inputs
 from genq.chat import ChatStream, chat_input
 from genq.media_inputs import Upload
+from genq.openai_batch import BatchRun, run_batch
 from genq.protocol import ClientBase, Flow, NextEvent, OpenStream, Outcome, Request, Sleep
 from genq.watch import OnText
 from tasks.schemas import Job, ModelInfo
@@ -218,6 +220,11 @@ class Client(ClientBase[httpx.Client]):
     def models(self) -> list[ModelInfo]:
         """The models being served, with their input schema, limits and workers online."""
         return self._run(flows.models(self.config))
+
+    def openai_batch(self, path: str | Path, *, wait: bool = True, timeout: float = 24 * 3600) -> BatchRun:
+        """Run an OpenAI batch file (lines of custom_id, method, url, body) through ``/openai/v1``: its output and
+        error lines once it has ended (``wait``), one per custom_id."""
+        return run_batch(self.config, Path(path), wait=wait, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()

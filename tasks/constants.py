@@ -50,6 +50,31 @@ class Keys:
         """An upload's tombstone (its owner), outliving it: the sweeper deletes the bytes of uploads it knew."""
         return f"{self.prefix}upload-gone:{upload_id}"
 
+    def file(self, file_id: str) -> str:
+        """One file's metadata (JSON, tasks/openai_batches.py: OpenAI's Files API), expiring with the file."""
+        return f"{self.prefix}file:{file_id}"
+
+    def owner_files(self, owner: str) -> str:
+        """One owner's file ids by creation time (a sorted set; ids whose file is gone are pruned on reading)."""
+        return f"{self.prefix}files:{owner}"
+
+    def batch(self, batch_id: str) -> str:
+        """One batch's record (JSON) and, beside it, its feeding state (``batch_state``)."""
+        return f"{self.prefix}batch:{batch_id}"
+
+    def batch_part(self, batch_id: str, part: str) -> str:
+        """A batch's other keys: ``lines`` (prepared jobs, a list), ``state`` (a hash: fed, completed, failed, lease),
+        ``flight`` (job id -> line, a hash), ``out`` and ``err`` (its answered lines, lists)."""
+        return f"{self.prefix}batch:{batch_id}:{part}"
+
+    def owner_batches(self, owner: str) -> str:
+        """One owner's batch ids by creation time (a sorted set)."""
+        return f"{self.prefix}batches:{owner}"
+
+    def open_batches(self) -> str:
+        """The ids of batches some API process must feed or finish (a set, read by every process's runner)."""
+        return f"{self.prefix}batches-open"
+
     def output(self, key: str) -> str:
         return f"{self.prefix}out:{key}"
 

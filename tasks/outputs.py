@@ -14,7 +14,7 @@ Every object of a job lives under ``<job id>/``, so a job's objects are found an
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -89,6 +89,16 @@ class InputStore(Protocol):
     def put_for(self, key: str, data: bytes, media_type: str, ttl_s: int) -> None: ...
 
     def copy(self, src: str, dst: str, ttl_s: int) -> bool: ...
+
+
+@runtime_checkable
+class StreamingStore(Protocol):
+    """A store that writes and reads an object in pieces (OpenAI files: hundreds of MB never sit whole in a
+    process). ``put_chunks`` is atomic as ``put`` is; ``get_chunks`` is None when the object is gone."""
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes], media_type: str, ttl_s: int) -> int: ...
+
+    def get_chunks(self, key: str, size: int) -> Iterator[bytes] | None: ...
 
 
 @runtime_checkable

@@ -102,6 +102,20 @@ DEFAULT_UPLOAD_TTL_S = 3600
 # One owner's live bytes in the store (uploads and jobs' staged inputs) at most; past it, 429 quota_exceeded. 2 GiB:
 # a hundred 20 MiB photos, and a Redis store shared by a few tenants stays within a small server's memory.
 DEFAULT_OWNER_MAX_BYTES = 2 << 30
+# POST /openai/v1/files: OpenAI's own limit for a batch's input file. Spooled to disk as it arrives, never held whole.
+DEFAULT_MAX_FILE_BYTES = 200 << 20
+# Files (batch inputs and outputs) live this long unless deleted: a 24 h batch window, then a week to fetch results.
+DEFAULT_FILE_TTL_S = 8 * 24 * 3600
+DEFAULT_BATCH_MAX_LINES = 50_000  # OpenAI's limit of requests per batch
+DEFAULT_MAX_OPEN_BATCHES = 16  # per key: validating, in progress, finalizing or cancelling at once
+DEFAULT_MAX_OPEN_BATCH_LINES = 200_000  # per key: the lines of its open batches together (four full batches)
+# A batch's lines queued or running at once, per batch: enough to fill a worker's step session twice over, few
+# enough that an interactive job never queues behind more than this many of a batch's (they are low priority too).
+DEFAULT_BATCH_LINES_IN_FLIGHT = 64
+# While other jobs of its model are active, a batch holds at most this share of the model's rows (max_batch_size):
+# interactive calls find free rows beside it, and each step stays near their own width (bench/openai_batches.py:
+# half the rows made an interactive p50 1.5x its value alone); alone, a batch may use them all.
+DEFAULT_BATCH_ROW_SHARE = 0.25
 
 
 class SettingError(GenqError, ValueError):
@@ -194,6 +208,14 @@ class ApiSettings(SharedSettings):
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     upload_ttl_s: int = DEFAULT_UPLOAD_TTL_S
     owner_max_bytes: int = DEFAULT_OWNER_MAX_BYTES
+    # OpenAI's Files and Batch API (tasks/openai_batches.py, api/batch_runner.py).
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    file_ttl_s: int = DEFAULT_FILE_TTL_S
+    batch_max_lines: int = DEFAULT_BATCH_MAX_LINES
+    max_open_batches: int = DEFAULT_MAX_OPEN_BATCHES
+    max_open_batch_lines: int = DEFAULT_MAX_OPEN_BATCH_LINES
+    batch_lines_in_flight: int = DEFAULT_BATCH_LINES_IN_FLIGHT
+    batch_row_share: float = DEFAULT_BATCH_ROW_SHARE
     # POST /v1/adapters: keys' own LoRAs (tasks/adapter_uploads.py); off unless a deployment allows them.
     adapter_uploads: bool = False
     max_adapters_per_owner: int = DEFAULT_MAX_ADAPTERS_PER_OWNER

@@ -1,5 +1,5 @@
 """OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, chat
-completions and completions (streamed too), Responses and models; and vLLM's rerank and score beside them.
+completions and completions (streamed too), Responses, models, files and batches; and vLLM's rerank and score.
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from flask import Blueprint, Flask, Response, g, request
 
+from api.openai_compat.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from api.openai_compat.chat import create_chat_completion
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
 from api.openai_compat.errors import JobNotDone, context_too_long, job_not_done, to_openai_error
+from api.openai_compat.files import create_file, delete_file, file_content, list_files, retrieve_file
 from api.openai_compat.image_edits import edit_images
 from api.openai_compat.images import generate_images
 from api.openai_compat.models import list_models, retrieve_model
@@ -50,9 +52,19 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/responses/<resp_id>", view_func=delete_response, methods=["DELETE"])
     bp.add_url_rule("/responses/<resp_id>/cancel", view_func=cancel_response, methods=["POST"])
     bp.add_url_rule("/models/<path:model_id>", view_func=retrieve_model, methods=["GET"])
+    bp.add_url_rule("/files", view_func=create_file, methods=["POST"])
+    bp.add_url_rule("/files", view_func=list_files, methods=["GET"])
+    bp.add_url_rule("/files/<file_id>", view_func=retrieve_file, methods=["GET"])
+    bp.add_url_rule("/files/<file_id>", view_func=delete_file, methods=["DELETE"])
+    bp.add_url_rule("/files/<file_id>/content", view_func=file_content, methods=["GET"])
+    bp.add_url_rule("/batches", view_func=create_batch, methods=["POST"])
+    bp.add_url_rule("/batches", view_func=list_batches, methods=["GET"])
+    bp.add_url_rule("/batches/<batch_id>", view_func=retrieve_batch, methods=["GET"])
+    bp.add_url_rule("/batches/<batch_id>/cancel", view_func=cancel_batch, methods=["POST"])
     app.register_blueprint(bp)
-    # Its body is a multipart form, read by the view itself (api/body.py decodes JSON bodies up front).
-    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | {"openai.edit_images"}
+    # Multipart forms, read by their views (api/body.py decodes JSON bodies up front).
+    bodiless = {"openai.edit_images", "openai.create_file"}
+    app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | bodiless
     # App-wide, not the blueprint's: an unknown path or method under the prefix gets OpenAI's shape too.
     app.after_request(_openai_errors)
 

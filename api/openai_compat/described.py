@@ -11,6 +11,7 @@ from typing import Any
 from api.openai_compat.chat_request import UNSUPPORTED
 from api.openai_compat.text_params import NO_EFFECT
 from tasks.kinds.text_generation.messages import MAX_CHOICES, MAX_TOP_LOGPROBS
+from tasks.openai_batches import BATCH_ENDPOINTS
 
 IMAGE_EXTRAS = ["seed", "num_inference_steps", "negative_prompt", "guidance_scale", "scheduler", "priority"]
 
@@ -127,5 +128,33 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
         },
         {"method": "GET", "path": "/models"},
         {"method": "GET", "path": "/models/{id}"},
+        {
+            "method": "POST",
+            "path": "/files",
+            "content_type": "multipart/form-data",
+            "supported": [
+                "file (JSONL, at most GENQ_MAX_FILE_BYTES and GENQ_BATCH_MAX_LINES lines)",
+                "purpose (batch)",
+            ],
+        },
+        {"method": "GET", "path": "/files", "supported": ["purpose", "limit", "after"]},
+        {"method": "GET", "path": "/files/{id}"},
+        {"method": "GET", "path": "/files/{id}/content"},
+        {"method": "DELETE", "path": "/files/{id}"},
+        {
+            "method": "POST",
+            "path": "/batches",
+            "genq_kind": "one job per line, low priority",
+            "content_type": "application/json",
+            "supported": [
+                f"endpoint ({', '.join(BATCH_ENDPOINTS)})",
+                "input_file_id",
+                "completion_window (24h)",
+                "metadata",
+            ],
+        },
+        {"method": "GET", "path": "/batches", "supported": ["limit", "after"]},
+        {"method": "GET", "path": "/batches/{id}"},
+        {"method": "POST", "path": "/batches/{id}/cancel"},
     ],
 }

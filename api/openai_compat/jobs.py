@@ -112,7 +112,7 @@ def accept(
                 svc, spec, body, parsed, job_id or str(uuid.uuid4()), current_owner(), keep_events=keep_events
             )
         except InvalidInput as exc:
-            raise _renamed(exc, params) from None
+            raise renamed(exc, params) from None
     JOBS_ACCEPTED.labels(spec.id).inc()
     g.genq_job_id = record.id
     return record
@@ -243,7 +243,7 @@ def succeeded(record: JobRecord) -> JobRecord:
     raise JobNotDone(500, f"job {record.id} {record.status.value}{reason}", record.status.value)
 
 
-def _renamed(exc: InvalidInput, params: Mapping[str, str]) -> InvalidInput:
+def renamed(exc: InvalidInput, params: Mapping[str, str]) -> InvalidInput:
     """genq's ``input.max_new_tokens: ...`` as the caller's ``max_tokens: ...``."""
     field = exc.field or ""
     name = field.removeprefix("input.")

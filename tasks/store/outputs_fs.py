@@ -12,8 +12,9 @@ import errno
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from tasks.errors import OutputStoreUnavailable
 from tasks.object_keys import check_key, job_of_key
@@ -57,6 +58,36 @@ class FilesystemOutputStore:
 
     def put_for(self, key: str, data: bytes, media_type: str, ttl_s: int) -> None:
         self.put(key, data, media_type)  # the sweeper deletes it once its record or upload is gone
+
+    def put_chunks(self, key: str, chunks: Iterable[bytes], media_type: str, ttl_s: int) -> int:
+        """As ``put``, written piece by piece."""
+        path, size = self.path(key), 0
+        part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.part")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    for chunk in chunks:
+                        size += file.write(chunk)
+                    file.flush()
+                    os.fsync(file.fileno())
+                os.replace(part, path)
+            except BaseException:
+                part.unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise OutputStoreUnavailable(f"cannot write output {key} under {self.root}: {_why(exc)}") from exc
+        return size
+
+    def get_chunks(self, key: str, size: int) -> Iterator[bytes] | None:
+        try:
+            file = self.path(key).open("rb")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise OutputStoreUnavailable(f"cannot read output {key} under {self.root}: {_why(exc)}") from exc
+        return _pieces(file, size)
 
     def copy(self, src: str, dst: str, ttl_s: int) -> bool:
         """A hard link (no bytes copied; deleting ``src`` later leaves ``dst`` whole), made under a temporary
@@ -129,3 +160,9 @@ class FilesystemOutputStore:
             return sorted(Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return []
+
+
+def _pieces(file: BinaryIO, size: int) -> Iterator[bytes]:
+    with file:
+        while chunk := file.read(size):
+            yield chunk

@@ -8,8 +8,9 @@ inside compose, ``https://s3.example.com`` outside); signing needs no request to
 
 from __future__ import annotations
 
+import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,30 @@ class S3OutputStore:
     def put_for(self, key: str, data: bytes, media_type: str, ttl_s: int) -> None:
         self.put(key, data, media_type)  # the sweeper deletes it once its record or upload is gone
 
+    def put_chunks(self, key: str, chunks: Iterable[bytes], media_type: str, ttl_s: int) -> int:
+        """boto3's managed upload (a multipart upload past 8 MiB): S3 shows the object whole or not at all."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        source = _ChunkReader(iter(chunks))
+        try:
+            self.client.upload_fileobj(source, self.bucket, self.name(key), ExtraArgs={"ContentType": media_type})
+        except (BotoCoreError, ClientError) as exc:
+            raise OutputStoreUnavailable(f"s3://{self.bucket}: cannot write output {key}: {_describe(exc)}") from exc
+        return source.read_bytes
+
+    def get_chunks(self, key: str, size: int) -> Iterator[bytes] | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self.name(key))["Body"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise OutputStoreUnavailable(f"s3://{self.bucket}: cannot read output {key}: {_describe(exc)}") from exc
+        except BotoCoreError as exc:
+            raise OutputStoreUnavailable(f"s3://{self.bucket}: cannot read output {key}: {_describe(exc)}") from exc
+        return _body_pieces(body, size)
+
     def copy(self, src: str, dst: str, ttl_s: int) -> bool:
         """CopyObject: the bytes stay inside the object store."""
         from botocore.exceptions import BotoCoreError, ClientError
@@ -167,3 +192,28 @@ class S3OutputStore:
                     current = JobObjects(job_id, current.keys, modified)
         if current is not None:
             yield current
+
+
+class _ChunkReader(io.RawIOBase):
+    """An iterator of byte pieces as the file object boto3's managed upload reads."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks, self.left, self.read_bytes = chunks, b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.left:
+            self.left = next(self.chunks, b"")
+            if not self.left:
+                return 0
+        n = min(len(buffer), len(self.left))
+        buffer[:n], self.left = self.left[:n], self.left[n:]
+        self.read_bytes += n
+        return n
+
+
+def _body_pieces(body: Any, size: int) -> Iterator[bytes]:
+    with body:
+        yield from body.iter_chunks(size)

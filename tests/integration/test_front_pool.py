@@ -53,4 +53,7 @@ def test_a_burst_larger_than_the_old_pool_never_reads_as_an_outage(
         responses = asyncio.run(burst(server.url, BURST))
     codes = [r.json().get("error", {}).get("code") for r in responses if r.status_code != 202]
     assert "broker_unavailable" not in codes and "outcome_unknown" not in codes, codes
-    assert [r.status_code for r in responses].count(202) + codes.count("overloaded") == BURST, codes
+    # Refusals the API means: a full queue, or (on a loaded machine, where some of 300 bodies from one address take
+    # over half a second) the front's bound on one client's bodies in flight (api/body_reads.py); never an outage.
+    refused = codes.count("overloaded") + codes.count("rate_limited")
+    assert [r.status_code for r in responses].count(202) + refused == BURST, codes

@@ -14,11 +14,21 @@ from typing import Any
 import pytest
 import redis
 
-from tasks.store import byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit, uploads
+from tasks.store import (
+    byte_quota,
+    fleet,
+    idempotency,
+    job_scripts,
+    openai_batch_store,
+    outbox,
+    outbox_defer,
+    queue_limit,
+    uploads,
+)
 from tasks.store.lua_scripts import ScriptArgs, Scripts, key, pairs, read_lua, source
 from tests.conftest import REDIS_URL
 
-MODULES = (byte_quota, fleet, idempotency, job_scripts, outbox, outbox_defer, queue_limit, uploads)
+MODULES = (byte_quota, fleet, idempotency, job_scripts, openai_batch_store, outbox, outbox_defer, queue_limit, uploads)
 STORE_DIR = Path(resources.files("tasks.store"))  # type: ignore[arg-type]
 
 
@@ -316,7 +326,52 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert s.run(dataclasses.replace(again, bytes=40)) == [b"ok", 100]
         assert client.get(p + "idem:k") == b"u2 d1"
 
+    def batch_runs() -> dict[str, Callable[[Scripts], None]]:
+        """The batch feeder's four: lease, feed, settle (once), save (a final record leaves the open set)."""
+        b = openai_batch_store
+        lease, flight, state = p + "b:lease", p + "b:flight", p + "b:state"
+
+        def take(s: Scripts) -> None:
+            assert s.run(b.LeaseArgs(lease=lease, token="t1", ttl_ms=5000)) == 1
+            assert s.run(b.LeaseArgs(lease=lease, token="t2", ttl_ms=5000)) == 0  # held by another
+            assert s.run(b.LeaseArgs(lease=lease, token="t1", ttl_ms=5000)) == 1  # renewed
+
+        def feed(s: Scripts) -> None:
+            args = b.FeedArgs(
+                lease=lease, flight=flight, state=state, token="t1", fed=2, ttl_s=60, entries=["j0", "0", "j1", "1"]
+            )
+            assert s.run(dataclasses.replace(args, token="t2")) == 0 and not client.exists(flight)
+            assert s.run(args) == 1
+            assert client.hgetall(flight) == {b"j0": b"0", b"j1": b"1"} and client.hget(state, "fed") == b"2"
+
+        def settle(s: Scripts) -> None:
+            args = b.SettleArgs(
+                lease=lease,
+                flight=flight,
+                answers=p + "b:out",
+                state=state,
+                token="t1",
+                job_id="j0",
+                line="{}",
+                counter="completed",
+                ttl_s=60,
+            )
+            assert s.run(dataclasses.replace(args, token="t2")) == -1
+            assert s.run(args) == 1 and s.run(args) == 0  # once
+            assert client.lrange(p + "b:out", 0, -1) == [b"{}"] and client.hget(state, "completed") == b"1"
+
+        def save(s: Scripts) -> None:
+            client.sadd(p + "b:open", "b1")
+            args = b.SaveArgs(
+                lease=lease, record=p + "b:rec", open=p + "b:open", token="t1", value="v", final="1", batch_id="b1"
+            )
+            assert s.run(dataclasses.replace(args, token="t2")) == 0 and not client.exists(p + "b:rec")
+            assert s.run(args) == 1 and client.get(p + "b:rec") == b"v" and not client.sismember(p + "b:open", "b1")
+
+        return {"batch_lease": take, "batch_feed": feed, "batch_settle": settle, "batch_save": save}
+
     return {
+        **batch_runs(),
         "upload_write": upload_write,
         "byte_quota": quota,
         "job_create": create,

@@ -218,20 +218,28 @@ class TextStepSession(StepSession[TextGenerationInput]):
         import torch
 
         runtime = self.runtime
-        prompts = [held.state.prompt_ids for held in group]
+        # A job's choices (``n``) share its prompt: it is computed once and each choice gets a copy of its keys
+        # and values (same job, so the same adapter: the copies are what each would have computed alone).
+        first: dict[tuple[str, tuple[int, ...]], int] = {}
+        order = [first.setdefault((held.handle, tuple(held.state.prompt_ids)), len(first)) for held in group]
+        prompts = [list(prompt) for _, prompt in first]
         width = max(len(p) for p in prompts)
         pad = runtime.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self.adapters.forward([held.handle for held in group]):
+        with self.adapters.forward([handle for handle, _ in first]):
             out = runtime.model(
                 input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
             )
-        cache = out.past_key_values
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        if len(first) < len(group):
+            index = torch.tensor(order, device=runtime.device)
+            cache.batch_select_indices(index)  # index_select per layer: each choice its own copy
+            mask, logits = mask[index], logits[index]
         if self._cache is not None and not (kv_rows.splices(cache) and kv_rows.splices(self._cache)):
             raise TypeError(f"{type(cache).__name__} rows cannot join a running batch (request-level only)")
-        finished, gone = self._advance(group, out.logits[:, -1, :], held_yet=False)
+        finished, gone = self._advance(group, logits, held_yet=False)
         stay = [pos for pos, held in enumerate(group) if id(held) not in gone]
         if stay:
             mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask

@@ -1,0 +1,148 @@
+"""``/batches`` as the ``openai`` package calls it: create (from an uploaded ``purpose="batch"`` file), retrieve,
+list, cancel. A batch's lines are checked when it is created (api/batch_validation.py): an invalid file fails the
+batch with its errors listed per line; a valid one is ``in_progress`` and its lines are fed as low-priority jobs by
+the API processes' batch runners (api/batch_runner.py) until its output and error files are written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, jsonify, request
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.auth import current_key, current_owner
+from api.batch_validation import validate_file
+from api.openai_compat.jobs import parse
+from api.owned_files import owned_file
+from api.services import Services, services
+from tasks.errors import Conflict, ErrorCode, InvalidInput, NotFound, Unavailable
+from tasks.openai_batches import (
+    BATCH_ENDPOINTS,
+    BATCH_ID,
+    COMPLETION_WINDOW,
+    COMPLETION_WINDOW_S,
+    BatchRecord,
+    BatchStatus,
+    new_batch_id,
+)
+from tasks.schemas import Metadata
+
+LIST_DEFAULT, LIST_MAX = 20, 100
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_file_id: str = Field(min_length=1)
+    endpoint: str
+    completion_window: str = COMPLETION_WINDOW
+    metadata: Metadata | None = None
+
+
+def create_batch() -> Response:
+    """Check the input file's lines and start the batch (``failed``, with the lines' errors, if any is bad)."""
+    svc = services()
+    req: BatchCreate = parse(BatchCreate, request.get_json(silent=True))
+    if req.endpoint not in BATCH_ENDPOINTS:
+        raise InvalidInput(
+            f"endpoint: genq batches {', '.join(BATCH_ENDPOINTS)}; not {req.endpoint!r}", field="endpoint"
+        )
+    if req.completion_window != COMPLETION_WINDOW:
+        raise InvalidInput(f"completion_window: only {COMPLETION_WINDOW!r} is supported", field="completion_window")
+    meta = owned_file(req.input_file_id)
+    if meta.purpose != "batch":
+        raise InvalidInput(
+            f"input_file_id: {meta.id} is a {meta.purpose} file, not a batch input", field="input_file_id"
+        )
+    owner = current_owner()
+    _check_open_batches(svc, owner, meta.lines)
+    batch_id, now = new_batch_id(), svc.openai_batches.now()
+    ttl_s = COMPLETION_WINDOW_S + svc.settings.file_ttl_s
+    total, errors = validate_file(svc, batch_id, req.endpoint, meta, ttl_s)
+    batch = BatchRecord(
+        id=batch_id,
+        owner=owner,
+        key_id=current_key().key_id,
+        endpoint=req.endpoint,
+        input_file_id=meta.id,
+        status=BatchStatus.failed if errors else BatchStatus.in_progress,
+        created_at=now,
+        expires_at=now + COMPLETION_WINDOW_S,
+        total=0 if errors else total,
+        metadata=req.metadata,
+        errors=errors,
+        failed_at=now if errors else None,
+        in_progress_at=None if errors else now,
+    )
+    if errors:
+        svc.openai_batches.drop_lines(batch_id)
+    svc.openai_batches.create(batch, ttl_s)
+    return jsonify(batch.public(0, 0))
+
+
+def _check_open_batches(svc: Services, owner: str, lines: int) -> None:
+    """At most ``GENQ_MAX_OPEN_BATCHES`` open batches per key, and ``GENQ_MAX_OPEN_BATCH_LINES`` lines in them."""
+    limit, max_lines = svc.settings.max_open_batches, svc.settings.max_open_batch_lines
+    open_ = [b for b in svc.openai_batches.get_many(svc.openai_batches.owned(owner)) if b and b.status.open]
+    held = sum(b.total for b in open_)
+    if len(open_) >= limit:
+        why = f"this key has {len(open_)} open batches, its limit (GENQ_MAX_OPEN_BATCHES)"
+    elif held + lines > max_lines:
+        why = f"this key's open batches hold {held} lines; {lines} more would pass GENQ_MAX_OPEN_BATCH_LINES"
+    else:
+        return
+    raise Unavailable(f"{why}; wait for a batch to end", retry_after=60, code=ErrorCode.rate_limited)
+
+
+def owned_batch(batch_id: str) -> BatchRecord:
+    batch = services().openai_batches.get(batch_id) if BATCH_ID.fullmatch(batch_id) else None
+    if batch is None or batch.owner != (current_owner() or "-"):
+        raise NotFound(f"no batch {batch_id}")
+    return batch
+
+
+def batch_object(batch: BatchRecord) -> dict[str, Any]:
+    """The batch object with its counts now; a cancel asked and not yet seen by its feeder shows as cancelling."""
+    state = services().openai_batches.state(batch.id)
+    shown = batch
+    if state.cancel and batch.status == BatchStatus.in_progress:
+        shown = batch.model_copy(update={"status": BatchStatus.cancelling})
+    never_fed = batch.total - state.fed if batch.status in (BatchStatus.expired, BatchStatus.cancelled) else 0
+    return shown.public(state.completed, state.failed + max(0, never_fed))  # its error file lists those too
+
+
+def retrieve_batch(batch_id: str) -> Response:
+    return jsonify(batch_object(owned_batch(batch_id)))
+
+
+def cancel_batch(batch_id: str) -> Response:
+    """Stop feeding, cancel the lines in flight, and end ``cancelled`` with what finished in its files."""
+    batch = owned_batch(batch_id)
+    if not batch.status.open:
+        raise Conflict(f"batch {batch_id} is {batch.status.value}; only an open batch can be cancelled")
+    services().openai_batches.ask_cancel(batch.id)
+    return jsonify(batch_object(batch))
+
+
+def list_batches() -> Response:
+    """The caller's batches, newest first (``limit``, ``after``)."""
+    svc, owner = services(), current_owner()
+    raw = request.args.get("limit", str(LIST_DEFAULT))
+    if not raw.isdigit() or not 1 <= int(raw) <= LIST_MAX:
+        raise InvalidInput(f"limit: a whole number from 1 to {LIST_MAX}", field="limit")
+    limit, after = int(raw), request.args.get("after")
+    ids = svc.openai_batches.owned(owner)
+    if after in ids:
+        ids = ids[ids.index(after) + 1 :]
+    found = svc.openai_batches.get_many(ids[: limit + 1])
+    svc.openai_batches.forget(owner, [i for i, b in zip(ids, found, strict=False) if b is None])
+    data = [batch_object(b) for b in found if b is not None][:limit]
+    return jsonify(
+        {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": len(ids) > limit,
+        }
+    )
