@@ -209,7 +209,7 @@ def _deregister(**_: Any) -> None:
     if state.heartbeat is not None:
         state.heartbeat.stop()
     if state.pool is not None:
-        state.pool.gone()
+        state.pool.gone(app.send_task)
     if state.output_sweeper is not None:
         state.output_sweeper.stop()
 

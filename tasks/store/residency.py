@@ -8,11 +8,13 @@ a live worker that holds its model, so routing costs no round trip of its own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import redis
 
 from tasks.constants import WORKER_QUEUE_PREFIX, Keys, queue_name, worker_queue_name
+from tasks.messages import envelope_job_id, priority_lists
 from tasks.store.job_scripts import RouteArgs
 
 #: The tiers a worker publishes; ``disk`` is the absence of an entry.
@@ -75,6 +77,17 @@ class ResidencyStore:
     def orders(self) -> dict[str, str]:
         """The last order per model, as ``action:stamp``."""
         return {_text(m): _text(v) for m, v in self.redis.hgetall(self.keys.pool_orders()).items()}
+
+    def take_direct(self, worker: str) -> list[str]:
+        """The job ids waiting in ``worker``'s direct queue, taken out of it in one transaction (it stops: whoever
+        sends them again puts them on their models' shared queues)."""
+        lists = priority_lists(self.keys.prefix, worker_queue_name(worker))
+        with self.redis.pipeline(transaction=True) as pipe:
+            for name in lists:
+                pipe.lrange(name, 0, -1)
+            pipe.delete(*lists)
+            *waiting, _ = pipe.execute()
+        return [envelope_job_id(json.loads(raw)) for messages in waiting for raw in messages]
 
     def live_direct_queues(self, model_id: str, worker_ttl_s: float) -> list[str]:
         """The direct queues of live workers that hold ``model_id``: a job waiting there is not an orphan."""

@@ -5,6 +5,7 @@ jobs in its own queue loses none of them (kombu's restore and the sweeper cover 
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 import time
 import uuid
@@ -116,3 +117,21 @@ def test_a_worker_killed_mid_switch_loses_no_job_of_its_own_queue(routed, worker
     done = [poll(api, job_id, timeout=90) for job_id in [switching, *routed_jobs]]
     assert [d["status"] for d in done] == ["succeeded"] * 5, done
     assert all(pid_of(d) != doomed.pid for d in done)
+
+
+def test_a_pool_worker_stopped_warm_hands_its_own_queue_back_at_once(routed, workers, log_dir):
+    slow_sweeper = dataclasses.replace(routed, orphan_grace_s=60)  # only the hand-back can be this quick
+    api = create_app(slow_sweeper).test_client()
+    a = model(slow_sweeper, "a")
+    holder = start(slow_sweeper, log_dir, workers, "all")
+    assert pid_of(poll(api, submit(api, a, {"text": "hold [MASK]"})["id"])) == holder.pid
+    other = start(slow_sweeper, log_dir, workers, "all")
+    routed_jobs = [submit(api, a, {"text": f"queued {i} [MASK]"})["id"] for i in range(8)]
+    assert holder.stop(timeout=30) == 0  # warm: its batch finishes, its buffer and its own queue go back
+    started = time.monotonic()
+    done = [poll(api, job_id, timeout=40) for job_id in routed_jobs]
+    assert [d["status"] for d in done] == ["succeeded"] * 8, done
+    assert time.monotonic() - started < 30  # well before the orphan sweeper's 60 s grace
+    assert any(pid_of(d) == other.pid for d in done)
+    handed = re.search(r"pool: (\d+) jobs of its own queue sent again", holder.log())
+    assert handed and int(handed.group(1)) >= 1, holder.log()[-2000:]

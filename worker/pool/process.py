@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
+from tasks.messages import RunMessage, send_args
 from tasks.models_file import load_models_file
 from tasks.settings import WorkerSettings
 from tasks.store.redis_client import connect, wait_until_reachable
@@ -76,11 +78,21 @@ class PoolProcess:
                 action = order.partition(":")[0]
                 self._call_soon(lambda model=model, action=action: apply(model, action))  # type: ignore[misc]
 
-    def gone(self) -> None:
+    def gone(self, send_task: Callable[..., Any]) -> None:
+        """The worker stops: it holds nothing any more, and the jobs routed to its own queue go to their models'
+        shared queues now (not after the sweeper's grace)."""
         try:
             self.residency.gone(self.worker, list(self.members))
-        except Exception:
-            log.warning("pool: could not withdraw residency of %s", self.worker)
+            store = next(iter(self.members.values())).loaded.store
+            sent = 0
+            for job_id in self.residency.take_direct(self.worker):
+                record = store.get(job_id)
+                if record is not None and not record.status.terminal:
+                    send_task(**send_args(RunMessage.of(record)))
+                    sent += 1
+            log.info("pool: %d jobs of its own queue sent again on their models' shared queues", sent)
+        except Exception:  # Redis away: the orphan sweeper sends them once this worker is seen gone
+            log.warning("pool: could not hand back the queue of %s", self.worker, exc_info=True)
 
 
 def budgets(settings: WorkerSettings, device: str) -> tuple[int, int]:
