@@ -36,8 +36,9 @@ $(VENV)/.installed-bench: $(VENV)/.installed-dev
 	$(PIP) install -q -e '.[worker,embedded,dev,bench]'
 	touch $@
 
+# make run POOL=1: one pool worker serving every demo model (README: A pool of models).
 run: install
-	$(BIN)/genq up
+	$(BIN)/genq up $(if $(POOL),--pool,)
 
 # The browser test drives Debian's Chromium: installed here when missing and possible (root, apt); else it skips.
 browser:

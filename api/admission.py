@@ -55,7 +55,7 @@ def refusal(fleet: FleetStore, spec: ModelSpec, reservation: Reservation) -> Una
     The reservation is one atomic step in Redis (with the record's write: ``JobStore.admit``), so concurrent
     submitters can never take the queue past ``max_queue_depth``.
     """
-    outcome, depth = reservation
+    outcome, depth = reservation.outcome, reservation.depth
     if outcome == Outcome.no_workers:
         return Unavailable(
             f"no worker is serving model {spec.id!r}", retry_after=NO_WORKERS_RETRY_AFTER_S, code=ErrorCode.no_workers

@@ -89,7 +89,7 @@ def admit_and_send(svc: Services, spec: ModelSpec, record: JobRecord, not_after:
         raise refusal(svc.fleet, spec, reservation)  # nothing was written
     try:
         svc.celery.send_task(
-            **send_args(RunMessage.of(created)),
+            **send_args(RunMessage.of(created), reservation.queue),
             retry_policy=PUBLISH_RETRY_POLICY,
             # Results live in the job store: without this Celery SUBSCRIBEs and UNSUBSCRIBEs to a result
             # channel on every publish, two Redis round trips per job for nothing.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from flask import Response, jsonify
 from flask_openapi3 import APIBlueprint, Tag
@@ -11,9 +11,10 @@ from pydantic import BaseModel, Field
 from api.auth import current_owner
 from api.backlog import read_backlog
 from api.owned_adapters import uploaded_by_model
-from api.services import services
+from api.services import Services, services
 from tasks.errors import NotFound
 from tasks.kinds import KINDS
+from tasks.models_file import ModelSpec
 from tasks.schemas import AdapterInfo, BatchingInfo, ErrorBody, ModelInfo, ModelList, model_input
 
 models = APIBlueprint("models", __name__, abp_tags=[Tag(name="models")])
@@ -25,38 +26,48 @@ def list_models() -> Response:
     current_owner()  # with keys configured, queue depths are for callers only
     svc = services()
     mine = uploaded_by_model(svc)  # the caller's own adapters beside the models file's
-    infos = []
-    for spec in svc.models.models.values():
-        kind = KINDS[spec.kind]
-        infos.append(
-            ModelInfo(
-                id=spec.id,
-                kind=spec.kind,
-                adapters=[
-                    AdapterInfo(id=name, parent=spec.id) for name in sorted({*spec.adapters, *mine.get(spec.id, ())})
-                ],
-                input_schema=model_input(spec).model_json_schema(),
-                example_input=kind.example(spec.limits),
-                display=kind.display,
-                batch_key=kind.batch_key,
-                limits=spec.limits,
-                max_queue_depth=spec.max_queue_depth,
-                batching=BatchingInfo(
-                    max_batch_size=spec.batching.max_batch_size,
-                    max_wait_ms=spec.batching.max_wait_ms,
-                    buffer_size=spec.batching.buffer_size,
-                    policy=spec.batching.policy,
-                    scheduling=spec.batching.scheduling,
-                    max_step_cost=spec.batching.max_step_cost,
-                ),
-                **svc.fleet.snapshot(spec.id)._asdict(),
-            )
-        )
+    infos = [model_info(svc, spec, mine.get(spec.id, ())) for spec in svc.models.models.values()]
     return jsonify(ModelList(models=infos).model_dump(mode="json"))
 
 
 class ModelPath(BaseModel):
     model_id: str = Field(min_length=1, max_length=64)
+
+
+@models.get("/v1/models/<model_id>", responses={"200": ModelInfo, "401": ErrorBody, "404": ErrorBody, "422": ErrorBody})
+def get_model(path: ModelPath) -> Response:
+    """One model as ``/v1/models`` lists it, with where pool workers hold it (device, host, loading)."""
+    current_owner()
+    svc = services()
+    spec = svc.models.get(path.model_id)
+    if spec is None:
+        raise NotFound(f"no model {path.model_id!r} is served")
+    return jsonify(model_info(svc, spec, uploaded_by_model(svc).get(spec.id, ())).model_dump(mode="json"))
+
+
+def model_info(svc: Services, spec: ModelSpec, uploaded: Iterable[str]) -> ModelInfo:
+    kind = KINDS[spec.kind]
+    return ModelInfo(
+        id=spec.id,
+        kind=spec.kind,
+        adapters=[AdapterInfo(id=name, parent=spec.id) for name in sorted({*spec.adapters, *uploaded})],
+        input_schema=model_input(spec).model_json_schema(),
+        example_input=kind.example(spec.limits),
+        display=kind.display,
+        batch_key=kind.batch_key,
+        limits=spec.limits,
+        max_queue_depth=spec.max_queue_depth,
+        batching=BatchingInfo(
+            max_batch_size=spec.batching.max_batch_size,
+            max_wait_ms=spec.batching.max_wait_ms,
+            buffer_size=spec.batching.buffer_size,
+            policy=spec.batching.policy,
+            scheduling=spec.batching.scheduling,
+            max_step_cost=spec.batching.max_step_cost,
+        ),
+        residency=svc.fleet.residency(spec.id),
+        **svc.fleet.snapshot(spec.id)._asdict(),
+    )
 
 
 class BacklogInfo(BaseModel):

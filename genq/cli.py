@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from genq import cli_batch, cli_chat, cli_jobs, cli_speech
+from genq import cli_batch, cli_chat, cli_jobs, cli_speech, pool_orders
 
 
 @click.group()
@@ -21,6 +21,7 @@ cli_jobs.register(main)  # submit, get, cancel, models
 main.add_command(cli_batch.batch)  # batch jobs.jsonl
 main.add_command(cli_chat.chat)  # an interactive chat
 main.add_command(cli_speech.transcribe)  # speech to text
+main.add_command(pool_orders.pool)  # an operator's orders to pool workers
 
 
 @main.command()
@@ -32,14 +33,20 @@ main.add_command(cli_speech.transcribe)  # speech to text
 )
 @click.option("--models", "models_", default="", help="comma-separated model ids (default: all in the models file)")
 @click.option(
+    "--pool",
+    is_flag=True,
+    default=os.environ.get("GENQ_UP_POOL", "") == "1",
+    help="one pool worker per GPU serving every model (README: A pool of models), not one worker per model",
+)
+@click.option(
     "--state-dir",
     default=".genq/run",
     show_default=True,
     type=click.Path(path_type=Path),
     help="logs and embedded Redis data",
 )
-def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str, state_dir: Path) -> None:
-    """Run Redis (if none answers), the API, a worker per model and Flower, until Ctrl-C."""
+def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str, pool: bool, state_dir: Path) -> None:
+    """Run Redis (if none answers), the API, a worker per model (or a pool worker) and Flower, until Ctrl-C."""
     from genq.stack import up as run_stack
 
     sys.exit(
@@ -50,6 +57,7 @@ def up(port: int, flower_port: int, flower_address: str, gpus: str, models_: str
             gpus=[g for g in gpus.split(",") if g],
             models_filter=[m for m in models_.split(",") if m] or None,
             state_dir=state_dir,
+            pool=pool,
         )
     )
 

@@ -79,6 +79,12 @@ def worker_command(python: str, model: str, node: str, queues: str | None = None
             "-Q", queues or queue_name(model), "--model", model, "-n", node]  # fmt: skip
 
 
+def pool_worker_command(python: str, node: str, models: str = "all") -> list[str]:
+    """``celery worker`` for a pool worker (``--models``): it consumes its own queue and its models' shared ones."""
+    return [python, "-m", "celery", "-A", "worker", "worker", "--pool", "solo", "--concurrency", "1",
+            "--models", models, "-n", node]  # fmt: skip
+
+
 def wait_http(url: str, timeout: float, auth: tuple[str, str] | None = None) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -127,6 +133,7 @@ def up(
     models_filter: list[str] | None,
     state_dir: Path,
     flower_address: str,
+    pool: bool = False,
 ) -> int:
     """Run the whole stack in the foreground until Ctrl-C; returns an exit code."""
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -139,7 +146,8 @@ def up(
     env["GENQ_MODELS_FILE"] = str(models_file)
     build_demo_models(models_file, env)
     models = [m for m in load_models_file(models_file).models if not models_filter or m in models_filter]
-    workers = [(model, gpu) for model in models for gpu in ([*gpus] if gpus else [None])]
+    # Today's default: one worker per model (per GPU); --pool: one pool worker per GPU serving every model.
+    workers = [(model, gpu) for model in (["pool"] if pool else models) for gpu in ([*gpus] if gpus else [None])]
     # Before anything starts (a refusal leaves nothing running): a busy port is skipped here rather than found
     # by a worker once its model is loaded, which then serves no metrics at all.
     first_port = settings.metrics_port or FIRST_PORT
@@ -176,7 +184,9 @@ def up(
     worker_metrics: dict[str, int] = {}
     for (model, gpu), metrics_port in zip(workers, metrics_ports, strict=True):
         name = f"{model}-gpu{gpu}" if gpu is not None else model
-        cmd = [*worker_command(py, model, f"{name}@%h"), "--loglevel", "INFO", "--metrics-port", str(metrics_port)]
+        node = f"{name}@%h"
+        command = pool_worker_command(py, node, ",".join(models)) if pool else worker_command(py, model, node)
+        cmd = [*command, "--loglevel", "INFO", "--metrics-port", str(metrics_port)]
         if gpu is not None:
             cmd += ["--gpu", gpu]
         worker_metrics[name] = metrics_port

@@ -20,6 +20,15 @@ def queue_name(model_id: str) -> str:
     return f"{QUEUE_PREFIX}{model_id}"
 
 
+#: A pool worker's own queue (``genq.w.<node name>``): jobs routed to it because it holds their model.
+WORKER_QUEUE_PREFIX: Final = f"{QUEUE_PREFIX}w."
+
+
+def worker_queue_name(worker: str) -> str:
+    """The direct queue of the pool worker named ``worker`` (its Celery node name)."""
+    return f"{WORKER_QUEUE_PREFIX}{worker}"
+
+
 class Keys:
     """Every Redis key genq writes, under one prefix (so tests and tenants can share a server)."""
 
@@ -106,6 +115,14 @@ class Keys:
     def buffered(self, model_id: str) -> str:
         """Hash worker name -> messages held (buffer + running batch), for queue depth."""
         return f"{self.prefix}buffered:{model_id}"
+
+    def residency(self, model_id: str) -> str:
+        """Hash pool worker name -> ``tier:capacity`` (device, host, loading) of ``model_id`` there: the routing."""
+        return f"{self.prefix}residency:{model_id}"
+
+    def pool_orders(self) -> str:
+        """Hash model -> ``action:stamp``: an operator's load, unload, pin or unpin for every pool worker serving it."""
+        return f"{self.prefix}pool-orders"
 
     def completed(self, model_id: str, bucket: int | str) -> str:
         """Jobs finished in one 10 s bucket of Redis' clock ('' for the prefix): the service rate behind Retry-After."""

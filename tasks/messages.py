@@ -69,18 +69,19 @@ class RunMessage(BaseModel):
         return PRIORITY_VALUES[self.priority]
 
 
-def send_args(message: RunMessage) -> dict[str, Any]:
+def send_args(message: RunMessage, queue: str = "") -> dict[str, Any]:
     """Celery ``send_task`` arguments for ``message``: its task id, queue and priority all derive from it.
 
     ``declare=[]``: the queue's exchange is direct, so Celery publishes to kombu's anonymous exchange (routing
     key = queue name) and kombu's Redis channel pushes onto the queue's list without reading its bindings; the
     per-publish declaration (copying Queue and Exchange, a MULTI of SADDs once per connection) bought nothing.
-    The reprs are given so Celery does not ``saferepr`` the kwargs on every publish.
+    The reprs are given so Celery does not ``saferepr`` the kwargs on every publish. ``queue``: admission's route
+    (a pool worker holding the model); by default the model's shared queue.
     """
     return {
         "name": TASK_RUN,
         "task_id": message.job_id,
-        "queue": queue_name(message.model),
+        "queue": queue or queue_name(message.model),
         "priority": message.transport_priority,
         "kwargs": message.model_dump(mode="json"),
         "declare": [],

@@ -83,6 +83,16 @@ class BatchingSettings(BaseModel):
         return self.max_batch_size * (self.buffer_batches + 1)
 
 
+class PoolEntry(BaseModel):
+    """How a pool worker (``--models``) holds the model: pinned on the device, its own keep-alive, loaded at start."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pinned: bool = False  # never evicted from the device (loaded at start)
+    preload: bool = False  # loaded at start, evictable
+    keep_alive_s: float | None = Field(default=None, gt=0, description="idle seconds before it leaves the device")
+
+
 class ModelSpec(BaseModel):
     """One entry of the models file."""
 
@@ -101,6 +111,7 @@ class ModelSpec(BaseModel):
         description="the kind's limits (tasks/kinds/<kind>.py); a limit of another kind is an error",
     )
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    pool: PoolEntry = Field(default_factory=PoolEntry)
     max_queue_depth: int = Field(default=DEFAULT_MAX_QUEUE_DEPTH, ge=1)
     min_workers: int = Field(
         default=1,

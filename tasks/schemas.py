@@ -199,6 +199,10 @@ class ModelInfo(BaseModel):
     max_queue_depth: int
     queue_depth: int | None = None
     workers_online: int | None = None
+    residency: dict[str, str] = Field(
+        default_factory=dict,
+        description="pool workers holding the model in memory and where: device, host or loading (disk elsewhere)",
+    )
 
 
 class ModelList(BaseModel):

@@ -69,6 +69,13 @@ DEFAULT_WEBHOOK_LEASE_S = 30.0
 # third of the lease is used, so an attempt always ends before another worker may take the delivery.
 DEFAULT_WEBHOOK_ATTEMPT_S = 10.0
 DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
+# A pool worker (--models): device and host RAM budgets in bytes; 0 = 90% of the GPU's memory (on CPU, a third of
+# the machine's RAM) and a third of the RAM (README "A pool of models"). Idle models leave the device, then host RAM,
+# after the keep-alive; a model with jobs waiting this long is brought in even if that evicts another's turn.
+DEFAULT_POOL_DEVICE_BYTES = 0
+DEFAULT_POOL_HOST_BYTES = 0
+DEFAULT_POOL_KEEP_ALIVE_S = 300.0  # Ollama's default (5 min)
+DEFAULT_POOL_MAX_WAIT_S = 2.0
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
 DEFAULT_REDIS_WAIT_TIMEOUT_S = 1.0  # with GENQ_REDIS_WAIT_REPLICAS: how long a write waits for its replicas
@@ -237,6 +244,11 @@ class WorkerSettings(SharedSettings):
     orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
     webhook_poll_s: float = DEFAULT_WEBHOOK_POLL_S
     model: str | None = None  # the model it serves
+    models: str | None = None  # a pool worker: the models it may serve, comma-separated, or "all"
+    pool_device_bytes: int = DEFAULT_POOL_DEVICE_BYTES
+    pool_host_bytes: int = DEFAULT_POOL_HOST_BYTES
+    pool_keep_alive_s: float = DEFAULT_POOL_KEEP_ALIVE_S  # a model's own pool.keep_alive_s overrides it
+    pool_max_wait_s: float = DEFAULT_POOL_MAX_WAIT_S
     gpu: str | None = None  # the GPU it owns
     metrics_port: int | None = None  # its Prometheus /metrics and /healthz port
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens

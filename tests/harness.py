@@ -13,7 +13,7 @@ from pathlib import Path
 import redis
 
 from genq.redis_server import free_port, redis_server_binary, server_command
-from genq.stack import worker_command
+from genq.stack import pool_worker_command, worker_command
 from tasks.settings import Settings
 from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
@@ -58,7 +58,10 @@ class WorkerProcess:
         metrics_port: int | None = None,
         checkout: Path = ROOT,
         host: str | None = None,
+        pool: str | None = None,
     ) -> None:
+        # ``pool``: a pool worker's ``--models`` (``model`` is then one of them, the one ``wait_online`` watches).
+        self.pool = pool
         # ``checkout`` and ``host``: a worker started from another copy of the code under another node name,
         # as on a second machine.
         self.checkout, self.host = checkout, host or os.uname().nodename
@@ -70,8 +73,10 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, wait: bool = True, timeout: float = 120) -> WorkerProcess:
+        node = f"{self.name}@{self.host}"
+        command = pool_worker_command(sys.executable, node, self.pool) if self.pool else None
         cmd = [
-            *worker_command(sys.executable, self.model, f"{self.name}@{self.host}"),
+            *(command or worker_command(sys.executable, self.model, node)),
             *("--loglevel", "INFO", "--without-mingle", "--without-gossip"),
             *self.extra_args,
         ]

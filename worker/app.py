@@ -10,7 +10,8 @@ import dataclasses
 import logging
 import os
 from collections.abc import Iterable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import click
 from celery import Task, bootsteps, signals
@@ -21,6 +22,7 @@ from tasks.models_file import load_models_file
 from tasks.settings import WorkerSettings
 from tasks.store.celery_app import create_celery
 from tasks.store.deadlines import OverdueSweep
+from tasks.store.residency import ResidencyStore
 from worker.consumer import BatchingConsumer
 from worker.device import pin_gpu
 from worker.health import LoopTick, liveness
@@ -30,6 +32,11 @@ from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
 from worker.output_sweeper import SweeperThread, start_output_sweeper
+from worker.pool.queues import pool_queues_problem
+
+if TYPE_CHECKING:  # the pool imports torch: only in the worker process, after the GPU is pinned
+    from worker.pool.consumer import PoolConsumer
+    from worker.pool.process import PoolProcess
 from worker.sweeper import Sweeper
 
 log = logging.getLogger("genq.worker")
@@ -39,6 +46,9 @@ settings = WorkerSettings.from_env()  # this process's own: no API or Flower set
 app = create_celery(settings)
 app.conf.task_ignore_result = True  # results live in the job store; one source of truth
 app.user_options["worker"].add(click.Option(["--model"], default=None, help="genq: the model id to serve"))
+app.user_options["worker"].add(
+    click.Option(["--models"], default=None, help="genq: a pool worker's models (comma-separated, or all)")
+)
 app.user_options["worker"].add(click.Option(["--gpu"], default=None, help="genq: the GPU index this worker owns"))
 app.user_options["worker"].add(
     click.Option(["--metrics-port"], type=int, default=None, help="genq: serve /metrics and /healthz on this port")
@@ -54,6 +64,8 @@ class WorkerState:
     model_thread: ModelThread | None = None
     holdings: Holdings | None = None
     output_sweeper: SweeperThread | None = None
+    pool: PoolProcess | None = None  # a pool worker's (--models): its members and tiers
+    pool_consumer: PoolConsumer | None = None
 
 
 state = WorkerState()
@@ -70,11 +82,17 @@ def holdings() -> Holdings:
 @signals.celeryd_init.connect
 def _pin_and_select(sender: str, instance: Any, conf: Any, options: dict[str, Any], **_: Any) -> None:
     model = options.get("model") or settings.model
+    models = options.get("models") or settings.models
     gpu = options.get("gpu") if options.get("gpu") is not None else settings.gpu
     metrics_port = options.get("metrics_port") or settings.metrics_port
-    state.settings = dataclasses.replace(settings, model=model, gpu=gpu, metrics_port=metrics_port)
+    state.settings = dataclasses.replace(settings, model=model, models=models, gpu=gpu, metrics_port=metrics_port)
     state.hostname = sender
-    if model:
+    if models:
+        os.environ["GENQ_MODELS"] = models
+        problem = pool_queues_problem(conf, sender, state.settings, model, options.get("queues"))
+        if problem:
+            raise SystemExit(f"genq worker: {problem}")
+    elif model:
         os.environ["GENQ_MODEL"] = model  # the pool's process reads the same settings
         problem = queues_problem(model, options.get("queues"))
         if problem:
@@ -115,6 +133,16 @@ def queues_problem(model: str, queues: str | Iterable[str] | None) -> str | None
 
 @signals.worker_process_init.connect
 def _load(**_: Any) -> None:
+    if state.settings.models:
+        from worker.pool.process import build_pool
+
+        try:
+            state.pool = build_pool(state.settings, state.hostname)
+        except Exception as exc:
+            log.exception("cannot start the pool of %s", state.settings.models)
+            raise SystemExit(f"genq worker: cannot start the pool of {state.settings.models!r}: {exc}") from exc
+        state.loaded = next(iter(state.pool.members.values())).loaded  # the stores, sweeps, metrics' model
+        return
     try:
         state.loaded = load_model(state.settings, state.hostname)
     except Exception as exc:
@@ -127,22 +155,29 @@ def _load(**_: Any) -> None:
 def _announce(sender: Any, **_: Any) -> None:
     if state.loaded is not None:
         own = state.settings
-        sweeper = Sweeper(
-            state.loaded.store,
-            state.loaded.sweeps,
-            state.loaded.spec,
-            app.send_task,
-            grace_s=own.orphan_grace_s,
-            lease_s=own.lease_s,
-        )
+        served = [m.loaded.spec for m in state.pool.members.values()] if state.pool else [state.loaded.spec]
+        residency = ResidencyStore(state.loaded.client, state.loaded.store.keys)
+        sweepers = [
+            Sweeper(
+                state.loaded.store,
+                state.loaded.sweeps,
+                spec,
+                app.send_task,
+                grace_s=own.orphan_grace_s,
+                lease_s=own.lease_s,
+                direct_queues=partial(residency.live_direct_queues, spec.id, own.worker_ttl_s),
+            ).maybe_sweep
+            for spec in served
+        ]
         # Every model's overdue queued jobs, not only this one's: a model with no worker has nobody else.
         overdue = OverdueSweep(state.loaded.store, load_models_file(own.models_file).models)
+        publish = (state.pool.publish, state.pool.read_orders) if state.pool else ()
         state.heartbeat = Heartbeat(
             state.loaded.fleet,
-            state.loaded.spec.id,
+            tuple(spec.id for spec in served),
             sender.hostname,
-            lambda: state.batching.held() if state.batching else 0,
-            (holdings().renew, sweeper.maybe_sweep, overdue.maybe_sweep),
+            held,
+            (holdings().renew, *publish, *sweepers, overdue.maybe_sweep),
         )
         state.heartbeat.start()
         liveness.heartbeat = state.heartbeat
@@ -162,10 +197,19 @@ def _announce(sender: Any, **_: Any) -> None:
             )
 
 
+def held(model: str) -> int:
+    """Messages this worker holds of ``model`` (the heartbeat's count)."""
+    if state.pool_consumer is not None:
+        return state.pool_consumer.held(model)
+    return state.batching.held() if state.batching else 0
+
+
 @signals.worker_shutdown.connect
 def _deregister(**_: Any) -> None:
     if state.heartbeat is not None:
         state.heartbeat.stop()
+    if state.pool is not None:
+        state.pool.gone(app.send_task)
     if state.output_sweeper is not None:
         state.output_sweeper.stop()
 
@@ -176,6 +220,14 @@ def batching_strategy(task: Task, app: Any, consumer: Any, **_: Any) -> Any:
         raise RuntimeError("model not loaded")
     if state.model_thread is None:
         state.model_thread = ModelThread()
+    if state.pool is not None:
+        from worker.pool.consumer import PoolConsumer
+
+        pooled = PoolConsumer(state.pool, consumer, state.model_thread, holdings())
+        if state.pool_consumer is not None:
+            state.pool_consumer.retire(pooled)
+        state.pool_consumer = pooled
+        return pooled.on_message
     batching = BatchingConsumer(state.loaded, consumer, state.model_thread, holdings())
     if state.batching is not None:
         state.batching.retire(batching)
@@ -190,7 +242,9 @@ class DrainOnShutdown(bootsteps.StartStopStep):
 
     def stop(self, consumer: Any) -> None:
         shutting_down = celery_state.should_stop is not None or celery_state.should_terminate is not None
-        if shutting_down and state.batching is not None:
+        if shutting_down and state.pool_consumer is not None:
+            state.pool_consumer.drain(state.settings.shutdown_timeout_s)
+        elif shutting_down and state.batching is not None:
             state.batching.drain(state.settings.shutdown_timeout_s)
 
     shutdown = stop

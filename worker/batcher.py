@@ -95,6 +95,7 @@ class Batcher(Generic[T]):
         self._idle_since = -math.inf
         self.wait = AdaptiveWait(self.cost, self.echoes, max_batch_size)
         self._weight_mean = 1.0
+        self.joiners_held = False  # a pool worker's other model waits past its bound: a running session drains
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -129,6 +130,22 @@ class Batcher(Generic[T]):
         self.cost, self.echoes, self._weight_mean = other.cost, other.echoes, other._weight_mean
         self.wait = AdaptiveWait(self.cost, self.echoes, self.max_batch_size, waited_s=other.wait.waited_s)
 
+    def oldest_arrival(self) -> float | None:
+        """When the longest-waiting buffered job arrived (a pool worker's turns across models weigh it)."""
+        return min((p.arrived for p in self._pending), default=None)
+
+    def take_all(self) -> list[T]:
+        """Every buffered job, out of the buffer (a pool model that failed to load fails them)."""
+        items, self._pending = [p.item for p in self._pending], []
+        return items
+
+    def rekey(self, schedule: Callable[[T], tuple[Hashable, int, int]]) -> None:
+        """Every pending job's (key, weight, cost) again: a pool model buffered before its first load is keyed by
+        the runtime once loaded. Ages and order are kept."""
+        for p in self._pending:
+            p.key, weight, p.cost = schedule(p.item)
+            p.weight = max(1, weight)
+
     def batch_done(self, weight: float, seconds: float) -> None:
         """A batch of ``weight`` finished after keeping the model busy ``seconds``: learn, and the model is free."""
         self.rows_done(weight, weight, seconds)
@@ -158,7 +175,7 @@ class Batcher(Generic[T]):
         """Buffered jobs of ``key`` that fit a running session's free rows and budget, best first; none while a
         job of another key is overdue (the session then drains, and that job's group starts next)."""
         late = self.overdue()
-        if room_weight <= 0 or (late is not None and late.key != key):
+        if room_weight <= 0 or self.joiners_held or (late is not None and late.key != key):
             return []
         chosen, weight, cost = [], 0, 0
         for p in sorted((p for p in self._pending if p.key == key), key=self._urgency()):

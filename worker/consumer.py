@@ -28,17 +28,30 @@ from worker.listeners import compose
 from worker.loader import Loaded
 from worker.model_thread import HandBack, ModelThread
 from worker.request_batches import RequestBatches
-from worker.scheduling import Schedule, StepKey
+from worker.scheduling import RequestKey, Schedule, ScheduleKey, StepKey
 from worker.settlement import Settlement
 from worker.shutdown import give_back_running
 from worker.step_sessions import StepSessions
 
 log = logging.getLogger("genq.batching")
+UNLOADED = "pool-model-not-loaded"  # the placeholder key of a pool model's jobs before its first load
 
 
 class BatchingConsumer:
-    def __init__(self, loaded: Loaded, consumer: Any, model: ModelThread, holdings: Holdings) -> None:
+    def __init__(
+        self,
+        loaded: Loaded,
+        consumer: Any,
+        model: ModelThread,
+        holdings: Holdings,
+        gate: Callable[[], bool] | None = None,
+        on_idle: Callable[[], bool] | None = None,
+    ) -> None:
         self.loaded = loaded
+        # A pool worker's (worker/pool/): whether this model may start now (its turn, on the device), and who
+        # chooses what runs once the model thread is free. A one-model worker has neither.
+        self.gate, self.on_idle = gate, on_idle
+        self.keyed = True  # False while a pool model was never loaded: its runtime cannot key jobs yet (``rekey``)
         self.consumer = consumer
         self.holdings = holdings  # one per process, shared across reconnects, like the model thread
         self.retired = False  # replaced after a reconnect: its buffered messages died with the old channel
@@ -111,12 +124,24 @@ class BatchingConsumer:
 
     def buffer(self, item: WorkItem) -> None:
         """Into the batcher, grouped by its schedule key, weighed by its rows and step cost."""
-        key = schedule_key(item, self.loaded.spec, self.runtime)
         item.run_deadline = monotonic_deadline(item)
+        key, weight, cost = self._schedule(item)
+        self.batcher.add(item, key, weight, item.priority, deadline=item.run_deadline, cost=cost)
+
+    def _schedule(self, item: WorkItem) -> tuple[ScheduleKey, int, int]:
+        if not self.keyed:  # never runs keyed so: the gate holds the model until it is loaded and rekeyed
+            item.schedule = Schedule(RequestKey(UNLOADED), 1, 0)
+            return item.schedule.key, 1, 0
+        key = schedule_key(item, self.loaded.spec, self.runtime)
         weight = self.runtime.weight(item.parsed)  # type: ignore[arg-type]
         cost = self.runtime.step_cost(item.parsed) if isinstance(key, StepKey) else 0  # type: ignore[arg-type]
         item.schedule = Schedule(key, weight, cost)
-        self.batcher.add(item, key, weight, item.priority, deadline=item.run_deadline, cost=cost)
+        return key, weight, cost
+
+    def rekey(self) -> None:
+        """A pool model's first load is done: its buffered jobs get the runtime's keys (ages kept)."""
+        self.keyed = True
+        self.batcher.rekey(self._schedule)
 
     def _guarded(self, item: WorkItem, read: Callable[[WorkItem], object]) -> bool:
         """``read(item)`` (its record, or its failure's claim); False if Redis cannot say (the message comes back)."""
@@ -144,6 +169,8 @@ class BatchingConsumer:
         True if something started: the held count is then reported already.
         """
         while not self.retired and not self.sessions.active and not self.running and not self.model.busy:
+            if self.gate is not None and not self.gate():
+                return False
             if (retry_at := self.claims.backing_off()) is not None:  # a claim failed just now: Redis is away
                 self._arm_timer(retry_at)
                 return False
@@ -169,7 +196,10 @@ class BatchingConsumer:
         return False
 
     def _start_next(self) -> bool:
-        """After a batch or a session: what starts next (the successor's choice, after a reconnect)."""
+        """After a batch or a session: what starts next (the successor's choice, after a reconnect; a pool
+        worker's choice across its models)."""
+        if self.on_idle is not None:
+            return self.on_idle()
         return (self.successor or self).maybe_run()
 
     def _revoked(self, job_id: str) -> bool:

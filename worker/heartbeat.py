@@ -22,12 +22,13 @@ class Heartbeat:
     def __init__(
         self,
         fleet: FleetStore,
-        model_id: str,
+        models: tuple[str, ...],
         worker: str,
-        held: Callable[[], int],
+        held: Callable[[str], int],
         chores: tuple[Callable[[], object], ...] = (),
     ) -> None:
-        self.fleet, self.model_id, self.worker, self.held = fleet, model_id, worker, held
+        # A pool worker beats for every model it may serve: admission takes their jobs, routing finds it.
+        self.fleet, self.models, self.worker, self.held = fleet, models, worker, held
         # Upkeep riding on the same beat: renewing leases and held messages, the orphan sweeper.
         self.chores = chores
         self._stop = threading.Event()
@@ -49,7 +50,8 @@ class Heartbeat:
             self._stop.wait(HEARTBEAT_INTERVAL_S)
 
     def _beat(self) -> None:
-        self.fleet.heartbeat(self.model_id, self.worker, self.held())
+        for model_id in self.models:
+            self.fleet.heartbeat(model_id, self.worker, self.held(model_id))
 
     def beating(self) -> bool:
         """The thread runs and turned recently (a Redis outage alone does not stop it)."""
@@ -58,6 +60,7 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         try:
-            self.fleet.worker_gone(self.model_id, self.worker)
+            for model_id in self.models:
+                self.fleet.worker_gone(model_id, self.worker)
         except Exception:
             log.warning("could not deregister worker %s", self.worker)

@@ -46,8 +46,12 @@ class Sweeper:
         *,
         grace_s: float,
         lease_s: float,
+        direct_queues: Callable[[], list[str]] = list,
     ) -> None:
         self.store, self.sweeps, self.spec, self.send_task = store, sweeps, spec, send_task
+        # Live pool workers' direct queues holding the model's jobs (tasks/store/residency.py): a job waiting there
+        # is not an orphan; one in a dead worker's direct queue is, and goes again on the shared queue.
+        self.direct_queues = direct_queues
         self.grace_s = grace_s
         self.interval_s = sweep_interval(grace_s, lease_s)
         self._next = time.monotonic() + self.interval_s
@@ -66,7 +70,7 @@ class Sweeper:
         orphans = [c for c in self.store.leases.active_since(self.spec.id, now - self.grace_s) if _unowned(c, now)]
         if not orphans:
             return 0
-        present = self.sweeps.message_job_ids(self.spec.queue)
+        present = self.sweeps.message_job_ids(self.spec.queue, *self.direct_queues())
         sent = 0
         for candidate in orphans:
             record = self.store.get(candidate.id) if candidate.id not in present else None

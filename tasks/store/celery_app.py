@@ -106,3 +106,11 @@ def create_celery(settings: SharedSettings | None = None) -> Celery:
         worker_hijack_root_logger=False,
     )
     return app
+
+
+def consume_queues(conf: Any, names: list[str]) -> None:
+    """Make a worker started without ``-Q`` consume ``names`` (a pool worker's: set in ``celeryd_init``)."""
+    from kombu import Queue  # type: ignore[attr-defined]
+
+    conf.task_queues = [Queue(name, routing_key=name) for name in names]  # type: ignore[no-untyped-call]
+    conf.task_default_queue = names[0]

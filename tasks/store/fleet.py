@@ -115,6 +115,12 @@ class FleetStore:
         """``worker`` loaded ``model_id`` once more (a restart loop shows as a count that keeps growing)."""
         self.redis.hincrby(self.keys.load_count(model_id), worker, 1)
 
+    def residency(self, model_id: str) -> dict[str, str]:
+        """Live pool workers holding ``model_id`` in memory, and where (device, host, loading)."""
+        from tasks.store.residency import ResidencyStore
+
+        return ResidencyStore(self.redis, self.keys).holders(model_id, self.settings.worker_ttl_s)
+
     def ping(self) -> bool:
         """Redis answers (raises as any call does when it does not)."""
         return bool(self.redis.ping())

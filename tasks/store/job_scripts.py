@@ -30,20 +30,34 @@ class CreateArgs(ScriptArgs):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AdmitArgs(CreateArgs, ReserveArgs):
-    """ADMIT: the reservation (``ReserveArgs``) and then CREATE, one script. Returns {outcome, depth, created_at}.
+class RouteArgs(ScriptArgs):
+    """``queue_route_fn.lua``: where an admitted job's message goes (a pool worker holding its model, or shared)."""
 
-    Its fields are the reservation's, then the record's (the pairs last), ``id`` once: both name the same job.
+    residency: str = key()
+    held_counts: str = key()
+    shared_queue: str = ""
+    queue_prefix: str = ""  # a worker's direct queue is queue_prefix .. worker
+    direct_prefix: str = ""  # kombu's list for it is direct_prefix .. worker (the key prefix before the queue)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmitArgs(CreateArgs, ReserveArgs, RouteArgs):
+    """ADMIT: the reservation (``ReserveArgs``) and then CREATE, one script. Returns {outcome, depth, created_at,
+    queue}.
+
+    Its fields are the route's, the reservation's, then the record's (the pairs last), ``id`` once: both name the
+    same job.
     """
 
     script = "job_admit"
 
     @classmethod
-    def of(cls, create: CreateArgs, reserve: ReserveArgs) -> AdmitArgs:
-        """One call from the two halves (their ``id`` is the same job)."""
+    def of(cls, create: CreateArgs, reserve: ReserveArgs, route: RouteArgs | None = None) -> AdmitArgs:
+        """One call from the halves (their ``id`` is the same job)."""
         if create.id != reserve.id:
             raise ValueError(f"the reservation is for job {reserve.id}, the record is {create.id}")
-        return cls(**{**fields_of(reserve), **fields_of(create)})
+        unrouted = RouteArgs(residency=create.job + ":no-residency", held_counts=create.job + ":no-held")
+        return cls(**{**fields_of(route or unrouted), **fields_of(reserve), **fields_of(create)})
 
 
 @dataclass(frozen=True, kw_only=True)

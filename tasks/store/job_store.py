@@ -26,6 +26,7 @@ from tasks.store.job_writes import JobWrites, pairs, status_of
 from tasks.store.lua_scripts import ScriptArgs
 from tasks.store.queue_limit import Outcome as Admission  # not this module's Outcome (a run's ending)
 from tasks.store.queue_limit import Reservation, ReserveArgs
+from tasks.store.residency import route_args
 
 __all__ = ["Candidate", "Claim", "Ending", "JobRecord", "JobStore", "Outcome", "Verdict"]  # the callers' names
 
@@ -58,8 +59,11 @@ class JobStore:
         """Reserve the job's place in its queue (``QueueLimit.reservation``) and write the record: one script, one
         round trip, and a record never without its place. The record as ``create`` returns it, or None when the
         reservation was refused (then nothing was written)."""
-        (outcome, depth, now), replicated = self._write(AdmitArgs.of(self._create_call(record), reservation))
-        reserved = Reservation(Admission(int(outcome)), int(depth))
+        call = AdmitArgs.of(self._create_call(record), reservation, route_args(self.keys, record.model))
+        (outcome, depth, now, queue), replicated = self._write(call)
+        reserved = Reservation(
+            Admission(int(outcome)), int(depth), queue.decode() if isinstance(queue, bytes) else queue
+        )
         if reserved.outcome != Admission.reserved:
             return reserved, None
         self._check_replicated(record, replicated)

@@ -55,6 +55,7 @@ class Outcome(IntEnum):
 class Reservation(NamedTuple):
     outcome: Outcome
     depth: int  # reservations held for the model, this one included when reserved
+    queue: str = ""  # ADMIT's route for the job's message (a pool worker's direct queue); "": the model's own
 
 
 class QueueLimit:

@@ -39,10 +39,11 @@ class SweepStore:
         """True when this worker sweeps the output store this interval; the lock lapses a little before the next."""
         return bool(self.redis.set(self.keys.output_sweep_lock(), 1, nx=True, px=max(1, int(interval_s * 900))))
 
-    def message_job_ids(self, queue: str) -> set[str]:
-        """Job ids of every message waiting in ``queue``'s priority lists or held unacknowledged (any queue)."""
+    def message_job_ids(self, queue: str, *more: str) -> set[str]:
+        """Job ids of every message waiting in the priority lists of ``queue`` (and of ``more``: live pool workers'
+        direct queues) or held unacknowledged (any queue)."""
         with self.redis.pipeline(transaction=False) as pipe:
-            for key in priority_lists(self.keys.prefix, queue):
+            for key in (key for name in (queue, *more) for key in priority_lists(self.keys.prefix, name)):
                 pipe.lrange(key, 0, -1)
             pipe.hvals(self.keys.prefix + UNACKED_KEY)
             *queued, unacked = pipe.execute()

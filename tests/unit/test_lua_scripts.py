@@ -137,7 +137,8 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
             deadline_offset="",
             fields=["status", "queued", "model", "m", "id", "j2"],
         )
-        outcome, depth, created = s.run(job_scripts.AdmitArgs.of(create_args, reserve))
+        outcome, depth, created, queue = s.run(job_scripts.AdmitArgs.of(create_args, reserve))
+        assert queue == b""  # no route asked: the caller's own queue
         assert (outcome, depth) == (1, 1) and float(created) > 0 and client.hget(p + "job:j2", "owner") is None
         full = job_scripts.AdmitArgs.of(
             dataclasses.replace(create_args, id="j3", job=p + "job:j3", tombstone=p + "gone:j3"),
@@ -148,7 +149,7 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         # against it and nothing is written twice.
         late = dataclasses.replace(reserve, not_after="1")
         again = s.run(job_scripts.AdmitArgs.of(create_args, late))
-        assert again == [1, 1, created] and client.zcard(p + "queued:m") == 1
+        assert again == [1, 1, created, b""] and client.zcard(p + "queued:m") == 1
 
     def admit_many(s: Scripts) -> None:
         client.zadd(p + "workers:b", {"w1": float(client.time()[0])})

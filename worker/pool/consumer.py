@@ -1,0 +1,256 @@
+"""A pool worker's consumer: one batching consumer per model on one model thread, turns across them, moves.
+
+Each message goes to its model's batching consumer (worker/consumer.py), which buffers it as a one-model worker
+does; a gate lets a model start only on its turn and on the device. Whenever the model thread is free the turn goes
+to the model on the device whose oldest job waited longest; models off the device are brought in by the loader
+thread (worker/pool/members.py) as worker/pool/turns.py decides, room made first (worker/pool/tiers.py). A model
+whose load fails fails its buffered jobs, and for ``LOAD_RETRY_S`` every job that arrives for it; the others serve on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from tasks.errors import ErrorCode
+from worker.consumer import BatchingConsumer
+from worker.holdings import Holdings
+from worker.model_thread import ModelThread
+from worker.pool.members import Moved
+from worker.pool.metrics import count_move
+from worker.pool.process import PoolProcess
+from worker.pool.tiers import DoesNotFit, Move, Tier
+from worker.pool.turns import Waiting, choose, overdue
+
+log = logging.getLogger("genq.pool")
+LOAD_RETRY_S = 30.0  # after a failed load, the model's jobs fail this long before a new job tries a load again
+TICK_S = 1.0  # keep-alive expiry and a turn chosen again, whatever else happens
+
+
+class PoolConsumer:
+    def __init__(self, process: PoolProcess, consumer: Any, model: ModelThread, holdings: Holdings) -> None:
+        self.process, self.pool, self.model = process, process.pool, model
+        self.clock = self.pool.clock
+        self.successor: PoolConsumer | None = None
+        self.batching = {
+            m: BatchingConsumer(
+                member.loaded, consumer, model, holdings, gate=partial(self._may_run, m), on_idle=self.next_turn
+            )
+            for m, member in process.members.items()
+        }
+        for m, batching in self.batching.items():
+            batching.keyed = process.members[m].ever_loaded
+        # One buffer for all the worker's models: the largest model's (a direct queue carries any of them).
+        consumer.initial_prefetch_count = max(m.loaded.spec.batching.buffer_size for m in process.members.values())
+        self.turn: str | None = None
+        consumer.timer.call_repeatedly(TICK_S, self._tick)
+        process.start(lambda callback: consumer.controller.hub.call_soon(callback))
+        process.apply = self.apply
+        for m in process.preloads():
+            self._bring_in(m, evict=False)
+
+    # --- messages -------------------------------------------------------------------------
+
+    def on_message(self, message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **extra: Any) -> None:
+        model = model_of(message)
+        batching = self.batching.get(model or "")
+        # Another model's job (or no model): the first consumer fails it as wrong_model, never runs it.
+        (batching or next(iter(self.batching.values()))).on_message(message, body, ack, reject, callbacks, **extra)
+        if batching is not None and model is not None and self._failed(model):
+            self._fail_buffered(model)
+        self.next_turn()
+
+    def held(self, model: str) -> int:
+        return self.batching[model].held()
+
+    # --- turns ----------------------------------------------------------------------------
+
+    def _may_run(self, model: str) -> bool:
+        holding = self.pool.holdings[model]
+        ready = self.turn == model and holding.tier == Tier.device and holding.moving is None
+        if ready:
+            self.pool.touch(model)
+        return ready
+
+    def _running(self) -> str | None:
+        for m, batching in self.batching.items():
+            if batching.running or batching.sessions.active:
+                return m
+        return None
+
+    def _waiting(self) -> list[Waiting]:
+        now, found = self.clock(), []
+        for m, batching in self.batching.items():
+            jobs = len(batching.batcher) + len(batching.sessions.ready)
+            if not jobs or self._failed(m):
+                continue
+            holding = self.pool.holdings[m]
+            on_device = holding.tier == Tier.device and holding.moving is None
+            oldest = batching.batcher.oldest_arrival()
+            found.append(
+                Waiting(m, now if oldest is None else oldest, jobs, batching.batcher.max_batch_size, on_device)
+            )
+        return found
+
+    def next_turn(self) -> bool:
+        """The model thread may be free: bring models in as the turns say, and start the next model's batch."""
+        if self.successor is not None:
+            return self.successor.next_turn()
+        running = self._running()
+        for m, holding in self.pool.holdings.items():
+            holding.running = m == running
+        waiting, now = self._waiting(), self.clock()
+        if running is not None:  # its session takes no joiners while another model's job waits past the bound
+            self.batching[running].batcher.joiners_held = overdue(waiting, now, self.process.max_wait_s, running)
+        turns = choose(waiting, now, self.process.max_wait_s)
+        oldest = {w.model: w.oldest for w in waiting}
+        for m in turns.urgent:  # never evicting a model whose jobs waited longer: first come, first served
+            self._bring_in(m, evict=True, keep=frozenset(r for r, t in oldest.items() if t <= oldest[m] and r != m))
+        for m in turns.welcome:
+            self._bring_in(m, evict=False)
+        if running is not None or self.model.busy:
+            return False
+        turns = choose(self._waiting(), now, self.process.max_wait_s)
+        if turns.run is None:
+            return False
+        self.turn = turns.run
+        batching = self.batching[turns.run]
+        batching.batcher.joiners_held = False
+        return batching.maybe_run()
+
+    def _tick(self) -> None:
+        if self.successor is not None:
+            return
+        keep = {w.model for w in self._waiting()}
+        moves = [move for move in self.pool.plan_expiry() if move.model not in keep]
+        if moves:
+            self._start(moves)
+        for m, holding in self.pool.holdings.items():  # a pinned model that found no room at start comes in now
+            if holding.pinned and holding.tier != Tier.device:
+                self._bring_in(m, evict=True, keep=frozenset(keep - {m}))
+        self.next_turn()
+
+    # --- moves ----------------------------------------------------------------------------
+
+    def _bring_in(self, model: str, *, evict: bool, keep: frozenset[str] = frozenset()) -> None:
+        holding = self.pool.holdings[model]
+        if holding.moving is not None or holding.tier == Tier.device or self._failed(model):
+            return
+        try:
+            plan = self.pool.plan_in(model, keep)
+        except DoesNotFit as exc:
+            self._load_failed(model, str(exc))
+            return
+        if plan is None or (not evict and len(plan) > 1):
+            return
+        self._start(plan)
+
+    def _start(self, plan: list[Move]) -> None:
+        origins = []
+        for move in plan:
+            holding = self.pool.holdings[move.model]
+            origins.append((move, holding.tier))
+            holding.moving = move.to
+        self.process.runner().run(origins, self._moved)
+        self.process.publish()
+
+    def _moved(self, moved: Moved) -> None:
+        if self.successor is not None:
+            self.successor._moved(moved)
+            return
+        holding = self.pool.holdings[moved.model]
+        holding.moving = None
+        holding.tier = moved.to
+        if moved.to != Tier.host:
+            holding.host_bytes = 0
+        if moved.to == Tier.host:
+            holding.host_bytes = moved.host_bytes
+        if moved.footprint is not None:
+            holding.device_bytes, holding.weight_bytes = moved.footprint.device_bytes, moved.footprint.weight_bytes
+            holding.failed = None
+            self.batching[moved.model].rekey()
+        if moved.to == Tier.device:
+            self.pool.touch(moved.model)
+        count_move(moved, self.pool)
+        if moved.error is not None:
+            self._load_failed(moved.model, f"{type(moved.error).__name__}: {moved.error}")
+        elif moved.footprint is not None:
+            self._fit(moved.model)
+        self.process.publish()
+        self.next_turn()
+
+    def _fit(self, model: str) -> None:
+        """A load measured more than planned (its first, planned by its files): others leave to fit the budget; a
+        model that alone is larger than the budget goes back to disk and fails its jobs."""
+        holding = self.pool.holdings[model]
+        if holding.need > self.pool.device_budget:
+            self._start([Move(model, Tier.disk)])
+            self._load_failed(model, f"it takes {holding.need} bytes, more than GENQ_POOL_DEVICE_BYTES")
+            return
+        moves = self.pool.plan_fit(model)
+        if moves:
+            self._start(moves)
+
+    # --- a model that cannot be loaded ----------------------------------------------------
+
+    def _failed(self, model: str) -> bool:
+        holding = self.pool.holdings[model]
+        return holding.failed is not None and self.clock() - holding.failed_at < LOAD_RETRY_S
+
+    def _load_failed(self, model: str, reason: str) -> None:
+        holding = self.pool.holdings[model]
+        holding.failed, holding.failed_at = reason, self.clock()
+        log.error("pool: model %s cannot be served here: %s", model, reason)
+        self._fail_buffered(model)
+
+    def _fail_buffered(self, model: str) -> None:
+        """Every buffered job of ``model`` fails with why its load failed; the other models serve on."""
+        batching = self.batching[model]
+        reason = self.pool.holdings[model].failed or "its load failed"
+        for item in batching.batcher.take_all():
+            item.fail(ErrorCode.model_error, f"model {model} could not be loaded on this worker: {reason}"[:500])
+            if batching._guarded(item, batching.executor.reject_invalid):
+                batching.settlement.settle([item])
+
+    def apply(self, model: str, action: str) -> None:
+        """An operator's order (``genq pool ACTION MODEL``): load, unload, pin or unpin the model here."""
+        if self.successor is not None:
+            self.successor.apply(model, action)
+            return
+        holding = self.pool.holdings[model]
+        log.info("pool: operator order %s %s", action, model)
+        if action in ("pin", "unpin", "unload"):
+            holding.pinned = action == "pin"
+        if action in ("pin", "load"):
+            holding.failed = None  # an operator's load tries again at once
+            self._bring_in(model, evict=True)
+        if action == "unload" and holding.tier != Tier.disk and holding.evictable:
+            self._start([Move(model, Tier.disk)])
+        self.process.publish()
+
+    # --- a reconnect, a warm shutdown -----------------------------------------------------
+
+    def retire(self, successor: PoolConsumer) -> None:
+        self.successor = successor
+        successor.turn = self.turn
+        for m, batching in self.batching.items():
+            batching.retire(successor.batching[m])
+
+    def drain(self, timeout: float) -> None:
+        for batching in self.batching.values():
+            batching.drain(timeout)
+
+
+def model_of(message: Any) -> str | None:
+    """The model a ``genq.run`` message names (kombu caches the decoded body for the consumer's own parse)."""
+    try:
+        body = message.decode()
+        model = body[1].get("model") if isinstance(body, list | tuple) and len(body) == 3 else None
+    except Exception:
+        return None
+    return model if isinstance(model, str) else None
+
+
+HandBackFn = Callable[[Callable[[], None]], None]
