@@ -42,11 +42,18 @@ def test_a_demo_model_answers_the_same_after_host_ram_and_after_disk(settings: S
     assert answer(runtime, model) == expected
 
 
-def test_one_pool_worker_serves_the_demo_models_interleaved_through_the_api(settings, log_dir, api):
+def test_one_pool_worker_serves_the_demo_models_interleaved_through_the_api(settings, log_dir):
+    import dataclasses
+
+    from api import create_app
     from tests.harness import WorkerProcess
     from tests.integration.jobs import poll, submit
     from worker.pool.members import files_bytes
 
+    # A prefix of its own: the session's per-model workers (other tests') would otherwise serve some of these jobs,
+    # and the pool would have nothing to move.
+    settings = dataclasses.replace(settings, key_prefix=f"{settings.key_prefix}pooldemo:")
+    api = create_app(settings).test_client()
     models = load_models_file(settings.models_file)
     gpt2 = files_bytes(models.source_of("gpt2-demo"))
     # GPT-2 fits beside BERT but not beside Stable Diffusion too; host RAM holds the small ones, not GPT-2.
