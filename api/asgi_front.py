@@ -41,6 +41,7 @@ HEALTH_THREADS = 4  # /healthz, /readyz and /metrics never queue behind the app'
 HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 _END, _HEAD, _BODY = "end", "head", "body"
 _PLAIN_OPENAI = re.compile(r"/openai/v1/(?:files|batches)(?:/|$)")  # answered at once: they wait for no job
+_HELD_ALIASES = frozenset({"/v1/rerank", "/v1/score"})  # api/openai_compat/__init__.py: they wait for their job
 _PREFER_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=", re.IGNORECASE)  # any wait asked for: the route decides how long
 
 
@@ -52,6 +53,7 @@ def may_hold(method: str, path: str, headers: dict[str, str]) -> bool:
         or "text/event-stream" in headers.get("accept", "")
         or path.endswith("/events")
         or (path.startswith("/openai/") and not path.endswith("/models") and not _PLAIN_OPENAI.match(path))
+        or path in _HELD_ALIASES
     )
 
 

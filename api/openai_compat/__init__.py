@@ -1,6 +1,7 @@
 """OpenAI-compatible routes under ``/openai/v1``: images (generations and edits), embeddings, chat
 completions and completions (streamed too), Responses, audio transcriptions and translations, models,
-files and batches; and vLLM's rerank and score beside them.
+files and batches; and vLLM's rerank and score beside them, also at vLLM's own ``/v1/rerank`` and ``/v1/score``
+(answered in the same shape: they are the same routes).
 
 Keys are checked as for ``/v1`` (api/auth.py: ``Authorization: Bearer``). Each call is a genq job underneath
 (submitted like ``POST /v1/jobs``; ``X-Genq-Job-Id`` names it for ``GET /v1/jobs/{id}``), answered once the
@@ -27,6 +28,8 @@ from api.openai_compat.responses import cancel_response, create_response, delete
 from tasks.kinds.text_generation.context_fit import ContextTooLong
 
 PREFIX = "/openai/v1"
+#: vLLM serves rerank and score outside its OpenAI routes too; Cohere's and Jina's clients call them there.
+ALIASES = frozenset({"/v1/rerank", "/v1/score"})
 
 
 def _job_header(response: Response) -> Response:
@@ -66,6 +69,12 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/batches/<batch_id>", view_func=retrieve_batch, methods=["GET"])
     bp.add_url_rule("/batches/<batch_id>/cancel", view_func=cancel_batch, methods=["POST"])
     app.register_blueprint(bp)
+    aliases = Blueprint("vllm", __name__)
+    aliases.after_request(_job_header)
+    aliases.register_error_handler(JobNotDone, job_not_done)
+    aliases.add_url_rule("/v1/rerank", view_func=create_rerank, methods=["POST"])
+    aliases.add_url_rule("/v1/score", view_func=create_score, methods=["POST"])
+    app.register_blueprint(aliases)
     # Multipart forms, read by their views (api/body.py decodes JSON bodies up front).
     forms = {"openai.edit_images", "openai.create_file", "openai.create_transcription", "openai.create_translation"}
     app.extensions["genq_bodiless"] = app.extensions.get("genq_bodiless", frozenset()) | forms
@@ -74,4 +83,4 @@ def install(app: Flask) -> None:
 
 
 def _openai_errors(response: Response) -> Response:
-    return to_openai_error(response) if request.path.startswith(PREFIX + "/") else response
+    return to_openai_error(response) if request.path.startswith(PREFIX + "/") or request.path in ALIASES else response

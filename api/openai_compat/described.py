@@ -65,6 +65,7 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
                 "model",
             ],
             "refused": ["max_chunks_per_doc (above 1)", "rank_fields", "a pair longer than the model's context"],
+            "also_at": "/v1/rerank",
         },
         *(
             {
@@ -93,8 +94,16 @@ OPENAI_COMPATIBLE: dict[str, Any] = {
             "path": "/score",
             "genq_kind": "rerank",
             "content_type": "application/json",
-            "supported": ["text_1 (one text)", "text_2 (one text or a list)", "model"],
-            "refused": ["text_1 as a list", "a pair longer than the model's context"],
+            "supported": [
+                "text_1 (one text or a list: one for all of text_2, or one for each)",
+                "text_2 (one text or a list)",
+                "model",
+            ],
+            "refused": [
+                "text_1 and text_2 lists of different lengths (but 1)",
+                "a pair longer than the model's context",
+            ],
+            "also_at": "/v1/score",
         },
         {
             "method": "POST",

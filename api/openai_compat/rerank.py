@@ -2,8 +2,8 @@
 
 ``/rerank`` takes Cohere's and Jina's request (``query``, ``documents`` as strings or ``{"text"}`` objects,
 ``top_n``, ``return_documents``) and answers ``results`` best first, each with its document's ``index`` and
-``relevance_score``. ``/score`` takes ``text_1`` (one text) and ``text_2`` (one or a list) and answers one ``score``
-per ``text_2``, in order. Both score with the model's cross-encoder (worker/runtimes/rerank.py); a pair longer
+``relevance_score``. ``/score`` takes ``text_1`` and ``text_2``, each one text or a list, paired as vLLM pairs them (1:1,
+1:N, or N:N item by item) and answers one ``score`` per pair, in order. Both score with the model's cross-encoder (worker/runtimes/rerank.py); a pair longer
 than the model's context is a 400 naming the document, never cut.
 """
 
@@ -15,6 +15,7 @@ from flask import Response, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from api.openai_compat.jobs import parse, run, served_model
+from tasks.errors import InvalidInput
 from tasks.kinds import JobKind
 from tasks.schemas import Priority
 
@@ -52,7 +53,7 @@ class ScoreRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
-    text_1: str = Field(description="one text (a list of several is not supported: score them one call each)")
+    text_1: str | list[str] = Field(description="one text, or a list: one for every text_2, or one for all of them")
     text_2: str | list[str]
     user: str | None = None
     priority: Priority = "normal"
@@ -60,6 +61,19 @@ class ScoreRequest(BaseModel):
     @property
     def texts(self) -> list[str]:
         return [self.text_2] if isinstance(self.text_2, str) else self.text_2
+
+    def queries(self) -> str | list[str]:
+        """One query for every text_2 (1:1 and 1:N), or the N:N pairs; anything else is a 400 naming text_1."""
+        if isinstance(self.text_1, str):
+            return self.text_1
+        if len(self.text_1) == 1:
+            return self.text_1[0]
+        if len(self.text_1) != len(self.texts):
+            raise InvalidInput(
+                f"text_1: {len(self.text_1)} texts against {len(self.texts)} in text_2; pairs are 1:1, 1:N or N:N",
+                field="text_1",
+            )
+        return self.text_1
 
 
 def create_rerank() -> Response:
@@ -88,7 +102,7 @@ def create_rerank() -> Response:
 def create_score() -> Response:
     req: ScoreRequest = parse(ScoreRequest, request.get_json(silent=True))
     spec = served_model(req.model, JobKind.rerank)
-    record = run(spec, {"query": req.text_1, "documents": req.texts}, req.priority, SCORE_PARAMS)
+    record = run(spec, {"query": req.queries(), "documents": req.texts}, req.priority, SCORE_PARAMS)
     out = record.output
     scores = {r["index"]: r["relevance_score"] for r in out["results"]}
     tokens = int(out.get("tokens", 0))

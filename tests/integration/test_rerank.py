@@ -79,5 +79,33 @@ def test_a_pair_past_the_context_and_unknown_fields_are_refused_before_any_job(a
     )
     unknown = api.post("/openai/v1/score", json={"text_1": "q", "text_2": "d", "truncate_prompt_tokens": 5})
     assert unknown.status_code == 400 and "truncate_prompt_tokens" in unknown.text
-    several = api.post("/openai/v1/score", json={"text_1": ["a", "b"], "text_2": ["c", "d"]})
-    assert several.status_code == 400 and several.json()["error"]["param"] == "text_1"
+    mismatched = api.post("/openai/v1/score", json={"text_1": ["a", "b", "c"], "text_2": ["c", "d"]})
+    assert mismatched.status_code == 400 and mismatched.json()["error"]["param"] == "text_1", mismatched.text
+    pairs = api.post("/v1/jobs", json={"model": "rerank-demo", "input": {"query": ["a", "b"], "documents": ["c"]}})
+    assert pairs.status_code == 422 and pairs.json()["error"]["field"] == "input.documents", pairs.text
+    alias = api.post("/v1/rerank", json={"query": "q", "documents": ["a", long]})
+    assert alias.status_code == 400 and alias.json()["error"]["param"] == "documents", alias.text  # OpenAI's shape
+
+
+def test_score_pairs_each_text_1_with_its_text_2_as_vllm_does(api: httpx.Client) -> None:
+    """N:N scores each pair as its own 1:1 call would; 1:N (a one-item list too) as one query against all; and
+    vLLM's own paths answer the same."""
+    texts = DOCUMENTS[:3]
+    queries = [QUERY, "Is it cold?", "Where do cats sit?"]
+    pairs = api.post("/openai/v1/score", json={"text_1": queries, "text_2": texts})
+    assert pairs.status_code == 200, pairs.text
+    got = [d["score"] for d in pairs.json()["data"]]
+    one_by_one = [
+        api.post("/v1/score", json={"text_1": q, "text_2": t}).json()["data"][0]["score"]
+        for q, t in zip(queries, texts, strict=True)
+    ]
+    assert got == pytest.approx(one_by_one, abs=1e-5)
+    assert len(set(round(s, 6) for s in got)) == 3  # three different pairs: not one query's scores
+    broadcast = api.post("/v1/score", json={"text_1": [QUERY], "text_2": texts})
+    plain = api.post("/openai/v1/score", json={"text_1": QUERY, "text_2": texts})
+    assert broadcast.status_code == plain.status_code == 200 and broadcast.headers["x-genq-job-id"]
+    assert [d["score"] for d in broadcast.json()["data"]] == pytest.approx(
+        [d["score"] for d in plain.json()["data"]], abs=1e-5
+    )
+    reranked = api.post("/v1/rerank", json={"query": QUERY, "documents": texts, "top_n": 1})
+    assert reranked.status_code == 200 and len(reranked.json()["results"]) == 1, reranked.text

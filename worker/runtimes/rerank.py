@@ -37,7 +37,7 @@ class RerankRuntime(Runtime[RerankInput]):
 
         if not inputs:
             return []
-        queries = [inp.query for inp in inputs for _ in inp.documents]
+        queries = [query for inp in inputs for query in inp.queries]
         documents = [doc for inp in inputs for doc in inp.documents]
         # Never truncated: a score of part of a document is not its score (the API refuses a pair that is too long;
         # this says so for a model whose tokenizer the API could not read).

@@ -18,7 +18,7 @@ def check_input(models: ModelsFile, spec: ModelSpec, inp: RerankInput) -> None:
     if tokenizer is None:
         return
     context = spec.limits.context_tokens
-    encodings = tokenizer.encode_batch([(inp.query, document) for document in inp.documents])
+    encodings = tokenizer.encode_batch(list(zip(inp.queries, inp.documents, strict=True)))
     for k, encoding in enumerate(encodings):
         if len(encoding.ids) > context:
             raise InvalidInput(

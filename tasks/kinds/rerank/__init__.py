@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, ValidationInfo, ValidatorFunctionWrapHandler, field_validator
+from pydantic_core import PydanticCustomError
 
 from tasks.kinds.base import InlineOutput, JobInput, JobKind, Kind, KindLimits
 from tasks.model_config import read_config
@@ -22,16 +23,52 @@ class RerankLimits(KindLimits):
     context_tokens: int | None = Field(default=None, ge=2, description="a query-document pair's most tokens")
 
 
+QUERY_ABOUT = "the query; or a list of one query per document, each scored with its own (``/v1/score``'s pairs)"
+
+
 class RerankInput(JobInput[RerankLimits]):
-    query: str = Field(min_length=1)
+    query: (
+        Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    ) = Field(description=QUERY_ABOUT)
     documents: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
     top_n: int | None = Field(default=None, ge=1, description="the best this many (default: every document)")
     return_documents: bool = Field(default=False, description="each result carries its document's text")
 
+    @field_validator("query", mode="wrap")
+    @classmethod
+    def _one_error(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """One message for the field, not one per member of the union (pydantic's locs name the members)."""
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            errors = exc.errors()  # the member the value was meant for: a list's errors for a list
+            mine = [e for e in errors if str(e["loc"][0]).startswith("list") == isinstance(value, list)] or errors
+            raise PydanticCustomError(
+                "query", "a non-empty string, or a list of them (one per document): {why}", {"why": mine[0]["msg"]}
+            ) from None
+
+    @field_validator("documents")
+    @classmethod
+    def _one_query_each(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        query = info.data.get("query")
+        if isinstance(query, list) and len(query) != len(value):
+            raise PydanticCustomError(
+                "pairs",
+                "{documents} documents for {queries} queries: a list of queries pairs one with each document",
+                {"documents": len(value), "queries": len(query)},
+            )
+        return value
+
+    @property
+    def queries(self) -> list[str]:
+        """The query each document is read with."""
+        return self.query if isinstance(self.query, list) else [self.query] * len(self.documents)
+
     @classmethod
     def limited_fields(cls, lim: RerankLimits) -> dict[str, Any]:
+        text = Annotated[str, Field(min_length=1, max_length=lim.max_prompt_chars)]
         return {
-            "query": (str, Field(min_length=1, max_length=lim.max_prompt_chars)),
+            "query": (text | Annotated[list[text], Field(min_length=1)], Field(description=QUERY_ABOUT)),
             "documents": (
                 list[Annotated[str, Field(min_length=1, max_length=lim.max_prompt_chars)]],
                 Field(min_length=1, max_length=lim.max_documents),
