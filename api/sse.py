@@ -20,6 +20,11 @@ def event_text(event: JobEvent) -> str:
     return f"{head}event: {event.type.value}\ndata: {compact(event.data)}\n\n"
 
 
+def named_text(name: str, payload: Any) -> str:
+    """An SSE message of type ``name`` carrying ``payload`` as one line of JSON."""
+    return f"event: {name}\ndata: {compact(payload)}\n\n"
+
+
 def data_text(payload: Any) -> str:
     """An unnamed SSE message carrying ``payload`` (JSON unless it is already a string)."""
     return f"data: {payload if isinstance(payload, str) else compact(payload)}\n\n"

@@ -62,6 +62,10 @@ class Keys:
         """One batch's record (JSON) and, beside it, its feeding state (``batch_state``)."""
         return f"{self.prefix}batch:{batch_id}"
 
+    def batch_channel(self, batch_id: str) -> str:
+        """Pub/sub channel telling the API processes that a batch's record or counts changed (its event streams)."""
+        return f"{self.prefix}batch-changed:{batch_id}"
+
     def batch_part(self, batch_id: str, part: str) -> str:
         """A batch's other keys: ``lines`` (prepared jobs, a list), ``state`` (a hash: fed, completed, failed, lease),
         ``flight`` (job id -> line, a hash), ``out`` and ``err`` (its answered lines, lists)."""

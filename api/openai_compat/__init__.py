@@ -14,7 +14,7 @@ from __future__ import annotations
 from flask import Blueprint, Flask, Response, g, request
 
 from api.openai_compat.audio import create_transcription, create_translation
-from api.openai_compat.batches import cancel_batch, create_batch, list_batches, retrieve_batch
+from api.openai_compat.batches import batch_events, cancel_batch, create_batch, list_batches, retrieve_batch
 from api.openai_compat.chat import create_chat_completion
 from api.openai_compat.completions import create_completion
 from api.openai_compat.embeddings import create_embeddings
@@ -68,6 +68,7 @@ def install(app: Flask) -> None:
     bp.add_url_rule("/batches", view_func=list_batches, methods=["GET"])
     bp.add_url_rule("/batches/<batch_id>", view_func=retrieve_batch, methods=["GET"])
     bp.add_url_rule("/batches/<batch_id>/cancel", view_func=cancel_batch, methods=["POST"])
+    bp.add_url_rule("/batches/<batch_id>/events", view_func=batch_events, methods=["GET"])
     app.register_blueprint(bp)
     aliases = Blueprint("vllm", __name__)
     aliases.after_request(_job_header)

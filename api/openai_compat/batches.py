@@ -5,16 +5,19 @@ the API processes' batch runners (api/batch_runner.py) until its output and erro
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from flask import Response, jsonify, request
+from flask import Response, current_app, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import current_key, current_owner
+from api.batch_event_stream import BatchEventStream
 from api.batch_validation import validate_file
 from api.openai_compat.jobs import parse
 from api.owned_files import owned_file
 from api.services import Services, services
+from api.sse import KEEPALIVE, RETRY_MS, named_text, sse_response
 from tasks.errors import Conflict, ErrorCode, InvalidInput, NotFound, Unavailable
 from tasks.openai_batches import (
     BATCH_ENDPOINTS,
@@ -109,9 +112,10 @@ def owned_batch(batch_id: str) -> BatchRecord:
     return batch
 
 
-def batch_object(batch: BatchRecord) -> dict[str, Any]:
-    """The batch object with its counts now; a cancel asked and not yet seen by its feeder shows as cancelling."""
-    state = services().openai_batches.state(batch.id)
+def batch_object(batch: BatchRecord, svc: Services | None = None) -> dict[str, Any]:
+    """The batch object with its counts now; a cancel asked and not yet seen by its feeder shows as cancelling.
+    ``svc`` outside a request (an event stream's reads run after its view returned)."""
+    state = (svc or services()).openai_batches.state(batch.id)
     shown = batch
     if state.cancel and batch.status == BatchStatus.in_progress:
         shown = batch.model_copy(update={"status": BatchStatus.cancelling})
@@ -120,6 +124,30 @@ def batch_object(batch: BatchRecord) -> dict[str, Any]:
 
 def retrieve_batch(batch_id: str) -> Response:
     return jsonify(batch_object(owned_batch(batch_id)))
+
+
+def batch_events(batch_id: str) -> Response:
+    """genq's own: the batch object as server-sent ``batch`` events each time it changes (status or
+    ``request_counts``), ending with its final status; instead of polling ``retrieve``."""
+    svc = services()
+    batch = owned_batch(batch_id)
+    watch = None
+    if batch.status.open:
+        current_app.extensions["genq_stream_limit"].check()  # 429 past the key's stream opens per minute
+        watch = svc.waiters.watch([svc.store.keys.batch_channel(batch.id)])  # 503 past the held streams' caps
+
+    def read() -> dict[str, Any] | None:
+        found = svc.openai_batches.get(batch.id)
+        return None if found is None else batch_object(found, svc)
+
+    stream = BatchEventStream(read, lambda shown: not BatchStatus(shown["status"]).open, watch)
+
+    def chunks() -> Iterator[str]:
+        yield f"retry: {RETRY_MS}\n"
+        for event in stream:
+            yield KEEPALIVE if event is None else named_text(*event)
+
+    return sse_response(chunks(), on_close=stream.close)
 
 
 def cancel_batch(batch_id: str) -> Response:

@@ -2,9 +2,10 @@
 
 ``/rerank`` takes Cohere's and Jina's request (``query``, ``documents`` as strings or ``{"text"}`` objects,
 ``top_n``, ``return_documents``) and answers ``results`` best first, each with its document's ``index`` and
-``relevance_score``. ``/score`` takes ``text_1`` and ``text_2``, each one text or a list, paired as vLLM pairs them (1:1,
-1:N, or N:N item by item) and answers one ``score`` per pair, in order. Both score with the model's cross-encoder (worker/runtimes/rerank.py); a pair longer
-than the model's context is a 400 naming the document, never cut.
+``relevance_score``. ``/score`` takes ``text_1`` and ``text_2``, each one text or a list, paired as vLLM pairs them
+(1:1, 1:N, or N:N item by item), and answers one ``score`` per pair, in order. Both score with the model's
+cross-encoder (worker/runtimes/rerank.py); a pair longer than the model's context is a 400 naming the document,
+never cut.
 """
 
 from __future__ import annotations

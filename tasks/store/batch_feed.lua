@@ -5,4 +5,5 @@ if redis.call('GET', lease) ~= token then return 0 end
 for i = entries_from, #ARGV, 2 do redis.call('HSET', flight, ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', state, 'fed', fed)
 redis.call('EXPIRE', flight, ttl_s)
+redis.call('PUBLISH', changed, '1')
 return 1

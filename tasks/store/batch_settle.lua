@@ -6,4 +6,5 @@ if redis.call('HDEL', flight, job_id) == 0 then return 0 end
 redis.call('RPUSH', answers, line)
 redis.call('HINCRBY', state, counter, 1)
 redis.call('EXPIRE', answers, ttl_s)
+redis.call('PUBLISH', changed, '1')
 return 1

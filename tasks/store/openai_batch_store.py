@@ -3,7 +3,8 @@
 
 Every write after a batch's creation is made by the holder of its lease (``batch_lease.lua``), fenced in the same
 script, so two API processes never feed or settle one batch at once; a line is settled once (``batch_settle.lua``
-removes it from the flight as it appends its answer). Every key of a batch lives as long as its record.
+removes it from the flight as it appends its answer). Every key of a batch lives as long as its record. Each write
+that changes what its batch object shows publishes on the batch's channel (its event streams re-read it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class FeedArgs(ScriptArgs):
     lease: str = key()
     flight: str = key()
     state: str = key()
+    changed: str = key()
     token: str
     fed: int
     ttl_s: int
@@ -47,6 +49,7 @@ class SettleArgs(ScriptArgs):
     flight: str = key()
     answers: str = key()
     state: str = key()
+    changed: str = key()
     token: str
     job_id: str
     line: str
@@ -60,6 +63,7 @@ class SaveArgs(ScriptArgs):
     lease: str = key()
     record: str = key()
     open: str = key()
+    changed: str = key()
     token: str
     value: str
     final: str
@@ -152,7 +156,10 @@ class BatchStore:
 
     def ask_cancel(self, batch_id: str) -> None:
         """The owner asked to cancel: the feeder sees it on its next pass (it alone writes the record)."""
-        self.redis.hset(self.part(batch_id, "state"), "cancel", 1)
+        with self.redis.pipeline() as pipe:
+            pipe.hset(self.part(batch_id, "state"), "cancel", 1)
+            pipe.publish(self.keys.batch_channel(batch_id), "1")
+            pipe.execute()
 
     # -- the feeder's (fenced by its lease) --
     def take_lease(self, batch_id: str, token: str) -> bool:
@@ -174,6 +181,7 @@ class BatchStore:
             lease=self.part(batch_id, "lease"),
             flight=self.part(batch_id, "flight"),
             state=self.part(batch_id, "state"),
+            changed=self.keys.batch_channel(batch_id),
             token=token,
             fed=fed,
             ttl_s=ttl_s,
@@ -188,6 +196,7 @@ class BatchStore:
             flight=self.part(batch_id, "flight"),
             answers=self.part(batch_id, "out" if ok else "err"),
             state=self.part(batch_id, "state"),
+            changed=self.keys.batch_channel(batch_id),
             token=token,
             job_id=job_id,
             line=line,
@@ -201,6 +210,7 @@ class BatchStore:
             lease=self.part(record.id, "lease"),
             record=self.keys.batch(record.id),
             open=self.keys.open_batches(),
+            changed=self.keys.batch_channel(record.id),
             token=token,
             value=record.model_dump_json(),
             final="0" if record.status.open else "1",

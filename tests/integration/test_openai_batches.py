@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -60,6 +61,21 @@ def wait_done(client: OpenAI, batch_id: str, limit_s: float = 180) -> openai.typ
     raise AssertionError(f"batch {batch_id} did not end: {batch}")
 
 
+def batch_events(url: str, key: str, batch_id: str) -> list[tuple[str, dict[str, object]]]:
+    """The batch's server-sent events, read until the server ends the stream."""
+    events, name = [], ""
+    with httpx.stream(
+        "GET", f"{url}/openai/v1/batches/{batch_id}/events", headers={"Authorization": f"Bearer {key}"}, timeout=180
+    ) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line.removeprefix("data: "))))
+    return events
+
+
 def lines_of(client: OpenAI, file_id: str | None) -> list[dict[str, object]]:
     if file_id is None:
         return []
@@ -79,7 +95,12 @@ def test_a_chat_batch_and_an_embeddings_batch_answer_every_custom_id_once(served
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "t"}
     )
     assert batch.status == "in_progress" and batch.request_counts and batch.request_counts.total == 10
+    events = batch_events(url, KEY_A, batch.id)  # read while it runs: ends with the final object
+    assert {name for name, _ in events} == {"batch"} and events[-1][1]["status"] == "completed", events
+    counts = [int(shown["request_counts"]["completed"]) for _, shown in events]  # type: ignore[index]
+    assert counts == sorted(counts) and counts[-1] == 10 and len(events) >= 2, events  # progress, then the end
     done = wait_done(client, batch.id)
+    assert batch_events(url, KEY_A, batch.id) == [("batch", events[-1][1])]  # an ended batch: its object, at once
     assert done.status == "completed" and done.request_counts is not None, done
     assert (done.request_counts.completed, done.request_counts.failed) == (10, 0)
     assert done.metadata == {"run": "t"} and done.error_file_id is None and done.completed_at
@@ -163,6 +184,8 @@ def test_another_key_sees_none_of_it(served) -> None:
     ):
         with pytest.raises(openai.NotFoundError):
             call()
+    bobs_events = httpx.get(f"{url}/openai/v1/batches/{batch.id}/events", headers={"Authorization": f"Bearer {KEY_B}"})
+    assert bobs_events.status_code == 404, bobs_events.text
     assert file.id not in [f.id for f in bob.files.list()] and batch.id not in [b.id for b in bob.batches.list()]
     assert file.id in [f.id for f in alice.files.list()]
     deleted = alice.files.delete(file.id)
