@@ -18,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 FILE_ID = re.compile(r"file-[0-9a-f]{32}")
 BATCH_ID = re.compile(r"batch_[0-9a-f]{32}")
 #: The endpoints a batch may name; each line's ``url`` must be its batch's endpoint.
-BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+BATCH_ENDPOINTS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/images/generations",
+)
 COMPLETION_WINDOW = "24h"  # the only window OpenAI accepts
 COMPLETION_WINDOW_S = 24 * 3600
 MAX_CUSTOM_ID = 512

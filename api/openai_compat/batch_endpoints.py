@@ -14,6 +14,8 @@ from api.openai_compat.completion_request import PARAMS as COMPLETION_PARAMS
 from api.openai_compat.completion_request import CompletionRequest, completion_job, completion_object
 from api.openai_compat.embedding_request import PARAMS as EMBEDDING_PARAMS
 from api.openai_compat.embedding_request import EmbeddingRequest, embedding_job, embedding_list
+from api.openai_compat.image_request import PARAMS as IMAGE_PARAMS
+from api.openai_compat.image_request import ImageGenerationRequest, image_job, images_body
 from api.openai_compat.jobs import parse, served_model_and_adapter
 from api.openai_compat.response_object import response_object
 from api.openai_compat.responses_request import PARAMS as RESPONSES_PARAMS
@@ -62,6 +64,16 @@ def _embedding_job(body: dict[str, Any]) -> tuple[ModelSpec, dict[str, Any], Opt
     return spec, inp, {"encoding_format": req.encoding_format}
 
 
+def _image_job(body: dict[str, Any]) -> tuple[ModelSpec, dict[str, Any], Options]:
+    req: ImageGenerationRequest = parse(ImageGenerationRequest, body)
+    if req.response_format == "url":
+        raise InvalidInput(
+            "response_format: a batch's output file carries its images; use b64_json", field="response_format"
+        )
+    spec, inp = image_job(req)
+    return spec, inp, {}
+
+
 def _response_job(body: dict[str, Any]) -> tuple[ModelSpec, dict[str, Any], Options]:
     req: ResponsesRequest = parse(ResponsesRequest, body)
     _not_streamed(req.stream)
@@ -86,4 +98,7 @@ ENDPOINTS: dict[str, BatchEndpoint] = {
         EMBEDDING_PARAMS,
     ),
     "/v1/responses": BatchEndpoint(_response_job, lambda spec, record, _: response_object(record), RESPONSES_PARAMS),
+    "/v1/images/generations": BatchEndpoint(
+        _image_job, lambda spec, record, _: images_body(record, "b64_json"), IMAGE_PARAMS
+    ),
 }

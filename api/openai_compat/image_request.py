@@ -9,9 +9,11 @@ from typing import Any, Literal
 from flask import Response, jsonify, url_for
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api.openai_compat.jobs import served_model_and_adapter
 from api.services import services
 from tasks.errors import Gone
-from tasks.kinds import SEED_MAX
+from tasks.kinds import SEED_MAX, JobKind
+from tasks.models_file import ModelSpec
 from tasks.schemas import Priority
 from tasks.store.job_store import JobRecord
 
@@ -61,8 +63,24 @@ class ImageGenerationRequest(BaseModel):
         return inp
 
 
+def image_job(req: ImageGenerationRequest) -> tuple[ModelSpec, dict[str, Any]]:
+    """The served model and genq input of a generation request; an adapter named as the model is a LoRA at scale 1."""
+    spec, adapter = served_model_and_adapter(req.model, JobKind.text_to_image)
+    inp = req.genq_input()
+    if adapter is not None and adapter not in {
+        ref.get("name") for ref in inp.get("loras", []) if isinstance(ref, dict)
+    }:
+        inp["loras"] = [*inp.get("loras", []), {"name": adapter}]
+    return spec, inp
+
+
 def images_response(record: JobRecord, response_format: str) -> Response:
     """OpenAI's images answer for a succeeded text-to-image job (generations and edits alike)."""
+    return jsonify(images_body(record, response_format))
+
+
+def images_body(record: JobRecord, response_format: str) -> dict[str, Any]:
+    """The answer's body; ``url`` needs the request it answers (a batch's lines are ``b64_json``)."""
     data = []
     for entry in record.binary_outputs:
         item: dict[str, Any] = {"revised_prompt": None}
@@ -75,4 +93,4 @@ def images_response(record: JobRecord, response_format: str) -> Response:
             item["b64_json"] = base64.b64encode(blob).decode()
         item["seed"] = entry.seed  # genq's own: the seed that reproduces this image
         data.append(item)
-    return jsonify({"created": int(record.completed_at or record.created_at), "data": data, "output_format": "png"})
+    return {"created": int(record.completed_at or record.created_at), "data": data, "output_format": "png"}

@@ -5,6 +5,7 @@ registered and never submitted) is taken over with every line still answered exa
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import time
@@ -136,6 +137,36 @@ def test_a_chat_batch_and_an_embeddings_batch_answer_every_custom_id_once(served
     assert emb.id in listed and batch.id in listed
 
 
+def test_an_images_batch_answers_pictures_as_the_route_would(served, worker_for) -> None:
+    """Image lines answer OpenAI's images body with b64_json pictures, seeded as the route would seed them; a line
+    asking for URLs is refused at validation (an output file carries its images)."""
+    worker_for("sd-demo")
+    url, _ = served
+    client = client_of(url, KEY_A)
+
+    def image_line(custom_id: str, **body: object) -> dict[str, object]:
+        body = {"model": "sd-demo", "prompt": "a red square", "size": "64x64", "seed": 7, **body}
+        return {"custom_id": custom_id, "method": "POST", "url": "/v1/images/generations", "body": body}
+
+    file = client.files.create(file=("img.jsonl", jsonl([image_line("one"), image_line("two", n=2)])), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint="/v1/images/generations", completion_window="24h")
+    done = wait_done(client, batch.id)
+    assert done.status == "completed" and done.request_counts and done.request_counts.completed == 2, done
+    bodies = {line["custom_id"]: line["response"]["body"] for line in lines_of(client, done.output_file_id)}  # type: ignore[index]
+    assert [len(bodies[k]["data"]) for k in ("one", "two")] == [1, 2]
+    pictures = [base64.b64decode(item["b64_json"]) for body in bodies.values() for item in body["data"]]
+    assert all(p.startswith(b"\x89PNG") for p in pictures)
+    direct = client.images.generate(model="sd-demo", prompt="a red square", size="64x64", extra_body={"seed": 7})
+    assert (
+        direct.data and direct.data[0].b64_json == bodies["one"]["data"][0]["b64_json"]
+    )  # the same job, the same pixels
+
+    urls = client.files.create(file=("u.jsonl", jsonl([image_line("u", response_format="url")])), purpose="batch")
+    refused = client.batches.create(input_file_id=urls.id, endpoint="/v1/images/generations", completion_window="24h")
+    assert refused.status == "failed" and refused.errors and refused.errors.data
+    assert refused.errors.data[0].param == "body.response_format", refused.errors
+
+
 def test_an_invalid_file_fails_with_each_lines_error(served) -> None:
     url, _ = served
     client = client_of(url, KEY_A)
@@ -164,7 +195,7 @@ def test_an_invalid_file_fails_with_each_lines_error(served) -> None:
     with pytest.raises(openai.BadRequestError, match="purpose"):
         client.files.create(file=("x.jsonl", jsonl([chat_line("a", "b")])), purpose="fine-tune")
     with pytest.raises(openai.BadRequestError, match="endpoint"):
-        client.batches.create(input_file_id=file.id, endpoint="/v1/images/generations", completion_window="24h")  # type: ignore[arg-type]
+        client.batches.create(input_file_id=file.id, endpoint="/v1/moderations", completion_window="24h")
     with pytest.raises(openai.BadRequestError, match="completion_window"):
         client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="1h")  # type: ignore[arg-type]
 
