@@ -10,6 +10,7 @@ registered and never submitted is submitted by whoever feeds next), and answered
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -26,6 +27,7 @@ from tasks.errors import GenqError, InvalidInput, OutcomeUnknown, Unavailable
 from tasks.input_checks import validate_input
 from tasks.openai_batches import BatchRecord, BatchStatus, PreparedLine, batch_event, line_job_id
 from tasks.schemas import JobCreate
+from tasks.store.job_store import JobRecord
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -89,35 +91,45 @@ class Feeding:
             if not self.store.save(batch, self.token):
                 return
         flight = self.store.flight(self.id)
-        missing = self.collect(batch, flight)
+        missing, settled = self.collect(batch, flight)
+        in_flight = len(flight) - settled
         if batch.ending is not None:
             for job_id in flight:
                 self.svc.store.cancel(job_id)
-            for job_id, line in missing:  # registered, never submitted: they never ran
-                custom_id = self.store.lines(self.id, line, 1)[0].custom_id
-                answer = never_ran(batch, line, custom_id)
-                self.store.settle(self.id, self.token, job_id, _json(answer), False, self.ttl_s)
+            prepared = self.store.lines_at(self.id, [line for _, line in missing])
+            # Registered, never submitted: they never ran.
+            answers = [
+                (job_id, _json(never_ran(batch, line, p.custom_id)))
+                for (job_id, line), p in zip(missing, prepared, strict=True)
+            ]
+            in_flight -= self.store.settle(self.id, self.token, answers, False, self.ttl_s)
         elif missing:
-            self.submit_all(batch, missing)
+            self.submit_all(batch, missing, self.store.lines_at(self.id, [line for _, line in missing]))
         else:
-            self.feed(batch, len(self.store.flight(self.id)), state.fed)
-        state = self.store.state(self.id)
-        if not self.store.flight(self.id) and (batch.ending is not None or state.fed >= batch.total):
-            self.finish(batch, state.fed)
+            self.feed(batch, in_flight, state.fed)
+            in_flight = len(self.store.flight(self.id))
+        if in_flight <= 0 and (batch.ending is not None or state.fed >= batch.total):
+            if not self.store.flight(self.id):  # read again: what ``feed`` registered is in flight
+                self.finish(batch, self.store.state(self.id).fed)
 
-    def collect(self, batch: BatchRecord, flight: dict[str, int]) -> list[tuple[str, int]]:
-        """Settle the lines whose jobs ended; the lines in flight with no job (registered, never submitted)."""
+    def collect(self, batch: BatchRecord, flight: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
+        """Settle the lines whose jobs ended (how many were); the lines in flight with no job (registered, never
+        submitted)."""
         ids = list(flight)
         missing: list[tuple[str, int]] = []
+        ended: list[tuple[str, int, JobRecord]] = []
         for job_id, job in zip(ids, self.svc.batches.get_many(ids), strict=True):
-            line = flight[job_id]
             if job is None:
-                missing.append((job_id, line))
+                missing.append((job_id, flight[job_id]))
             elif job.status.terminal:
-                prepared = self.store.lines(self.id, line, 1)[0]
-                ok, answer = answer_of(self.svc.models, batch, line, prepared, job)
-                self.store.settle(self.id, self.token, job_id, _json(answer), ok, self.ttl_s)
-        return missing
+                ended.append((job_id, flight[job_id], job))
+        prepared = self.store.lines_at(self.id, [line for _, line, _ in ended])
+        answers: dict[bool, list[tuple[str, str]]] = {True: [], False: []}
+        for (job_id, line, job), p in zip(ended, prepared, strict=True):
+            ok, answer = answer_of(self.svc.models, batch, line, p, job)
+            answers[ok].append((job_id, _json(answer)))
+        settled = sum(self.store.settle(self.id, self.token, answers[ok], ok, self.ttl_s) for ok in (True, False))
+        return missing, settled
 
     def feed(self, batch: BatchRecord, in_flight: int, fed: int) -> None:
         room = min(self.window(fed, in_flight) - in_flight, batch.total - fed)
@@ -141,11 +153,8 @@ class Feeding:
             window = min(window, max(1, share))
         return window
 
-    def submit_all(
-        self, batch: BatchRecord, jobs: list[tuple[str, int]], lines: list[PreparedLine] | None = None
-    ) -> None:
-        for i, (job_id, line) in enumerate(jobs):
-            prepared = lines[i] if lines is not None else self.store.lines(self.id, line, 1)[0]
+    def submit_all(self, batch: BatchRecord, jobs: list[tuple[str, int]], lines: list[PreparedLine]) -> None:
+        for (job_id, line), prepared in zip(jobs, lines, strict=True):
             try:
                 self.submit(batch, job_id, prepared)
             except (Unavailable, OutcomeUnknown) as exc:  # left in flight without a job: a later pass submits it
@@ -154,7 +163,7 @@ class Feeding:
             except GenqError as exc:
                 status = 400 if isinstance(exc, InvalidInput) else 404
                 answer = refused(batch, line, prepared, status, str(exc), exc.code.value)
-                self.store.settle(self.id, self.token, job_id, _json(answer), False, self.ttl_s)
+                self.store.settle(self.id, self.token, [(job_id, _json(answer))], False, self.ttl_s)
 
     def submit(self, batch: BatchRecord, job_id: str, prepared: PreparedLine) -> None:
         spec = self.svc.model(prepared.model)
@@ -185,8 +194,6 @@ class Feeding:
 
 
 def _json(answer: dict[str, object]) -> str:
-    import json
-
     return json.dumps(answer, separators=(",", ":"))
 
 

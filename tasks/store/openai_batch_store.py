@@ -51,10 +51,9 @@ class SettleArgs(ScriptArgs):
     state: str = key()
     changed: str = key()
     token: str
-    job_id: str
-    line: str
     counter: str
     ttl_s: int
+    entries: list[str] = pairs()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +168,17 @@ class BatchStore:
         raws = self.redis.lrange(self.part(batch_id, "lines"), start, start + count - 1)
         return [PreparedLine.model_validate_json(raw) for raw in raws]
 
+    def lines_at(self, batch_id: str, numbers: list[int]) -> list[PreparedLine]:
+        """The prepared lines at ``numbers`` (in that order), in one round trip."""
+        if not numbers:
+            return []
+        name = self.part(batch_id, "lines")
+        with self.redis.pipeline(transaction=False) as pipe:
+            for number in numbers:
+                pipe.lindex(name, number)
+            raws = pipe.execute()
+        return [PreparedLine.model_validate_json(raw) for raw in raws]
+
     def flight(self, batch_id: str) -> dict[str, int]:
         """The lines in flight: job id -> line."""
         raw = self.redis.hgetall(self.part(batch_id, "flight"))
@@ -189,8 +199,12 @@ class BatchStore:
         )
         return bool(self._scripts.run(args))
 
-    def settle(self, batch_id: str, token: str, job_id: str, line: str, ok: bool, ttl_s: int) -> bool:
-        """The answer of the line in flight as ``job_id`` (an output line if ``ok``, else an error line), once."""
+    def settle(self, batch_id: str, token: str, answers: Iterable[tuple[str, str]], ok: bool, ttl_s: int) -> int:
+        """The answers (job id, line) of lines in flight: output lines if ``ok``, else error lines, each once.
+        How many were written (0 for lines settled already, or all when the lease was lost)."""
+        entries = [part for answer in answers for part in answer]
+        if not entries:
+            return 0
         args = SettleArgs(
             lease=self.part(batch_id, "lease"),
             flight=self.part(batch_id, "flight"),
@@ -198,12 +212,11 @@ class BatchStore:
             state=self.part(batch_id, "state"),
             changed=self.keys.batch_channel(batch_id),
             token=token,
-            job_id=job_id,
-            line=line,
             counter="completed" if ok else "failed",
             ttl_s=ttl_s,
+            entries=entries,
         )
-        return int(self._scripts.run(args)) == 1
+        return max(0, int(self._scripts.run(args)))
 
     def save(self, record: BatchRecord, token: str) -> bool:
         args = SaveArgs(

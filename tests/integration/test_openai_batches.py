@@ -261,7 +261,9 @@ def test_a_feeder_that_dies_midway_is_taken_over_and_every_line_is_answered_once
     assert store.feed(batch.id, dead, [(line_job_id(batch.id, n), n) for n in range(6)], 6, 3600)
     assert all(svc.store.get(line_job_id(batch.id, n)) is None for n in range(6))
     svc.openai_batches.redis.delete(store.part(batch.id, "lease"))  # its lease lapsed
-    assert not store.settle(batch.id, dead, line_job_id(batch.id, 0), "{}", True, 60)  # a stale feeder writes nothing
+    assert not store.settle(
+        batch.id, dead, [(line_job_id(batch.id, 0), "{}")], True, 60
+    )  # a stale feeder writes nothing
     done = wait_done(client, batch.id)
     assert done.status == "completed", done
     out = lines_of(client, done.output_file_id)
