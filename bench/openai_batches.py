@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         done = wait_batch(http, start_batch(http, batch_file(args.lines))["id"])
         batch_rate = batch_tokens(http, done) / (time.perf_counter() - started)
         jobs_rate = jobs_batch_rate(http, args.lines)
-        files = [file_run(stack, http, int(mb)) for mb in args.file_mb.split(",")]
+        sizes = [int(mb) for mb in args.file_mb.split(",") if mb]  # --file-mb "": no file runs
+        files = [file_run(stack, http, mb) for mb in sizes]
         load = load_average()
     alone_p50, beside_p50 = statistics.median(alone), statistics.median(beside)
     print(
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'batch tokens/s':>26}  {'/v1/jobs/batch':>16}  {'ratio':>6}")
     print(f"{batch_rate:>26.0f}  {jobs_rate:>16.0f}  {batch_rate / jobs_rate:>5.2f}x")
     print(f"{'file MB':>8}  {'lines':>8}  {'upload s':>8}  {'validate s':>10}  {'API RSS growth MB':>17}")
-    for mb, (up, valid, growth, lines) in zip(args.file_mb.split(","), files, strict=True):
+    for mb, (up, valid, growth, lines) in zip(sizes, files, strict=True):
         print(f"{mb:>8}  {lines:>8}  {up:>8.1f}  {valid:>10.1f}  {growth:>17.0f}")
 
 

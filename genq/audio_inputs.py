@@ -1,6 +1,7 @@
 """Audio as job inputs: a path or bytes becomes what the API takes, a data: URI (small) or an upload id (larger,
-through ``POST /v1/uploads``: ``genq.media_inputs``). Strings the API takes as they are (``up_...``, ``data:``) pass
-through. The media type is read from the file's first bytes (the API reads the container itself either way)."""
+through ``POST /v1/uploads``: ``genq.media_inputs``, for the fields ``genq.media_fields`` names). Strings the API
+takes as they are (``up_...``, ``data:``) pass through. The media type is read from the file's first bytes (the API
+reads the container itself either way)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from genq.errors import InvalidInput
-from genq.media_inputs import DATA_URI_MAX_BYTES, PASSED_AS_IS, Upload, data_uri, upload_bytes
-from genq.protocol import Config, Flow
-from tasks.errors import ErrorCode
+from genq.media_inputs import invalid_media
 
 #: The input fields that take audio (speech-to-text models).
 AUDIO_FIELDS = ("audio",)
@@ -37,35 +35,15 @@ def audio_bytes(value: Any, field: str = "audio") -> tuple[bytes, str]:
     if isinstance(value, str | os.PathLike):
         path = Path(value)
         if not path.is_file():
-            raise _invalid(field, f"no such file {str(value)!r} (audio is a path, bytes, an upload id or a data: URI)")
+            raise invalid_media(
+                field, f"no such file {str(value)!r} (audio is a path, bytes, an upload id or a data: URI)"
+            )
         data = path.read_bytes()
     elif isinstance(value, bytes | bytearray | memoryview):
         data = bytes(value)
     else:
-        raise _invalid(field, f"cannot send a {type(value).__name__} as audio (a path or bytes)")
+        raise invalid_media(field, f"cannot send a {type(value).__name__} as audio (a path or bytes)")
     kind = media_type(data)
     if kind is None:
-        raise _invalid(field, "not flac, mp3, mp4, m4a, ogg, wav or webm audio")
+        raise invalid_media(field, "not flac, mp3, mp4, m4a, ogg, wav or webm audio")
     return data, kind
-
-
-def _invalid(field: str, message: str) -> InvalidInput:
-    return InvalidInput(f"{field}: {message}", code=ErrorCode.invalid_input, field=f"input.{field}")
-
-
-def resolve(config: Config, input: dict[str, Any], inline_max: int | None = None) -> Flow[dict[str, Any]]:
-    """``input`` with its audio as the API takes it: up to ``inline_max`` bytes inline, larger uploaded first."""
-    inline_max = DATA_URI_MAX_BYTES if inline_max is None else inline_max
-    resolved = dict(input)
-    for field in AUDIO_FIELDS:
-        value = resolved.get(field)
-        if value is None or isinstance(value, str) and value.startswith(PASSED_AS_IS):
-            continue
-        if isinstance(value, Upload):
-            resolved[field] = value.id
-            continue
-        data, kind = audio_bytes(value, field)
-        resolved[field] = (
-            data_uri(data, kind) if len(data) <= inline_max else (yield from upload_bytes(config, data, kind)).id
-        )
-    return resolved

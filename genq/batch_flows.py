@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from genq import image_inputs
+from genq import media_fields
 from genq.errors import GenqError, JobFailed, WaitTimeout, error_from_entry
 from genq.flows import DEFAULT_WAIT_S, HTTP_SLACK_S, LONG_POLL_S, MAX_POLL_S, MIN_POLL_S, Clock, OnUpdate
 from genq.protocol import Config, Flow, Request, Sleep, call
@@ -53,12 +53,12 @@ def submit_many(
     base = idempotency_key or uuid.uuid4().hex
     timeout = wait_s + HTTP_SLACK_S if wait_s > 0 else None
     headers = {"Prefer": f"wait={wait_s:.3g}"} if wait_s > 0 else {}
-    # Image inputs are uploaded, never inlined: a batch of data: URIs would soon pass the batch's body limit.
+    # Media inputs are uploaded, never inlined: a batch of data: URIs would soon pass the batch's body limit.
     sent = []
     for job in jobs:
         inp = job.get("input")
-        if isinstance(inp, dict) and any(f in inp for f in image_inputs.IMAGE_FIELDS):
-            job = {**job, "input": (yield from image_inputs.resolve(config, inp, inline_max=0))}
+        if isinstance(inp, dict) and media_fields.has_media(inp):
+            job = {**job, "input": (yield from media_fields.resolve(config, inp, inline_max=0))}
         sent.append(job)
     jobs = sent
     for start in range(0, len(jobs), max(1, batch_size)):

@@ -13,7 +13,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
-from genq import audio_inputs, image_inputs
+from genq import media_fields
 from genq.errors import APIError, JobFailed, WaitTimeout
 from genq.protocol import Config, Flow, Request, Sleep, call
 from genq.watch import OnText, TextSoFar, follow
@@ -80,7 +80,7 @@ def submit(
     wait_s: float = 0.0,
 ) -> Flow[Job]:
     # Images and audio (paths, bytes, PIL images) become data: URIs or upload ids, once: a retried POST sends the same.
-    input = yield from audio_inputs.resolve(config, (yield from image_inputs.resolve(config, input)))
+    input = yield from media_fields.resolve(config, input)
     body: dict[str, Any] = {"model": model, "input": input}
     for name, value in (("priority", priority), ("deadline_s", deadline_s), ("webhook", webhook)):
         if value is not None:

@@ -13,10 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from genq.errors import InvalidInput
-from genq.media_inputs import DATA_URI_MAX_BYTES, PASSED_AS_IS, Upload, data_uri, upload_bytes
+from genq.media_inputs import Upload, invalid_media, upload_bytes
 from genq.protocol import Config, Flow
-from tasks.errors import ErrorCode
 
 #: The input fields that take an image (text-to-image models: the source picture and the inpainting mask).
 IMAGE_FIELDS = ("image", "mask")
@@ -33,17 +31,13 @@ def media_type(data: bytes) -> str | None:
     return None
 
 
-def _invalid(field: str, message: str) -> InvalidInput:
-    return InvalidInput(f"{field}: {message}", code=ErrorCode.invalid_input, field=f"input.{field}")
-
-
 def image_bytes(value: Any, field: str = "image") -> tuple[bytes, str]:
     """The bytes and media type of a path, ``bytes`` or PIL image; InvalidInput (raised here, nothing sent)
     when it is none of them or not a PNG, JPEG or WebP."""
     if isinstance(value, str | os.PathLike):
         path = Path(value)
         if not path.is_file():
-            raise _invalid(
+            raise invalid_media(
                 field,
                 f"no such file {str(value)!r} (an image input is a path, bytes, a PIL image, an "
                 "upload id up_... or a data: URI)",
@@ -56,10 +50,10 @@ def image_bytes(value: Any, field: str = "image") -> tuple[bytes, str]:
         value.save(buffer, format="PNG")
         data = buffer.getvalue()
     else:
-        raise _invalid(field, f"cannot send a {type(value).__name__} as an image (a path, bytes or a PIL image)")
+        raise invalid_media(field, f"cannot send a {type(value).__name__} as an image (a path, bytes or a PIL image)")
     kind = media_type(data)
     if kind is None:
-        raise _invalid(field, "not a PNG, JPEG or WebP image")
+        raise invalid_media(field, "not a PNG, JPEG or WebP image")
     return data, kind
 
 
@@ -67,23 +61,3 @@ def upload(config: Config, value: Any) -> Flow[Upload]:
     """``POST /v1/uploads`` with the image's raw bytes; the upload (owner-scoped, expiring)."""
     data, kind = image_bytes(value)
     return (yield from upload_bytes(config, data, kind))
-
-
-def resolve(config: Config, input: dict[str, Any], inline_max: int | None = None) -> Flow[dict[str, Any]]:
-    """``input`` with its image fields as the API takes them: up to ``inline_max`` bytes (``DATA_URI_MAX_BYTES``
-    when None) inline, larger ones uploaded first."""
-    inline_max = DATA_URI_MAX_BYTES if inline_max is None else inline_max
-    resolved = dict(input)
-    for field in IMAGE_FIELDS:
-        value = resolved.get(field)
-        if value is None or isinstance(value, str) and value.startswith(PASSED_AS_IS):
-            continue
-        if isinstance(value, Upload):
-            resolved[field] = value.id
-            continue
-        data, kind = image_bytes(value, field)
-        if len(data) <= inline_max:
-            resolved[field] = data_uri(data, kind)
-        else:
-            resolved[field] = (yield from upload(config, data)).id
-    return resolved

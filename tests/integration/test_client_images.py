@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image, ImageDraw
 
-from genq import Client, errors, image_inputs
+from genq import Client, errors, media_fields, media_inputs
 from genq.cli import main
 
 
@@ -51,16 +51,16 @@ def test_image_to_image_from_a_path_keeps_its_size_and_seed(client, worker_for, 
 def test_a_large_picture_is_uploaded_and_inpainted_with_a_pil_mask(client, worker_for, monkeypatch):
     worker_for("sd-demo")
     large = png_bytes(picture((256, 256), noise=True))  # the demo model's largest; below 256 KiB even as noise
-    monkeypatch.setattr(image_inputs, "DATA_URI_MAX_BYTES", 64 * 1024)
-    assert len(large) > image_inputs.DATA_URI_MAX_BYTES
+    monkeypatch.setattr(media_fields, "DATA_URI_MAX_BYTES", 64 * 1024)
+    assert len(large) > media_fields.DATA_URI_MAX_BYTES
     uploaded: list[int] = []
-    real_upload = image_inputs.upload
+    real_upload = media_inputs.upload_bytes
 
-    def counted(config, value):  # type: ignore[no-untyped-def]
-        uploaded.append(len(value))
-        return (yield from real_upload(config, value))
+    def counted(config, data, kind, idempotency_key=None):  # type: ignore[no-untyped-def]
+        uploaded.append(len(data))
+        return (yield from real_upload(config, data, kind, idempotency_key))
 
-    monkeypatch.setattr(image_inputs, "upload", counted)
+    monkeypatch.setattr(media_inputs, "upload_bytes", counted)
     mask = Image.new("L", (256, 256), 0)
     ImageDraw.Draw(mask).rectangle((128, 0, 256, 256), fill=255)
     job = client.generate(

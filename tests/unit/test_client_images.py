@@ -6,13 +6,15 @@ import asyncio
 import base64
 import io
 import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from PIL import Image
 
-from genq import AsyncClient, Client, errors, image_inputs
+from genq import AsyncClient, Client, errors, image_inputs, media_inputs
 from tests.unit.test_client import job, recording
 
 UPLOAD = {
@@ -75,7 +77,7 @@ def test_a_small_image_from_a_path_goes_inline_as_a_data_uri(tmp_path):
 
 def test_a_large_image_is_uploaded_first_and_the_job_names_the_upload(tmp_path):
     data = png(400, 400, noise=True)
-    assert len(data) > image_inputs.DATA_URI_MAX_BYTES
+    assert len(data) > media_inputs.DATA_URI_MAX_BYTES
     seen: list[httpx.Request] = []
     with client(seen) as c:
         c.submit("sd-demo", {"prompt": "x"}, image=data, mask=Image.new("L", (64, 48), 255))
@@ -135,7 +137,8 @@ def test_an_upload_refused_for_size_raises_the_apis_error():
     assert caught.value.status == 413 and len(seen) == 1
 
 
-def test_batches_upload_every_image():
+def test_batches_upload_every_image_and_every_audio_file():
+    """A batch's media go through POST /v1/uploads (never inline): pictures, and audio as a path too."""
     seen: list[httpx.Request] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -144,10 +147,20 @@ def test_batches_upload_every_image():
             return httpx.Response(200, json={"jobs": [job("queued", kind="text-to-image")]})
         return handler_for(seen)(request)
 
-    with Client("http://api.test", transport=httpx.MockTransport(handle)) as c:
-        c.submit_many([{"model": "sd-demo", "input": {"prompt": "x", "image": png()}}])
-    assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/jobs/batch"]
-    assert json.loads(seen[1].content)["jobs"][0]["input"]["image"] == UPLOAD["id"]
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28)
+    with tempfile.TemporaryDirectory() as folder, Client("http://api.test", transport=httpx.MockTransport(handle)) as c:
+        clip = Path(folder) / "clip.wav"
+        clip.write_bytes(wav)
+        c.submit_many(
+            [
+                {"model": "sd-demo", "input": {"prompt": "x", "image": png()}},
+                {"model": "whisper-demo", "input": {"audio": str(clip)}},
+            ]
+        )
+    assert [r.url.path for r in seen] == ["/v1/uploads", "/v1/uploads", "/v1/jobs/batch"]
+    assert seen[1].content == wav and seen[1].headers["Content-Type"] == "audio/wav"
+    sent = json.loads(seen[2].content)["jobs"]
+    assert sent[0]["input"]["image"] == UPLOAD["id"] and sent[1]["input"]["audio"] == UPLOAD["id"]
 
 
 def test_the_async_client_does_the_same():
