@@ -1,6 +1,6 @@
 """Every API process feeds OpenAI batches: a daemon thread that, every ``TICK_S``, takes the lease of each open
-batch it can (tasks/store/openai_batch_store.py) and moves it on: its ended lines' answers collected, more lines
-submitted as jobs, and once it has stopped, its files written.
+batch it can (tasks/store/openai_batch_store.py) and moves it on: its file validated (api/batch_validator.py), its
+ended lines' answers collected, more lines submitted as jobs, and once it has stopped, its files written.
 
 A batch keeps at most ``GENQ_BATCH_LINES_IN_FLIGHT`` lines queued or running, at low priority with a deadline at
 its window's end: interactive jobs never queue behind more than that many of a batch's, and a worker left idle by
@@ -20,6 +20,7 @@ from flask import Flask, g
 
 from api.batch_answers import answer_of, never_ran, refused
 from api.batch_files import write_files
+from api.batch_validator import Validations
 from api.job_submit import submit
 from api.keyring import KeyInfo
 from api.services import Services
@@ -38,6 +39,7 @@ class BatchRunner:
 
     def __init__(self, app: Flask) -> None:
         self.app, self.token = app, uuid.uuid4().hex
+        self.validations = Validations(app, self.token, work_ttl_s(app.extensions["genq"]))
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="genq-batches", daemon=True)
 
@@ -63,21 +65,24 @@ class BatchRunner:
             svc: Services = self.app.extensions["genq"]
             for batch_id in svc.openai_batches.open_ids():
                 if svc.openai_batches.take_lease(batch_id, self.token):
-                    Feeding(svc, batch_id, self.token).advance()
+                    Feeding(svc, batch_id, self.token, self.validations).advance()
 
 
 class Feeding:
     """One pass over one batch whose lease this process holds."""
 
-    def __init__(self, svc: Services, batch_id: str, token: str) -> None:
-        self.svc, self.id, self.token = svc, batch_id, token
+    def __init__(self, svc: Services, batch_id: str, token: str, validations: Validations) -> None:
+        self.svc, self.id, self.token, self.validations = svc, batch_id, token, validations
         self.store = svc.openai_batches
-        self.ttl_s = svc.settings.file_ttl_s + 2 * 86400
+        self.ttl_s = work_ttl_s(svc)
 
     def advance(self) -> None:
         batch = self.store.get(self.id)
         if batch is None:
             self.store.left_open(self.id)
+            return
+        if batch.status == BatchStatus.validating:
+            self.validations.ensure(self.id)  # on a thread of its own; this pass renewed its lease
             return
         g.key_info = KeyInfo(owner=batch.owner, key_id=batch.key_id)  # whose jobs these are (api/job_submit.py)
         state = self.store.state(self.id)
@@ -191,6 +196,11 @@ class Feeding:
                 self.svc.outbox.record([(self.id, batch_event(status))])
             self.store.drop_work(self.id)
             log.info("batch %s %s", self.id, status.value)
+
+
+def work_ttl_s(svc: Services) -> int:
+    """How long a batch's lines and answers are kept: past its window, for its files to be written."""
+    return svc.settings.file_ttl_s + 2 * 86400
 
 
 def _json(answer: dict[str, object]) -> str:

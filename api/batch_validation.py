@@ -3,7 +3,7 @@
 valid for its model (the same checks its route makes, so no line is accepted that its job would refuse). The lines
 that pass are written as they are read (``PreparedLine``: genq's job, ready to submit); memory stays flat in the
 file's size but for the set of ``custom_id``s. An invalid file fails its batch with up to ``MAX_ERRORS`` errors,
-each naming its line."""
+each naming its line. The batch runner validates (api/batch_runner.py): a batch is ``validating`` meanwhile."""
 
 from __future__ import annotations
 
@@ -61,10 +61,15 @@ def prepare_line(svc: Services, endpoint: str, raw: bytes, number: int) -> Prepa
     return PreparedLine(custom_id=line.custom_id, model=spec.id, input=inp, options=options)
 
 
+class Stopped(Exception):
+    """The validation stopped midway: its lease was lost (its new holder validates the file again)."""
+
+
 def validate_file(
-    svc: Services, batch_id: str, endpoint: str, meta: FileMeta, ttl_s: int
+    svc: Services, batch_id: str, endpoint: str, meta: FileMeta, ttl_s: int, token: str
 ) -> tuple[int, list[LineError]]:
-    """Check ``meta``'s lines and write the prepared ones under ``batch_id``; (lines, errors)."""
+    """Check ``meta``'s lines and write the prepared ones under ``batch_id`` (fenced by the lease ``token``);
+    (lines, errors). Stopped once the lease is lost."""
     pieces = svc.files.chunks(meta)
     if pieces is None:
         return 0, [LineError(code="file_gone", message=f"input_file_id: {meta.id}'s content is gone")]
@@ -85,10 +90,15 @@ def validate_file(
         seen.add(prepared.custom_id)
         ready.append(prepared)
         if len(ready) >= WRITE_EVERY and not errors:
-            svc.openai_batches.add_lines(batch_id, ready, ttl_s)
-            ready.clear()
+            _write(svc, batch_id, token, ready, ttl_s)
     if not errors:
-        svc.openai_batches.add_lines(batch_id, ready, ttl_s)
+        _write(svc, batch_id, token, ready, ttl_s)
     if count == 0:
         errors.append(LineError(code="empty_file", message=f"input_file_id: {meta.id} holds no request"))
     return count, errors
+
+
+def _write(svc: Services, batch_id: str, token: str, ready: list[PreparedLine], ttl_s: int) -> None:
+    if not svc.openai_batches.add_lines(batch_id, token, ready, ttl_s):
+        raise Stopped(batch_id)
+    ready.clear()

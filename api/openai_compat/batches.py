@@ -1,7 +1,8 @@
 """``/batches`` as the ``openai`` package calls it: create (from an uploaded ``purpose="batch"`` file), retrieve,
-list, cancel. A batch's lines are checked when it is created (api/batch_validation.py): an invalid file fails the
-batch with its errors listed per line; a valid one is ``in_progress`` and its lines are fed as low-priority jobs by
-the API processes' batch runners (api/batch_runner.py) until its output and error files are written."""
+list, cancel, and genq's event stream of a batch. A batch is ``validating`` until an API process's batch runner
+(api/batch_runner.py) has checked its lines (api/batch_validation.py): an invalid file fails the batch with its
+errors listed per line; a valid one is ``in_progress`` and its lines are fed as low-priority jobs until its output
+and error files are written."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import current_key, current_owner
 from api.batch_event_stream import BatchEventStream
-from api.batch_validation import validate_file
 from api.openai_compat.jobs import parse
 from api.owned_files import owned_file
 from api.services import Services, services
@@ -26,7 +26,6 @@ from tasks.openai_batches import (
     COMPLETION_WINDOW_S,
     BatchRecord,
     BatchStatus,
-    batch_event,
     new_batch_id,
 )
 from tasks.schemas import Metadata
@@ -46,7 +45,8 @@ class BatchCreate(BaseModel):
 
 
 def create_batch() -> Response:
-    """Check the input file's lines and start the batch (``failed``, with the lines' errors, if any is bad)."""
+    """Start the batch ``validating``: a batch runner checks its lines (``failed`` with the lines' errors if any is
+    bad), then feeds them."""
     svc = services()
     req: BatchCreate = parse(BatchCreate, request.get_json(silent=True))
     if req.endpoint not in BATCH_ENDPOINTS:
@@ -64,30 +64,21 @@ def create_batch() -> Response:
         )
     owner = current_owner()
     _check_open_batches(svc, owner, meta.lines)
-    batch_id, now = new_batch_id(), svc.openai_batches.now()
-    ttl_s = COMPLETION_WINDOW_S + svc.settings.file_ttl_s
-    total, errors = validate_file(svc, batch_id, req.endpoint, meta, ttl_s)
+    now = svc.openai_batches.now()
     batch = BatchRecord(
-        id=batch_id,
+        id=new_batch_id(),
         owner=owner,
         key_id=current_key().key_id,
         endpoint=req.endpoint,
         input_file_id=meta.id,
-        status=BatchStatus.failed if errors else BatchStatus.in_progress,
+        status=BatchStatus.validating,  # a batch runner checks its lines (api/batch_validation.py), then feeds them
         created_at=now,
         expires_at=now + COMPLETION_WINDOW_S,
-        total=0 if errors else total,
+        total=meta.lines,
         metadata=req.metadata,
         webhook=req.webhook,
-        errors=errors,
-        failed_at=now if errors else None,
-        in_progress_at=None if errors else now,
     )
-    if errors:
-        svc.openai_batches.drop_lines(batch_id)
-    svc.openai_batches.create(batch, ttl_s)
-    if errors and batch.webhook:
-        svc.outbox.record([(batch.id, batch_event(batch.status))])
+    svc.openai_batches.create(batch, COMPLETION_WINDOW_S + svc.settings.file_ttl_s)
     return jsonify(batch.public(0, 0))
 
 
@@ -117,7 +108,7 @@ def batch_object(batch: BatchRecord, svc: Services | None = None) -> dict[str, A
     ``svc`` outside a request (an event stream's reads run after its view returned)."""
     state = (svc or services()).openai_batches.state(batch.id)
     shown = batch
-    if state.cancel and batch.status == BatchStatus.in_progress:
+    if state.cancel and batch.status in (BatchStatus.validating, BatchStatus.in_progress):
         shown = batch.model_copy(update={"status": BatchStatus.cancelling})
     return shown.public(state.completed, state.failed, state.fed)
 

@@ -27,7 +27,8 @@ def key() -> Any:
 
 
 def pairs() -> Any:
-    """The last field: field/value pairs, sent flat after the other ARGV (the Lua sees ``<name>_from``)."""
+    """The last field: field/value pairs (or plain values), sent flat after the other ARGV (the Lua sees
+    ``<name>_from``)."""
     return dataclasses.field(default_factory=list, metadata={_ROLE: "pairs"})
 
 

@@ -30,6 +30,16 @@ class LeaseArgs(ScriptArgs):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LinesArgs(ScriptArgs):
+    script = "batch_lines"
+    lease: str = key()
+    lines: str = key()
+    token: str
+    ttl_s: int
+    entries: list[str] = pairs()
+
+
+@dataclass(frozen=True, kw_only=True)
 class FeedArgs(ScriptArgs):
     script = "batch_feed"
     lease: str = key()
@@ -96,17 +106,8 @@ class BatchStore:
         return self.keys.batch_part(batch_id, name)
 
     # -- creation (the API's create call) --
-    def add_lines(self, batch_id: str, lines: list[PreparedLine], ttl_s: int) -> None:
-        """Append validated lines (in pieces, as the input file is read)."""
-        if lines:
-            name = self.part(batch_id, "lines")
-            with self.redis.pipeline() as pipe:
-                pipe.rpush(name, *[line.model_dump_json() for line in lines])
-                pipe.expire(name, ttl_s)
-                pipe.execute()
-
     def create(self, record: BatchRecord, ttl_s: int) -> None:
-        """Write the record (its lines already added), index it under its owner and, if open, for the runners."""
+        """Write the record, index it under its owner and, if open, for the runners (which validate its file)."""
         index = self.keys.owner_batches(record.owner)
         with self.redis.pipeline() as pipe:
             pipe.set(self.keys.batch(record.id), record.model_dump_json(), ex=ttl_s)
@@ -163,6 +164,20 @@ class BatchStore:
     # -- the feeder's (fenced by its lease) --
     def take_lease(self, batch_id: str, token: str) -> bool:
         return bool(self._scripts.run(LeaseArgs(lease=self.part(batch_id, "lease"), token=token, ttl_ms=LEASE_MS)))
+
+    def add_lines(self, batch_id: str, token: str, lines: list[PreparedLine], ttl_s: int) -> bool:
+        """Append validated lines (in pieces, as the input file is read); False once the lease is lost."""
+        if not lines:
+            return True
+        name = self.part(batch_id, "lines")
+        args = LinesArgs(
+            lease=self.part(batch_id, "lease"),
+            lines=name,
+            token=token,
+            ttl_s=ttl_s,
+            entries=[line.model_dump_json() for line in lines],
+        )
+        return bool(self._scripts.run(args))
 
     def lines(self, batch_id: str, start: int, count: int) -> list[PreparedLine]:
         raws = self.redis.lrange(self.part(batch_id, "lines"), start, start + count - 1)

@@ -77,7 +77,7 @@ def test_a_batch_posts_its_ending_to_its_webhook(settings, tmp_path_factory, log
                 completion_window="24h",
                 extra_body={"webhook": receiver.url()},
             )
-            assert failed.status == "failed"
+            assert failed.status == "validating"
             hits = batch_hits(receiver, failed.id)
             assert [h[1]["event"] for h in hits] == ["batch.failed"]
             with pytest.raises(openai.BadRequestError, match="webhook"):

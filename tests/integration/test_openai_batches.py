@@ -20,7 +20,8 @@ from openai import OpenAI
 from api import create_app
 from api.auth import hash_key
 from api.batch_runner import BatchRunner
-from tasks.openai_batches import line_job_id
+from api.batch_validator import validate_batch
+from tasks.openai_batches import PreparedLine, line_job_id
 from tests.live_server import LiveServer
 
 KEY_A, KEY_B = "files-a-" + uuid.uuid4().hex, "files-b-" + uuid.uuid4().hex
@@ -77,6 +78,13 @@ def batch_events(url: str, key: str, batch_id: str) -> list[tuple[str, dict[str,
     return events
 
 
+def wait_status(client: OpenAI, batch_id: str, status: str, limit_s: float = 60) -> None:
+    end = time.monotonic() + limit_s
+    while (seen := client.batches.retrieve(batch_id).status) != status:
+        assert time.monotonic() < end, f"batch {batch_id} is {seen}, not {status}"
+        time.sleep(0.1)
+
+
 def lines_of(client: OpenAI, file_id: str | None) -> list[dict[str, object]]:
     if file_id is None:
         return []
@@ -95,7 +103,7 @@ def test_a_chat_batch_and_an_embeddings_batch_answer_every_custom_id_once(served
     batch = client.batches.create(
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "t"}
     )
-    assert batch.status == "in_progress" and batch.request_counts and batch.request_counts.total == 10
+    assert batch.status == "validating" and batch.request_counts and batch.request_counts.total == 10
     events = batch_events(url, KEY_A, batch.id)  # read while it runs: ends with the final object
     assert {name for name, _ in events} == {"batch"} and events[-1][1]["status"] == "completed", events
     counts = [int(shown["request_counts"]["completed"]) for _, shown in events]  # type: ignore[index]
@@ -163,6 +171,7 @@ def test_an_images_batch_answers_pictures_as_the_route_would(served, worker_for)
 
     urls = client.files.create(file=("u.jsonl", jsonl([image_line("u", response_format="url")])), purpose="batch")
     refused = client.batches.create(input_file_id=urls.id, endpoint="/v1/images/generations", completion_window="24h")
+    refused = wait_done(client, refused.id)
     assert refused.status == "failed" and refused.errors and refused.errors.data
     assert refused.errors.data[0].param == "body.response_format", refused.errors
 
@@ -183,6 +192,8 @@ def test_an_invalid_file_fails_with_each_lines_error(served) -> None:
     ]
     file = client.files.create(file=("bad.jsonl", jsonl(lines)), purpose="batch")
     batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.status == "validating"  # a batch runner checks the lines
+    batch = wait_done(client, batch.id)
     assert batch.status == "failed" and batch.errors is not None and batch.errors.data
     by_line = {e.line: e for e in batch.errors.data}
     assert sorted(by_line) == [2, 3, 4, 5, 6], by_line
@@ -253,6 +264,7 @@ def test_a_feeder_that_dies_midway_is_taken_over_and_every_line_is_answered_once
     svc = app.extensions["genq"]
     store = svc.openai_batches
     batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    wait_status(client, batch.id, "in_progress")  # validated by the module's runner
     # A feeder took the lease and registered lines 0-5, then died before submitting them: its lease is held (the
     # module's runner cannot take the batch) until it lapses, here made to lapse at once.
     dead = "dead-feeder"
@@ -264,6 +276,8 @@ def test_a_feeder_that_dies_midway_is_taken_over_and_every_line_is_answered_once
     assert not store.settle(
         batch.id, dead, [(line_job_id(batch.id, 0), "{}")], True, 60
     )  # a stale feeder writes nothing
+    stale = PreparedLine(custom_id="stale", model="gpt2-demo", input={})
+    assert not store.add_lines(batch.id, dead, [stale], 60)  # nor does a stale validator
     done = wait_done(client, batch.id)
     assert done.status == "completed", done
     out = lines_of(client, done.output_file_id)
@@ -323,15 +337,16 @@ def test_a_batch_leaves_rows_to_other_jobs_of_its_model(served) -> None:
     """Alone a batch may hold ``GENQ_BATCH_LINES_IN_FLIGHT`` lines; while another job of its model is active, at
     most ``GENQ_BATCH_ROW_SHARE`` of the model's rows."""
     from api.batch_runner import Feeding
-    from tasks.openai_batches import PreparedLine, new_batch_id
+    from tasks.openai_batches import new_batch_id
 
     _, app = served
     svc = app.extensions["genq"]
     svc = dataclasses.replace(svc, settings=dataclasses.replace(svc.settings, batch_lines_in_flight=64))
     spec = svc.models.get("gpt2-demo")
     batch_id, other = new_batch_id(), str(uuid.uuid4())
-    svc.openai_batches.add_lines(batch_id, [PreparedLine(custom_id="a", model="gpt2-demo", input={})], 60)
-    feeding = Feeding(svc, batch_id, "token")
+    assert svc.openai_batches.take_lease(batch_id, "token")
+    svc.openai_batches.add_lines(batch_id, "token", [PreparedLine(custom_id="a", model="gpt2-demo", input={})], 60)
+    feeding = Feeding(svc, batch_id, "token", app.extensions["genq_batch_runner"].validations)
     active = svc.store.keys.active("gpt2-demo")
     try:
         with app.app_context():
@@ -341,7 +356,7 @@ def test_a_batch_leaves_rows_to_other_jobs_of_its_model(served) -> None:
             assert feeding.window(0, 0) == share < 64
     finally:
         svc.store.redis.zrem(active, other)
-        svc.openai_batches.drop_lines(batch_id)
+        svc.openai_batches.drop_work(batch_id)
 
 
 def test_a_responses_batch_answers_response_objects(served, worker_for) -> None:
@@ -371,6 +386,7 @@ def test_a_responses_batch_answers_response_objects(served, worker_for) -> None:
         endpoint="/v1/responses",
         completion_window="24h",
     )
+    refused = wait_done(client, refused.id)
     assert refused.status == "failed" and refused.errors and refused.errors.data[0].param == "body.background"
 
 
@@ -385,6 +401,9 @@ def test_a_cancel_after_a_feeder_died_accounts_for_lines_it_never_submitted(serv
     paused.thread.join()
     batch = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert store.take_lease(batch.id, "dying")
+    with app.app_context():
+        validate_batch(app.extensions["genq"], batch.id, "dying", 3600)
+    assert store.get(batch.id).status == "in_progress"
     assert store.feed(batch.id, "dying", [(line_job_id(batch.id, n), n) for n in range(6)], 6, 3600)
     client.batches.cancel(batch.id)
     store.redis.delete(store.part(batch.id, "lease"))  # it died: its lease lapses
@@ -421,7 +440,7 @@ def test_a_keys_open_batches_and_their_lines_are_bounded(settings, tmp_path) -> 
         body = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
         return api.post("/openai/v1/batches", json=body, headers=auth)
 
-    assert create(upload(2)).json["status"] == "in_progress"
+    assert create(upload(2)).json["status"] == "validating"
     too_many_lines = create(upload(2))
     assert too_many_lines.status_code == 429 and "GENQ_MAX_OPEN_BATCH_LINES" in too_many_lines.text
     assert create(upload(1)).status_code == 200
