@@ -125,33 +125,49 @@ def batch_tokens(http: httpx.Client, batch: dict[str, Any]) -> int:
 
 
 def jobs_batch_rate(http: httpx.Client, lines: int) -> float:
-    """Completion tokens/s of the same requests through ``POST /v1/jobs/batch`` (low priority, as a batch's)."""
-    started, ids = time.perf_counter(), []
-    for start in range(0, lines, 100):
-        jobs = [
-            {
-                "model": MODEL,
-                "input": {"messages": chat_body(n)["messages"], "max_new_tokens": NEW_TOKENS, "do_sample": False},
-                "priority": "low",
-            }
-            for n in range(start, min(lines, start + 100))
-        ]
-        answer = http.post("/v1/jobs/batch", json={"jobs": jobs})
-        answer.raise_for_status()
-        ids += [entry["id"] for entry in answer.json()["jobs"]]
-    tokens, pending = 0, set(ids)
-    while pending:
+    """Completion tokens/s of the same requests through ``POST /v1/jobs/batch`` (low priority, as a batch's), sent
+    as a client would: 100 at a time, what the queue refused (full) sent again once some have ended."""
+    started, tokens = time.perf_counter(), 0
+    waiting = [
+        {
+            "model": MODEL,
+            "input": {"messages": chat_body(n)["messages"], "max_new_tokens": NEW_TOKENS, "do_sample": False},
+            "priority": "low",
+        }
+        for n in range(lines)
+    ]
+    pending: set[str] = set()
+    while waiting or pending:
+        while waiting:
+            part, waiting = waiting[:100], waiting[100:]
+            answer = http.post("/v1/jobs/batch", json={"jobs": part})
+            answer.raise_for_status()
+            entries = answer.json()["jobs"]
+            pending |= {entry["id"] for entry in entries if "id" in entry}
+            refused = [job for job, entry in zip(part, entries, strict=True) if "id" not in entry]
+            why = {str(entry.get("error", {}).get("code")) for entry in entries if "id" not in entry}
+            if why - {"overloaded", "rate_limited"}:
+                raise RuntimeError(f"/v1/jobs/batch refused jobs: {why}")
+            if refused:  # the queue is full: the rest waits for room
+                waiting = refused + waiting
+                break
         time.sleep(0.5)
-        snapshot = sorted(pending)
-        for start in range(0, len(snapshot), 100):
-            answer = http.get("/v1/jobs", params={"ids": ",".join(snapshot[start : start + 100])})
-            if answer.status_code != 200:
-                raise RuntimeError(f"GET /v1/jobs answered {answer.status_code}: {answer.text[:300]}")
-            for job in answer.json()["jobs"]:
-                if job.get("status") in ("succeeded", "failed", "canceled", "expired"):
-                    pending.discard(job["id"])
-                    tokens += completion_tokens(job.get("output") or {})
+        tokens += settle_ended(http, pending)
     return tokens / (time.perf_counter() - started)
+
+
+def settle_ended(http: httpx.Client, pending: set[str]) -> int:
+    """Drop the ended jobs from ``pending``; their completion tokens."""
+    tokens, snapshot = 0, sorted(pending)
+    for start in range(0, len(snapshot), 100):
+        answer = http.get("/v1/jobs", params={"ids": ",".join(snapshot[start : start + 100])})
+        if answer.status_code != 200:
+            raise RuntimeError(f"GET /v1/jobs answered {answer.status_code}: {answer.text[:300]}")
+        for job in answer.json()["jobs"]:
+            if job.get("status") in ("succeeded", "failed", "canceled", "expired"):
+                pending.discard(job["id"])
+                tokens += completion_tokens(job.get("output") or {})
+    return tokens
 
 
 def completion_tokens(output: dict[str, Any]) -> int:
