@@ -160,12 +160,16 @@ def test_requests_that_may_be_held_get_threads_of_their_own() -> None:
         ("GET", "/v1/jobs/j1/events", {"accept": "text/event-stream"}),
         ("POST", "/openai/v1/chat/completions", {}),
         ("GET", "/openai/v1/responses/r1", {}),  # ?stream=true streams it
+        ("POST", "/v1/rerank", {}),  # vLLM's paths of the OpenAI routes
+        ("POST", "/v1/score", {}),
+        ("GET", "/openai/v1/batches/batch_1/events", {}),
     ]
     plain = [
         ("GET", "/v1/jobs/j1", {}),
         ("POST", "/v1/jobs", {"prefer": "return=minimal"}),
         ("GET", "/v1/models", {}),
         ("GET", "/openai/v1/models", {}),
+        ("GET", "/openai/v1/batches/batch_1", {}),
     ]
     assert all(may_hold(*request) for request in held)
     assert not any(may_hold(*request) for request in plain)
