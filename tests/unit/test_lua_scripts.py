@@ -327,18 +327,31 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         assert client.get(p + "idem:k") == b"u2 d1"
 
     def batch_runs() -> dict[str, Callable[[Scripts], None]]:
-        """The batch feeder's four: lease, feed, settle (once), save (a final record leaves the open set)."""
+        """The batch feeder's five: lease, lines, feed, settle (once), save (a final record leaves the open set);
+        each write publishes on the batch's channel."""
         b = openai_batch_store
-        lease, flight, state = p + "b:lease", p + "b:flight", p + "b:state"
+        lease, flight, state, changed = p + "b:lease", p + "b:flight", p + "b:state", p + "b:changed"
 
         def take(s: Scripts) -> None:
             assert s.run(b.LeaseArgs(lease=lease, token="t1", ttl_ms=5000)) == 1
             assert s.run(b.LeaseArgs(lease=lease, token="t2", ttl_ms=5000)) == 0  # held by another
             assert s.run(b.LeaseArgs(lease=lease, token="t1", ttl_ms=5000)) == 1  # renewed
 
+        def lines(s: Scripts) -> None:
+            args = b.LinesArgs(lease=lease, lines=p + "b:lines", token="t1", ttl_s=60, entries=["a", "b"])
+            assert s.run(dataclasses.replace(args, token="t2")) == 0 and not client.exists(p + "b:lines")
+            assert s.run(args) == 1 and client.lrange(p + "b:lines", 0, -1) == [b"a", b"b"]
+
         def feed(s: Scripts) -> None:
             args = b.FeedArgs(
-                lease=lease, flight=flight, state=state, token="t1", fed=2, ttl_s=60, entries=["j0", "0", "j1", "1"]
+                lease=lease,
+                flight=flight,
+                state=state,
+                changed=changed,
+                token="t1",
+                fed=2,
+                ttl_s=60,
+                entries=["j0", "0", "j1", "1"],
             )
             assert s.run(dataclasses.replace(args, token="t2")) == 0 and not client.exists(flight)
             assert s.run(args) == 1
@@ -350,25 +363,43 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
                 flight=flight,
                 answers=p + "b:out",
                 state=state,
+                changed=changed,
                 token="t1",
-                job_id="j0",
-                line="{}",
                 counter="completed",
                 ttl_s=60,
+                entries=["j0", "{}", "j1", "{1}", "nobody", "{2}"],
             )
-            assert s.run(dataclasses.replace(args, token="t2")) == -1
-            assert s.run(args) == 1 and s.run(args) == 0  # once
-            assert client.lrange(p + "b:out", 0, -1) == [b"{}"] and client.hget(state, "completed") == b"1"
+            with client.pubsub() as listener:
+                listener.subscribe(changed)
+                assert listener.get_message(timeout=1)["type"] == "subscribe"  # type: ignore[index]
+                assert s.run(dataclasses.replace(args, token="t2")) == -1
+                assert s.run(args) == 2 and s.run(args) == 0  # once each; a line not in flight is not written
+                assert listener.get_message(timeout=1)["channel"] == changed.encode()  # type: ignore[index]
+                assert listener.get_message(timeout=0.1) is None  # the second run wrote nothing: no news
+            assert client.lrange(p + "b:out", 0, -1) == [b"{}", b"{1}"] and client.hget(state, "completed") == b"2"
 
         def save(s: Scripts) -> None:
             client.sadd(p + "b:open", "b1")
             args = b.SaveArgs(
-                lease=lease, record=p + "b:rec", open=p + "b:open", token="t1", value="v", final="1", batch_id="b1"
+                lease=lease,
+                record=p + "b:rec",
+                open=p + "b:open",
+                changed=changed,
+                token="t1",
+                value="v",
+                final="1",
+                batch_id="b1",
             )
             assert s.run(dataclasses.replace(args, token="t2")) == 0 and not client.exists(p + "b:rec")
             assert s.run(args) == 1 and client.get(p + "b:rec") == b"v" and not client.sismember(p + "b:open", "b1")
 
-        return {"batch_lease": take, "batch_feed": feed, "batch_settle": settle, "batch_save": save}
+        return {
+            "batch_lease": take,
+            "batch_lines": lines,
+            "batch_feed": feed,
+            "batch_settle": settle,
+            "batch_save": save,
+        }
 
     return {
         **batch_runs(),
