@@ -76,8 +76,7 @@ DEFAULT_POOL_DEVICE_BYTES = 0
 DEFAULT_POOL_HOST_BYTES = 0
 DEFAULT_POOL_KEEP_ALIVE_S = 300.0  # Ollama's default (5 min)
 DEFAULT_POOL_MAX_WAIT_S = 2.0
-# A text model's prompt prefixes kept across jobs (worker/runtimes/text/prefix_cache.py): a repeated system prompt
-# is prefilled once. Bytes of keys and values per model, on its device; 0 turns sharing off.
+# Bytes of a text model's cached prompt prefixes (worker/runtimes/text/prefix_cache.py), on its device; 0: none.
 DEFAULT_PREFIX_CACHE_BYTES = 512 << 20
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
