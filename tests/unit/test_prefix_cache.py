@@ -96,7 +96,7 @@ def test_held_blocks_are_not_evicted_until_released() -> None:
     assert len(cache) == 0 and cache.nbytes == 0 and value(PREFIX_BYTES, "m-refs") == 0
 
 
-def test_a_zero_budget_keeps_nothing_and_lookups_count_hit_tokens() -> None:
+def test_a_zero_budget_keeps_nothing_and_prompts_count_their_hit_tokens() -> None:
     off = PrefixCache("m-off", budget=0)
     ids = prompt(0, 2)
     off.store((), ids, kv_of(ids))
@@ -104,6 +104,8 @@ def test_a_zero_budget_keeps_nothing_and_lookups_count_hit_tokens() -> None:
     on = PrefixCache("m-on", budget=1 << 20)
     on.store((), ids, kv_of(ids))
     prompts, hits = value(PREFIX_PROMPT_TOKENS, "m-on"), value(PREFIX_HIT_TOKENS, "m-on")
-    on.acquire((), ids + [1, 2])
+    hit = on.acquire((), ids + [1, 2])
+    assert hit is not None
+    on.count(len(ids) + 2, hit.tokens)
     assert value(PREFIX_PROMPT_TOKENS, "m-on") - prompts == len(ids) + 2
     assert value(PREFIX_HIT_TOKENS, "m-on") - hits == 2 * BLOCK

@@ -90,13 +90,16 @@ class PrefixCache:
         if self.budget <= 0:
             return None
         chain = self._chain(namespace, ids, (len(ids) - 1) // self.block)
-        record_prefix_lookup(self.model, len(ids), self.block * len(chain))
         if not chain:
             return None
         self._touch(chain)
         for found in chain:
             found.refs += 1
         return Hit(chain)
+
+    def count(self, prompt: int, hit: int) -> None:
+        """A prompt of ``prompt`` tokens started prefilling after its first ``hit`` came from the cache."""
+        record_prefix_lookup(self.model, prompt, hit)
 
     def release(self, hit: Hit) -> None:
         """The row that held ``hit`` no longer reads it: its blocks may be evicted again."""

@@ -212,7 +212,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
                 held.prompt.advance(part, None if part.last else kv)
                 if part.last:
                     self.prefixes.store(held.handle, held.prompt.ids, kv)
-            self.prefixes.ran(waiting[: len(parts)])
+            self.prefixes.ran(waiting, parts)
             joined = {id(held) for held, part in zip(waiting, parts, strict=False) if part.last}
             self._rows += [held for held in waiting if id(held) in joined]
             self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]

@@ -14,6 +14,7 @@ from typing import Any
 
 from worker.adapters.session_rows import SessionAdapters
 from worker.runtimes.text.prefix_cache import Hit, LayerKV, PrefixCache
+from worker.runtimes.text.prompt_parts import PromptPart
 from worker.runtimes.text.rows import SessionRow
 
 
@@ -41,9 +42,14 @@ class SessionPrefixes:
                 self._hits[id(held)] = hit
                 prompt.done, prompt.prefix = hit.tokens, cache.prefix(hit)
 
-    def ran(self, rows: Iterable[SessionRow]) -> None:
-        """``rows``' parts ran in a step: what they took from the cache is in their own keys and values now."""
-        for held in rows:
+    def ran(self, rows: Iterable[SessionRow], parts: Iterable[PromptPart]) -> None:
+        """``rows``' ``parts`` ran in a step: what they took from the cache is in their own keys and values now.
+        A first part (from position 0, or from the end of its hit) counts its prompt and the tokens it reused."""
+        for held, part in zip(rows, parts, strict=False):
+            hit = self._hits.get(id(held))
+            reused = hit.tokens if hit is not None else 0
+            if self.cache is not None and part.start == reused:
+                self.cache.count(len(held.prompt.ids), reused)
             self._release(id(held))
 
     def keep(self, waiting: Iterable[SessionRow]) -> None:
