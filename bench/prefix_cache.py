@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench.text_steps import load_runtime  # noqa: E402
 from tasks.kinds import TextGenerationInput  # noqa: E402
-from tasks.kinds.text_generation.messages import SystemMessage, UserMessage  # noqa: E402
+from tasks.kinds.text_generation.messages import ChatMessage, SystemMessage, UserMessage  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
 
@@ -62,7 +62,10 @@ def jobs(system: str, count: int) -> list[TextGenerationInput]:
     out = []
     for i in range(count):
         question = QUESTIONS[i % len(QUESTIONS)].format(WORDS[(i // len(QUESTIONS)) % len(WORDS)]) + f" (#{i})"
-        messages = [SystemMessage(role="system", content=system), UserMessage(role="user", content=question)]
+        messages: list[ChatMessage] = [
+            SystemMessage(role="system", content=system),
+            UserMessage(role="user", content=question),
+        ]
         out.append(
             TextGenerationInput(
                 messages=messages, max_new_tokens=8 + 8 * (i % 3), do_sample=i % 2 == 1, temperature=0.8, seed=i
