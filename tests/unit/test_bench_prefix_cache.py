@@ -18,3 +18,18 @@ def test_both_arms_run_and_report(textgen: TextGenerationRuntime) -> None:
     assert len(on.first_ms) == len(off.first_ms) == 6 and on.tokens == off.tokens > 0
     lines = table([off, on], off.texts)
     assert len(lines) == 4 and "| on |" in lines[3] and lines[3].endswith("| yes |")
+
+
+def test_the_stack_variant_sends_chat_jobs_with_the_shared_system_prompt() -> None:
+    from bench.prefix_stack import chat_jobs
+    from bench.prefix_stack import table as stack_table
+    from bench.steps_load import MixedPoint
+
+    jobs = chat_jobs("Be brief.")
+    first, second = jobs(0), jobs(1)
+    assert first.input["messages"][0] == second.input["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert first.input["messages"][1] != second.input["messages"][1] and first.work == 8.0
+    off, on = MixedPoint("off", "a", 32, 10.0, 5, 0, 0.5, 100.0), MixedPoint("on", "b", 32, 10.0, 9, 0, 0.9, 250.0)
+    off.ttft_p50_ms, on.ttft_p50_ms = 400.0, 100.0
+    lines = stack_table([("off", off), ("on", on)])
+    assert "| 100 (0.25x) | 250 (2.50x) |" in lines[3]
