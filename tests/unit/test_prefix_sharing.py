@@ -121,6 +121,59 @@ def test_a_dropped_newcomer_releases_the_blocks_it_held(
     assert len(prefixes) == 0
 
 
+def test_a_fresh_sessions_prefill_reads_the_prefix_every_prompt_has_cached(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache
+) -> None:
+    jobs = [job(0, 10), job(1, 10), job(2, 10, n=2)]
+    budget = prefixes.budget
+    prefixes.resize(0)
+    expected = [p.output for p in textgen.predict(jobs)]
+    prefixes.resize(budget)
+    textgen.predict([TextGenerationInput(prompt=SYSTEM + "Anything", max_new_tokens=1)])  # leaves SYSTEM's blocks
+    before = hits(textgen)
+    assert [p.output for p in textgen.predict(jobs)] == expected  # one left-padded prefill over the rests
+    assert hits(textgen) - before == 3 * (len(textgen.tokenizer(SYSTEM)["input_ids"]) // BLOCK) * BLOCK
+
+
+@pytest.fixture(scope="module")
+def lora_gpt2(demo_models: Any) -> Iterator[TextGenerationRuntime]:
+    """The demo GPT-2 with its demo LoRAs (pirate, poet)."""
+    from tasks.kinds import JobKind
+    from tasks.models_file import ModelSpec
+    from tests.unit.conftest import OPTIONS
+    from worker.demo_models.adapters import adapter_folders
+
+    folder = demo_models / "gpt2-demo"
+    runtime = TextGenerationRuntime(
+        ModelSpec(id="gpt2-lora-prefix", kind=JobKind.text_generation, source=str(folder)), str(folder), OPTIONS
+    )
+    runtime.adapter_sources = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
+    runtime.load("cpu")
+    yield runtime
+
+
+def test_rows_share_only_with_rows_of_the_same_adapter(lora_gpt2: TextGenerationRuntime) -> None:
+    cache = lora_gpt2.prefixes
+    assert cache is not None
+
+    def answer(adapter: str | None) -> Any:
+        inp = TextGenerationInput(prompt=SYSTEM + "Ahoy?", max_new_tokens=8, adapter=adapter, seed=3, logprobs=True)
+        return lora_gpt2.predict([inp])[0].output
+
+    budget = cache.budget
+    cache.resize(0)
+    expected = {adapter: answer(adapter) for adapter in (None, "pirate", "poet")}
+    assert expected[None]["text"] != expected["pirate"]["text"] != expected["poet"]["text"]  # adapters matter
+    cache.resize(budget)
+    cache.clear()
+    assert answer("pirate") == expected["pirate"]  # leaves the prompt's blocks under the pirate adapter
+    before = hits(lora_gpt2)
+    assert answer(None) == expected[None] and answer("poet") == expected["poet"]
+    assert hits(lora_gpt2) == before  # neither read the pirate's blocks
+    assert answer("pirate") == expected["pirate"]
+    assert hits(lora_gpt2) > before  # the pirate's next job did
+
+
 def test_rows_with_an_adapter_do_not_read_base_rows_blocks(
     textgen: TextGenerationRuntime, prefixes: PrefixCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:

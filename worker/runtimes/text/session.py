@@ -24,6 +24,7 @@ from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
 from worker.runtimes.text.parking import Parking
+from worker.runtimes.text.prefill import prefill
 from worker.runtimes.text.rows import Decoder, DecodeRow, SessionRow
 from worker.runtimes.text.session_prefixes import SessionPrefixes
 from worker.runtimes.text.streaming import row_streamer
@@ -225,7 +226,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         return results
 
     def _prefill(self, group: list[SessionRow]) -> list[RowResult]:
-        """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""
+        """One left-padded forward pass over ``group``'s prompts (``prefill``); the unfinished rows join the batch."""
         import torch
 
         runtime = self.runtime
@@ -233,19 +234,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
         # and values (same job, so the same adapter: the copies are what each would have computed alone).
         first: dict[tuple[str, tuple[int, ...]], int] = {}
         order = [first.setdefault((held.handle, tuple(held.state.prompt_ids)), len(first)) for held in group]
-        prompts = [list(prompt) for _, prompt in first]
-        width = max(len(p) for p in prompts)
-        pad = runtime.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self.adapters.forward([handle for handle, _ in first]):
-            out = runtime.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
-            )
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
-        if kv_rows.splices(cache):
-            self.prefixes.store_padded([handle for handle, _ in first], prompts, cache)
+        handles, prompts = [handle for handle, _ in first], [list(prompt) for _, prompt in first]
+        cache, mask, logits = prefill(runtime, self.prefixes, handles, prompts, self.adapters.forward(handles))
         if len(first) < len(group):
             index = torch.tensor(order, device=runtime.device)
             cache.batch_select_indices(index)  # index_select per layer: each choice its own copy

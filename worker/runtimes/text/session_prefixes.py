@@ -1,10 +1,10 @@
 """A text step session's side of its model's prefix cache (``prefix_cache``): newcomers waiting to ride in a packed
 step start from their prompt's cached blocks, and every prompt prefilled leaves its blocks for later ones.
 
-Only newcomers beside running rows read the cache (their prompt rides in parts, and a part may start anywhere:
-``prompt_parts``); a fresh session's first left-padded prefill only stores. Rows with an adapter are prefilled apart
-and neither read nor store; a block's key holds the rows' adapters all the same, so rows of different adapters (or
-with and without one) could never share.
+Newcomers beside running rows take their cached prefix as their first part's past (their prompt rides in parts, and
+a part may start anywhere: ``prompt_parts``); a left-padded prefill (a fresh session's first rows, rows with an
+adapter) reads the prefix every prompt of it has cached (``prefill``). A block's key holds the rows' adapters, so
+rows of different adapters (or with and without one) never share.
 """
 
 from __future__ import annotations
@@ -68,14 +68,42 @@ class SessionPrefixes:
         if self.cache is not None:
             self.cache.store(self._namespace(handle), ids, kv)
 
-    def store_padded(self, handles: Sequence[str], prompts: Sequence[Sequence[int]], cache: Any) -> None:
-        """The prompts of a left-padded prefill (row i of ``cache`` is ``prompts[i]``, right-aligned) leave their
-        blocks, those of rows without an adapter (the only ones that read them)."""
+    def shared(self, handles: Sequence[str], prompts: Sequence[Sequence[int]]) -> tuple[int, Any]:
+        """For a left-padded prefill (``prefill``): the tokens every prompt's cached prefix covers (the shortest hit,
+        0 when a prompt has none) and, when there are any, each row's keys and values of them as a ``DynamicCache``
+        [rows, heads, tokens, head_dim] (copies: nothing stays held); None otherwise."""
+        cache = self.cache
+        if cache is None or cache.budget <= 0:
+            return 0, None
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        hits = [cache.acquire(self._namespace(handle), ids) for handle, ids in zip(handles, prompts, strict=True)]
+        try:
+            blocks = min(len(hit.blocks) if hit is not None else 0 for hit in hits)
+            for ids in prompts:
+                cache.count(len(ids), blocks * cache.block)
+            rows = [cache.prefix(Hit(hit.blocks[:blocks])) for hit in hits if hit is not None] if blocks else []
+        finally:
+            for hit in hits:
+                if hit is not None:
+                    cache.release(hit)
+        if not rows:
+            return 0, None
+        past = DynamicCache()
+        for layer in range(len(rows[0])):
+            keys, values = (torch.stack([row[layer][i] for row in rows]) for i in (0, 1))
+            past.update(keys, values, layer)
+        return blocks * cache.block, past
+
+    def store_rows(self, handles: Sequence[str], prompts: Sequence[Sequence[int]], cache: Any, mask: Any) -> None:
+        """The prompts of a prefill (row i of ``cache`` is ``prompts[i]``, in the columns its ``mask`` row marks)
+        leave their blocks, under their rows' adapters."""
         if self.cache is None or self.cache.budget <= 0:
             return
         layers = cache.layers
         for row, (handle, ids) in enumerate(zip(handles, prompts, strict=True)):
-            if len(ids) >= self.cache.block and self.adapters.plain([handle]):
-                start = layers[0].keys.shape[-2] - len(ids)
-                kv = [(layer.keys[row, :, start:], layer.values[row, :, start:]) for layer in layers]
+            if len(ids) >= self.cache.block:
+                columns = mask[row].nonzero().squeeze(-1)
+                kv = [(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in layers]
                 self.store(handle, ids, kv)
