@@ -49,10 +49,11 @@ class Hit:
     """The cached blocks a prompt starts with, held (``PrefixCache.acquire``) until released."""
 
     blocks: list[Block] = field(default_factory=list)
+    block: int = BLOCK  # tokens per block
 
     @property
     def tokens(self) -> int:
-        return BLOCK * len(self.blocks)
+        return self.block * len(self.blocks)
 
 
 class PrefixCache:
@@ -95,7 +96,7 @@ class PrefixCache:
         self._touch(chain)
         for found in chain:
             found.refs += 1
-        return Hit(chain)
+        return Hit(chain, self.block)
 
     def count(self, prompt: int, hit: int) -> None:
         """A prompt of ``prompt`` tokens started prefilling after its first ``hit`` came from the cache."""

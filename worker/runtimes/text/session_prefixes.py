@@ -83,7 +83,7 @@ class SessionPrefixes:
             blocks = min(len(hit.blocks) if hit is not None else 0 for hit in hits)
             for ids in prompts:
                 cache.count(len(ids), blocks * cache.block)
-            rows = [cache.prefix(Hit(hit.blocks[:blocks])) for hit in hits if hit is not None] if blocks else []
+            rows = [cache.prefix(Hit(hit.blocks[:blocks], hit.block)) for hit in hits if hit] if blocks else []
         finally:
             for hit in hits:
                 if hit is not None:
