@@ -109,3 +109,28 @@ def test_a_zero_budget_keeps_nothing_and_prompts_count_their_hit_tokens() -> Non
     on.count(len(ids) + 2, hit.tokens)
     assert value(PREFIX_PROMPT_TOKENS, "m-on") - prompts == len(ids) + 2
     assert value(PREFIX_HIT_TOKENS, "m-on") - hits == 2 * BLOCK
+
+
+def test_the_workers_setting_sizes_each_loaded_text_models_cache() -> None:
+    from types import SimpleNamespace
+
+    from tasks.settings import DEFAULT_PREFIX_CACHE_BYTES, WorkerSettings
+    from worker.loader import after_load
+
+    assert WorkerSettings().prefix_cache_bytes == DEFAULT_PREFIX_CACHE_BYTES > 0  # on by default
+    settings = WorkerSettings.from_env({"GENQ_PREFIX_CACHE_BYTES": str(BLOCK_BYTES)})
+    cache = PrefixCache("m-setting", budget=1 << 20)
+    for first in (0, 1000):
+        ids = prompt(first, 1)
+        cache.store((), ids, kv_of(ids))
+    counted: list[str] = []
+    loaded = SimpleNamespace(
+        spec=SimpleNamespace(id="m-setting", kind="text-generation"),
+        runtime=SimpleNamespace(adapters=None, prefixes=cache),
+        fleet=SimpleNamespace(count_load=lambda model, worker: counted.append(model)),
+        executor=SimpleNamespace(worker="w"),
+        device="cpu",
+        load_seconds=0.1,
+    )
+    after_load(loaded, settings)  # type: ignore[arg-type]
+    assert cache.budget == BLOCK_BYTES and len(cache) == 1 and counted == ["m-setting"]
