@@ -76,6 +76,8 @@ DEFAULT_POOL_DEVICE_BYTES = 0
 DEFAULT_POOL_HOST_BYTES = 0
 DEFAULT_POOL_KEEP_ALIVE_S = 300.0  # Ollama's default (5 min)
 DEFAULT_POOL_MAX_WAIT_S = 2.0
+# Bytes of a text model's cached prompt prefixes (worker/runtimes/text/prefix_cache.py), on its device; 0: none.
+DEFAULT_PREFIX_CACHE_BYTES = 512 << 20
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)
 DEFAULT_KEYS_RELOAD_S = 1.0  # the API keys file is checked for changes at most this often
 DEFAULT_REDIS_WAIT_TIMEOUT_S = 1.0  # with GENQ_REDIS_WAIT_REPLICAS: how long a write waits for its replicas
@@ -256,6 +258,7 @@ class WorkerSettings(SharedSettings):
     output_sweep_grace_s: float = DEFAULT_OUTPUT_SWEEP_GRACE_S
     adapter_host_cache_bytes: int = DEFAULT_HOST_CACHE_BYTES  # LoRAs kept in host RAM (LRU by bytes)
     adapter_device_cache: int = DEFAULT_DEVICE_CACHE_ADAPTERS  # LoRAs kept on the device (LRU by count)
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES  # a text model's cached prompt prefixes (0: none)
 
     def webhook_sending(self) -> WebhookSending:
         """What the worker's webhook sender reads, and nothing else."""

@@ -85,9 +85,13 @@ def build_runtime(models: ModelsFile, model_id: str) -> tuple[Runtime, str]:
 
 def after_load(loaded: Loaded, settings: WorkerSettings) -> None:
     """What follows each load of the weights (a pool model is loaded again after an unload): its adapter cache's
-    settings and source of uploaded adapters, its adapter metrics, and the load counted in the fleet."""
+    settings and source of uploaded adapters, its adapter metrics, a text model's prefix cache budget, and the load
+    counted in the fleet."""
     spec, runtime = loaded.spec, loaded.runtime
     register_adapter_metrics(spec.id, runtime.adapters)
+    prefixes = getattr(runtime, "prefixes", None)  # a text model's prompt prefix cache (GENQ_PREFIX_CACHE_BYTES)
+    if prefixes is not None:
+        prefixes.resize(settings.prefix_cache_bytes)
     cache = runtime.adapters
     if cache is not None:  # keys' uploaded adapters (POST /v1/adapters), read from Redis when first used
         cache.host_bytes, cache.device_adapters = settings.adapter_host_cache_bytes, settings.adapter_device_cache

@@ -1,10 +1,11 @@
 """Metrics of step sessions' boundaries (worker/step_loop.py): full and partial steps, refills, the edges' batch
-sizes (rows admitted together share one text encoder call or prefill; rows finishing together one VAE decode) and
-per-row feature cache hits. Beside worker/metrics.py's per-step histograms, on the same registry."""
+sizes (rows admitted together share one text encoder call or prefill; rows finishing together one VAE decode),
+per-row feature cache hits, and text models' prompt prefix cache (worker/runtimes/text/prefix_cache.py). Beside
+worker/metrics.py's per-step histograms, on the same registry."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 _ROWS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256)
 STEPS_BY_FILL = Counter(
@@ -21,6 +22,17 @@ EDGE_BATCH = Histogram(
 )
 CACHE_ROWS = Counter(
     "genq_worker_step_cache_rows", "Row-steps of rows with feature caching, by full pass or cache hit", ["model", "use"]
+)
+
+PREFIX_PROMPT_TOKENS = Counter(
+    "genq_worker_prefix_cache_prompt_tokens", "Prompt tokens of newcomers looked up in the prefix cache", ["model"]
+)
+PREFIX_HIT_TOKENS = Counter(
+    "genq_worker_prefix_cache_hit_tokens", "Prompt tokens whose keys and values came from the prefix cache", ["model"]
+)
+PREFIX_BYTES = Gauge("genq_worker_prefix_cache_bytes", "Bytes of keys and values the prefix cache holds", ["model"])
+PREFIX_EVICTIONS = Counter(
+    "genq_worker_prefix_cache_evictions", "Prefix cache blocks evicted (least recently used, over budget)", ["model"]
 )
 
 _left_before: dict[str, int] = {}
@@ -45,3 +57,19 @@ def record_cache(model: str, full: int, hits: int) -> None:
         CACHE_ROWS.labels(model, "full").inc(full)
     if hits:
         CACHE_ROWS.labels(model, "hit").inc(hits)
+
+
+def record_prefix_lookup(model: str, prompt: int, hit: int) -> None:
+    """A newcomer's prompt of ``prompt`` tokens looked up; its first ``hit`` tokens were cached."""
+    PREFIX_PROMPT_TOKENS.labels(model).inc(prompt)
+    if hit:
+        PREFIX_HIT_TOKENS.labels(model).inc(hit)
+
+
+def record_prefix_evictions(model: str, blocks: int) -> None:
+    if blocks:
+        PREFIX_EVICTIONS.labels(model).inc(blocks)
+
+
+def record_prefix_bytes(model: str, held: int) -> None:
+    PREFIX_BYTES.labels(model).set(held)

@@ -18,6 +18,10 @@ class TinyRuntime:
         self.model[1].weight = self.model[0].weight  # tied, as GPT-2's head and embeddings are
         self.pipe = type("Pipe", (), {"components": {"unet": torch.nn.Linear(8, 8), "tokenizer": object()}})()
         self.pipes = {"text": self.pipe}
+        self.forgotten = 0  # what the runtime keeps across jobs on the device (a text model's prefixes) went
+
+    def forget_caches(self) -> None:
+        self.forgotten += 1
 
 
 def out(rt: Any) -> torch.Tensor:
@@ -32,10 +36,12 @@ def test_host_and_back_is_a_measured_copy_that_keeps_the_weights_and_their_ties(
     assert weights == (16 * 8 + 8 * 8 + 8) * 4  # the tied weight counted once
     mover = TierMover(rt, "cpu")  # type: ignore[arg-type]
     assert mover.to_host() == weights
+    assert rt.forgotten == 1  # its cached prefixes do not stay on the device it left
     assert tensor_bytes(modules) == 0  # the live tensors are freed: the runtime holds only the packed form
     mover.to_device()
     assert torch.equal(out(rt), expected)
     assert rt.model[1].weight is rt.model[0].weight
     mover.to_disk()
+    assert rt.forgotten == 2
     assert tensor_bytes(runtime_modules(rt)) == 0  # type: ignore[arg-type]
     assert all(p.device.type == "meta" for p in rt.model.parameters())

@@ -103,6 +103,10 @@ class SessionAdapters:
                 self._held.discard(handle)
                 self.cache.release(name for name, _ in spec)
 
+    def spec(self, handle: str) -> RowSpec:
+        """The row's adapters as (name, scale); empty for a base row."""
+        return list(self._specs.get(handle, []))
+
     def plain(self, handles: Iterable[str]) -> bool:
         """True when none of ``handles`` runs with an adapter (their rows may share one packed sequence)."""
         return not any(self._specs.get(handle) for handle in handles)

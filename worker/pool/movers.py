@@ -133,6 +133,7 @@ class TierMover:
 
     def to_host(self) -> int:
         """Off the device into host RAM; returns the host bytes it now takes."""
+        self.runtime.forget_caches()
         modules = runtime_modules(self.runtime)
         if self.cuda:
             for module in modules:
@@ -154,6 +155,7 @@ class TierMover:
 
     def to_disk(self) -> None:
         """Out of memory altogether: the next use loads it again (``runtime.load``)."""
+        self.runtime.forget_caches()
         for module in runtime_modules(self.runtime):
             module.to("meta")
         self.packed = None

@@ -165,6 +165,10 @@ class Runtime(ABC, Generic[InputT]):
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()
 
+    def forget_caches(self) -> None:
+        """Drop what the runtime keeps across jobs on the device (a text model's prompt prefixes): its weights are
+        leaving it. Nothing by default."""
+
     @abstractmethod
     def predict(self, inputs: list[InputT], progress: ProgressFn | None = None) -> list[Prediction]:
         """Run one batch of compatible inputs; one Prediction per input, in order."""

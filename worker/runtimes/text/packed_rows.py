@@ -171,22 +171,22 @@ def _packed(step: PackedStep) -> Iterator[None]:
 
 def step(
     runtime: Any, cache: Any, mask: Any, last: list[int], parts: list[PromptPart]
-) -> tuple[Any, Any, Any, list[list[tuple[Any, Any]] | None]]:
+) -> tuple[Any, Any, Any, list[list[tuple[Any, Any]]]]:
     """One decode step of the rows held in ``cache`` (their ``last`` tokens) with the newcomers' prompt ``parts`` in
     the same forward (``runtime``'s model and device). Returns the logits (running rows, then each finished prompt),
-    the cache and mask with the finished prompts joined, and each unfinished part's keys and values so far (its
-    prompt's next prefix; None for a finished one)."""
+    the cache and mask with the finished prompts joined, and each part's prompt's keys and values so far per layer
+    (an unfinished one's next prefix; a finished one's whole prompt, for the prefix cache)."""
     from worker.runtimes.text import kv_rows
 
     mask = kv_rows.with_column(mask)
     packed = PackedStep(cache, len(last), mask, parts)
     logits = forward(runtime.model, packed, last, runtime.device)
     done = [i for i, part in enumerate(parts) if part.last]
-    prefixes = [None if part.last else packed.prefix_of(i) for i, part in enumerate(parts)]
+    so_far = [packed.prefix_of(i) for i in range(len(parts))]
     if done:
         rows, rows_mask = packed.new_rows(done)
         cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
-    return logits, cache, mask, prefixes
+    return logits, cache, mask, so_far
 
 
 def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from tasks.kinds.text_generation.context_fit import check_context
+from tasks.settings import DEFAULT_PREFIX_CACHE_BYTES
 from worker.adapters.runtime_cache import build_cache
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 from worker.runtimes.text.chat_prompt import chat_prompt
 from worker.runtimes.text.outputs import job_output
+from worker.runtimes.text.prefix_cache import PrefixCache
 from worker.runtimes.text.row_processors import processed, processors_for
 from worker.runtimes.text.rows import DecodeRow
 from worker.runtimes.text.token_logprobs import TokenPieces, record_logprobs
@@ -44,6 +46,7 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
     #: Whether rows can join a running batch: the model's KV cache is a plain ``DynamicCache`` (checked at load).
     joins_rows = False
     packs_prompts = False  # set at load: newcomers ride in the running rows' step (worker/runtimes/text/packed_rows.py)
+    prefixes: PrefixCache | None = None  # prompts' blocks shared across jobs (prefix_cache.py), where prompts pack
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
@@ -74,6 +77,8 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
 
         # Newcomers' prompts ride in the running rows' step (issue 34) where the model's code allows it.
         self.packs_prompts = self.joins_rows and packed_probe.supported(self.model, device)
+        budget = self.prefixes.budget if self.prefixes is not None else DEFAULT_PREFIX_CACHE_BYTES  # kept on reload
+        self.prefixes = PrefixCache(self.spec.id, budget) if self.packs_prompts else None
         from worker.grammar import GrammarCompiler
 
         self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)
@@ -104,6 +109,16 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
     def step_cost(self, inp: TextGenerationInput) -> int:
         """One row per choice: a job with ``n`` choices is ``n`` rows of the session."""
         return int(inp.n)
+
+    def release_memory(self) -> None:
+        """Out of memory: the cached prompt prefixes no row holds go first."""
+        self.forget_caches()
+        super().release_memory()
+
+    def forget_caches(self) -> None:
+        """The weights leave the device (a pool's move) or memory ran out: cached prefixes go."""
+        if self.prefixes is not None:
+            self.prefixes.clear()
 
     def grad_off(self) -> Any:
         """The context the model runs under: inference mode (or no_grad when the setting turns it off)."""

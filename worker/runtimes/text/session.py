@@ -6,6 +6,9 @@ comes from its prompt's logits and its KV cache is spliced into the running batc
 one forward pass over every held row's last token; every row samples with its own settings and generator, so its
 tokens do not depend on when it joined or which rows shared its steps.
 
+A newcomer beside running rows starts from its prompt's blocks cached by earlier jobs (``prefix_cache``: identical
+tokens only, the same adapters) and prefills only the rest; every prompt prefilled leaves its blocks there.
+
 A job with ``n`` choices is ``n`` rows under one handle (choice i seeded ``seed + i``): they are prefilled
 together, each leaves the batch when it finishes, and the job ends (one ``RowResult``) when its last one does.
 """
@@ -21,7 +24,9 @@ from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
 from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
 from worker.runtimes.text.parking import Parking
+from worker.runtimes.text.prefill import prefill
 from worker.runtimes.text.rows import Decoder, DecodeRow, SessionRow
+from worker.runtimes.text.session_prefixes import SessionPrefixes
 from worker.runtimes.text.streaming import row_streamer
 
 
@@ -36,6 +41,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
         self.adapters = SessionAdapters(runtime.adapters)  # each job's LoRA, on its rows only
         self.parking = Parking(runtime, self.adapters)  # jobs that join a later step while the rows step on
+        self.prefixes = SessionPrefixes(runtime.prefixes, self.adapters)  # prompts' blocks shared across jobs
         self._pending: list[list[SessionRow]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
         self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
         self._pack_below: int | None = None  # pending prompts ran out of memory beside this many rows: fewer first
@@ -130,6 +136,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         ended = self._unpark()
         if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):  # dropped,
             jobs, self._pending = self._pending, []  # or rows with an adapter joined: a prefill of their own
+            self.prefixes.keep([])
             ended += self._prefill_jobs(jobs)
         if not self._rows:
             return self._left(ended)
@@ -166,6 +173,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         """Rows that leave unfinished: the cache loses their rows and any columns only they used."""
         leaving = set(handles)
         self._pending = [job for job in self._pending if job[0].handle not in leaving]
+        self.prefixes.keep(self._waiting)
         for handle in leaving:
             self._ended.pop(handle, None)
         self.parking.leave(leaving)
@@ -194,14 +202,18 @@ class TextStepSession(StepSession[TextGenerationInput]):
     def _packed_step(self) -> list[RowResult]:
         """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward."""
         waiting = self._waiting
+        self.prefixes.reuse(waiting)  # prompts that start with cached blocks prefill only the rest
         parts = prompt_parts.parts([held.prompt for held in waiting], self._chunk)
         last = [row.state.generated[-1] for row in self._rows]
         with self.runtime.grad_off():
-            logits, self._cache, self._mask, prefixes = packed_rows.step(
+            logits, self._cache, self._mask, so_far = packed_rows.step(
                 self.runtime, self._cache, self._mask, last, parts
             )
-            for held, part, prefix in zip(waiting, parts, prefixes, strict=False):
-                held.prompt.advance(part, prefix)
+            for held, part, kv in zip(waiting, parts, so_far, strict=False):
+                held.prompt.advance(part, None if part.last else kv)
+                if part.last:
+                    self.prefixes.store(held.handle, held.prompt.ids, kv)
+            self.prefixes.ran(waiting, parts)
             joined = {id(held) for held, part in zip(waiting, parts, strict=False) if part.last}
             self._rows += [held for held in waiting if id(held) in joined]
             self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]
@@ -214,7 +226,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         return results
 
     def _prefill(self, group: list[SessionRow]) -> list[RowResult]:
-        """One left-padded forward pass over ``group``'s prompts; the unfinished rows join the batch."""
+        """One left-padded forward pass over ``group``'s prompts (``prefill``); the unfinished rows join the batch."""
         import torch
 
         runtime = self.runtime
@@ -222,17 +234,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
         # and values (same job, so the same adapter: the copies are what each would have computed alone).
         first: dict[tuple[str, tuple[int, ...]], int] = {}
         order = [first.setdefault((held.handle, tuple(held.state.prompt_ids)), len(first)) for held in group]
-        prompts = [list(prompt) for _, prompt in first]
-        width = max(len(p) for p in prompts)
-        pad = runtime.tokenizer.pad_token_id or 0  # any id will do: padded positions are masked out
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=runtime.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=runtime.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self.adapters.forward([handle for handle, _ in first]):
-            out = runtime.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
-            )
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        handles, prompts = [handle for handle, _ in first], [list(prompt) for _, prompt in first]
+        cache, mask, logits = prefill(runtime, self.prefixes, handles, prompts, self.adapters.forward(handles))
         if len(first) < len(group):
             index = torch.tensor(order, device=runtime.device)
             cache.batch_select_indices(index)  # index_select per layer: each choice its own copy

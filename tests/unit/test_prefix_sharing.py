@@ -1,0 +1,189 @@
+"""Shared prompt prefixes in the demo GPT-2's step session (issue 44): a newcomer whose prompt starts with blocks an
+earlier job left prefills only the rest, and gets the very tokens and logprobs it gets with sharing off."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tasks.kinds import TextGenerationInput
+from worker.runtimes.base import Row
+from worker.runtimes.text.prefix_cache import BLOCK, PrefixCache
+from worker.runtimes.text.runtime import TextGenerationRuntime
+from worker.runtimes.text.session import TextStepSession
+from worker.step_metrics import PREFIX_HIT_TOKENS
+
+SYSTEM = "You are a helpful assistant. Answer every question briefly, politely and with care. " * 3
+
+
+@pytest.fixture
+def prefixes(textgen: TextGenerationRuntime) -> Iterator[PrefixCache]:
+    """The runtime's prefix cache, emptied before and after (its budget restored)."""
+    cache = textgen.prefixes
+    assert cache is not None  # on by default where prompts pack
+    budget = cache.budget
+    cache.clear()
+    yield cache
+    cache.resize(budget)
+    cache.clear()
+
+
+def job(i: int, tokens: int = 8, **fields: Any) -> TextGenerationInput:
+    return TextGenerationInput(
+        prompt=f"{SYSTEM}Question {i}?", max_new_tokens=tokens, do_sample=i % 2 == 1, seed=i, logprobs=True, **fields
+    )
+
+
+def session_run(runtime: TextGenerationRuntime, jobs: int = 6) -> dict[str, Any]:
+    """A long row runs; one newcomer joins before each of the next steps; every output, by handle."""
+    session = runtime.open_session(())
+    done: dict[str, Any] = {}
+    session.admit([Row("first", job(100, 30))])
+    for i in range(jobs):
+        session.admit([Row(f"j{i}", job(i))])
+        done.update({r.handle: r.prediction.output for r in session.step() if r.prediction})
+    while session.handles:
+        done.update({r.handle: r.prediction.output for r in session.step() if r.prediction})
+    return done
+
+
+def hits(runtime: TextGenerationRuntime) -> float:
+    return float(PREFIX_HIT_TOKENS.labels(runtime.spec.id)._value.get())
+
+
+def test_shared_prefixes_give_the_same_tokens_and_logprobs_as_unshared(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache
+) -> None:
+    budget = prefixes.budget
+    prefixes.resize(0)
+    before = hits(textgen)
+    unshared = session_run(textgen)
+    assert hits(textgen) == before
+    prefixes.resize(budget)
+    shared = session_run(textgen)
+    system = len(textgen.tokenizer(SYSTEM)["input_ids"])
+    assert hits(textgen) - before >= 6 * (system // BLOCK) * BLOCK  # every joiner reused the system prompt
+    assert shared.keys() == unshared.keys() and len(shared) == 7
+    for handle, output in unshared.items():  # greedy (even) and seeded sampling (odd) alike, to the last bit
+        assert shared[handle] == output, handle
+
+
+def test_a_newcomer_with_a_cached_prefix_prefills_only_the_rest(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = textgen.open_session(())
+    session.admit([Row("first", job(100, 20))])  # its prefill leaves the system prompt's blocks
+    assert len(prefixes) >= len(textgen.tokenizer(SYSTEM)["input_ids"]) // BLOCK
+    session.step()
+    sizes: list[int] = []
+    real = textgen.model.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(int(kwargs["input_ids"].shape[-1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(textgen.model, "forward", counted)
+    session.admit([Row("b", job(1))])
+    session.step()
+    ids = textgen.tokenizer(job(1).prompt)["input_ids"]
+    reused = (len(ids) - 1) // BLOCK * BLOCK
+    assert sizes == [1 + len(ids) - reused]  # the running row's token, then only the rest of b's prompt
+    assert all(block.refs == 0 for block in prefixes._blocks.values())  # b's part ran: it holds nothing now
+
+
+def test_a_dropped_newcomer_releases_the_blocks_it_held(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.device_budget import OutOfMemoryError
+    from worker.runtimes.text import packed_rows
+
+    session = textgen.open_session(())
+    session.admit([Row("first", job(100, 20))])
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise OutOfMemoryError("CUDA out of memory (test)")
+
+    monkeypatch.setattr(packed_rows, "step", out_of_memory)
+    session.admit([Row("b", job(1))])
+    session.step()  # b took its blocks, then its step ran out of memory: it waits, holding them
+    assert any(block.refs for block in prefixes._blocks.values())
+    textgen.release_memory()  # what the session does after that error: unheld blocks go, held ones stay
+    assert len(prefixes) > 0
+    session.drop(["b"])
+    assert all(block.refs == 0 for block in prefixes._blocks.values())
+    textgen.release_memory()
+    assert len(prefixes) == 0
+
+
+def test_a_fresh_sessions_prefill_reads_the_prefix_every_prompt_has_cached(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache
+) -> None:
+    jobs = [job(0, 10), job(1, 10), job(2, 10, n=2)]
+    budget = prefixes.budget
+    prefixes.resize(0)
+    expected = [p.output for p in textgen.predict(jobs)]
+    prefixes.resize(budget)
+    textgen.predict([TextGenerationInput(prompt=SYSTEM + "Anything", max_new_tokens=1)])  # leaves SYSTEM's blocks
+    before = hits(textgen)
+    assert [p.output for p in textgen.predict(jobs)] == expected  # one left-padded prefill over the rests
+    assert hits(textgen) - before == 3 * (len(textgen.tokenizer(SYSTEM)["input_ids"]) // BLOCK) * BLOCK
+
+
+@pytest.fixture(scope="module")
+def lora_gpt2(demo_models: Any) -> Iterator[TextGenerationRuntime]:
+    """The demo GPT-2 with its demo LoRAs (pirate, poet)."""
+    from tasks.kinds import JobKind
+    from tasks.models_file import ModelSpec
+    from tests.unit.conftest import OPTIONS
+    from worker.demo_models.adapters import adapter_folders
+
+    folder = demo_models / "gpt2-demo"
+    runtime = TextGenerationRuntime(
+        ModelSpec(id="gpt2-lora-prefix", kind=JobKind.text_generation, source=str(folder)), str(folder), OPTIONS
+    )
+    runtime.adapter_sources = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
+    runtime.load("cpu")
+    yield runtime
+
+
+def test_rows_share_only_with_rows_of_the_same_adapter(lora_gpt2: TextGenerationRuntime) -> None:
+    cache = lora_gpt2.prefixes
+    assert cache is not None
+
+    def answer(adapter: str | None) -> Any:
+        inp = TextGenerationInput(prompt=SYSTEM + "Ahoy?", max_new_tokens=8, adapter=adapter, seed=3, logprobs=True)
+        return lora_gpt2.predict([inp])[0].output
+
+    budget = cache.budget
+    cache.resize(0)
+    expected = {adapter: answer(adapter) for adapter in (None, "pirate", "poet")}
+    assert expected[None]["text"] != expected["pirate"]["text"] != expected["poet"]["text"]  # adapters matter
+    cache.resize(budget)
+    cache.clear()
+    assert answer("pirate") == expected["pirate"]  # leaves the prompt's blocks under the pirate adapter
+    before = hits(lora_gpt2)
+    assert answer(None) == expected[None] and answer("poet") == expected["poet"]
+    assert hits(lora_gpt2) == before  # neither read the pirate's blocks
+    assert answer("pirate") == expected["pirate"]
+    assert hits(lora_gpt2) > before  # the pirate's next job did
+
+
+def test_rows_with_an_adapter_do_not_read_base_rows_blocks(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = textgen.open_session(())
+    assert isinstance(session, TextStepSession)
+    session.admit([Row("first", job(100, 20))])
+    monkeypatch.setattr(session.adapters, "spec", lambda handle: [("pirate", 1.0)] if handle == "p" else [])
+    session.admit([Row("p", job(1)), Row("b", job(2))])
+    waiting = {held.handle: held for held in session._waiting}
+    session.prefixes.reuse(list(waiting.values()))
+    assert waiting["p"].prompt.done == 0 and waiting["p"].prompt.prefix is None
+    assert waiting["b"].prompt.done >= BLOCK and waiting["b"].prompt.prefix is not None
+    session.drop(["p", "b", "first"])

@@ -1,0 +1,168 @@
+"""Prompt prefixes' keys and values kept across a text model's jobs (issue 44): a newcomer whose prompt starts with
+cached blocks reuses their keys and values and prefills only the rest.
+
+A prompt is cut into blocks of ``BLOCK`` tokens; a block is keyed by its parent block and its own tokens, the first
+by the rows' adapters (vLLM's automatic prefix caching keys blocks by (parent hash, block tokens); transformers'
+continuous batching hashes them the same way). Keys here are the tokens themselves, not a hash of them: two prompts
+share a block only where every token up to its end is identical, under the same adapters, so no owner's text can
+reach another's answer by a collision. A block's keys and values depend only on those tokens and their positions
+(causal attention), so they are what the newcomer would have computed itself.
+
+Blocks are referenced by the rows that took them until their prompt's next part has run (``acquire``/``release``);
+unreferenced blocks are evicted least recently used, leaves before their parents, once the bytes held pass the
+budget (``GENQ_PREFIX_CACHE_BYTES``; 0 keeps nothing).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks.settings import DEFAULT_PREFIX_CACHE_BYTES
+from worker.step_metrics import record_prefix_bytes, record_prefix_evictions, record_prefix_lookup
+
+#: Tokens per block (vLLM's default block size).
+BLOCK = 16
+
+#: Per layer, (keys, values) shaped [heads, tokens, head_dim]: what ``prompt_parts.PromptPart.prefix`` holds.
+LayerKV = list[tuple[Any, Any]]
+
+
+@dataclass(eq=False)
+class Block:
+    """``BLOCK`` tokens' keys and values in every layer, [layers, 2, heads, BLOCK, head_dim]."""
+
+    id: int
+    key: tuple[Hashable, tuple[int, ...]]  # (parent block's id, or the adapters for a first block; its tokens)
+    kv: Any
+    nbytes: int
+    parent: Block | None = None
+    refs: int = 0  # rows holding it until their prompt's next part has run
+    children: int = 0  # cached blocks whose parent it is: it is evicted after them
+
+
+@dataclass(eq=False)
+class Hit:
+    """The cached blocks a prompt starts with, held (``PrefixCache.acquire``) until released."""
+
+    blocks: list[Block] = field(default_factory=list)
+    block: int = BLOCK  # tokens per block
+
+    @property
+    def tokens(self) -> int:
+        return self.block * len(self.blocks)
+
+
+class PrefixCache:
+    """One model's cached prompt blocks, least recently used first, within ``budget`` bytes."""
+
+    def __init__(self, model: str, budget: int = DEFAULT_PREFIX_CACHE_BYTES, block: int = BLOCK) -> None:
+        self.model, self.budget, self.block = model, budget, block
+        self._blocks: OrderedDict[tuple[Hashable, tuple[int, ...]], Block] = OrderedDict()
+        self._ids = itertools.count()
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def _chain(self, namespace: Hashable, ids: Sequence[int], blocks: int) -> list[Block]:
+        """The cached blocks ``ids`` starts with, at most ``blocks`` of them."""
+        chain: list[Block] = []
+        parent: Hashable = ("root", namespace)
+        for start in range(0, blocks * self.block, self.block):
+            found = self._blocks.get((parent, tuple(ids[start : start + self.block])))
+            if found is None:
+                break
+            chain.append(found)
+            parent = found.id
+        return chain
+
+    def _touch(self, chain: list[Block]) -> None:
+        """Most recently used, the first block most of all: leaves are evicted before their parents."""
+        for found in reversed(chain):
+            self._blocks.move_to_end(found.key)
+
+    def acquire(self, namespace: Hashable, ids: Sequence[int]) -> Hit | None:
+        """The longest cached prefix of ``ids`` that leaves at least one token to compute (the prompt's last
+        token's logits choose its first new token), held until ``release``; None when no block is cached."""
+        if self.budget <= 0:
+            return None
+        chain = self._chain(namespace, ids, (len(ids) - 1) // self.block)
+        if not chain:
+            return None
+        self._touch(chain)
+        for found in chain:
+            found.refs += 1
+        return Hit(chain, self.block)
+
+    def count(self, prompt: int, hit: int) -> None:
+        """A prompt of ``prompt`` tokens started prefilling after its first ``hit`` came from the cache."""
+        record_prefix_lookup(self.model, prompt, hit)
+
+    def release(self, hit: Hit) -> None:
+        """The row that held ``hit`` no longer reads it: its blocks may be evicted again."""
+        for found in hit.blocks:
+            found.refs -= 1
+        hit.blocks = []
+        self._evict()
+
+    def prefix(self, hit: Hit) -> LayerKV:
+        """``hit``'s keys and values per layer, [heads, tokens, head_dim] each (a copy: the row owns it)."""
+        import torch
+
+        kv = torch.cat([found.kv for found in hit.blocks], dim=3)
+        return [(kv[layer, 0], kv[layer, 1]) for layer in range(kv.shape[0])]
+
+    def store(self, namespace: Hashable, ids: Sequence[int], kv: LayerKV) -> None:
+        """Keep the full blocks of a prompt whose keys and values (``kv``, per layer, at least ``len(ids)``
+        positions from position 0) were just computed; blocks already cached are only touched."""
+        import torch
+
+        blocks = len(ids) // self.block
+        if self.budget <= 0 or not blocks:
+            return
+        chain = self._chain(namespace, ids, blocks)
+        parent: Hashable = chain[-1].id if chain else ("root", namespace)
+        for start in range(self.block * len(chain), self.block * blocks, self.block):
+            end = start + self.block
+            data = torch.stack([torch.stack([k[:, start:end], v[:, start:end]]) for k, v in kv])
+            above = chain[-1] if chain else None
+            made = Block(next(self._ids), (parent, tuple(ids[start:end])), data, data.numel() * data.element_size())
+            made.parent = above
+            if above is not None:
+                above.children += 1
+            self._blocks[made.key] = made
+            self.nbytes += made.nbytes
+            chain.append(made)
+            parent = made.id
+        self._touch(chain)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Unreferenced leaves, least recently used first, until the bytes held fit the budget."""
+        evicted = 0
+        while self.nbytes > max(self.budget, 0):
+            victim = next((b for b in self._blocks.values() if not b.refs and not b.children), None)
+            if victim is None:  # every block is held by a row or is a held block's parent
+                break
+            del self._blocks[victim.key]
+            self.nbytes -= victim.nbytes
+            if victim.parent is not None:
+                victim.parent.children -= 1
+            evicted += 1
+        record_prefix_evictions(self.model, evicted)
+        record_prefix_bytes(self.model, self.nbytes)
+
+    def resize(self, budget: int) -> None:
+        """A new budget (the worker's setting, after load): blocks beyond it go."""
+        self.budget = budget
+        self._evict()
+
+    def clear(self) -> None:
+        """Forget every block not held by a row (out of memory, the weights leaving the device)."""
+        budget, self.budget = self.budget, 0
+        self._evict()
+        self.budget = budget
