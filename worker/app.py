@@ -166,6 +166,7 @@ def _announce(sender: Any, **_: Any) -> None:
                 grace_s=own.orphan_grace_s,
                 lease_s=own.lease_s,
                 direct_queues=partial(residency.live_direct_queues, spec.id, own.worker_ttl_s),
+                route=partial(residency.routes, spec.id, worker_ttl_s=own.worker_ttl_s),
             ).maybe_sweep
             for spec in served
         ]
