@@ -270,6 +270,11 @@ def main(argv: list[str] | None = None) -> list[Run]:
     parser.add_argument("--requests", type=int, default=240)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="36 requests: a check that it runs, not a measurement")
+    parser.add_argument(
+        "--max-waits",
+        default="",
+        help="also the pool with these GENQ_POOL_MAX_WAIT_S, comma-separated (the age bound: p99 against switches)",
+    )
     args = parser.parse_args(argv)
     requests = zipf_requests(36 if args.quick else args.requests, MODELS)
     configs = [ModelConfig(m, DEMOS[m.split("-")[0]], max_batch_size=8, max_wait_ms=5) for m in MODELS]
@@ -284,6 +289,12 @@ def main(argv: list[str] | None = None) -> list[Run]:
         runs = [
             strategy(stack, "resident", [(m, None, {}) for m in MODELS], n, c, sum(sizes.values())),
             strategy(stack, "pool", [(MODELS[0], "all", pool_env)], n, c, 0),
+            *(
+                strategy(
+                    stack, f"pool wait {w}", [(MODELS[0], "all", {**pool_env, "GENQ_POOL_MAX_WAIT_S": w})], n, c, 0
+                )
+                for w in filter(None, args.max_waits.split(","))
+            ),
             strategy(stack, "reload", [(MODELS[0], "all", reload_env)], n, c, 0),
         ]
         cold = {kind: cold_start(stack, f"{kind}-0") for kind in DEMOS}
