@@ -32,6 +32,7 @@ from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
 from worker.output_sweeper import SweeperThread, start_output_sweeper
+from worker.pool.flower_stats import PoolStats
 from worker.pool.queues import pool_queues_problem
 
 if TYPE_CHECKING:  # the pool imports torch: only in the worker process, after the GPU is pinned
@@ -253,6 +254,7 @@ class DrainOnShutdown(bootsteps.StartStopStep):
 
 app.steps["consumer"].add(DrainOnShutdown)
 app.steps["consumer"].add(LoopTick)
+app.steps["consumer"].add(PoolStats)
 
 
 @app.task(name=TASK_RUN, bind=True, Strategy="worker.app:batching_strategy")

@@ -156,3 +156,19 @@ def test_a_model_is_not_evicted_for_one_whose_jobs_waited_less_than_its_own():
     on(p, "a", Tier.device, 4 * MB, clock)
     assert p.plan_in("b", keep=frozenset({"a"})) is None  # a's jobs are older: it runs first, no thrashing
     assert p.plan_in("b") == [Move("a", Tier.host), Move("b", Tier.device)]
+
+
+def test_flower_shows_each_tier_with_its_models_and_bytes():
+    from worker.pool.flower_stats import tier_view
+
+    p, clock = pool(10 * MB, 5 * MB, *(Holding(m, 300) for m in "abcd"))
+    on(p, "a", Tier.device, 4 * MB, clock)
+    on(p, "b", Tier.host, 4 * MB, clock)
+    p.holdings["a"].pinned = True
+    p.holdings["c"].moving = Tier.device
+    assert tier_view(p) == {
+        "genq pool device": "a (pinned) (4.0 of 10.0 MB)",
+        "genq pool host": "b (4.0 of 5.0 MB)",
+        "genq pool disk": "d",
+        "genq pool loading": "c",
+    }
