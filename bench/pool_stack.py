@@ -26,19 +26,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pool import MODELS, ZIPF_S, pct, zipf_requests  # noqa: E402
+from bench.pool import MODELS, ZIPF_S, zipf_requests  # noqa: E402
+from bench.pool_report import Run, device_bytes, since, switch_seconds, table  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
 from tests.harness import ROOT, WorkerProcess  # noqa: E402
 from worker.pool.members import files_bytes  # noqa: E402
@@ -48,59 +46,12 @@ DEMOS = {"text": "gpt2-demo", "image": "sd-demo"}
 WORKER_CPUS = {0}  # every worker process, whatever the strategy
 #: A worker to start: the model it is online for, its ``--models`` (None: a one-model worker), extra environment.
 Spec = tuple[str, str | None, dict[str, str]]
-#: Switch seconds per (model kind, origin tier): (sum, count).
-Switches = dict[tuple[str, str], tuple[float, int]]
 
 
 def job_input(model: str, n: int) -> dict[str, object]:
     if model.startswith("text"):
         return {"prompt": "Once upon a time", "max_new_tokens": 8}
     return {"prompt": "a red cube", "width": 64, "height": 64, "num_inference_steps": 2, "seed": n}
-
-
-@dataclass
-class Run:
-    name: str
-    seconds: float = 0.0
-    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    switches: Switches = field(default_factory=dict)
-    device_bytes: int = 0  # the most held on the device at once
-    failures: int = 0
-
-    def rps(self) -> float:
-        return sum(len(v) for v in self.latencies.values()) / self.seconds if self.seconds else 0.0
-
-    def switch_mean(self, origin: str, kind: str | None = None) -> tuple[float, int]:
-        found = [(s, c) for (k, o), (s, c) in self.switches.items() if o == origin and kind in (None, k)]
-        total, count = sum(s for s, _ in found), sum(c for _, c in found)
-        return (total / count if count else 0.0), count
-
-
-def switch_seconds(metrics: str) -> Switches:
-    """``genq_pool_switch_seconds`` from a worker's /metrics, summed per model kind and origin: (sum, count)."""
-    out: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for family in text_string_to_metric_families(metrics):
-        if family.name != "genq_pool_switch_seconds":
-            continue
-        for sample in family.samples:
-            kind = sample.labels.get("model", "").split("-")[0]
-            key = (kind, sample.labels.get("origin", ""))
-            if sample.name.endswith("_sum"):
-                out[key][0] += sample.value
-            elif sample.name.endswith("_count"):
-                out[key][1] += sample.value
-    return {k: (s, int(c)) for k, (s, c) in out.items()}
-
-
-def device_bytes(metrics: str) -> int:
-    for family in text_string_to_metric_families(metrics):
-        if family.name == "genq_pool_bytes":
-            return int(sum(s.value for s in family.samples if s.labels.get("tier") == "device"))
-    return 0
-
-
-def since(after: Switches, before: Switches) -> Switches:
-    return {k: (s - before.get(k, (0.0, 0))[0], c - before.get(k, (0.0, 0))[1]) for k, (s, c) in after.items()}
 
 
 @contextmanager
@@ -230,39 +181,6 @@ def footprints(stack: BenchStack) -> dict[str, int]:
     finally:
         worker.stop(timeout=60)
     return sizes
-
-
-def table(runs: list[Run], cold: dict[str, float]) -> str:
-    base = runs[0]
-    lines = [
-        "| strategy | req/s (x resident) | device MB held (x resident) | switches: host s, disk s (count) | failed |"
-    ]
-    lines.append("| --- | --- | --- | --- | --- |")
-    for r in runs:
-        (host, nh), (disk, nd) = r.switch_mean("host"), r.switch_mean("disk")
-        lines.append(
-            f"| {r.name} | {r.rps():.2f} ({r.rps() / base.rps():.2f}x) | {r.device_bytes / 1e6:.1f} "
-            f"({r.device_bytes / base.device_bytes:.2f}x) | {host:.3f}, {disk:.3f} ({nh} + {nd}) | {r.failures} |"
-        )
-    lines += ["", "| model | requests | " + " | ".join(f"{r.name} p50 / p99 ms (p99 x resident)" for r in runs) + " |"]
-    lines.append("| --- | --- |" + " --- |" * len(runs))
-    for model in MODELS:
-        cells = []
-        for r in runs:
-            seen, base99 = r.latencies.get(model, []), pct(base.latencies.get(model, []), 0.99)
-            p99 = pct(seen, 0.99)
-            cells.append(f"{pct(seen, 0.5) * 1e3:.0f} / {p99 * 1e3:.0f} ({p99 / base99:.2f}x)" if seen else "-")
-        lines.append(f"| {model} | {len(base.latencies.get(model, []))} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "| kind | cold worker start s | pool host->device switch s (count) | ratio |",
-        "| --- | --- | --- | --- |",
-    ]
-    pool = next(r for r in runs if r.name == "pool")
-    for kind, seconds in cold.items():
-        host, count = pool.switch_mean("host", kind)
-        lines.append(f"| {kind} | {seconds:.2f} | {host:.3f} ({count}) | {host / seconds:.1%} |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> list[Run]:

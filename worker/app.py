@@ -32,7 +32,7 @@ from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
 from worker.output_sweeper import SweeperThread, start_output_sweeper
-from worker.pool.flower_stats import PoolStats
+from worker.pool.flower_stats import tier_view
 from worker.pool.queues import pool_queues_problem
 
 if TYPE_CHECKING:  # the pool imports torch: only in the worker process, after the GPU is pinned
@@ -250,6 +250,15 @@ class DrainOnShutdown(bootsteps.StartStopStep):
             state.batching.drain(state.settings.shutdown_timeout_s)
 
     shutdown = stop
+
+
+class PoolStats(bootsteps.StartStopStep):
+    """``inspect stats`` (and Flower's worker page) show where a pool worker holds each model; nothing otherwise."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def info(self, consumer: Any) -> dict[str, str]:
+        return tier_view(state.pool.pool) if state.pool is not None else {}
 
 
 app.steps["consumer"].add(DrainOnShutdown)

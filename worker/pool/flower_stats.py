@@ -1,11 +1,7 @@
-"""A pool worker's tiers in Flower: a consumer bootstep whose ``info`` joins Celery's ``inspect stats`` reply, which
-Flower's worker page lists under "Other" (any key it does not know). Read when asked, from the loop's own state."""
+"""A pool worker's tiers as Flower shows them: worker/app.py's ``PoolStats`` bootstep puts this view in Celery's
+``inspect stats`` reply, which Flower's worker page lists under "Other" (any key it does not know)."""
 
 from __future__ import annotations
-
-from typing import Any
-
-from celery import bootsteps
 
 from worker.pool.tiers import Pool, Tier
 
@@ -27,14 +23,3 @@ def tier_view(pool: Pool) -> dict[str, str]:
             line += f" ({pool.held(Tier(tier)) / MB:.1f} of {budgets[Tier(tier)] / MB:.1f} MB)"
         view[f"genq pool {tier}"] = line
     return view
-
-
-class PoolStats(bootsteps.StartStopStep):
-    """``inspect stats`` (and Flower) show where a pool worker holds each model; nothing for a one-model worker."""
-
-    requires = ("celery.worker.consumer.tasks:Tasks",)
-
-    def info(self, consumer: Any) -> dict[str, str]:
-        from worker.app import state  # the worker's process state, built before any consumer starts
-
-        return tier_view(state.pool.pool) if state.pool is not None else {}

@@ -1,11 +1,11 @@
-"""bench/pool_stack.py's reading of a pool worker's /metrics and its table: switch seconds per kind and tier taken as
-the difference over the measured run, the device bytes gauge, and the cold-start ratio."""
+"""bench/pool_report.py (bench/pool_stack.py's figures): switch seconds per kind and tier read from a pool worker's
+/metrics and taken over the measured run, the device bytes gauge, and the table with its cold-start ratio."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.pool_stack import Run, device_bytes, since, switch_seconds, table
+from bench.pool_report import Run, device_bytes, since, switch_seconds, table
 
 METRICS = """\
 # HELP genq_pool_switch_seconds Seconds one model took to come onto the device
