@@ -10,7 +10,7 @@ whose messages could not be sent are accepted, as for one job: the sweeper sends
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -112,6 +112,7 @@ def _admit_and_publish(
             admitted = _admit_many(svc, entries, todo, fresh, before_admit)
     refusals: dict[tuple[str, Outcome], GenqError] = {}  # one per model and reason: Retry-After reads Redis
     created: list[JobRecord] = []
+    routes: dict[str, str] = {}  # job id -> ADMIT_MANY's route (a pool worker holding its model)
     for (i, spec, record), (reservation, written) in zip(todo, admitted, strict=True):
         if written is None:
             reason = (spec.id, reservation.outcome)
@@ -122,8 +123,9 @@ def _admit_and_publish(
         else:
             entries[i] = written
             created.append(written)
+            routes[written.id] = reservation.queue
     try:
-        publish_many(svc.celery, created)
+        publish_many(svc.celery, created, routes)
     except (redis.RedisError, OSError, OperationalError) as exc:  # accepted: the sweeper sends their messages
         log.warning("a batch of %d: accepted, its messages not sent (%s); the sweeper sends them", len(created), exc)
     except Exception:
@@ -177,15 +179,16 @@ def unknown_batch(ids: list[str]) -> OutcomeUnknown:
     )
 
 
-def publish_many(celery: Celery, records: list[JobRecord]) -> None:
+def publish_many(celery: Celery, records: list[JobRecord], routes: Mapping[str, str] | None = None) -> None:
     """Send every record's run message through one producer, buffered into one Redis pipeline (kombu's
-    ``Producer.batch``): one round trip for all the LPUSHes instead of one each."""
+    ``Producer.batch``): one round trip for all the LPUSHes instead of one each. ``routes``: job id -> the queue
+    admission routed it to (a pool worker holding its model); by default, and for "", the model's shared queue."""
     if not records:
         return
     with celery.producer_or_acquire() as producer, producer.batch(max_size=max(1, len(records))):
         for record in records:
             celery.send_task(
-                **send_args(RunMessage.of(record)),
+                **send_args(RunMessage.of(record), (routes or {}).get(record.id, "")),
                 retry_policy=PUBLISH_RETRY_POLICY,
                 ignore_result=True,
                 producer=producer,

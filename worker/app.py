@@ -32,6 +32,7 @@ from worker.loader import Loaded, load_model
 from worker.metrics import serve_metrics
 from worker.model_thread import ModelThread
 from worker.output_sweeper import SweeperThread, start_output_sweeper
+from worker.pool.flower_stats import tier_view
 from worker.pool.queues import pool_queues_problem
 
 if TYPE_CHECKING:  # the pool imports torch: only in the worker process, after the GPU is pinned
@@ -166,6 +167,7 @@ def _announce(sender: Any, **_: Any) -> None:
                 grace_s=own.orphan_grace_s,
                 lease_s=own.lease_s,
                 direct_queues=partial(residency.live_direct_queues, spec.id, own.worker_ttl_s),
+                route=partial(residency.routes, spec.id, worker_ttl_s=own.worker_ttl_s),
             ).maybe_sweep
             for spec in served
         ]
@@ -250,8 +252,18 @@ class DrainOnShutdown(bootsteps.StartStopStep):
     shutdown = stop
 
 
+class PoolStats(bootsteps.StartStopStep):
+    """``inspect stats`` (and Flower's worker page) show where a pool worker holds each model; nothing otherwise."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def info(self, consumer: Any) -> dict[str, str]:
+        return tier_view(state.pool.pool) if state.pool is not None else {}
+
+
 app.steps["consumer"].add(DrainOnShutdown)
 app.steps["consumer"].add(LoopTick)
+app.steps["consumer"].add(PoolStats)
 
 
 @app.task(name=TASK_RUN, bind=True, Strategy="worker.app:batching_strategy")

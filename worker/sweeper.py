@@ -47,11 +47,15 @@ class Sweeper:
         grace_s: float,
         lease_s: float,
         direct_queues: Callable[[], list[str]] = list,
+        route: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.store, self.sweeps, self.spec, self.send_task = store, sweeps, spec, send_task
         # Live pool workers' direct queues holding the model's jobs (tasks/store/residency.py): a job waiting there
         # is not an orphan; one in a dead worker's direct queue is, and goes again on the shared queue.
         self.direct_queues = direct_queues
+        # Where n re-sent jobs go, as admission routes them (ResidencyStore.routes: a live pool worker holding the
+        # model, else "" for the shared queue); None: the shared queue.
+        self.route = route
         self.grace_s = grace_s
         self.interval_s = sweep_interval(grace_s, lease_s)
         self._next = time.monotonic() + self.interval_s
@@ -71,7 +75,7 @@ class Sweeper:
         if not orphans:
             return 0
         present = self.sweeps.message_job_ids(self.spec.queue, *self.direct_queues())
-        sent = 0
+        lost = []
         for candidate in orphans:
             record = self.store.get(candidate.id) if candidate.id not in present else None
             if record is None or record.status.terminal:
@@ -82,9 +86,11 @@ class Sweeper:
                 record.status.value,
                 now - record.created_at,
             )
-            self.send_task(**send_args(RunMessage.of(record)))
-            sent += 1
-        return sent
+            lost.append(record)
+        queues = self.route(len(lost)) if self.route is not None and lost else [""] * len(lost)
+        for record, queue in zip(lost, queues, strict=True):
+            self.send_task(**send_args(RunMessage.of(record), queue))
+        return len(lost)
 
 
 def _unowned(candidate: Candidate, now: float) -> bool:

@@ -16,6 +16,7 @@ from tasks.job_record import decode, encode
 from tasks.store.job_scripts import AdmitManyArgs, AdmitManyJob
 from tasks.store.job_store import JobRecord, JobStore
 from tasks.store.queue_limit import Outcome, Reservation, ReserveArgs
+from tasks.store.residency import route_args
 
 #: One job's admission: its reservation as Redis answered it, and its record as written (None: refused).
 Admitted = tuple[Reservation, JobRecord | None]
@@ -29,7 +30,8 @@ class JobBatches:
         self.redis = store.redis
 
     def admit_many(self, jobs: list[tuple[JobRecord, ReserveArgs]]) -> list[Admitted]:
-        """``JobStore.admit`` for each ``(record, reservation)``, in order, in one script call (ADMIT_MANY).
+        """``JobStore.admit`` for each ``(record, reservation)``, in order, in one script call (ADMIT_MANY), each
+        routed as ``admit`` routes one (``Reservation.queue``: a pool worker holding its model, or its shared queue).
 
         With ``redis_wait_replicas`` a batch whose writes did not reach the replicas raises Unavailable for all of
         it (the caller undoes what was written), as a single submission does.
@@ -38,6 +40,8 @@ class JobBatches:
             return []
         store = self.store
         first = jobs[0][1]  # worker TTL, job key prefix, stale after, prune batch, fence: the same for every job
+        routes = {model: route_args(store.keys, model) for model in {record.model for record, _ in jobs}}
+        prefixes = next(iter(routes.values()))  # the queue and list prefixes: the same for every model
         call = AdmitManyArgs(
             tombstone_ttl=store.settings.tombstone_ttl_s,
             worker_ttl=first.worker_ttl,
@@ -45,6 +49,8 @@ class JobBatches:
             stale_after=first.stale_after,
             prune_batch=first.prune_batch,
             not_after=first.not_after,
+            queue_prefix=prefixes.queue_prefix,
+            direct_prefix=prefixes.direct_prefix,
             jobs=[
                 AdmitManyJob(
                     job=store.keys.job(record.id),
@@ -58,6 +64,7 @@ class JobBatches:
                     fields_json=json.dumps(
                         encode(record.model_dump(exclude_none=True, exclude={"created_at", "deadline_at"}))
                     ),
+                    route=routes[record.model],
                 )
                 for record, reserve in jobs
             ],
@@ -67,8 +74,10 @@ class JobBatches:
         else:
             [replies], replicated = store.writes.replicated(lambda calls: calls.run(store.scripts, call))
         admitted: list[Admitted] = []
-        for (record, _), (outcome, depth, now) in zip(jobs, replies, strict=True):
-            reserved = Reservation(Outcome(int(outcome)), int(depth))
+        for (record, _), (outcome, depth, now, queue) in zip(jobs, replies, strict=True):
+            reserved = Reservation(
+                Outcome(int(outcome)), int(depth), queue.decode() if isinstance(queue, bytes) else queue
+            )
             written = reserved.outcome == Outcome.reserved
             admitted.append((reserved, store._stamped(record, now) if written else None))
         if not replicated:

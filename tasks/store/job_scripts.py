@@ -143,12 +143,15 @@ class AdmitManyJob:
     owner: str
     deadline_offset: str  # seconds from created_at, '' for no deadline
     fields_json: str  # the record's fields as one JSON object of strings
+    # Its model's routing (``RouteArgs``: residency, held counts, shared queue); the prefixes are the call's own.
+    route: RouteArgs
 
 
 @dataclass(frozen=True, kw_only=True)
 class AdmitManyArgs(ScriptArgs):
-    """ADMIT_MANY: ADMIT for every job of a batch, in order, in one script. Returns {outcome, depth, created_at}
-    per job. The reservation's shared arguments once; each job's KEYS and ARGV in frames (``job_admit_many.lua``)."""
+    """ADMIT_MANY: ADMIT for every job of a batch, in order, in one script. Returns {outcome, depth, created_at,
+    queue} per job. The reservation's shared arguments once; each job's KEYS and ARGV in frames
+    (``job_admit_many.lua``)."""
 
     script = "job_admit_many"
     tombstone_ttl: int
@@ -157,10 +160,24 @@ class AdmitManyArgs(ScriptArgs):
     stale_after: float
     prune_batch: int
     not_after: str = ""  # the fence, as ADMIT's (``ReserveArgs.not_after``): run later, it writes nothing
+    queue_prefix: str = ""  # route()'s, as ``RouteArgs``: the same for every model
+    direct_prefix: str = ""
     jobs: list[AdmitManyJob] = pairs()
 
     def keys(self) -> list[Any]:
-        return [k for j in self.jobs for k in (j.job, j.active, j.tombstone, j.reserve.queued, j.reserve.workers)]
+        return [
+            k
+            for j in self.jobs
+            for k in (
+                j.job,
+                j.active,
+                j.tombstone,
+                j.reserve.queued,
+                j.reserve.workers,
+                j.route.residency,
+                j.route.held_counts,
+            )
+        ]
 
     def args(self) -> list[Any]:
         shared = [
@@ -170,9 +187,30 @@ class AdmitManyArgs(ScriptArgs):
             self.stale_after,
             self.prune_batch,
             self.not_after,
+            self.queue_prefix,
+            self.direct_prefix,
         ]
         return shared + [
             a
             for j in self.jobs
-            for a in (j.reserve.id, j.owner, j.deadline_offset, j.reserve.limit, j.reserve.need_worker, j.fields_json)
+            for a in (
+                j.reserve.id,
+                j.owner,
+                j.deadline_offset,
+                j.reserve.limit,
+                j.reserve.need_worker,
+                j.fields_json,
+                j.route.shared_queue,
+            )
         ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteManyArgs(RouteArgs):
+    """ROUTE: ``count`` routes for jobs of one model (``job_route.lua``: the sweeper's re-sends), each pick counted
+    against its holder's room for the next. Returns the queues in order."""
+
+    script = "job_route"
+    workers: str = key()
+    worker_ttl: float = 0.0
+    count: int = 1

@@ -15,7 +15,8 @@ import redis
 
 from tasks.constants import WORKER_QUEUE_PREFIX, Keys, queue_name, worker_queue_name
 from tasks.messages import envelope_job_id, priority_lists
-from tasks.store.job_scripts import RouteArgs
+from tasks.store.job_scripts import RouteArgs, RouteManyArgs
+from tasks.store.lua_scripts import Scripts, fields_of
 
 #: The tiers a worker publishes; ``disk`` is the absence of an entry.
 TIERS = ("device", "host", "loading")
@@ -37,6 +38,20 @@ def route_args(keys: Keys, model_id: str) -> RouteArgs:
 class ResidencyStore:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis, self.keys = client, keys
+        self.scripts = Scripts(client)
+
+    def routes(self, model_id: str, count: int, worker_ttl_s: float) -> list[str]:
+        """Where ``count`` jobs of ``model_id`` sent again go, as admission routes them (one script, one round trip):
+        a live holder's direct queue while it has room, else the model's shared queue."""
+        if count <= 0:
+            return []
+        call = RouteManyArgs(
+            **fields_of(route_args(self.keys, model_id)),
+            workers=self.keys.workers(model_id),
+            worker_ttl=worker_ttl_s,
+            count=count,
+        )
+        return [_text(queue) for queue in self.scripts.run(call)]
 
     def publish(self, worker: str, tiers: Mapping[str, str], capacity: Mapping[str, int]) -> None:
         """``worker`` holds each model of ``tiers`` in that tier (``disk``: it holds none); one round trip."""

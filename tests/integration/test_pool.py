@@ -172,3 +172,21 @@ def test_an_idle_model_leaves_the_device_then_host_ram_after_its_keep_alive(pool
     assert wait_tiers(pool_settings, pool_worker, {"idle": "host"})["idle"] == "host"  # after 1 s idle
     assert wait_tiers(pool_settings, pool_worker, {"idle": "disk"})["idle"] == "disk"  # after 2 s: scaled to zero
     assert run(pool_api, model["idle"], "back")["status"] == "succeeded"  # loaded again, no process start
+
+
+def test_inspect_stats_and_flower_show_the_worker_s_tiers(pool_api, pool_settings, pool_worker):
+    from tasks.store.celery_app import create_celery
+
+    model = ids(pool_settings)
+    assert run(pool_api, model["c"], "seen")["status"] == "succeeded"
+    node = f"{pool_worker.name}@{pool_worker.host}"
+    app = create_celery(pool_settings)
+    try:
+        stats = app.control.inspect(destination=[node], timeout=5).stats() or {}
+    finally:
+        app.close()
+    shown = stats[node]  # what Flower's worker page lists under "Other"
+    assert model["pin"] in shown["genq pool device"] and model["c"] in shown["genq pool device"]  # (an operator's
+    # unload in an earlier test took its pin: tests/unit/test_pool_tiers.py checks the mark)
+    assert shown["genq pool device"].endswith(f"of {8.5 * MIB / 1e6:.1f} MB)"), shown
+    assert model["broken"] in shown["genq pool disk"]

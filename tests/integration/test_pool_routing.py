@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from api import create_app
-from tasks.constants import Keys
+from tasks.constants import Keys, queue_name, worker_queue_name
 from tasks.settings import Settings
 from tasks.store.redis_client import connect
 from tests.harness import WorkerProcess
@@ -135,3 +135,53 @@ def test_a_pool_worker_stopped_warm_hands_its_own_queue_back_at_once(routed, wor
     assert any(pid_of(d) == other.pid for d in done)
     handed = re.search(r"pool: (\d+) jobs of its own queue sent again", holder.log())
     assert handed and int(handed.group(1)) >= 1, holder.log()[-2000:]
+
+
+def test_a_batch_goes_to_the_worker_holding_its_model_and_spreads_past_its_room(routed, workers, log_dir):
+    api = create_app(routed).test_client()
+    a = model(routed, "a")
+    holder = start(routed, log_dir, workers, "all")
+    assert pid_of(poll(api, submit(api, a, {"text": "warm [MASK]"})["id"])) == holder.pid
+    other = start(routed, log_dir, workers, "all")  # may serve a, holds nothing
+
+    def batch(n: int, tag: str) -> list[str]:
+        response = api.post(
+            "/v1/jobs/batch", json={"jobs": [{"model": a, "input": {"text": f"{tag} {i} [MASK]"}} for i in range(n)]}
+        )
+        assert response.status_code == 202, response.json
+        return [entry["id"] for entry in response.json["jobs"]]
+
+    for i in range(3):  # within the holder's room (its buffer of 4): every job to its own queue
+        assert {pid_of(poll(api, job_id)) for job_id in batch(2, f"small {i}")} == {holder.pid}
+    assert list(loads(routed, a)) == [f"{holder.name}@{holder.host}"]  # the other never loaded it
+    # One batch past its room: its first jobs fill the holder's queue, the rest go shared and the other loads a.
+    assert {pid_of(poll(api, job_id)) for job_id in batch(24, "burst")} == {holder.pid, other.pid}
+    assert len(loads(routed, a)) == 2
+
+
+def test_the_sweeper_sends_an_orphan_to_the_worker_holding_its_model(routed, workers, log_dir, monkeypatch):
+    from kombu.exceptions import OperationalError
+
+    from tasks.store.residency import ResidencyStore
+
+    app = create_app(routed)
+    api = app.test_client()
+    a = model(routed, "a")
+    holder = start(routed, log_dir, workers, "all")
+    assert pid_of(poll(api, submit(api, a, {"text": "warm [MASK]"})["id"])) == holder.pid
+    other = start(routed, log_dir, workers, "all")  # may serve a, holds nothing: a shared message may go to it
+    celery = app.extensions["genq"].celery
+
+    def lost(**_: Any) -> None:  # the broker failed after the record: accepted, and the sweeper sends it
+        raise OperationalError("the message was lost")
+
+    monkeypatch.setattr(celery, "send_task", lost)
+    orphans = [submit(api, a, {"text": f"lost {i} [MASK]"})["id"] for i in range(3)]
+    monkeypatch.undo()
+    # Routed as admission routes: the holder's queue had room for all three (its buffer of 4), so the other
+    # worker, which would have loaded a had any gone to the shared queue, never does.
+    done = [poll(api, job_id, timeout=60) for job_id in orphans]  # after the grace (3 s), re-sent
+    assert {pid_of(d) for d in done} == {holder.pid}, [other.pid]
+    assert list(loads(routed, a)) == [f"{holder.name}@{holder.host}"]
+    routes = ResidencyStore(connect(routed), Keys(routed.key_prefix)).routes(a, 6, routed.worker_ttl_s)
+    assert routes[0] == worker_queue_name(f"{holder.name}@{holder.host}") and routes[-1] == queue_name(a), routes

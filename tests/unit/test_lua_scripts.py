@@ -172,7 +172,15 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
                 owner="bob",
                 deadline_offset="2" if n == 1 else "",
                 fields_json=json.dumps({"status": "queued", "id": f"b{n}"}),
+                route=route,
             )
+
+        # A live pool worker holds b on the device with room for one: the first job is routed to it, the second
+        # (its room taken by the first, whose message is not sent yet) to the shared queue.
+        route = job_scripts.RouteArgs(
+            residency=p + "residency:b", held_counts=p + "buffered:b", shared_queue="genq.b", queue_prefix="genq.w."
+        )
+        client.hset(route.residency, "w1", "device:1")
 
         replies = s.run(
             job_scripts.AdmitManyArgs(
@@ -181,10 +189,13 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
                 job_prefix=p + "job:",
                 stale_after=60,
                 prune_batch=10,
+                queue_prefix="genq.w.",
+                direct_prefix=p + "genq.w.",
                 jobs=[job(1), job(2), job(3)],
             )
         )
         assert [r[:2] for r in replies] == [[1, 1], [1, 2], [0, 2]]  # a queue of 2: the third is refused
+        assert [r[3] for r in replies] == [b"genq.w.w1", b"genq.b", b""]
         assert client.hget(p + "job:b2", "status") == b"queued" and not client.exists(p + "job:b3")
         assert float(client.hget(p + "job:b1", "deadline_at")) == pytest.approx(float(replies[0][2]) + 2)
         assert client.get(p + "gone:b1") == b"bob" and client.zscore(p + "active:b", "b2") is not None
@@ -198,7 +209,23 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
                 jobs=[job(1), job(2), job(3)],
             )
         )
-        assert again == [[1, 2, replies[0][2]], [1, 2, replies[1][2]], [0, 2, b""]]
+        assert again == [[1, 2, replies[0][2], b"genq.b"], [1, 2, replies[1][2], b"genq.b"], [0, 2, b"", b""]]
+
+    def route(s: Scripts) -> None:  # b's holder w1 (room for 2) and w2 (room for 1, one held): 2, then shared
+        client.hset(p + "residency:b", mapping={"w1": "host:2", "w2": "device:2", "gone": "device:9"})
+        client.hset(p + "buffered:b", "w2", 1)
+        client.zadd(p + "workers:b", {"w2": float(client.time()[0])})  # "gone" has no heartbeat
+        args = job_scripts.RouteManyArgs(
+            residency=p + "residency:b",
+            held_counts=p + "buffered:b",
+            shared_queue="genq.b",
+            queue_prefix="genq.w.",
+            direct_prefix=p + "genq.w.",
+            workers=p + "workers:b",
+            worker_ttl=30,
+            count=5,
+        )
+        assert s.run(args) == [b"genq.w.w2", b"genq.w.w1", b"genq.w.w1", b"genq.b", b"genq.b"]
 
     def claim(s: Scripts) -> None:
         before, attempts, verdict, _ = s.run(
@@ -408,6 +435,7 @@ def runs(client: redis.Redis, p: str) -> dict[str, Callable[[Scripts], None]]:
         "job_create": create,
         "job_admit": admit,
         "job_admit_many": admit_many,
+        "job_route": route,
         "job_claim": claim,
         "job_holder": holder,
         "job_release": release,

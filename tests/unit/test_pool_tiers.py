@@ -52,6 +52,10 @@ def test_three_models_where_two_fit_evict_the_least_recently_used_to_host_ram():
     clock.now += 1
     p.touch("a")  # a used again: b is now the least recent
     assert p.plan_in("c") == [Move("b", Tier.host), Move("c", Tier.device)]
+    # While that plan runs, c is counted as coming (the plan of the next model makes no room twice) but is not held:
+    # the bytes published (genq_pool_bytes) never count it beside b, which leaves first.
+    p.holdings["b"].moving, p.holdings["c"].moving = Tier.host, Tier.device
+    assert p.used(Tier.device) == 12 * MB and p.held(Tier.device) == 8 * MB
 
 
 def test_host_ram_full_sends_its_least_recent_model_to_disk_and_a_model_too_big_for_it_goes_to_disk():
@@ -152,3 +156,19 @@ def test_a_model_is_not_evicted_for_one_whose_jobs_waited_less_than_its_own():
     on(p, "a", Tier.device, 4 * MB, clock)
     assert p.plan_in("b", keep=frozenset({"a"})) is None  # a's jobs are older: it runs first, no thrashing
     assert p.plan_in("b") == [Move("a", Tier.host), Move("b", Tier.device)]
+
+
+def test_flower_shows_each_tier_with_its_models_and_bytes():
+    from worker.pool.flower_stats import tier_view
+
+    p, clock = pool(10 * MB, 5 * MB, *(Holding(m, 300) for m in "abcd"))
+    on(p, "a", Tier.device, 4 * MB, clock)
+    on(p, "b", Tier.host, 4 * MB, clock)
+    p.holdings["a"].pinned = True
+    p.holdings["c"].moving = Tier.device
+    assert tier_view(p) == {
+        "genq pool device": "a (pinned) (4.0 of 10.0 MB)",
+        "genq pool host": "b (4.0 of 5.0 MB)",
+        "genq pool disk": "d",
+        "genq pool loading": "c",
+    }

@@ -35,5 +35,5 @@ def count_move(moved: Moved, pool: Pool) -> None:
     elif moved.origin in (Tier.device, Tier.host):
         EVICTIONS.labels(moved.model, moved.origin.value).inc()
     for tier in (Tier.device, Tier.host):
-        BYTES.labels(tier.value).set(pool.used(tier))
+        BYTES.labels(tier.value).set(pool.held(tier))  # not used(): a move planned is not yet made
         BUDGET.labels(tier.value).set(pool.device_budget if tier == Tier.device else pool.host_budget)

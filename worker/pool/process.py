@@ -14,6 +14,7 @@ from typing import Any
 from tasks.messages import RunMessage, send_args
 from tasks.models_file import load_models_file
 from tasks.settings import WorkerSettings
+from tasks.store.job_store import JobRecord
 from tasks.store.redis_client import connect, wait_until_reachable
 from tasks.store.residency import ResidencyStore
 from worker.loader import assemble, build_runtime
@@ -79,18 +80,22 @@ class PoolProcess:
                 self._call_soon(lambda model=model, action=action: apply(model, action))  # type: ignore[misc]
 
     def gone(self, send_task: Callable[..., Any]) -> None:
-        """The worker stops: it holds nothing any more, and the jobs routed to its own queue go to their models'
-        shared queues now (not after the sweeper's grace)."""
+        """The worker stops: it holds nothing any more, and the jobs routed to its own queue go now (not after the
+        sweeper's grace) where admission would send them: another live holder of the model, else its shared queue."""
         try:
             self.residency.gone(self.worker, list(self.members))
             store = next(iter(self.members.values())).loaded.store
-            sent = 0
+            by_model: dict[str, list[JobRecord]] = {}
             for job_id in self.residency.take_direct(self.worker):
                 record = store.get(job_id)
                 if record is not None and not record.status.terminal:
-                    send_task(**send_args(RunMessage.of(record)))
-                    sent += 1
-            log.info("pool: %d jobs of its own queue sent again on their models' shared queues", sent)
+                    by_model.setdefault(record.model, []).append(record)
+            for model_id, records in by_model.items():  # routed as admission routes: another holder, else shared
+                queues = self.residency.routes(model_id, len(records), self.settings.worker_ttl_s)
+                for record, queue in zip(records, queues, strict=True):
+                    send_task(**send_args(RunMessage.of(record), queue))
+            sent = sum(len(records) for records in by_model.values())
+            log.info("pool: %d jobs of its own queue sent again (to other holders or shared queues)", sent)
         except Exception:  # Redis away: the orphan sweeper sends them once this worker is seen gone
             log.warning("pool: could not hand back the queue of %s", self.worker, exc_info=True)
 

@@ -83,6 +83,13 @@ class Pool:
             return sum(h.host_need for h in self.holdings.values() if h.tier == Tier.host)
         return 0
 
+    def held(self, tier: Tier) -> int:
+        """Bytes actually in ``tier`` now: what ``used`` counts less the models still on their way in (the loader
+        moves one at a time, those making room first), so never more than the budget."""
+        if tier == Tier.device:
+            return sum(h.need for h in self.holdings.values() if h.tier == Tier.device)
+        return self.used(tier)
+
     def touch(self, model: str) -> None:
         self.holdings[model].last_used = self.clock()
 
