@@ -1,6 +1,7 @@
 """Speech to text with Whisper: ``WhisperForConditionalGeneration`` and its processor (feature extractor and
 tokenizer), loaded through ``from_pretrained`` (safetensors, no remote code). Jobs are rows of one step session
-(``session.py``): their 30 s windows share each step's feature extraction and ``generate`` call."""
+(``session.py``): their 30 s windows share encoder calls, and their decoders are rows of one running decode batch,
+joining and leaving between decode steps."""
 
 from __future__ import annotations
 

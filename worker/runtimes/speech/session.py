@@ -1,7 +1,10 @@
-"""Speech jobs as rows of a step session: a row is a job's audio cut into windows, and a step is one batch of
-windows from every held row, one window per row in turn (the row with the fewest windows left first), so a 5 s clip
-that arrives while a 1 h recording is under way is heard at the next step, not after it. Rows join and leave between
-steps; a canceled row leaves before its next window; each step reports each row's windows done."""
+"""Speech jobs as rows of a step session: a row is a job's audio cut into windows, and each window's decoder is a row
+of one running decode batch (``transcriber.py``, ``decode_rows.py``). A step starts windows while fewer than
+``windows_per_step`` decode (one encoder call for all that start; the jobs with the fewest windows left first, one
+window per job in turn), then runs one decode step for every window held: a 5 s clip that arrives while a 1 h
+recording is under way starts at the next step and decodes beside its windows, instead of waiting for a whole
+``generate`` over them. Jobs join and leave between steps; a canceled job's windows leave at once and it starts no
+more; each step reports each job's windows done."""
 
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ class SpeechRow:
     rate: int
     windows: list[Window]
     results: list[WindowResult] = field(default_factory=list)
-    next: int = 0  # the next window to hear
+    started: int = 0  # windows started (the next to start)
+    language: str | None = None  # the job's, or heard from its first window once that started
     text_sink: TextSink | None = None
     streamed: int = 0  # windows whose text went to the sink
     sent: int = 0  # characters sent
@@ -53,13 +57,17 @@ class SpeechRow:
 
     @property
     def language_known(self) -> bool:
-        return self.input.language is not None or bool(self.results)
+        return self.input.language is not None or self.language is not None
+
+    @property
+    def left(self) -> int:
+        """Windows not started yet."""
+        return len(self.windows) - self.started
 
     def clip(self, index: int) -> Clip:
         window = self.windows[index]
         part = self.samples[int(window.start * self.rate) : int(window.end * self.rate)]
-        language = self.input.language or next((r.language for r in self.results if r.window.index == 0), None)
-        return Clip(window, part, language)
+        return Clip(window, part, self.input.language or self.language)
 
 
 def windows_of(samples: Samples, rate: int) -> list[Window]:
@@ -96,48 +104,66 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         return ended
 
     def step(self) -> list[RowResult]:
-        by_decoding: dict[Decoding, list[tuple[SpeechRow, int]]] = {}
-        for row, index in self._choose():
-            by_decoding.setdefault(row.decoding, []).append((row, index))
-        for decoding, chosen in by_decoding.items():
-            with self.context():
-                results = self.transcriber.run([row.clip(index) for row, index in chosen], decoding)
-            for (row, _), result in zip(chosen, results, strict=True):
-                row.results.append(result)
-        for row in {id(r): r for group in by_decoding.values() for r, _ in group}.values():
-            row.next = len(row.results)
+        """Start windows where there is room, then one decode step of every window held; returns the jobs whose
+        last window ended."""
+        finished = []
+        with self.context():
+            chosen = self._choose()
+            if chosen:
+                ended, languages = self.transcriber.start(
+                    [((row.handle, i), row.clip(i), row.decoding) for row, i in chosen]
+                )
+                for row, index in chosen:
+                    row.started = max(row.started, index + 1)
+                    if index == 0 and row.language is None:
+                        row.language = languages[(row.handle, index)]
+                finished += ended
+            if self.transcriber.held:
+                finished += self.transcriber.step()
+        for (handle, _), result in finished:
+            row = self.rows[handle]
+            row.results.append(result)
             row.stream()
-        done = [row for row in self.rows.values() if row.next >= len(row.windows)]
+        done = [row for row in self.rows.values() if len(row.results) >= len(row.windows)]
         for row in done:
             del self.rows[row.handle]
         return [RowResult(row.handle, prediction=Prediction(output=_output(row))) for row in done]
 
     def _choose(self) -> list[tuple[SpeechRow, int]]:
-        """Windows of every row in turn (round r takes each row's r-th next window) until the step is full, the rows
-        with the fewest windows left first (a 5 s clip is never left out of a step for a long recording's window;
-        the admitted first among equals); a row whose language is to be heard from its first window sends only that
-        one until it is heard."""
+        """Windows to start while fewer than ``windows_per_step`` decode: one per job in turn (round r takes each
+        job's r-th window not started), the jobs with the fewest windows left first (a 5 s clip is never left out
+        for a long recording's window; the admitted first among equals); a job whose language is to be heard from
+        its first window starts only that one until it has started."""
+        room = self.windows_per_step - self.transcriber.held
         chosen: list[tuple[SpeechRow, int]] = []
-        order = sorted(self.rows.values(), key=lambda row: len(row.windows) - row.next)
-        for r in range(self.windows_per_step):
+        order = sorted(self.rows.values(), key=lambda row: len(row.windows) - len(row.results))
+        r = 0
+        while len(chosen) < room:
             found = False
             for row in order:
-                index = row.next + r
-                if len(chosen) >= self.windows_per_step:
-                    return chosen
+                index = row.started + r
+                if len(chosen) >= room:
+                    break
                 if index < len(row.windows) and (r == 0 or row.language_known):
                     chosen.append((row, index))
                     found = True
             if not found:
                 break
+            r += 1
         return chosen
 
     def drop(self, handles: Iterable[str]) -> None:
-        for handle in handles:
-            self.rows.pop(handle, None)
+        gone = [self.rows.pop(handle) for handle in handles if handle in self.rows]
+        keys = {(row.handle, i) for row in gone for i in range(row.started)}
+        if keys:
+            self.transcriber.drop(keys)
+
+    def finishing_next(self) -> list[str]:
+        """Unknown: a window ends at its ``<|endoftext|>``, which no step foretells."""
+        return []
 
     def progress(self) -> dict[str, tuple[int, int]]:
-        return {h: (row.next, len(row.windows)) for h, row in self.rows.items()}
+        return {h: (len(row.results), len(row.windows)) for h, row in self.rows.items()}
 
     @property
     def handles(self) -> list[str]:
