@@ -74,7 +74,8 @@ def test_windows_of_all_jobs_decode_together_and_a_short_clip_passes_a_long_one(
     short_inp, short_audio = job(5)
     audio = {"audio-300": long_audio, "audio-5": short_audio}
     streamed: list[tuple[int, str]] = []
-    session = SpeechStepSession(transcriber, lambda inp: audio[inp.audio.value], windows_per_step=4)  # type: ignore[arg-type]
+    read = lambda inp: audio[inp.audio.value]  # noqa: E731
+    session = SpeechStepSession(transcriber, read, windows_per_step=4, hold_steps=10)  # type: ignore[arg-type]
     sink = lambda offset, text, tokens, index=None: streamed.append((offset, text))  # noqa: E731
     assert session.admit([Row("long", long_inp, sink)]) == []
     assert session.step() == [] and transcriber.started == [[("long", 0)]]  # its first window: the language
@@ -84,8 +85,10 @@ def test_windows_of_all_jobs_decode_together_and_a_short_clip_passes_a_long_one(
     session.step()  # the long job's first window ends: its place frees
     assert session.progress() == {"long": (1, 11), "short": (0, 1)}
     finished = [session.step() for _ in range(STEPS)]  # the short clip starts first in the place freed
-    assert transcriber.started[-2:] == [[("short", 0)], [("long", 4), ("long", 5), ("long", 6)]]
+    assert transcriber.started[-1] == [("short", 0)]  # and holds the long job's windows back while it decodes
     assert [r.handle for r in finished[-1]] == ["short"]  # its own steps, not the long job's
+    session.step()
+    assert transcriber.started[-1] == [("long", k) for k in range(4, 8)]  # the places freed meanwhile
     while session.handles:
         done = session.step()
     out = done[0].prediction.output  # type: ignore[union-attr]
@@ -106,6 +109,24 @@ def test_a_short_clip_takes_the_next_free_place_first() -> None:
     while not transcriber.started[-1][0][0] == "short":
         session.step()
     assert transcriber.started == [[("long", 0)], [("short", 0)]] and session.progress()["long"] == (1, 5)
+
+
+def test_a_long_job_held_back_by_short_clips_starts_a_window_a_step_once_it_waited() -> None:
+    transcriber = FakeTranscriber()
+    (long_inp, long_audio), (short_inp, short_audio) = job(300), job(4)
+    audio = {"audio-300": long_audio, "audio-4": short_audio}
+    read = lambda inp: audio[inp.audio.value]  # noqa: E731
+    session = SpeechStepSession(transcriber, read, windows_per_step=8, hold_steps=1)  # type: ignore[arg-type]
+    session.admit([Row("long", long_inp)])
+    session.step()
+    session.admit([Row("short", short_inp)])
+    session.step()
+    assert transcriber.started == [[("long", 0)], [("short", 0)]]  # the long job's next windows wait
+    session.step()
+    assert transcriber.started[-1] == [("long", 1)]  # waited past hold_steps: one window a step
+    assert [r.handle for r in session.step()] == ["short"] and len(transcriber.started) == 3  # held back again
+    session.step()  # the short clip is done: no more holding back
+    assert transcriber.started[-1] == [("long", 2), ("long", 3), ("long", 4), ("long", 5)]  # MAX_STARTS
 
 
 def test_a_dropped_row_leaves_the_batch_and_starts_no_more_windows() -> None:

@@ -63,7 +63,9 @@ class SpeechToTextRuntime(Runtime[SpeechToTextInput]):
 
     def _session(self, read: Any) -> SpeechStepSession:
         context = lambda: inference_context(self.options)  # noqa: E731
-        return SpeechStepSession(self.transcriber, read, self.limits.windows_per_step, context)
+        # A short clip holds longer jobs' windows back for at most one window's decode.
+        hold = self.limits.max_new_tokens
+        return SpeechStepSession(self.transcriber, read, self.limits.windows_per_step, context, hold)
 
     def step_key(self, inp: SpeechToTextInput) -> Hashable | None:
         return STEP_KEY

@@ -22,6 +22,10 @@ from worker.runtimes.speech.transcriber import Clip, Decoding, Transcriber
 from worker.runtimes.speech.windows import FRAME_S, Window, plan_windows
 
 Samples = np.ndarray[Any, np.dtype[np.float32]]
+SHORT_WINDOWS = 1  # a clip Whisper hears at once (30 s at most): its windows go before longer jobs'
+# Windows that start in one step at most: their encoder call is the step's, and a newcomer waits for the step under
+# way (16 windows of the demo Whisper encode in ~1.5 s of one CPU thread, 4 in ~0.4 s).
+MAX_STARTS = 4
 
 
 @dataclass
@@ -34,6 +38,7 @@ class SpeechRow:
     results: list[WindowResult] = field(default_factory=list)
     started: int = 0  # windows started (the next to start)
     language: str | None = None  # the job's, or heard from its first window once that started
+    held_back: int = 0  # decode steps its next window has waited for short clips' windows
     text_sink: TextSink | None = None
     streamed: int = 0  # windows whose text went to the sink
     sent: int = 0  # characters sent
@@ -85,10 +90,12 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         read: Callable[[SpeechToTextInput], Samples],
         windows_per_step: int,
         context: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        hold_steps: int = 0,
     ) -> None:
         self.transcriber, self.read, self.windows_per_step = transcriber, read, max(1, windows_per_step)
         self.context = context  # no autograd (torch.inference_mode), as every runtime runs
         self.rows: dict[str, SpeechRow] = {}
+        self.hold_steps = hold_steps  # how long a short clip holds back longer jobs' windows (decode steps)
 
     def admit(self, rows: Sequence[Row[SpeechToTextInput]]) -> list[RowResult]:
         ended = []
@@ -130,17 +137,28 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         return [RowResult(row.handle, prediction=Prediction(output=_output(row))) for row in done]
 
     def _choose(self) -> list[tuple[SpeechRow, int]]:
-        """Windows to start while fewer than ``windows_per_step`` decode: one per job in turn (round r takes each
-        job's r-th window not started), the jobs with the fewest windows left first (a 5 s clip is never left out
-        for a long recording's window; the admitted first among equals); a job whose language is to be heard from
-        its first window starts only that one until it has started."""
-        room = self.windows_per_step - self.transcriber.held
+        """Windows to start (``MAX_STARTS`` at most) while fewer than ``windows_per_step`` decode: one per job in
+        turn (round r takes each job's r-th window not started), the jobs with the fewest windows left first (the
+        admitted first among equals); a job whose language is to be heard from its first window starts only that one
+        until it has started. While a short clip (``SHORT_WINDOWS``) is held, longer jobs start no window (an encoder
+        call costs a CPU as much as dozens of decode steps) until one has waited ``hold_steps`` steps, and then one
+        window a step."""
+        room = min(self.windows_per_step - self.transcriber.held, MAX_STARTS)
+        rows = sorted(self.rows.values(), key=lambda row: len(row.windows) - len(row.results))
+        short = any(len(row.windows) <= SHORT_WINDOWS for row in rows)  # starting or decoding
+        aged: SpeechRow | None = None
+        if short and room > 0:
+            waiting = [row for row in rows if len(row.windows) > SHORT_WINDOWS and row.started < len(row.windows)]
+            for row in waiting:
+                row.held_back += 1
+            oldest = max(waiting, key=lambda row: row.held_back, default=None)
+            aged = oldest if oldest is not None and oldest.held_back > self.hold_steps else None
+            rows = [row for row in rows if len(row.windows) <= SHORT_WINDOWS]
         chosen: list[tuple[SpeechRow, int]] = []
-        order = sorted(self.rows.values(), key=lambda row: len(row.windows) - len(row.results))
         r = 0
         while len(chosen) < room:
             found = False
-            for row in order:
+            for row in rows:
                 index = row.started + r
                 if len(chosen) >= room:
                     break
@@ -150,6 +168,10 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
             if not found:
                 break
             r += 1
+        if aged is not None and len(chosen) < room and (aged.started == 0 or aged.language_known):
+            chosen.append((aged, aged.started))
+        for row, _ in chosen:
+            row.held_back = 0
         return chosen
 
     def drop(self, handles: Iterable[str]) -> None:
