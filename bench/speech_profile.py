@@ -80,7 +80,8 @@ def short_clip_life(transcriber: Transcriber, longs: int, long_s: float, windows
 
     timed = Timed(transcriber)
     jobs = {f"long{k}": job(f"long{k}", long_s) for k in range(longs)} | {"short": job("short", 5.0)}
-    session = SpeechStepSession(timed, lambda inp: jobs[str(inp.audio.value)][1], windows)  # type: ignore[arg-type]
+    read = lambda inp: jobs[str(inp.audio.value)][1]  # noqa: E731
+    session = SpeechStepSession(timed, read, windows, hold_steps=MAX_NEW_TOKENS)  # type: ignore[arg-type]
     with torch.inference_mode():
         session.admit([Row(name, inp) for name, (inp, _) in jobs.items() if name != "short"])
         for _ in range(3 if longs else 0):  # the long recordings under way, their decode batch full
