@@ -2,9 +2,10 @@
 cache (grown a column a step, ``worker/runtimes/text/kv_rows.py``'s slabs, left-padded to the batch's width) and its
 own cross-attention cache (its window's encoder states, fixed, 1500 frames for every window, so rows stack as they
 are). A window joins between two decode steps: its start tokens are prefilled (with the windows that join beside it)
-and its caches spliced into the batch; it leaves at ``<|endoftext|>`` or its token limit. Each row picks its tokens
-from its own logits, through its own logits processors (the start tokens set where its transcript begins), so a
-window decodes the same tokens whichever windows share its steps."""
+and its caches written into the batch's buffers (which keep room for more rows: a join copies its own rows only); it
+leaves at ``<|endoftext|>`` or its token limit. Each row picks its tokens from its own logits, through its own logits
+processors (the start tokens set where its transcript begins), so a window decodes the same tokens whichever windows
+share its steps."""
 
 from __future__ import annotations
 
@@ -12,9 +13,45 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers.cache_utils import DynamicLayer
+
 from worker.runtimes.text import kv_rows
 
 Key = tuple[str, int]  # a job's handle and a window's index
+
+
+class RowSlab(DynamicLayer):
+    """A cross-attention layer whose ``keys``/``values`` (``[rows, heads, frames, head_dim]``, never grown by a step)
+    are views of a buffer with room for more rows: rows that join are written after the others (a new buffer, twice
+    the rows, only when room runs out) and rows that leave are closed up, so a join copies its own rows only."""
+
+    def __init__(self, keys: Any, values: Any) -> None:
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self.key_slab, self.value_slab, self.rows = keys, values, int(keys.shape[0])
+        self._view()
+
+    def _view(self) -> None:
+        self.keys, self.values = self.key_slab[: self.rows], self.value_slab[: self.rows]
+
+    def add(self, keys: Any, values: Any) -> None:
+        extra = int(keys.shape[0])
+        if self.rows + extra > self.key_slab.shape[0]:
+            shape = (2 * (self.rows + extra), *self.key_slab.shape[1:])
+            key_slab, value_slab = self.key_slab.new_empty(shape), self.value_slab.new_empty(shape)
+            key_slab[: self.rows], value_slab[: self.rows] = self.keys, self.values
+            self.key_slab, self.value_slab = key_slab, value_slab
+        self.key_slab[self.rows : self.rows + extra] = keys
+        self.value_slab[self.rows : self.rows + extra] = values
+        self.rows += extra
+        self._view()
+
+    def keep(self, rows: list[int]) -> None:
+        for to, row in enumerate(rows):
+            if to != row:  # moves only the rows after the first one that left
+                self.key_slab[to], self.value_slab[to] = self.key_slab[row], self.value_slab[row]
+        self.rows = len(rows)
+        self._view()
 
 
 @dataclass
@@ -149,25 +186,23 @@ class DecodeRows:
             mask = mask[index]
         if self.cache is None:
             kv_rows.hold(cache.self_attention_cache)
+            cross = cache.cross_attention_cache
+            cross.layers = [RowSlab(layer.keys, layer.values) for layer in cross.layers]
             self.cache, self.mask = cache, mask
         else:
             _, self.mask = kv_rows.join(self.cache.self_attention_cache, self.mask, cache.self_attention_cache, mask)
-            for held, new in zip(
-                self.cache.cross_attention_cache.layers, cache.cross_attention_cache.layers, strict=True
-            ):
-                held.keys, held.values = torch.cat([held.keys, new.keys]), torch.cat([held.values, new.values])
+            held_layers, new_layers = self.cache.cross_attention_cache.layers, cache.cross_attention_cache.layers
+            for held, new in zip(held_layers, new_layers, strict=True):
+                held.add(new.keys, new.values)
         self.rows += rows
 
     def _keep(self, positions: list[int]) -> None:
-        import torch
-
         if len(positions) == len(self.rows):
             return
         if not positions:
             self.rows, self.cache, self.mask = [], None, None
             return
         self.mask = kv_rows.keep(self.cache.self_attention_cache, self.mask, positions)
-        index = torch.tensor(positions, device=self.mask.device)
         for layer in self.cache.cross_attention_cache.layers:
-            layer.keys, layer.values = layer.keys[index], layer.values[index]
+            layer.keep(positions)
         self.rows = [self.rows[k] for k in positions]

@@ -178,7 +178,8 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         gone = [self.rows.pop(handle) for handle in handles if handle in self.rows]
         keys = {(row.handle, i) for row in gone for i in range(row.started)}
         if keys:
-            self.transcriber.drop(keys)
+            with self.context():  # the caches are inference tensors: changed in place in inference mode only
+                self.transcriber.drop(keys)
 
     def finishing_next(self) -> list[str]:
         """Unknown: a window ends at its ``<|endoftext|>``, which no step foretells."""
