@@ -90,3 +90,36 @@ def test_rows_decode_each_window_as_generate_does_alone(transcriber: Transcriber
         if decoding.words:
             assert times is not None and want_times is not None
             assert np.allclose(times[: len(want_times)], want_times, atol=1e-6)
+
+
+def test_a_session_drops_a_job_between_steps_and_decodes_on(transcriber: Transcriber) -> None:
+    """A canceled job's decoder rows leave (in the session's inference context: the caches change in place), its
+    companions decode on to their results, and nothing is left in the batch."""
+    from tasks.kinds import SpeechToTextInput
+    from tasks.media.references import Media, MediaRef, RefForm
+    from worker.runtimes.base import Row
+    from worker.runtimes.speech.session import SpeechStepSession
+
+    def job(name: str) -> SpeechToTextInput:
+        ref = MediaRef(RefForm.stored, name, Media.audio)
+        return SpeechToTextInput.model_construct(
+            audio=ref, task="transcribe", language="en", prompt=None, temperature=0.0,
+            timestamp_granularities=["segment"], seed=None,
+        )  # fmt: skip
+
+    audio = {name: clip.samples for name, clip in zip(("a", "b"), clips()[:2], strict=False)}
+    audio["long"] = np.concatenate([clip.samples for clip in clips()])
+    session = SpeechStepSession(transcriber, lambda inp: audio[str(inp.audio.value)], 8, torch.inference_mode)
+    session.admit([Row("long", job("long"))])
+    session.step()  # its windows start, first in the batch
+    session.admit([Row(name, job(name)) for name in ("a", "b")])
+    session.step()
+    held = [row.key[0] for row in transcriber.rows.rows]
+    assert held[-2:] == ["a", "b"] and set(held[:-2]) == {"long"}
+    session.drop(["long"])  # outside inference mode, as the step loop drops rows: the others' rows move up
+    assert all(row.key[0] != "long" for row in transcriber.rows.rows)
+    finished = []
+    while session.handles:
+        finished += session.step()
+    assert sorted(r.handle for r in finished) == ["a", "b"] and all(r.prediction for r in finished)
+    assert transcriber.held == 0
