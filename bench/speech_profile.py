@@ -23,15 +23,16 @@ from tasks.media.references import Media, MediaRef, RefForm  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.speech.session import SpeechStepSession  # noqa: E402
 from worker.runtimes.speech.transcriber import Transcriber  # noqa: E402
+from worker.runtimes.speech.window_batch import WindowBatch  # noqa: E402
 
 RATE = 16000
 MAX_NEW_TOKENS = 64  # as bench/speech.py
 
 
 class Timed:
-    """A transcriber whose starts and decode steps are timed (seconds, and the windows each start encodes)."""
+    """A session's windows whose starts and decode steps are timed (seconds, and the windows each start encodes)."""
 
-    def __init__(self, inner: Transcriber) -> None:
+    def __init__(self, inner: WindowBatch) -> None:
         self.inner, self.rate = inner, inner.rate
         self.log: list[tuple[str, float, int]] = []  # ("start" | "decode", seconds, windows started | rows)
 
@@ -78,7 +79,8 @@ def short_clip_life(transcriber: Transcriber, longs: int, long_s: float, windows
     joining ``longs`` recordings of ``long_s`` seconds under way (none: alone)."""
     import torch
 
-    timed = Timed(transcriber)
+    batch = WindowBatch(transcriber)
+    timed = Timed(batch)
     jobs = {f"long{k}": job(f"long{k}", long_s) for k in range(longs)} | {"short": job("short", 5.0)}
     read = lambda inp: jobs[str(inp.audio.value)][1]  # noqa: E731
     session = SpeechStepSession(timed, read, windows, hold_steps=MAX_NEW_TOKENS)  # type: ignore[arg-type]
@@ -92,7 +94,7 @@ def short_clip_life(transcriber: Transcriber, longs: int, long_s: float, windows
         while "short" in session.handles:
             before = len(timed.log)
             session.step()
-            if not any(key[0] == "short" for key in _held_keys(transcriber)) and "short" in session.handles:
+            if not any(key[0] == "short" for key in _held_keys(batch)) and "short" in session.handles:
                 waited += sum(s for _, s, _ in timed.log[before:])
         total = time.perf_counter() - began
         for handle in session.handles:
@@ -107,11 +109,12 @@ def short_clip_life(transcriber: Transcriber, longs: int, long_s: float, windows
         "decode": sum(s for s, _ in decodes),
         "steps": len(decodes),
         "rows": sum(n for _, n in decodes) / max(1, len(decodes)),
+        "left": batch.held,  # windows still decoding once every job was dropped: none
     }
 
 
-def _held_keys(transcriber: Transcriber) -> list[tuple[str, int]]:
-    return [row.key for row in transcriber.rows.rows]
+def _held_keys(batch: WindowBatch) -> list[tuple[str, int]]:
+    return [row.key for row in batch.rows.rows]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from worker.runtimes.speech.transcriber import Clip, Decoding, Transcriber
+from worker.runtimes.speech.window_batch import WindowBatch
 from worker.runtimes.speech.windows import Window
 
 
@@ -35,8 +36,8 @@ def clips() -> list[Clip]:
 
 def alone(t: Transcriber, clip: Clip, decoding: Decoding) -> tuple[list[int], list[float] | None]:
     """What ``generate`` decodes for ``clip`` alone: its first pass's tokens after the start tokens, and their times."""
-    features = t._features([clip])
-    language = t._languages(t.model.model.encoder(features).last_hidden_state, [clip])[0]
+    features = t.features_of([clip])
+    language = t.languages(t.model.model.encoder(features).last_hidden_state, [clip])[0]
     options: dict[str, Any] = dict(
         task=decoding.task, language=[language], return_timestamps=True, return_dict_in_generate=True,
         return_segments=True, return_token_timestamps=decoding.words, max_new_tokens=t.max_new_tokens,
@@ -44,7 +45,7 @@ def alone(t: Transcriber, clip: Clip, decoding: Decoding) -> tuple[list[int], li
     if decoding.prompt:
         options["prompt_ids"] = torch.tensor(t.tokenizer.get_prompt_ids(decoding.prompt))
     first = t.model.generate(features, **options)["segments"][0][0]["result"]
-    begin = len(t._start_tokens(language, decoding))
+    begin = len(t.start_tokens(language, decoding))
     times = first["token_timestamps"][begin:].tolist() if decoding.words else None
     return first["sequences"][begin:].tolist(), times
 
@@ -66,21 +67,22 @@ def test_rows_decode_each_window_as_generate_does_alone(transcriber: Transcriber
         return read(tokens, times, window)
 
     transcriber.reader.segments = spy  # type: ignore[method-assign]
+    batch = WindowBatch(transcriber)
     all_clips = clips()
     with torch.inference_mode():
         expected = [alone(transcriber, clip, decoding) for clip in all_clips]
-        transcriber.start([(("a", 0), all_clips[0], decoding), (("a", 1), all_clips[1], decoding)])
+        batch.start([(("a", 0), all_clips[0], decoding), (("a", 1), all_clips[1], decoding)])
         for _ in range(5):
-            transcriber.step()
-        transcriber.start([(("b", 2), all_clips[2], decoding)])  # joins rows 5 tokens in
+            batch.step()
+        batch.start([(("b", 2), all_clips[2], decoding)])  # joins rows 5 tokens in
         for _ in range(3):
-            transcriber.step()
-        transcriber.start([(("c", k), all_clips[k], decoding) for k in (3, 4)])
+            batch.step()
+        batch.start([(("c", k), all_clips[k], decoding) for k in (3, 4)])
     with torch.inference_mode():  # as the session drops rows (its context)
-        transcriber.drop({("a", 1)})  # leaves unfinished: the others decode on as before
+        batch.drop({("a", 1)})  # leaves unfinished: the others decode on as before
     with torch.inference_mode():
-        while transcriber.held:
-            transcriber.step()
+        while batch.held:
+            batch.step()
     transcriber.reader.segments = read  # type: ignore[method-assign]
     assert sorted(heard) == [0, 2, 3, 4]
     for k in heard:
@@ -109,17 +111,18 @@ def test_a_session_drops_a_job_between_steps_and_decodes_on(transcriber: Transcr
 
     audio = {name: clip.samples for name, clip in zip(("a", "b"), clips()[:2], strict=False)}
     audio["long"] = np.concatenate([clip.samples for clip in clips()])
-    session = SpeechStepSession(transcriber, lambda inp: audio[str(inp.audio.value)], 8, torch.inference_mode)
+    batch = WindowBatch(transcriber)
+    session = SpeechStepSession(batch, lambda inp: audio[str(inp.audio.value)], 8, torch.inference_mode)
     session.admit([Row("long", job("long"))])
     session.step()  # its windows start, first in the batch
     session.admit([Row(name, job(name)) for name in ("a", "b")])
     session.step()
-    held = [row.key[0] for row in transcriber.rows.rows]
+    held = [row.key[0] for row in batch.rows.rows]
     assert held[-2:] == ["a", "b"] and set(held[:-2]) == {"long"}
     session.drop(["long"])  # outside inference mode, as the step loop drops rows: the others' rows move up
-    assert all(row.key[0] != "long" for row in transcriber.rows.rows)
+    assert all(row.key[0] != "long" for row in batch.rows.rows)
     finished = []
     while session.handles:
         finished += session.step()
     assert sorted(r.handle for r in finished) == ["a", "b"] and all(r.prediction for r in finished)
-    assert transcriber.held == 0
+    assert batch.held == 0

@@ -15,6 +15,7 @@ from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.speech.audio_samples import read_samples, stored_audio
 from worker.runtimes.speech.session import Samples, SpeechStepSession
 from worker.runtimes.speech.transcriber import Transcriber
+from worker.runtimes.speech.window_batch import WindowBatch
 from worker.torch_settings import inference_context
 
 STEP_KEY = "audio"  # every job's windows may share a step
@@ -65,7 +66,8 @@ class SpeechToTextRuntime(Runtime[SpeechToTextInput]):
         context = lambda: inference_context(self.options)  # noqa: E731
         # A short clip holds longer jobs' windows back for at most one window's decode.
         hold = self.limits.max_new_tokens
-        return SpeechStepSession(self.transcriber, read, self.limits.windows_per_step, context, hold)
+        batch = WindowBatch(self.transcriber)  # the session's own decoding windows
+        return SpeechStepSession(batch, read, self.limits.windows_per_step, context, hold)
 
     def step_key(self, inp: SpeechToTextInput) -> Hashable | None:
         return STEP_KEY

@@ -1,5 +1,5 @@
 """Speech jobs as rows of a step session: a row is a job's audio cut into windows, and each window's decoder is a row
-of one running decode batch (``transcriber.py``, ``decode_rows.py``). A step starts windows while fewer than
+of one running decode batch (``window_batch.py``, ``decode_rows.py``). A step starts windows while fewer than
 ``windows_per_step`` decode (one encoder call for all that start; the jobs with the fewest windows left first, one
 window per job in turn), then runs one decode step for every window held: a 5 s clip that arrives while a 1 h
 recording is under way starts at the next step and decodes beside its windows, instead of waiting for a whole
@@ -18,7 +18,8 @@ import numpy as np
 from tasks.kinds import SpeechToTextInput
 from worker.runtimes.base import Prediction, Row, RowResult, StepSession, TextSink
 from worker.runtimes.speech.stitching import WindowResult, owned_text, stitch
-from worker.runtimes.speech.transcriber import Clip, Decoding, Transcriber
+from worker.runtimes.speech.transcriber import Clip, Decoding
+from worker.runtimes.speech.window_batch import WindowBatch
 from worker.runtimes.speech.windows import FRAME_S, Window, plan_windows
 
 Samples = np.ndarray[Any, np.dtype[np.float32]]
@@ -86,13 +87,13 @@ def windows_of(samples: Samples, rate: int) -> list[Window]:
 class SpeechStepSession(StepSession[SpeechToTextInput]):
     def __init__(
         self,
-        transcriber: Transcriber,
+        batch: WindowBatch,
         read: Callable[[SpeechToTextInput], Samples],
         windows_per_step: int,
         context: Callable[[], AbstractContextManager[Any]] = nullcontext,
         hold_steps: int = 0,
     ) -> None:
-        self.transcriber, self.read, self.windows_per_step = transcriber, read, max(1, windows_per_step)
+        self.batch, self.read, self.windows_per_step = batch, read, max(1, windows_per_step)
         self.context = context  # no autograd (torch.inference_mode), as every runtime runs
         self.rows: dict[str, SpeechRow] = {}
         self.hold_steps = hold_steps  # how long a short clip holds back longer jobs' windows (decode steps)
@@ -105,7 +106,7 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
             except Exception as exc:
                 ended.append(RowResult(row.handle, error=exc))
                 continue
-            rate = self.transcriber.rate
+            rate = self.batch.rate
             windows = windows_of(samples, rate)
             self.rows[row.handle] = SpeechRow(row.handle, row.input, samples, rate, windows, text_sink=row.text_sink)
         return ended
@@ -117,16 +118,14 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         with self.context():
             chosen = self._choose()
             if chosen:
-                ended, languages = self.transcriber.start(
-                    [((row.handle, i), row.clip(i), row.decoding) for row, i in chosen]
-                )
+                ended, languages = self.batch.start([((row.handle, i), row.clip(i), row.decoding) for row, i in chosen])
                 for row, index in chosen:
                     row.started = max(row.started, index + 1)
                     if index == 0 and row.language is None:
                         row.language = languages[(row.handle, index)]
                 finished += ended
-            if self.transcriber.held:
-                finished += self.transcriber.step()
+            if self.batch.held:
+                finished += self.batch.step()
         for (handle, _), result in finished:
             row = self.rows[handle]
             row.results.append(result)
@@ -143,7 +142,7 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         until it has started. While a short clip (``SHORT_WINDOWS``) is held, longer jobs start no window (an encoder
         call costs a CPU as much as dozens of decode steps) until one has waited ``hold_steps`` steps, and then one
         window a step."""
-        room = min(self.windows_per_step - self.transcriber.held, MAX_STARTS)
+        room = min(self.windows_per_step - self.batch.held, MAX_STARTS)
         rows = sorted(self.rows.values(), key=lambda row: len(row.windows) - len(row.results))
         short = any(len(row.windows) <= SHORT_WINDOWS for row in rows)  # starting or decoding
         aged: SpeechRow | None = None
@@ -179,7 +178,7 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         keys = {(row.handle, i) for row in gone for i in range(row.started)}
         if keys:
             with self.context():  # the caches are inference tensors: changed in place in inference mode only
-                self.transcriber.drop(keys)
+                self.batch.drop(keys)
 
     def finishing_next(self) -> list[str]:
         """Unknown: a window ends at its ``<|endoftext|>``, which no step foretells."""
