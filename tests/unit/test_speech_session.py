@@ -82,11 +82,10 @@ def test_windows_of_all_jobs_decode_together_and_a_short_clip_passes_a_long_one(
     assert session.step() == [] and transcriber.started[-1] == [("long", 1), ("long", 2), ("long", 3)]
     assert transcriber.held == 4 and session.progress() == {"long": (0, 11)}
     session.admit([Row("short", short_inp)])
-    session.step()  # the long job's first window ends: its place frees
-    assert session.progress() == {"long": (1, 11), "short": (0, 1)}
-    finished = [session.step() for _ in range(STEPS)]  # the short clip starts first in the place freed
-    assert transcriber.started[-1] == [("short", 0)]  # and holds the long job's windows back while it decodes
+    finished = [session.step() for _ in range(STEPS)]  # the batch is full: the short clip starts beyond it
+    assert transcriber.started[-1] == [("short", 0)] and transcriber.started.count([("short", 0)]) == 1
     assert [r.handle for r in finished[-1]] == ["short"]  # its own steps, not the long job's
+    assert len(transcriber.started) == 3  # the long job's windows were held back while it decoded
     session.step()
     assert transcriber.started[-1] == [("long", k) for k in range(4, 8)]  # the places freed meanwhile
     while session.handles:
@@ -97,18 +96,19 @@ def test_windows_of_all_jobs_decode_together_and_a_short_clip_passes_a_long_one(
     assert [offset for offset, _ in streamed] == [sum(len(t) for _, t in streamed[:k]) for k in range(len(streamed))]
 
 
-def test_a_short_clip_takes_the_next_free_place_first() -> None:
-    """One window decoding at a time: when the long recording's window ends, the clip that joined starts next."""
+def test_a_short_clip_does_not_wait_for_a_long_recordings_place() -> None:
+    """One window decoding at a time: a clip that joins starts at the next step beside the long recording's window
+    (short clips may take a quarter more places, at least one); a second clip waits for a place."""
     transcriber = FakeTranscriber()
     (long_inp, long_audio), (short_inp, short_audio) = job(120), job(4)
     audio = {"audio-120": long_audio, "audio-4": short_audio}
     session = SpeechStepSession(transcriber, lambda inp: audio[inp.audio.value], windows_per_step=1)  # type: ignore[arg-type]
     session.admit([Row("long", long_inp)])
     session.step()
-    session.admit([Row("short", short_inp)])
-    while not transcriber.started[-1][0][0] == "short":
-        session.step()
-    assert transcriber.started == [[("long", 0)], [("short", 0)]] and session.progress()["long"] == (1, 5)
+    session.admit([Row("short", short_inp), Row("short2", short_inp)])
+    session.step()
+    assert transcriber.started == [[("long", 0)], [("short", 0)]] and transcriber.held == 2
+    assert session.progress()["long"] == (0, 5)
 
 
 def test_a_long_job_held_back_by_short_clips_starts_a_window_a_step_once_it_waited() -> None:

@@ -141,18 +141,22 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
         admitted first among equals); a job whose language is to be heard from its first window starts only that one
         until it has started. While a short clip (``SHORT_WINDOWS``) is held, longer jobs start no window (an encoder
         call costs a CPU as much as dozens of decode steps) until one has waited ``hold_steps`` steps, and then one
-        window a step."""
-        room = min(self.windows_per_step - self.batch.held, MAX_STARTS)
+        window a step; short clips may decode beyond ``windows_per_step`` by a quarter of it (at least one), so one
+        does not wait for a long recording's window to end."""
+        held = self.batch.held
+        room = min(self.windows_per_step - held, MAX_STARTS)
         rows = sorted(self.rows.values(), key=lambda row: len(row.windows) - len(row.results))
-        short = any(len(row.windows) <= SHORT_WINDOWS for row in rows)  # starting or decoding
         aged: SpeechRow | None = None
-        if short and room > 0:
+        long_room = room
+        if any(len(row.windows) <= SHORT_WINDOWS for row in rows):  # starting or decoding
             waiting = [row for row in rows if len(row.windows) > SHORT_WINDOWS and row.started < len(row.windows)]
-            for row in waiting:
+            for row in waiting if room > 0 else []:
                 row.held_back += 1
             oldest = max(waiting, key=lambda row: row.held_back, default=None)
             aged = oldest if oldest is not None and oldest.held_back > self.hold_steps else None
             rows = [row for row in rows if len(row.windows) <= SHORT_WINDOWS]
+            extra = max(1, self.windows_per_step // 4)  # short clips do not wait for a long recording's place
+            long_room, room = room, min(self.windows_per_step + extra - held, MAX_STARTS)
         chosen: list[tuple[SpeechRow, int]] = []
         r = 0
         while len(chosen) < room:
@@ -167,7 +171,7 @@ class SpeechStepSession(StepSession[SpeechToTextInput]):
             if not found:
                 break
             r += 1
-        if aged is not None and len(chosen) < room and (aged.started == 0 or aged.language_known):
+        if aged is not None and len(chosen) < long_room and (aged.started == 0 or aged.language_known):
             chosen.append((aged, aged.started))
         for row, _ in chosen:
             row.held_back = 0
