@@ -4,8 +4,11 @@ assert formats, shapes, windows and timestamps, never wording."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,3 +198,33 @@ def test_windows_of_several_jobs_share_one_session(api: str, audio: dict[str, Pa
     assert all(j["status"] == "succeeded" for j in done), done
     assert len({j["metrics"]["batch_id"] for j in done}) == 1  # one session
     assert done[0]["metrics"]["batch_size"] >= 2 and done[0]["output"]["windows"] == 3
+
+
+def test_a_canceled_recording_leaves_between_windows_and_the_session_goes_on(
+    api: str, tmp_path: Path, audio: dict[str, Path]
+) -> None:
+    """A long recording canceled while it runs stops before its last window (its decoder rows leave the batch), and a
+    clip sent after it is transcribed by the same worker."""
+    long_audio = tmp_path / "noise.flac"  # 11 windows of noise: the random model decodes each to its token limit
+    synth = ["sox", "-n", "-r", "16000", "-c", "1", str(long_audio), "synth", "295", "whitenoise", "vol", "0.1"]
+    subprocess.run(synth, check=True)
+    with httpx.Client(base_url=api, timeout=120) as http:
+        up = http.post("/v1/uploads", content=long_audio.read_bytes(), headers={"Content-Type": "audio/flac"}).json()
+        job = http.post("/v1/jobs", json={"model": MODEL, "input": {"audio": up["id"]}}).json()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            seen = http.get(f"/v1/jobs/{job['id']}").json()
+            if seen["status"] != "queued":
+                break
+            time.sleep(0.02)
+        assert seen["status"] == "running", seen
+        assert http.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+        ended = http.get(f"/v1/jobs/{job['id']}", headers={"Prefer": "wait=30"}).json()
+        after = http.post("/v1/jobs", json={"model": MODEL, "input": {"audio": audio_uri(audio["speech"])}}).json()
+        done = http.get(f"/v1/jobs/{after['id']}", headers={"Prefer": "wait=60"}).json()
+    assert ended["status"] == "canceled" and (ended.get("progress") or {"step": 0})["step"] < 11, ended
+    assert done["status"] == "succeeded" and done["output"]["windows"] == 1, done
+
+
+def audio_uri(path: Path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()

@@ -22,8 +22,9 @@ class SpeechToTextLimits(KindLimits):
     windows_per_step: int = Field(
         default=16,
         ge=1,
-        description="windows heard together in one step, of all jobs: more is throughput where a batch costs "
-        "little more than one window (a GPU), fewer is a short clip's wait among long ones (bench/speech.py)",
+        description="windows decoding together (decoder rows of one batch), of all jobs (short clips may take a "
+        "quarter more): more is throughput where a batch costs little more than one window (a GPU), fewer is a short "
+        "clip's share of a CPU (bench/speech.py)",
     )
 
 

@@ -1,6 +1,7 @@
 """Speech to text with Whisper: ``WhisperForConditionalGeneration`` and its processor (feature extractor and
 tokenizer), loaded through ``from_pretrained`` (safetensors, no remote code). Jobs are rows of one step session
-(``session.py``): their 30 s windows share each step's feature extraction and ``generate`` call."""
+(``session.py``): their 30 s windows share encoder calls, and their decoders are rows of one running decode batch,
+joining and leaving between decode steps."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from worker.runtimes.hf_loading import require_folder
 from worker.runtimes.speech.audio_samples import read_samples, stored_audio
 from worker.runtimes.speech.session import Samples, SpeechStepSession
 from worker.runtimes.speech.transcriber import Transcriber
+from worker.runtimes.speech.window_batch import WindowBatch
 from worker.torch_settings import inference_context
 
 STEP_KEY = "audio"  # every job's windows may share a step
@@ -62,7 +64,10 @@ class SpeechToTextRuntime(Runtime[SpeechToTextInput]):
 
     def _session(self, read: Any) -> SpeechStepSession:
         context = lambda: inference_context(self.options)  # noqa: E731
-        return SpeechStepSession(self.transcriber, read, self.limits.windows_per_step, context)
+        # A short clip holds longer jobs' windows back for at most one window's decode.
+        hold = self.limits.max_new_tokens
+        batch = WindowBatch(self.transcriber)  # the session's own decoding windows
+        return SpeechStepSession(batch, read, self.limits.windows_per_step, context, hold)
 
     def step_key(self, inp: SpeechToTextInput) -> Hashable | None:
         return STEP_KEY
