@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 from tasks.schemas import JobStatus
-from tasks.settings import DEFAULT_METRICS_ADDRESS
+from tasks.setting_defaults import DEFAULT_METRICS_ADDRESS
 
 if TYPE_CHECKING:
     from tasks.models_file import ModelSpec

@@ -14,7 +14,7 @@ import yaml
 from jsonschema import Draft7Validator
 
 from tasks.models_file import load_models_file
-from tasks.settings import DEFAULT_SHUTDOWN_TIMEOUT_S
+from tasks.setting_defaults import DEFAULT_SHUTDOWN_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"

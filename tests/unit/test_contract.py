@@ -10,7 +10,8 @@ import pytest
 
 from tasks.errors import HTTP_STATUS, ErrorCode, GenqError, InvalidInput, Unavailable, code_for_status
 from tasks.models_file import load_models_file
-from tasks.settings import DEFAULT_REDIS_URL, Settings
+from tasks.setting_defaults import DEFAULT_REDIS_URL
+from tasks.settings import Settings
 
 
 def test_every_error_code_has_a_status():

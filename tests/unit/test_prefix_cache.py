@@ -114,7 +114,8 @@ def test_a_zero_budget_keeps_nothing_and_prompts_count_their_hit_tokens() -> Non
 def test_the_workers_setting_sizes_each_loaded_text_models_cache() -> None:
     from types import SimpleNamespace
 
-    from tasks.settings import DEFAULT_PREFIX_CACHE_BYTES, WorkerSettings
+    from tasks.setting_defaults import DEFAULT_PREFIX_CACHE_BYTES
+    from tasks.settings import WorkerSettings
     from worker.loader import after_load
 
     assert WorkerSettings().prefix_cache_bytes == DEFAULT_PREFIX_CACHE_BYTES > 0  # on by default

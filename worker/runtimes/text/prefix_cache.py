@@ -21,7 +21,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.settings import DEFAULT_PREFIX_CACHE_BYTES
+from tasks.setting_defaults import DEFAULT_PREFIX_CACHE_BYTES
 from worker.step_metrics import record_prefix_bytes, record_prefix_evictions, record_prefix_lookup
 
 #: Tokens per block (vLLM's default block size).

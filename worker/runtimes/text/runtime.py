@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
 from tasks.kinds.text_generation.context_fit import check_context
-from tasks.settings import DEFAULT_PREFIX_CACHE_BYTES
+from tasks.setting_defaults import DEFAULT_PREFIX_CACHE_BYTES
 from worker.adapters.runtime_cache import build_cache
 from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSession, TextSink
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
