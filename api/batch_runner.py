@@ -96,8 +96,7 @@ class Feeding:
             if not self.store.save(batch, self.token):
                 return
         flight = self.store.flight(self.id)
-        missing, settled = self.collect(batch, flight)
-        in_flight = len(flight) - settled
+        missing, ended = self.collect(batch, flight)
         if batch.ending is not None:
             for job_id in flight:
                 self.svc.store.cancel(job_id)
@@ -107,18 +106,17 @@ class Feeding:
                 (job_id, _json(never_ran(batch, line, p.custom_id)))
                 for (job_id, line), p in zip(missing, prepared, strict=True)
             ]
-            in_flight -= self.store.settle(self.id, self.token, answers, False, self.ttl_s)
+            self.store.settle(self.id, self.token, answers, False, self.ttl_s)
         elif missing:
             self.submit_all(batch, missing, self.store.lines_at(self.id, [line for _, line in missing]))
         else:
-            self.feed(batch, in_flight, state.fed)
-            in_flight = len(self.store.flight(self.id))
-        if in_flight <= 0 and (batch.ending is not None or state.fed >= batch.total):
-            if not self.store.flight(self.id):  # read again: what ``feed`` registered is in flight
-                self.finish(batch, self.store.state(self.id).fed)
+            self.feed(batch, len(flight) - ended, state.fed)
+        # Fed to the end (this pass fed nothing more then), or stopping: done once nothing is left in flight.
+        if (batch.ending is not None or state.fed >= batch.total) and not self.store.flight(self.id):
+            self.finish(batch, state.fed)
 
     def collect(self, batch: BatchRecord, flight: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
-        """Settle the lines whose jobs ended (how many were); the lines in flight with no job (registered, never
+        """Settle the lines whose jobs ended (how many); the lines in flight with no job (registered, never
         submitted)."""
         ids = list(flight)
         missing: list[tuple[str, int]] = []
@@ -133,8 +131,9 @@ class Feeding:
         for (job_id, line, job), p in zip(ended, prepared, strict=True):
             ok, answer = answer_of(self.svc.models, batch, line, p, job)
             answers[ok].append((job_id, _json(answer)))
-        settled = sum(self.store.settle(self.id, self.token, answers[ok], ok, self.ttl_s) for ok in (True, False))
-        return missing, settled
+        for ok in (True, False):
+            self.store.settle(self.id, self.token, answers[ok], ok, self.ttl_s)
+        return missing, len(ended)
 
     def feed(self, batch: BatchRecord, in_flight: int, fed: int) -> None:
         room = min(self.window(fed, in_flight) - in_flight, batch.total - fed)

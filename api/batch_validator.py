@@ -51,6 +51,9 @@ class Validations:
             )
         except Exception:
             log.exception("batch %s: validation failed; a later pass starts again", batch_id)
+        finally:
+            with self._lock:
+                self._threads.pop(batch_id, None)  # ended: a batch's thread is not kept past its validation
 
 
 def validate_batch(svc: Services, batch_id: str, token: str, ttl_s: int) -> None:
