@@ -66,6 +66,9 @@ class BatchingSettings(BaseModel):
     # Text: prompt tokens a decode step takes beside its running rows (newcomers' prompts ride in the step's forward;
     # a longer prompt is prefilled over several steps, so it never stalls the running rows for one long forward).
     prefill_chunk: int = Field(default=256, ge=16, le=65536)
+    # Text: the running rows' KV cache. paged: fixed-size blocks, a row joins or leaves without moving the others
+    # (issue 44); slab: one right-aligned padded tensor (a long joiner re-places every row at its width).
+    kv_layout: Literal["paged", "slab"] = "paged"
 
     @model_validator(mode="before")
     @classmethod

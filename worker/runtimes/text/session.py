@@ -22,7 +22,7 @@ from tasks.kinds import TextGenerationInput
 from worker.adapters.session_rows import SessionAdapters
 from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
-from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
+from worker.runtimes.text import kv_rows, packed_rows, paged_kv, prompt_parts
 from worker.runtimes.text.parking import Parking
 from worker.runtimes.text.prefill import prefill
 from worker.runtimes.text.rows import Decoder, DecodeRow, SessionRow
@@ -44,6 +44,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self.prefixes = SessionPrefixes(runtime.prefixes, self.adapters)  # prompts' blocks shared across jobs
         self._pending: list[list[SessionRow]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
         self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
+        self._layout = runtime.spec.batching.kv_layout  # paged blocks or the padded slab (kv_rows, paged_kv)
         self._pack_below: int | None = None  # pending prompts ran out of memory beside this many rows: fewer first
 
     @property
@@ -247,11 +248,21 @@ class TextStepSession(StepSession[TextGenerationInput]):
         if stay:
             mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
             if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
-                self._cache, self._mask = kv_rows.hold(cache) if kv_rows.splices(cache) else cache, mask
+                self._cache, self._mask = self._hold(cache, mask)
             else:
                 self._cache, self._mask = kv_rows.join(self._cache, self._mask, cache, mask)
             self._rows += [group[pos] for pos in stay]
         return finished
+
+    def _hold(self, cache: Any, mask: Any) -> tuple[Any, Any]:
+        """A prefill's cache as the session's first rows: paged (``paged_kv``) where packed steps run and the
+        models file does not ask for the slab, a slab where only the cache splices, else as it is."""
+        if not kv_rows.splices(cache):
+            return cache, mask
+        if self._packs and self._layout == "paged":
+            paged = paged_kv.from_padded(cache, mask)
+            return paged, paged.mask()
+        return kv_rows.hold(cache), mask
 
     def _advance(self, rows: list[SessionRow], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
         """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch).

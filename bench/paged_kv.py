@@ -1,0 +1,149 @@
+"""The text session's KV layouts, paged blocks against the padded slab (issue 44), in one run.
+
+genq's text step session in this process (the demo GPT-2, one torch thread, as a worker runs it; no queue):
+
+- joiner: ``--rows`` closed-loop rows of short prompts decode and every ``--every`` steps a newcomer with a
+  ``--prompt-tokens`` prompt joins (in ``batching.prefill_chunk`` parts). The steps a part of it rides in
+  ("joiner steps") against the other steps ("ordinary"): the slab re-places every row at the joiner's width, the
+  paged cache writes only the joiner's tokens into free blocks. Target: a joiner step <= 2x an ordinary step.
+- decode: 16 and 32 closed-loop rows of the workload's prompts (16-64 new tokens each, a finished row replaced at
+  once), tokens/s of each layout.
+
+Layouts are interleaved over ``--rounds``; the table gives medians and paged/slab ratios::
+
+    python bench/paged_kv.py [--rounds 2] [--seconds 6] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from bench.prefill_chunks import long_prompt  # noqa: E402
+from bench.report import fmt  # noqa: E402
+from bench.text_steps import load_runtime  # noqa: E402
+from bench.workload import PROMPTS  # noqa: E402
+from tasks.kinds import TextGenerationInput  # noqa: E402
+
+LAYOUTS = ("slab", "paged")
+
+
+def session_of(runtime: Any, layout: str) -> Any:
+    from worker.runtimes.text.session import TextStepSession
+
+    session = TextStepSession(runtime)
+    session._layout = layout  # what batching.kv_layout sets for a model's sessions
+    return session
+
+
+def joiner(runtime: Any, layout: str, rows: int, every: int, prompt: str, seconds: float) -> dict[str, float]:
+    """Step times of the steps a long prompt's parts ride in, and of the others."""
+    from worker.runtimes.base import Row
+
+    session = session_of(runtime, layout)
+    made = 0
+
+    def short() -> Row[TextGenerationInput]:
+        nonlocal made
+        made += 1
+        inp = TextGenerationInput(prompt=PROMPTS[made % len(PROMPTS)], max_new_tokens=16 + made % 48, seed=made)
+        return Row(f"s{made}", inp)
+
+    session.admit([short() for _ in range(rows)])
+    ordinary: list[float] = []
+    joining: list[float] = []
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        if steps % every == every - 1:
+            session.admit([Row(f"long{steps}", TextGenerationInput(prompt=prompt, max_new_tokens=8, seed=steps))])
+        rides = bool(session._pending)
+        before = time.perf_counter()
+        ended = session.step()
+        (joining if rides else ordinary).append(time.perf_counter() - before)
+        steps += 1
+        session.admit([short() for result in ended if result.handle.startswith("s")])
+    return {
+        "ordinary_p50_ms": 1000 * statistics.median(ordinary),
+        "joiner_p50_ms": 1000 * statistics.median(joining) if joining else float("nan"),
+        "joiner_max_ms": 1000 * max(joining) if joining else float("nan"),
+    }
+
+
+def decode(runtime: Any, layout: str, rows: int, seconds: float) -> float:
+    """Tokens/s of ``rows`` closed-loop rows."""
+    from worker.runtimes.base import Row
+
+    session = session_of(runtime, layout)
+    made = 0
+
+    def job() -> Row[TextGenerationInput]:
+        nonlocal made
+        made += 1
+        inp = TextGenerationInput(
+            prompt=PROMPTS[made % len(PROMPTS)], max_new_tokens=16 + (made * 7) % 49, do_sample=made % 2 == 1,
+            seed=made,
+        )
+        return Row(f"j{made}", inp)
+
+    session.admit([job() for _ in range(rows)])
+    tokens, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        ended = session.step()
+        tokens += len(session.handles) + len(ended)
+        session.admit([job() for _ in ended])
+    return tokens / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=15)
+    parser.add_argument("--every", type=int, default=20, help="a long prompt joins every this many steps")
+    parser.add_argument("--prompt-tokens", type=int, default=480)
+    parser.add_argument("--decode-rows", default="16,32")
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="tiny points: checks the script runs")
+    parser.add_argument("--models", type=Path, default=Path(".genq/models"))
+    args = parser.parse_args()
+    if args.smoke:
+        args.seconds, args.rounds, args.rows, args.every, args.prompt_tokens = 0.5, 1, 2, 4, 40
+        args.decode_rows = "2"
+    from worker.demo_models import build_demo_models
+
+    runtime = load_runtime(build_demo_models(args.models, names=("gpt2-demo",))["gpt2-demo"])
+    prompt = long_prompt(runtime, args.prompt_tokens)
+    counts = [int(n) for n in args.decode_rows.split(",")]
+    joins: dict[str, list[dict[str, float]]] = {layout: [] for layout in LAYOUTS}
+    rates: dict[tuple[str, int], list[float]] = {(layout, n): [] for layout in LAYOUTS for n in counts}
+    for _ in range(args.rounds):
+        for layout in LAYOUTS:  # interleaved: a change of the machine's load falls on every arm
+            joins[layout].append(joiner(runtime, layout, args.rows, args.every, prompt, args.seconds))
+            for n in counts:
+                rates[layout, n].append(decode(runtime, layout, n, args.seconds))
+    load = os.getloadavg()[0]
+    print(f"\n{args.rows} running rows, a {args.prompt_tokens}-token prompt joining every {args.every} steps "
+          f"(prefill_chunk {runtime.spec.batching.prefill_chunk}); load average {load:.2f}")
+    print("| layout | ordinary step p50 ms | joiner step p50 ms | joiner step max ms | joiner / ordinary |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for layout, arms in joins.items():
+        mid = {key: statistics.median(arm[key] for arm in arms) for key in arms[0]}
+        print(
+            f"| {layout} | {fmt(mid['ordinary_p50_ms'])} | {fmt(mid['joiner_p50_ms'])} | "
+            f"{fmt(mid['joiner_max_ms'])} | {mid['joiner_p50_ms'] / mid['ordinary_p50_ms']:.2f} |"
+        )
+    print("\n| rows | slab tokens/s | paged tokens/s | paged / slab |")
+    print("| ---: | ---: | ---: | ---: |")
+    for n in counts:
+        slab, paged = (statistics.median(rates[layout, n]) for layout in LAYOUTS)
+        print(f"| {n} | {slab:.1f} | {paged:.1f} | {paged / slab:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The text session's paged KV cache (worker/runtimes/text/paged_kv.py, issue 44): rows in fixed-size blocks hold
+what the slab would, a row joins or leaves without moving the others, and every row's tokens are its tokens alone."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
+
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers.cache_utils import DynamicCache, DynamicLayer  # noqa: E402
+
+from tasks.kinds import TextGenerationInput  # noqa: E402
+from worker.runtimes.base import Row  # noqa: E402
+from worker.runtimes.text import kv_rows, paged_kv  # noqa: E402
+from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
+
+
+def prefill_cache(rows: int, width: int, mask: torch.Tensor, seed: int) -> DynamicCache:
+    """A two-layer prefill's cache, right-aligned under ``mask`` (zeros where it is 0)."""
+    generator = torch.Generator().manual_seed(seed)
+    cache = DynamicCache()
+    cache.layers = []
+    for _ in range(2):
+        layer = DynamicLayer()
+        keys, values = (torch.randn(rows, 2, width, 4, generator=generator) * mask[:, None, :, None] for _ in "kv")
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        cache.layers.append(layer)
+    return cache
+
+
+def test_paged_rows_hold_what_the_slab_holds_through_steps_joins_and_leaves() -> None:
+    mask = torch.tensor([[1, 1, 1], [0, 1, 1]])
+    first = prefill_cache(2, 3, mask, 0)
+    paged = paged_kv.from_padded(first, mask)
+    slab = kv_rows.hold(prefill_cache(2, 3, mask, 0))
+    generator = torch.Generator().manual_seed(1)
+    for step in range(3 * paged_kv.BLOCK):  # past several blocks' ends
+        new = torch.randn(mask.shape[0], 2, 1, 4, generator=generator)
+        for ours, theirs in zip(paged.layers, slab.layers, strict=True):
+            got, want = ours.update(new, -new), theirs.update(new, -new)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), step
+        mask = kv_rows.with_column(mask)
+        assert torch.equal(paged.mask(), mask)
+        if step == 4:  # a long newcomer joins
+            long = torch.ones(1, 40, dtype=torch.long)
+            slab, mask = kv_rows.join(slab, mask, prefill_cache(1, 40, long, 2), long)
+            paged, paged_mask = kv_rows.join(paged, None, prefill_cache(1, 40, long, 2), long)
+            assert torch.equal(paged_mask, mask)
+        if step == 20:  # the long row leaves: the width follows the longest row left
+            mask = kv_rows.keep(slab, mask, [0, 1])
+            assert torch.equal(kv_rows.keep(paged, None, [0, 1]), mask)
+    assert kv_rows.rows_and_columns(paged) == kv_rows.rows_and_columns(slab)
+
+
+def test_a_joiner_moves_no_held_row_and_a_leaver_frees_its_blocks() -> None:
+    mask = torch.ones(2, 20, dtype=torch.long)
+    paged = paged_kv.from_padded(prefill_cache(2, 20, mask, 0), mask)
+    pool, tables = paged.layers[0].key_pool, [list(t) for t in paged.pages.tables]
+    held = paged.layers[0].gather()[0].clone()
+    free = len(paged.pages.free)
+    long = torch.ones(1, 300, dtype=torch.long)
+    kv_rows.join(paged, None, prefill_cache(1, 300, long, 1), long)
+    assert paged.layers[0].key_pool is pool and paged.pages.tables[:2] == tables  # nobody re-placed
+    assert torch.equal(paged.layers[0].gather()[0][:2, :, -20:], held)
+    assert len(paged.pages.free) == free - 300 // paged_kv.BLOCK - 1
+    kv_rows.keep(paged, None, [0, 1])
+    assert len(paged.pages.free) == free and paged.rows_and_columns() == (2, 20)
+
+
+def test_a_full_pool_grows_and_keeps_every_row() -> None:
+    mask = torch.ones(1, 10, dtype=torch.long)
+    paged = paged_kv.from_padded(prefill_cache(1, 10, mask, 0), mask)
+    before = paged.layers[1].gather()
+    long = torch.ones(1, paged_kv.BLOCK * paged_kv.FIRST_BLOCKS, dtype=torch.long)
+    joiner = prefill_cache(1, long.shape[1], long, 3)
+    kv_rows.join(paged, None, joiner, long)
+    assert paged.pages.blocks > paged_kv.FIRST_BLOCKS
+    keys, values = paged.layers[1].gather()
+    assert torch.equal(keys[0, :, -10:], before[0][0]) and torch.equal(values[1], joiner.layers[1].values[0])
+
+
+def run_out(session: Any, done: dict[str, Any]) -> dict[str, Any]:
+    while session.handles:
+        done.update({r.handle: r.prediction.output for r in session.step()})
+    return done
+
+
+@pytest.mark.parametrize("layout", ["paged", "slab"])
+def test_a_row_beside_a_480_token_joiner_gets_its_tokens_alone(textgen: TextGenerationRuntime, layout: str) -> None:
+    ids = textgen.tokenizer(" ".join(["Once upon a time there was a little robot who painted the sky."] * 60))
+    long = TextGenerationInput(prompt=textgen.tokenizer.decode(ids["input_ids"][:480]), max_new_tokens=6, seed=4)
+    rows = {
+        "a": TextGenerationInput(prompt="Hello", max_new_tokens=24, do_sample=True, seed=1),
+        "b": TextGenerationInput(prompt="The weather today is", max_new_tokens=18, seed=2),
+    }
+    session: Any = textgen.open_session(())
+    session._layout = layout
+    session.admit([Row(h, inp) for h, inp in rows.items()])
+    done = {r.handle: r.prediction.output for r in session.step()}
+    assert session.admit([Row("long", long)]) == []  # rides in the next steps, in prefill_chunk parts
+    cache = session._cache
+    assert isinstance(cache, paged_kv.PagedCache) == (layout == "paged")
+    done = run_out(session, done)
+    for handle, inp in {**rows, "long": long}.items():
+        assert done[handle] == textgen.predict([inp])[0].output, handle

@@ -1,0 +1,214 @@
+"""The text session's KV cache in fixed-size blocks (issue 44): rows join and leave without moving each other.
+
+Every layer keeps one pool of token slots, ``[slots, heads, head_dim]`` for keys and for values; a row holds a
+list of blocks of ``BLOCK`` slots (``Pages``, shared by all layers) and its length. Joining writes only the
+newcomer's tokens into free blocks, leaving frees the row's blocks, a step writes each row's new token into its
+own slot: nothing else is copied, whatever the newcomer's length (the slab, ``kv_rows.SlabLayer``, re-placed every
+row at the new width when a long prompt joined).
+
+The attention reads the rows as today's slab holds them: each layer gathers its rows right-aligned into a padded
+``[rows, heads, columns, head_dim]`` batch (padding reads slot 0, kept zero), with the same 2-D mask, so the
+forward, its mask and positions are the slab's and every row's tokens stay what they were. One index, built once a
+step, serves every layer. Measured against one packed masked SDPA (transformers' ``sdpa_paged``) and per-length
+groups in bench/paged_kv.py: the gather costs a copy of what the attention reads, far less than the slab's
+re-placement of every row when a long prompt joins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+#: Token slots per block: a row wastes at most BLOCK - 1 slots.
+BLOCK = 16
+#: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
+FIRST_BLOCKS = 64
+
+
+class Pages:
+    """Which blocks each row holds and how long it is; the step's write slots and read index (all layers)."""
+
+    def __init__(self, layers: int, device: Any) -> None:
+        self.layers, self.device = layers, device
+        self.tables: list[list[int]] = []
+        self.lengths: list[int] = []
+        self.blocks = FIRST_BLOCKS
+        self.free = list(range(self.blocks - 1, 0, -1))  # block 0's slot 0 is the padding slot: never given out
+        self.pools: list[PagedLayer] = []  # the layers whose pools hold the blocks
+        self._written = 0  # layers that wrote this step's column
+        self._slots: Any = None
+        self._index: Any = None
+
+    @property
+    def width(self) -> int:
+        """Columns the rows attend over: the longest row."""
+        return max(self.lengths, default=0)
+
+    def take(self, count: int) -> tuple[list[int], int]:
+        """``count`` free blocks; second: the block count the pools must grow to first (0: no growth)."""
+        grow = 0
+        while len(self.free) < count:
+            grow = self.blocks * 2
+            self.free = list(range(grow - 1, self.blocks - 1, -1)) + self.free
+            self.blocks = grow
+        taken = [self.free.pop() for _ in range(count)]
+        return taken, grow
+
+    def grow(self, blocks: int) -> None:
+        """Every layer's pools to ``blocks`` blocks (0: as they are)."""
+        if blocks:
+            for layer in self.pools:
+                layer.grow(blocks)
+
+    def slots(self, row: int, length: int) -> Any:
+        """The slots of row ``row``'s first ``length`` tokens, in order."""
+        table = torch.tensor(self.tables[row], device=self.device)
+        return (table[:, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(-1)[:length]
+
+    def mask(self) -> Any:
+        """[rows, width]: 1 on each row's tokens, right-aligned (the slab's mask)."""
+        width = self.width
+        lengths = torch.tensor(self.lengths, device=self.device)
+        return (torch.arange(width, device=self.device)[None, :] >= (width - lengths)[:, None]).long()
+
+    def begin(self) -> int:
+        """A step starts (its first layer writes): each row gets a slot for its new token; returns the block count
+        the pools must grow to (0: none)."""
+        grow = 0
+        for row, length in enumerate(self.lengths):
+            if length == len(self.tables[row]) * BLOCK:
+                taken, more = self.take(1)
+                self.tables[row] += taken
+                grow = max(grow, more)
+        lengths = torch.tensor(self.lengths, device=self.device) + 1
+        index = self.index(lengths, int(lengths.max()))
+        self._slots, self._index = index[:, -1], index.reshape(-1)
+        self._written = 0
+        return grow
+
+    def index(self, lengths: Any, width: int) -> Any:
+        """[rows, width]: the slot of each row's token at each column, right-aligned (padding: slot 0)."""
+        most = max(len(table) for table in self.tables)
+        tables = torch.tensor([table + [0] * (most - len(table)) for table in self.tables], device=self.device)
+        pos = torch.arange(width, device=self.device)[None, :] - (width - lengths)[:, None]
+        real = pos >= 0
+        pos = pos.clamp(min=0)
+        slots = tables.gather(1, pos // BLOCK) * BLOCK + pos % BLOCK
+        return torch.where(real, slots, 0)
+
+    def wrote(self) -> None:
+        """A layer wrote its column; after the last one every row is a token longer (a step that failed midway
+        leaves the lengths as they were: its slots are written again)."""
+        self._written += 1
+        if self._written == self.layers:
+            self.lengths = [n + 1 for n in self.lengths]
+
+    def drop_rows(self, keep: list[int]) -> None:
+        gone = set(range(len(self.tables))) - set(keep)
+        for row in gone:
+            self.free += self.tables[row]
+        self.tables = [self.tables[row] for row in keep]
+        self.lengths = [self.lengths[row] for row in keep]
+
+
+class PagedLayer(DynamicLayer):
+    """One layer's pools; ``update`` writes the step's column into each row's slot and returns the rows gathered
+    right-aligned, as a slab layer would hold them."""
+
+    def __init__(self, pages: Pages, first: bool, heads: int, dim: int, dtype: Any, device: Any) -> None:
+        super().__init__()
+        self.pages, self.first, self.dtype, self.device, self.is_initialized = pages, first, dtype, device, True
+        self.key_pool = torch.zeros((pages.blocks * BLOCK, heads, dim), dtype=dtype, device=device)
+        self.value_pool = torch.zeros_like(self.key_pool)
+        self.keys = self.values = self.key_pool[:0]
+
+    def grow(self, blocks: int) -> None:
+        if blocks * BLOCK > self.key_pool.shape[0]:
+            more = (blocks * BLOCK - self.key_pool.shape[0], *self.key_pool.shape[1:])
+            self.key_pool = torch.cat([self.key_pool, self.key_pool.new_zeros(more)])
+            self.value_pool = torch.cat([self.value_pool, self.value_pool.new_zeros(more)])
+
+    def write(self, slots: Any, keys: Any, values: Any) -> None:
+        """Tokens ``keys``/``values`` [tokens, heads, dim] into ``slots``."""
+        self.key_pool.index_copy_(0, slots, keys)
+        self.value_pool.index_copy_(0, slots, values)
+
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """``key_states``: [rows, heads, 1, dim], each row's new token (the first layer starts the step)."""
+        pages = self.pages
+        if self.first:
+            pages.grow(pages.begin())
+        self.write(pages._slots, key_states[:, :, 0], value_states[:, :, 0])
+        pages.wrote()
+        shape = (len(pages.lengths), -1, *self.key_pool.shape[1:])
+        keys = self.key_pool.index_select(0, pages._index).view(shape).transpose(1, 2)
+        values = self.value_pool.index_select(0, pages._index).view(shape).transpose(1, 2)
+        return keys, values
+
+    def get_seq_length(self) -> int:
+        return self.pages.width
+
+    def gather(self) -> tuple[Any, Any]:
+        """The rows right-aligned, [rows, heads, width, dim] (what a slab layer would hold)."""
+        pages = self.pages
+        at = pages.index(torch.tensor(pages.lengths, device=self.device), pages.width).reshape(-1)
+        shape = (len(pages.lengths), pages.width, *self.key_pool.shape[1:])
+        return (
+            self.key_pool.index_select(0, at).view(shape).transpose(1, 2),
+            self.value_pool.index_select(0, at).view(shape).transpose(1, 2),
+        )
+
+
+class PagedCache(DynamicCache):
+    """A transformers cache whose layers are ``PagedLayer``s over one ``Pages``: the model steps it as it steps a
+    ``DynamicCache``; the session adds and keeps rows through ``add`` and ``keep``."""
+
+    def __init__(self, layers: int, heads: int, dim: int, dtype: Any, device: Any) -> None:
+        super().__init__()
+        self.pages = Pages(layers, device)
+        self.layers = [PagedLayer(self.pages, i == 0, heads, dim, dtype, device) for i in range(layers)]
+        self.pages.pools = self.layers
+
+    def add(self, rows: list[list[tuple[Any, Any]]]) -> None:
+        """Rows that join after the held ones: each row's keys and values per layer, [heads, tokens, dim]."""
+        pages = self.pages
+        for row in rows:
+            length = int(row[0][0].shape[-2])
+            blocks, grow = pages.take(-(-length // BLOCK))
+            pages.grow(grow)
+            pages.tables.append(blocks)
+            pages.lengths.append(length)
+            slots = pages.slots(len(pages.lengths) - 1, length)
+            for layer, (keys, values) in zip(self.layers, row, strict=True):
+                layer.write(slots, keys.transpose(0, 1), values.transpose(0, 1))
+
+    def add_padded(self, cache: Any, mask: Any) -> None:
+        """``cache``'s rows (a prefill's, right-aligned under ``mask``) after the held ones."""
+        lengths = mask.sum(-1).tolist()
+        self.add(
+            [
+                [(layer.keys[row, :, -n:], layer.values[row, :, -n:]) for layer in cache.layers]
+                for row, n in enumerate(lengths)
+            ]
+        )
+
+    def keep(self, rows: list[int]) -> Any:
+        """Keep batch rows ``rows`` (in order); the others' blocks are free. Returns the kept rows' mask."""
+        self.pages.drop_rows(rows)
+        return self.pages.mask()
+
+    def mask(self) -> Any:
+        return self.pages.mask()
+
+    def rows_and_columns(self) -> tuple[int, int]:
+        return len(self.pages.lengths), self.pages.width
+
+
+def from_padded(cache: Any, mask: Any) -> PagedCache:
+    """A paged cache holding ``cache``'s rows (a prefill's ``DynamicCache``, right-aligned under ``mask``)."""
+    first = cache.layers[0].keys
+    paged = PagedCache(len(cache.layers), first.shape[1], first.shape[-1], first.dtype, first.device)
+    paged.add_padded(cache, mask)
+    return paged
