@@ -16,15 +16,30 @@ re-placement of every row when a long prompt joins.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 #: Token slots per block: a row wastes at most BLOCK - 1 slots.
 BLOCK = 16
+#: A row joins the attention group of longer rows while it is at least 1/GROUP_SPREAD of the group's longest.
+GROUP_SPREAD = 2
 #: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
 FIRST_BLOCKS = 64
+
+
+@dataclass
+class Group:
+    """Rows attended together in a step: ``rows`` (None: all, in order), their slots right-aligned to ``width``
+    (flattened) and their mask [rows, 1, 1, width]."""
+
+    rows: Any
+    index: Any
+    width: int
+    mask: Any
 
 
 class Pages:
@@ -40,6 +55,7 @@ class Pages:
         self._written = 0  # layers that wrote this step's column
         self._slots: Any = None
         self._index: Any = None
+        self._groups: list[Group] | None = None
 
     @property
     def width(self) -> int:
@@ -84,14 +100,40 @@ class Pages:
                 grow = max(grow, more)
         lengths = torch.tensor(self.lengths, device=self.device) + 1
         index = self.index(lengths, int(lengths.max()))
-        self._slots, self._index = index[:, -1], index.reshape(-1)
+        self._slots, self._index, self._groups = index[:, -1], index.reshape(-1), None
         self._written = 0
         return grow
 
-    def index(self, lengths: Any, width: int) -> Any:
-        """[rows, width]: the slot of each row's token at each column, right-aligned (padding: slot 0)."""
-        most = max(len(table) for table in self.tables)
-        tables = torch.tensor([table + [0] * (most - len(table)) for table in self.tables], device=self.device)
+    def groups(self) -> list[Group]:
+        """This step's rows by length (``GROUP_SPREAD``), each gathered only as wide as its longest row (made once a
+        step, read by every layer): a long row costs the short ones nothing."""
+        if self._groups is None:
+            lengths = [n + 1 for n in self.lengths]  # with this step's token
+            order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+            bands: list[list[int]] = []
+            for row in order:
+                if bands and lengths[row] * GROUP_SPREAD >= lengths[bands[-1][0]]:
+                    bands[-1].append(row)
+                else:
+                    bands.append([row])
+            self._groups = []
+            for band in bands:
+                band.sort()
+                rows = torch.tensor(band, device=self.device)
+                width = lengths[band[0]] if len(band) == 1 else max(lengths[row] for row in band)
+                band_lengths = torch.tensor([lengths[row] for row in band], device=self.device)
+                mask = torch.arange(width, device=self.device)[None, :] >= (width - band_lengths)[:, None]
+                index = self.index(band_lengths, width, rows)
+                whole = len(bands) == 1
+                self._groups.append(Group(None if whole else rows, index.reshape(-1), width, mask[:, None, None, :]))
+        return self._groups
+
+    def index(self, lengths: Any, width: int, rows: Any = None) -> Any:
+        """[rows, width]: the slot of each row's token (of ``rows``, default all) at each column, right-aligned
+        (padding: slot 0)."""
+        chosen = self.tables if rows is None else [self.tables[row] for row in rows.tolist()]
+        most = max(len(table) for table in chosen)
+        tables = torch.tensor([table + [0] * (most - len(table)) for table in chosen], device=self.device)
         pos = torch.arange(width, device=self.device)[None, :] - (width - lengths)[:, None]
         real = pos >= 0
         pos = pos.clamp(min=0)
@@ -135,13 +177,37 @@ class PagedLayer(DynamicLayer):
         self.key_pool.index_copy_(0, slots, keys)
         self.value_pool.index_copy_(0, slots, values)
 
-    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """``key_states``: [rows, heads, 1, dim], each row's new token (the first layer starts the step)."""
+    def step(self, key_states: Any, value_states: Any) -> None:
+        """Write each row's new token, ``key_states`` [rows, heads, 1, dim] (the first layer starts the step)."""
         pages = self.pages
         if self.first:
             pages.grow(pages.begin())
         self.write(pages._slots, key_states[:, :, 0], value_states[:, :, 0])
         pages.wrote()
+
+    def attend(self, query: Any, scaling: float | None) -> Any:
+        """[rows, heads, 1, dim]: each row's ``query`` (the same shape) over its tokens, this step's included, by
+        length group (``Pages.groups``)."""
+        groups = self.pages.groups()
+        out = query if len(groups) == 1 else torch.empty_like(query)
+        for group in groups:
+            shape = (-1, group.width, *self.key_pool.shape[1:])
+            keys = self.key_pool.index_select(0, group.index).view(shape).transpose(1, 2)
+            values = self.value_pool.index_select(0, group.index).view(shape).transpose(1, 2)
+            q = query if group.rows is None else query.index_select(0, group.rows)
+            got = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=group.mask, scale=scaling, enable_gqa=keys.shape[1] != q.shape[1]
+            )
+            if group.rows is None:
+                return got
+            out.index_copy_(0, group.rows, got)
+        return out
+
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """The plain forward's update (rows with adapters): ``step``, then every row gathered right-aligned to the
+        longest, as the slab holds them."""
+        pages = self.pages
+        self.step(key_states, value_states)
         shape = (len(pages.lengths), -1, *self.key_pool.shape[1:])
         keys = self.key_pool.index_select(0, pages._index).view(shape).transpose(1, 2)
         values = self.value_pool.index_select(0, pages._index).view(shape).transpose(1, 2)

@@ -155,6 +155,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
                     raise
                 self._pack_below = len(self._rows)
                 runtime.release_memory()
+        if isinstance(self._cache, paged_kv.PagedCache) and self.adapters.plain(row.handle for row in self._rows):
+            return self._left(ended + self._paged_step())
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = kv_rows.with_column(self._mask)
@@ -218,6 +220,15 @@ class TextStepSession(StepSession[TextGenerationInput]):
             joined = {id(held) for held, part in zip(waiting, parts, strict=False) if part.last}
             self._rows += [held for held in waiting if id(held) in joined]
             self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]
+            return self._advance(self._rows, logits)[0]
+
+    def _paged_step(self) -> list[RowResult]:
+        """The running rows' step on their blocks: the packed forward's attention by length group (``paged_kv``)."""
+        last = [row.state.generated[-1] for row in self._rows]
+        with self.runtime.grad_off():
+            step = packed_rows.PackedStep(self._cache, len(last), kv_rows.with_column(self._mask), [])
+            logits = packed_rows.forward(self.runtime.model, step, last, self.runtime.device)
+            self._mask = self._cache.mask()
             return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
