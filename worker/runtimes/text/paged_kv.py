@@ -98,17 +98,30 @@ class Pages:
                 taken, more = self.take(1)
                 self.tables[row] += taken
                 grow = max(grow, more)
-        lengths = torch.tensor(self.lengths, device=self.device) + 1
-        index = self.index(lengths, int(lengths.max()))
-        self._slots, self._index, self._groups = index[:, -1], index.reshape(-1), None
+        self._slots = torch.tensor(
+            [table[n // BLOCK] * BLOCK + n % BLOCK for table, n in zip(self.tables, self.lengths, strict=True)],
+            device=self.device,
+        )
+        self._index = self._groups = None
         self._written = 0
         return grow
+
+    def stepping(self) -> list[int]:
+        """Each row's length with this step's token (the last layer's write counts it in ``lengths``)."""
+        return self.lengths if self._written == self.layers else [n + 1 for n in self.lengths]
+
+    def full_index(self) -> Any:
+        """This step's slots of every row, right-aligned to the longest (flattened; made once a step)."""
+        if self._index is None:
+            lengths = torch.tensor(self.stepping(), device=self.device)
+            self._index = self.index(lengths, int(lengths.max())).reshape(-1)
+        return self._index
 
     def groups(self) -> list[Group]:
         """This step's rows by length (``GROUP_SPREAD``), each gathered only as wide as its longest row (made once a
         step, read by every layer): a long row costs the short ones nothing."""
         if self._groups is None:
-            lengths = [n + 1 for n in self.lengths]  # with this step's token
+            lengths = self.stepping()
             order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
             bands: list[list[int]] = []
             for row in order:
@@ -156,26 +169,27 @@ class Pages:
 
 
 class PagedLayer(DynamicLayer):
-    """One layer's pools; ``update`` writes the step's column into each row's slot and returns the rows gathered
-    right-aligned, as a slab layer would hold them."""
+    """One layer's pool, keys and values side by side ``[slots, 2, heads, dim]`` (one gather reads both);
+    ``attend`` is the packed forward's attention over it, ``update`` the plain forward's (rows with adapters)."""
 
     def __init__(self, pages: Pages, first: bool, heads: int, dim: int, dtype: Any, device: Any) -> None:
         super().__init__()
         self.pages, self.first, self.dtype, self.device, self.is_initialized = pages, first, dtype, device, True
-        self.key_pool = torch.zeros((pages.blocks * BLOCK, heads, dim), dtype=dtype, device=device)
-        self.value_pool = torch.zeros_like(self.key_pool)
-        self.keys = self.values = self.key_pool[:0]
+        self.pool = torch.zeros((pages.blocks * BLOCK, 2, heads, dim), dtype=dtype, device=device)
+        self.keys = self.values = self.pool[:0, 0]
 
     def grow(self, blocks: int) -> None:
-        if blocks * BLOCK > self.key_pool.shape[0]:
-            more = (blocks * BLOCK - self.key_pool.shape[0], *self.key_pool.shape[1:])
-            self.key_pool = torch.cat([self.key_pool, self.key_pool.new_zeros(more)])
-            self.value_pool = torch.cat([self.value_pool, self.value_pool.new_zeros(more)])
+        if blocks * BLOCK > self.pool.shape[0]:
+            self.pool = torch.cat([self.pool, self.pool.new_zeros((blocks * BLOCK - self.pool.shape[0], *self.pool.shape[1:]))])
 
     def write(self, slots: Any, keys: Any, values: Any) -> None:
         """Tokens ``keys``/``values`` [tokens, heads, dim] into ``slots``."""
-        self.key_pool.index_copy_(0, slots, keys)
-        self.value_pool.index_copy_(0, slots, values)
+        self.pool.index_copy_(0, slots, torch.stack([keys, values], dim=1))
+
+    def read(self, index: Any, rows: int) -> tuple[Any, Any]:
+        """The slots ``index`` (flattened [rows, columns]) as keys and values [rows, heads, columns, dim]."""
+        both = self.pool.index_select(0, index).view(rows, -1, *self.pool.shape[1:])
+        return both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2)
 
     def step(self, key_states: Any, value_states: Any) -> None:
         """Write each row's new token, ``key_states`` [rows, heads, 1, dim] (the first layer starts the step)."""
@@ -191,10 +205,8 @@ class PagedLayer(DynamicLayer):
         groups = self.pages.groups()
         out = query if len(groups) == 1 else torch.empty_like(query)
         for group in groups:
-            shape = (-1, group.width, *self.key_pool.shape[1:])
-            keys = self.key_pool.index_select(0, group.index).view(shape).transpose(1, 2)
-            values = self.value_pool.index_select(0, group.index).view(shape).transpose(1, 2)
             q = query if group.rows is None else query.index_select(0, group.rows)
+            keys, values = self.read(group.index, q.shape[0])
             got = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=group.mask, scale=scaling, enable_gqa=keys.shape[1] != q.shape[1]
             )
@@ -204,14 +216,10 @@ class PagedLayer(DynamicLayer):
         return out
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        """The plain forward's update (rows with adapters): ``step``, then every row gathered right-aligned to the
-        longest, as the slab holds them."""
-        pages = self.pages
+        """The plain forward's update: ``step``, then every row gathered right-aligned to the longest, as the slab
+        holds them."""
         self.step(key_states, value_states)
-        shape = (len(pages.lengths), -1, *self.key_pool.shape[1:])
-        keys = self.key_pool.index_select(0, pages._index).view(shape).transpose(1, 2)
-        values = self.value_pool.index_select(0, pages._index).view(shape).transpose(1, 2)
-        return keys, values
+        return self.read(self.pages.full_index(), len(self.pages.lengths))
 
     def get_seq_length(self) -> int:
         return self.pages.width
@@ -220,11 +228,7 @@ class PagedLayer(DynamicLayer):
         """The rows right-aligned, [rows, heads, width, dim] (what a slab layer would hold)."""
         pages = self.pages
         at = pages.index(torch.tensor(pages.lengths, device=self.device), pages.width).reshape(-1)
-        shape = (len(pages.lengths), pages.width, *self.key_pool.shape[1:])
-        return (
-            self.key_pool.index_select(0, at).view(shape).transpose(1, 2),
-            self.value_pool.index_select(0, at).view(shape).transpose(1, 2),
-        )
+        return self.read(at, len(pages.lengths))
 
 
 class PagedCache(DynamicCache):
