@@ -4,7 +4,7 @@ genq's text step session in this process (the demo GPT-2, one torch thread, as a
 
 - joiner: ``--rows`` closed-loop rows of short prompts decode and every ``--every`` steps a newcomer with a
   ``--prompt-tokens`` prompt joins (in ``batching.prefill_chunk`` parts). The steps a part of it rides in
-  ("joiner steps") against the other steps ("ordinary"): the slab re-places every row at the joiner's width, the
+  (a "joiner step": the costliest of them, each time) against the other steps ("ordinary"): the slab re-places every row at the joiner's width, the
   paged cache writes only the joiner's tokens into free blocks. Target: a joiner step <= 2x an ordinary step.
 - decode: 16 and 32 closed-loop rows of the workload's prompts (16-64 new tokens each, a finished row replaced at
   once), tokens/s of each layout.
@@ -59,7 +59,8 @@ def joiner(runtime: Any, layout: str, rows: int, every: int, prompt: str, second
 
     session.admit([short() for _ in range(rows)])
     ordinary: list[float] = []
-    joining: list[float] = []
+    joining: list[float] = []  # each long prompt's costliest step (the one it joins the batch in, for the slab)
+    rode: list[float] = []  # the steps of the long prompt riding now
     steps, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         if steps % every == every - 1:
@@ -67,7 +68,10 @@ def joiner(runtime: Any, layout: str, rows: int, every: int, prompt: str, second
         rides = bool(session._pending)
         before = time.thread_time()
         ended = session.step()
-        (joining if rides else ordinary).append(time.thread_time() - before)
+        (rode if rides else ordinary).append(time.thread_time() - before)
+        if rode and not session._pending:  # it joined in this step
+            joining.append(max(rode))
+            rode.clear()
         steps += 1
         session.admit([short() for result in ended if result.handle.startswith("s")])
     return {
@@ -102,6 +106,56 @@ def decode(runtime: Any, layout: str, rows: int, seconds: float) -> float:
     return tokens / (time.thread_time() - cpu)
 
 
+def attention_ms(rows: int, long: int, reps: int) -> dict[str, float]:
+    """One layer's decode attention (the demo GPT-2's 6 heads of 64) over paged rows: ``rows`` - 1 rows of 20-80
+    tokens and one of ``long``. Three ways: the session's (gather each length group padded, one SDPA a group),
+    one padded batch of all rows (the slab's shape, gathered), and transformers' continuous batching's on CPU (every
+    row's keys read into one packed sequence, one SDPA with a block-diagonal mask, as its ``read_index`` does)."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    from worker.runtimes.text.paged_kv import PagedCache
+
+    heads, dim = 6, 64
+    lengths = [20 + (row * 37) % 61 for row in range(rows - 1)] + [long]
+    cache = PagedCache(1, heads, dim, torch.float32, "cpu")
+    cache.add([[(torch.randn(heads, n, dim), torch.randn(heads, n, dim))] for n in lengths])
+    layer, pages = cache.layers[0], cache.pages
+    query = torch.randn(rows, heads, 1, dim)
+    column = torch.randn(rows, heads, 1, dim)
+    layer.step(column, column)
+    full = pages.full_index()
+    width = int(full.numel()) // rows
+    padded_mask = (torch.arange(width)[None, :] >= (width - torch.tensor(pages.stepping()))[:, None])[:, None, None]
+    starts = torch.tensor([0, *pages.stepping()]).cumsum(0)
+    packed = torch.cat([pages.slots(row, n) for row, n in enumerate(pages.stepping())])
+    block_mask = torch.zeros(1, 1, rows, int(packed.numel()), dtype=torch.bool)
+    for row in range(rows):
+        block_mask[0, 0, row, starts[row] : starts[row + 1]] = True
+
+    def grouped() -> Any:
+        pages._groups = None  # made once a step (every layer reads it): counted here
+        return layer.attend(query, None)
+
+    def padded() -> Any:
+        keys, values = layer.read(full, rows)
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=padded_mask)
+
+    def one_packed() -> Any:
+        both = layer.pool.index_select(0, packed)
+        keys, values = (both[None, :, side].transpose(1, 2) for side in (0, 1))
+        return F.scaled_dot_product_attention(query.transpose(0, 2), keys, values, attn_mask=block_mask)
+
+    out: dict[str, float] = {}
+    for name, run in (("grouped", grouped), ("padded", padded), ("packed", one_packed)):
+        run()
+        start = time.thread_time()
+        for _ in range(reps):
+            run()
+        out[name] = 1000 * (time.thread_time() - start) / reps
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=15)
@@ -128,6 +182,9 @@ def main() -> None:
             joins[layout].append(joiner(runtime, layout, args.rows, args.every, prompt, args.seconds))
             for n in counts:
                 rates[layout, n].append(decode(runtime, layout, n, args.seconds))
+    attention = {
+        (n, long): attention_ms(n, long, 20 if args.smoke else 200) for n in counts for long in (80, args.prompt_tokens)
+    }
     load = os.getloadavg()[0]
     print(f"\n{args.rows} running rows, a {args.prompt_tokens}-token prompt joining every {args.every} steps "
           f"(prefill_chunk {runtime.spec.batching.prefill_chunk}); load average {load:.2f}")
@@ -145,6 +202,11 @@ def main() -> None:
     for n in counts:
         slab, paged = (statistics.median(rates[layout, n]) for layout in LAYOUTS)
         print(f"| {n} | {slab:.1f} | {paged:.1f} | {paged / slab:.2f} |")
+    print("\nOne layer's decode attention over paged rows (CPU ms): rows of 20-80 tokens and one of the longest")
+    print("| rows | longest | by length group (genq) | one padded batch | one packed masked SDPA (transformers) |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for (n, long), ms in attention.items():
+        print(f"| {n} | {long} | {ms['grouped']:.3f} | {ms['padded']:.3f} | {ms['packed']:.3f} |")
 
 
 if __name__ == "__main__":

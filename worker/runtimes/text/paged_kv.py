@@ -27,19 +27,25 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 BLOCK = 16
 #: A row joins the attention group of longer rows while it is at least 1/GROUP_SPREAD of the group's longest.
 GROUP_SPREAD = 2
+#: Columns of room a gathered group keeps at least (it keeps as many again as it holds), as the slab did.
+MIN_VIEW_ROOM = 32
 #: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
 FIRST_BLOCKS = 64
 
 
 @dataclass
 class Group:
-    """Rows attended together in a step: ``rows`` (None: all, in order), their slots right-aligned to ``width``
-    (flattened) and their mask [rows, 1, 1, width]."""
+    """Rows attended together in a step: ``band`` (batch positions; ``rows`` their tensor, None: all rows, in
+    order), ``width`` the longest one's length with this step's token, their mask [rows, 1, 1, width] and the slots
+    of this step's tokens (``new``); ``index``, the slots of every column right-aligned, is made when a layer
+    gathers the group afresh (``Pages.index_of``)."""
 
+    band: list[int]
     rows: Any
-    index: Any
     width: int
     mask: Any
+    new: Any
+    index: Any = None
 
 
 class Pages:
@@ -56,6 +62,8 @@ class Pages:
         self._slots: Any = None
         self._index: Any = None
         self._groups: list[Group] | None = None
+        self._bands: list[list[int]] | None = None  # rows by length group, kept until a row joins or leaves
+        self.epoch = 0  # counts regroupings: a layer's gathered groups (``PagedLayer.attend``) hold for one epoch
 
     @property
     def width(self) -> int:
@@ -118,33 +126,43 @@ class Pages:
         return self._index
 
     def groups(self) -> list[Group]:
-        """This step's rows by length (``GROUP_SPREAD``), each gathered only as wide as its longest row (made once a
-        step, read by every layer): a long row costs the short ones nothing."""
+        """This step's rows by length (``GROUP_SPREAD``), each attended only as wide as its longest row (made once a
+        step, read by every layer): a long row costs the short ones nothing. The groups hold until a row joins or
+        leaves, so each layer keeps its gathered groups and appends a column a step (``PagedLayer.attend``)."""
         if self._groups is None:
             lengths = self.stepping()
-            order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
-            bands: list[list[int]] = []
-            for row in order:
-                if bands and lengths[row] * GROUP_SPREAD >= lengths[bands[-1][0]]:
-                    bands[-1].append(row)
-                else:
-                    bands.append([row])
+            if self._bands is None:
+                order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+                bands: list[list[int]] = []
+                for row in order:
+                    if bands and lengths[row] * GROUP_SPREAD >= lengths[bands[-1][0]]:
+                        bands[-1].append(row)
+                    else:
+                        bands.append([row])
+                self._bands = [sorted(band) for band in bands]
+                self.epoch += 1
             self._groups = []
-            for band in bands:
-                band.sort()
-                rows = torch.tensor(band, device=self.device)
-                width = lengths[band[0]] if len(band) == 1 else max(lengths[row] for row in band)
+            for band in self._bands:
+                whole = len(self._bands) == 1
+                rows = None if whole else torch.tensor(band, device=self.device)
                 band_lengths = torch.tensor([lengths[row] for row in band], device=self.device)
+                width = int(band_lengths.max())
                 mask = torch.arange(width, device=self.device)[None, :] >= (width - band_lengths)[:, None]
-                index = self.index(band_lengths, width, rows)
-                whole = len(bands) == 1
-                self._groups.append(Group(None if whole else rows, index.reshape(-1), width, mask[:, None, None, :]))
+                new = self._slots if rows is None else self._slots.index_select(0, rows)
+                self._groups.append(Group(band, rows, width, mask[:, None, None, :], new))
         return self._groups
 
-    def index(self, lengths: Any, width: int, rows: Any = None) -> Any:
+    def index_of(self, group: Group) -> Any:
+        """``group``'s slots, right-aligned to its width (flattened; made once a step)."""
+        if group.index is None:
+            lengths = torch.tensor([self.stepping()[row] for row in group.band], device=self.device)
+            group.index = self.index(lengths, group.width, group.band).reshape(-1)
+        return group.index
+
+    def index(self, lengths: Any, width: int, rows: list[int] | None = None) -> Any:
         """[rows, width]: the slot of each row's token (of ``rows``, default all) at each column, right-aligned
         (padding: slot 0)."""
-        chosen = self.tables if rows is None else [self.tables[row] for row in rows.tolist()]
+        chosen = self.tables if rows is None else [self.tables[row] for row in rows]
         most = max(len(table) for table in chosen)
         tables = torch.tensor([table + [0] * (most - len(table)) for table in chosen], device=self.device)
         pos = torch.arange(width, device=self.device)[None, :] - (width - lengths)[:, None]
@@ -161,6 +179,7 @@ class Pages:
             self.lengths = [n + 1 for n in self.lengths]
 
     def drop_rows(self, keep: list[int]) -> None:
+        self._bands = None
         gone = set(range(len(self.tables))) - set(keep)
         for row in gone:
             self.free += self.tables[row]
@@ -177,6 +196,7 @@ class PagedLayer(DynamicLayer):
         self.pages, self.first, self.dtype, self.device, self.is_initialized = pages, first, dtype, device, True
         self.pool = torch.zeros((pages.blocks * BLOCK, 2, heads, dim), dtype=dtype, device=device)
         self.keys = self.values = self.pool[:0, 0]
+        self._epoch, self._views = -1, {}  # this layer's gathered groups (``view``): buffer, columns filled
 
     def grow(self, blocks: int) -> None:
         if blocks * BLOCK > self.pool.shape[0]:
@@ -204,9 +224,9 @@ class PagedLayer(DynamicLayer):
         length group (``Pages.groups``)."""
         groups = self.pages.groups()
         out = query if len(groups) == 1 else torch.empty_like(query)
-        for group in groups:
+        for number, group in enumerate(groups):
             q = query if group.rows is None else query.index_select(0, group.rows)
-            keys, values = self.read(group.index, q.shape[0])
+            keys, values = self.view(number, group)
             got = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=group.mask, scale=scaling, enable_gqa=keys.shape[1] != q.shape[1]
             )
@@ -214,6 +234,25 @@ class PagedLayer(DynamicLayer):
                 return got
             out.index_copy_(0, group.rows, got)
         return out
+
+    def view(self, number: int, group: Group) -> tuple[Any, Any]:
+        """Group ``number``'s keys and values, [rows, heads, width, dim]. Gathered from the pool once a grouping
+        (with room on the right), then a step only appends its column: the rows are read from their blocks at
+        most once per join or leave, not once a step."""
+        pages = self.pages
+        if self._epoch != pages.epoch:
+            self._epoch, self._views = pages.epoch, {}
+        held = self._views.get(number)
+        if held is not None and held[1] in (group.width - 1, group.width) and group.width <= held[0].shape[1]:
+            buffer = held[0]
+            buffer[:, group.width - 1] = self.pool.index_select(0, group.new)
+        else:
+            rows, room = len(group.band), max(group.width, MIN_VIEW_ROOM)
+            buffer = self.pool.new_empty((rows, group.width + room, *self.pool.shape[1:]))
+            buffer[:, : group.width] = self.pool.index_select(0, pages.index_of(group)).view(rows, group.width, -1, *self.pool.shape[2:])
+        self._views[number] = (buffer, group.width)
+        both = buffer[:, : group.width]
+        return both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2)
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """The plain forward's update: ``step``, then every row gathered right-aligned to the longest, as the slab
@@ -249,6 +288,7 @@ class PagedCache(DynamicCache):
             blocks, grow = pages.take(-(-length // BLOCK))
             pages.grow(grow)
             pages.tables.append(blocks)
+            pages._bands = None
             pages.lengths.append(length)
             slots = pages.slots(len(pages.lengths) - 1, length)
             for layer, (keys, values) in zip(self.layers, row, strict=True):
