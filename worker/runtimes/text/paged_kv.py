@@ -25,8 +25,9 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 #: Token slots per block: a row wastes at most BLOCK - 1 slots.
 BLOCK = 16
-#: A row joins the attention group of longer rows while it is at least 1/GROUP_SPREAD of the group's longest.
-GROUP_SPREAD = 2
+#: Shorter rows get an attention group of their own when that spares at least this many padded columns (summed
+#: over them): another group costs an SDPA call a layer, about as much as attending over that many columns.
+GROUP_SAVES = 2048
 #: Columns of room a gathered group keeps at least (it keeps as many again as it holds), as the slab did.
 MIN_VIEW_ROOM = 32
 #: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
@@ -126,7 +127,7 @@ class Pages:
         return self._index
 
     def groups(self) -> list[Group]:
-        """This step's rows by length (``GROUP_SPREAD``), each attended only as wide as its longest row (made once a
+        """This step's rows by length (``GROUP_SAVES``), each attended only as wide as its longest row (made once a
         step, read by every layer): a long row costs the short ones nothing. The groups hold until a row joins or
         leaves, so each layer keeps its gathered groups and appends a column a step (``PagedLayer.attend``)."""
         if self._groups is None:
@@ -134,8 +135,9 @@ class Pages:
             if self._bands is None:
                 order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
                 bands: list[list[int]] = []
-                for row in order:
-                    if bands and lengths[row] * GROUP_SPREAD >= lengths[bands[-1][0]]:
+                for left, row in enumerate(order):
+                    spared = (lengths[bands[-1][0]] - lengths[row]) * (len(order) - left) if bands else 0
+                    if bands and spared < GROUP_SAVES:
                         bands[-1].append(row)
                     else:
                         bands.append([row])
