@@ -108,3 +108,41 @@ def test_a_row_beside_a_480_token_joiner_gets_its_tokens_alone(textgen: TextGene
     done = run_out(session, done)
     for handle, inp in {**rows, "long": long}.items():
         assert done[handle] == textgen.predict([inp])[0].output, handle
+
+
+def test_attention_by_length_group_equals_the_slabs_through_joins_and_leaves() -> None:
+    """Each layer's copies of its length groups (paged_groups) replay steps, leavers and joiners: the attention
+    over them is the attention over the slab, a long joiner getting a group of its own."""
+    import torch.nn.functional as F  # noqa: N812
+
+    from worker.runtimes.text.paged_groups import GROUP_SAVES
+
+    mask = torch.ones(3, 10, dtype=torch.long)
+    paged = paged_kv.from_padded(prefill_cache(3, 10, mask, 0), mask)
+    slab = kv_rows.hold(prefill_cache(3, 10, mask, 0))
+    generator = torch.Generator().manual_seed(5)
+    long = 10 + GROUP_SAVES // 2  # spares the three short rows more than GROUP_SAVES columns
+    events = {2: ("join", 4), 5: ("join", long), 8: ("leave", [0, 2, 3, 4]), 12: ("join", 7), 15: ("leave", [0, 1, 3])}
+    for step in range(20):
+        rows = mask.shape[0]
+        new = torch.randn(rows, 2, 1, 4, generator=generator)
+        query = torch.randn(rows, 2, 1, 4, generator=generator)
+        for ours, theirs in zip(paged.layers, slab.layers, strict=True):
+            ours.step(new, -new)
+            keys, values = theirs.update(new, -new)
+            want = F.scaled_dot_product_attention(query, keys, values, attn_mask=kv_rows.with_column(mask).bool()[:, None, None])
+            assert torch.allclose(ours.attend(query, None), want, atol=1e-6), step
+        mask = kv_rows.with_column(mask)
+        kind, what = events.get(step, ("", 0))
+        if kind == "join":
+            assert isinstance(what, int)
+            joiner = torch.ones(1, what, dtype=torch.long)
+            slab, mask = kv_rows.join(slab, mask, prefill_cache(1, what, joiner, step), joiner)
+            kv_rows.join(paged, None, prefill_cache(1, what, joiner, step), joiner)
+        elif kind == "leave":
+            assert isinstance(what, list)
+            mask = kv_rows.keep(slab, mask, what)
+            kv_rows.keep(paged, None, what)
+        if step == 6:
+            assert len(paged.pages.bands.bands or []) == 2  # the long joiner has a group of its own
+        assert torch.equal(paged.mask(), mask), step

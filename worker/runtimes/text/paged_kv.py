@@ -23,30 +23,26 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from worker.runtimes.text.kv_rows import SlabLayer
+from worker.runtimes.text.paged_groups import Band, Bands, replay
+
 #: Token slots per block: a row wastes at most BLOCK - 1 slots.
 BLOCK = 16
-#: Shorter rows get an attention group of their own when that spares at least this many padded columns (summed
-#: over them): another group costs an SDPA call a layer, about as much as attending over that many columns.
-GROUP_SAVES = 2048
-#: Columns of room a gathered group keeps at least (it keeps as many again as it holds), as the slab did.
-MIN_VIEW_ROOM = 32
 #: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
 FIRST_BLOCKS = 64
 
 
 @dataclass
 class Group:
-    """Rows attended together in a step: ``band`` (batch positions; ``rows`` their tensor, None: all rows, in
-    order), ``width`` the longest one's length with this step's token, their mask [rows, 1, 1, width] and the slots
-    of this step's tokens (``new``); ``index``, the slots of every column right-aligned, is made when a layer
-    gathers the group afresh (``Pages.index_of``)."""
+    """A length group's rows in this step: ``band`` (its rows, the columns its copies hold), ``rows`` the rows'
+    tensor (None: all rows, in order), their mask [rows, 1, 1, width with this step's token] and the slots of this
+    step's tokens (``new``)."""
 
-    band: list[int]
+    band: Band
     rows: Any
-    width: int
     mask: Any
     new: Any
-    index: Any = None
+    before: list[int]  # the rows' lengths before this step
 
 
 class Pages:
@@ -63,8 +59,8 @@ class Pages:
         self._slots: Any = None
         self._index: Any = None
         self._groups: list[Group] | None = None
-        self._bands: list[list[int]] | None = None  # rows by length group, kept until a row joins or leaves
-        self.epoch = 0  # counts regroupings: a layer's gathered groups (``PagedLayer.attend``) hold for one epoch
+        self.bands = Bands()  # rows by length, and what each layer's copies of them replay (paged_groups)
+        self._settled = True  # the groups' widths count the last step's token
 
     @property
     def width(self) -> int:
@@ -101,6 +97,10 @@ class Pages:
     def begin(self) -> int:
         """A step starts (its first layer writes): each row gets a slot for its new token; returns the block count
         the pools must grow to (0: none)."""
+        if 0 < self._written < self.layers:  # the last step failed midway: its layers' copies disagree
+            self.bands.regroup()
+        self.settle()
+        self.bands.begin()
         grow = 0
         for row, length in enumerate(self.lengths):
             if length == len(self.tables[row]) * BLOCK:
@@ -127,39 +127,20 @@ class Pages:
         return self._index
 
     def groups(self) -> list[Group]:
-        """This step's rows by length (``GROUP_SAVES``), each attended only as wide as its longest row (made once a
-        step, read by every layer): a long row costs the short ones nothing. The groups hold until a row joins or
-        leaves, so each layer keeps its gathered groups and appends a column a step (``PagedLayer.attend``)."""
+        """This step's length groups (``paged_groups``), made once a step and read by every layer."""
         if self._groups is None:
             lengths = self.stepping()
-            if self._bands is None:
-                order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
-                bands: list[list[int]] = []
-                for left, row in enumerate(order):
-                    spared = (lengths[bands[-1][0]] - lengths[row]) * (len(order) - left) if bands else 0
-                    if bands and spared < GROUP_SAVES:
-                        bands[-1].append(row)
-                    else:
-                        bands.append([row])
-                self._bands = [sorted(band) for band in bands]
-                self.epoch += 1
+            before = [n - 1 for n in lengths]
+            bands = self.bands.current(before)
             self._groups = []
-            for band in self._bands:
-                whole = len(self._bands) == 1
-                rows = None if whole else torch.tensor(band, device=self.device)
-                band_lengths = torch.tensor([lengths[row] for row in band], device=self.device)
-                width = int(band_lengths.max())
+            for band in bands:
+                rows = None if len(bands) == 1 else torch.tensor(band.rows, device=self.device)
+                band_lengths = torch.tensor([lengths[row] for row in band.rows], device=self.device)
+                width = band.width + 1
                 mask = torch.arange(width, device=self.device)[None, :] >= (width - band_lengths)[:, None]
                 new = self._slots if rows is None else self._slots.index_select(0, rows)
-                self._groups.append(Group(band, rows, width, mask[:, None, None, :], new))
+                self._groups.append(Group(band, rows, mask[:, None, None, :], new, [before[row] for row in band.rows]))
         return self._groups
-
-    def index_of(self, group: Group) -> Any:
-        """``group``'s slots, right-aligned to its width (flattened; made once a step)."""
-        if group.index is None:
-            lengths = torch.tensor([self.stepping()[row] for row in group.band], device=self.device)
-            group.index = self.index(lengths, group.width, group.band).reshape(-1)
-        return group.index
 
     def index(self, lengths: Any, width: int, rows: list[int] | None = None) -> Any:
         """[rows, width]: the slot of each row's token (of ``rows``, default all) at each column, right-aligned
@@ -179,9 +160,18 @@ class Pages:
         self._written += 1
         if self._written == self.layers:
             self.lengths = [n + 1 for n in self.lengths]
+            self._settled = False
+
+    def settle(self) -> None:
+        """After a step, the groups' widths follow (kept until the next change or step: during a step they are
+        the widths before it, whatever layer the step is at)."""
+        if not self._settled:
+            self.bands.stepped()
+            self._settled = True
 
     def drop_rows(self, keep: list[int]) -> None:
-        self._bands = None
+        self.settle()
+        self.bands.keep(keep, self.lengths)
         gone = set(range(len(self.tables))) - set(keep)
         for row in gone:
             self.free += self.tables[row]
@@ -198,7 +188,7 @@ class PagedLayer(DynamicLayer):
         self.pages, self.first, self.dtype, self.device, self.is_initialized = pages, first, dtype, device, True
         self.pool = torch.zeros((pages.blocks * BLOCK, 2, heads, dim), dtype=dtype, device=device)
         self.keys = self.values = self.pool[:0, 0]
-        self._epoch, self._views = -1, {}  # this layer's gathered groups (``view``): buffer, columns filled
+        self._epoch, self._views = -1, {}  # this layer's copy of each length group (``view``), by band id
 
     def grow(self, blocks: int) -> None:
         if blocks * BLOCK > self.pool.shape[0]:
@@ -223,12 +213,12 @@ class PagedLayer(DynamicLayer):
 
     def attend(self, query: Any, scaling: float | None) -> Any:
         """[rows, heads, 1, dim]: each row's ``query`` (the same shape) over its tokens, this step's included, by
-        length group (``Pages.groups``)."""
+        length group (``paged_groups``)."""
         groups = self.pages.groups()
         out = query if len(groups) == 1 else torch.empty_like(query)
-        for number, group in enumerate(groups):
+        for group in groups:
             q = query if group.rows is None else query.index_select(0, group.rows)
-            keys, values = self.view(number, group)
+            keys, values = self.view(group)
             got = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=group.mask, scale=scaling, enable_gqa=keys.shape[1] != q.shape[1]
             )
@@ -237,24 +227,22 @@ class PagedLayer(DynamicLayer):
             out.index_copy_(0, group.rows, got)
         return out
 
-    def view(self, number: int, group: Group) -> tuple[Any, Any]:
-        """Group ``number``'s keys and values, [rows, heads, width, dim]. Gathered from the pool once a grouping
-        (with room on the right), then a step only appends its column: the rows are read from their blocks at
-        most once per join or leave, not once a step."""
-        pages = self.pages
-        if self._epoch != pages.epoch:
-            self._epoch, self._views = pages.epoch, {}
-        held = self._views.get(number)
-        if held is not None and held[1] in (group.width - 1, group.width) and group.width <= held[0].shape[1]:
-            buffer = held[0]
-            buffer[:, group.width - 1] = self.pool.index_select(0, group.new)
+    def view(self, group: Group) -> tuple[Any, Any]:
+        """``group``'s keys and values with this step's column, [rows, heads, width, dim], from this layer's copy
+        of it (gathered from the blocks when new, else brought up to date: ``paged_groups.replay``)."""
+        pages, band = self.pages, group.band
+        if self._epoch != pages.bands.epoch:
+            self._epoch, self._views = pages.bands.epoch, {}
+        slab = self._views.get(band.id)
+        if slab is None:
+            lengths = torch.tensor(group.before, device=self.device)
+            index = pages.index(lengths, band.width, band.rows).reshape(-1)
+            both = self.pool.index_select(0, index).view(len(band.rows), band.width, *self.pool.shape[1:])
+            slab = self._views[band.id] = SlabLayer(both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2))
         else:
-            rows, room = len(group.band), max(group.width, MIN_VIEW_ROOM)
-            buffer = self.pool.new_empty((rows, group.width + room, *self.pool.shape[1:]))
-            buffer[:, : group.width] = self.pool.index_select(0, pages.index_of(group)).view(rows, group.width, -1, *self.pool.shape[2:])
-        self._views[number] = (buffer, group.width)
-        both = buffer[:, : group.width]
-        return both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2)
+            replay(slab, band, self.pool)
+        column = self.pool.index_select(0, group.new).unsqueeze(3)  # [rows, 2, heads, 1, dim]
+        return slab.update(column[:, 0], column[:, 1])  # type: ignore[no-any-return]
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """The plain forward's update: ``step``, then every row gathered right-aligned to the longest, as the slab
@@ -290,9 +278,10 @@ class PagedCache(DynamicCache):
             blocks, grow = pages.take(-(-length // BLOCK))
             pages.grow(grow)
             pages.tables.append(blocks)
-            pages._bands = None
             pages.lengths.append(length)
             slots = pages.slots(len(pages.lengths) - 1, length)
+            pages.settle()
+            pages.bands.add(len(pages.lengths) - 1, length, slots)
             for layer, (keys, values) in zip(self.layers, row, strict=True):
                 layer.write(slots, keys.transpose(0, 1), values.transpose(0, 1))
 
