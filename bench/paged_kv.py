@@ -107,10 +107,11 @@ def decode(runtime: Any, layout: str, rows: int, seconds: float) -> float:
 
 
 def attention_ms(rows: int, long: int, reps: int) -> dict[str, float]:
-    """One layer's decode attention (the demo GPT-2's 6 heads of 64) over paged rows: ``rows`` - 1 rows of 20-80
-    tokens and one of ``long``. Three ways: the session's (gather each length group padded, one SDPA a group),
-    one padded batch of all rows (the slab's shape, gathered), and transformers' continuous batching's on CPU (every
-    row's keys read into one packed sequence, one SDPA with a block-diagonal mask, as its ``read_index`` does)."""
+    """One layer's decode step (write the column, then attend) over paged rows, the demo GPT-2's 6 heads of 64:
+    ``rows`` - 1 rows of 20-80 tokens and one of ``long``. Three ways, each with its own per-step bookkeeping: the
+    session's (length groups, each a kept copy that a step appends to), one padded batch of every row gathered
+    from the blocks each step (the slab's shape), and transformers' continuous batching's on CPU (every row's keys
+    read into one packed sequence, one SDPA with a block-diagonal mask, as its ``read_index`` does)."""
     import torch
     import torch.nn.functional as F  # noqa: N812
 
@@ -118,41 +119,47 @@ def attention_ms(rows: int, long: int, reps: int) -> dict[str, float]:
 
     heads, dim = 6, 64
     lengths = [20 + (row * 37) % 61 for row in range(rows - 1)] + [long]
-    cache = PagedCache(1, heads, dim, torch.float32, "cpu")
-    cache.add([[(torch.randn(heads, n, dim), torch.randn(heads, n, dim))] for n in lengths])
-    layer, pages = cache.layers[0], cache.pages
     query = torch.randn(rows, heads, 1, dim)
-    column = torch.randn(rows, heads, 1, dim)
-    layer.step(column, column)
-    full = pages.full_index()
-    width = int(full.numel()) // rows
-    padded_mask = (torch.arange(width)[None, :] >= (width - torch.tensor(pages.stepping()))[:, None])[:, None, None]
-    starts = torch.tensor([0, *pages.stepping()]).cumsum(0)
-    packed = torch.cat([pages.slots(row, n) for row, n in enumerate(pages.stepping())])
-    block_mask = torch.zeros(1, 1, rows, int(packed.numel()), dtype=torch.bool)
-    for row in range(rows):
-        block_mask[0, 0, row, starts[row] : starts[row + 1]] = True
 
-    def grouped() -> Any:
-        pages._groups = None  # made once a step (every layer reads it): counted here
-        return layer.attend(query, None)
+    def cache() -> Any:
+        paged = PagedCache(1, heads, dim, torch.float32, "cpu")
+        paged.add([[(torch.randn(heads, n, dim), torch.randn(heads, n, dim))] for n in lengths])
+        return paged
 
-    def padded() -> Any:
-        keys, values = layer.read(full, rows)
-        return F.scaled_dot_product_attention(query, keys, values, attn_mask=padded_mask)
+    def grouped(paged: Any) -> Any:
+        return paged.layers[0].attend(query, None)
 
-    def one_packed() -> Any:
-        both = layer.pool.index_select(0, packed)
+    def padded(paged: Any) -> Any:
+        pages = paged.pages
+        full = pages.full_index()
+        width = int(full.numel()) // rows
+        now = torch.tensor(pages.stepping())
+        mask = (torch.arange(width)[None, :] >= (width - now)[:, None])[:, None, None]
+        keys, values = paged.layers[0].read(full, rows)
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+
+    def one_packed(paged: Any) -> Any:
+        pages = paged.pages
+        now = pages.stepping()
+        packed = torch.cat([pages.slots(row, n) for row, n in enumerate(now)])
+        ends = torch.tensor(now).cumsum(0)
+        owner = torch.searchsorted(ends, torch.arange(int(ends[-1])), right=True)
+        block_mask = (owner[None, :] == torch.arange(rows)[:, None])[None, None]
+        both = paged.layers[0].pool.index_select(0, packed)
         keys, values = (both[None, :, side].transpose(1, 2) for side in (0, 1))
         return F.scaled_dot_product_attention(query.transpose(0, 2), keys, values, attn_mask=block_mask)
 
     out: dict[str, float] = {}
-    for name, run in (("grouped", grouped), ("padded", padded), ("packed", one_packed)):
-        run()
-        start = time.thread_time()
+    column = torch.randn(rows, heads, 1, dim)
+    for name, attend in (("grouped", grouped), ("padded", padded), ("packed", one_packed)):
+        paged = cache()
+        spent = 0.0
         for _ in range(reps):
-            run()
-        out[name] = 1000 * (time.thread_time() - start) / reps
+            start = time.thread_time()
+            paged.layers[0].step(column, column)
+            attend(paged)
+            spent += time.thread_time() - start
+        out[name] = 1000 * spent / reps
     return out
 
 
@@ -183,7 +190,7 @@ def main() -> None:
             for n in counts:
                 rates[layout, n].append(decode(runtime, layout, n, args.seconds))
     attention = {
-        (n, long): attention_ms(n, long, 20 if args.smoke else 200) for n in counts for long in (80, args.prompt_tokens)
+        (n, long): attention_ms(n, long, 5 if args.smoke else 40) for n in counts for long in (80, args.prompt_tokens)
     }
     load = os.getloadavg()[0]
     print(f"\n{args.rows} running rows, a {args.prompt_tokens}-token prompt joining every {args.every} steps "
