@@ -145,8 +145,7 @@ def attention_ms(rows: int, long: int, reps: int) -> dict[str, float]:
         ends = torch.tensor(now).cumsum(0)
         owner = torch.searchsorted(ends, torch.arange(int(ends[-1])), right=True)
         block_mask = (owner[None, :] == torch.arange(rows)[:, None])[None, None]
-        both = paged.layers[0].pool.index_select(0, packed)
-        keys, values = (both[None, :, side].transpose(1, 2) for side in (0, 1))
+        keys, values = paged.layers[0].read(packed, 1)
         return F.scaled_dot_product_attention(query.transpose(0, 2), keys, values, attn_mask=block_mask)
 
     out: dict[str, float] = {}

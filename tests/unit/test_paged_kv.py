@@ -60,12 +60,12 @@ def test_paged_rows_hold_what_the_slab_holds_through_steps_joins_and_leaves() ->
 def test_a_joiner_moves_no_held_row_and_a_leaver_frees_its_blocks() -> None:
     mask = torch.ones(2, 20, dtype=torch.long)
     paged = paged_kv.from_padded(prefill_cache(2, 20, mask, 0), mask)
-    pool, tables = paged.layers[0].pool, [list(t) for t in paged.pages.tables]
+    pool, tables = paged.layers[0].key_pool, [list(t) for t in paged.pages.tables]
     held = paged.layers[0].gather()[0].clone()
     free = len(paged.pages.free)
     long = torch.ones(1, 300, dtype=torch.long)
     kv_rows.join(paged, None, prefill_cache(1, 300, long, 1), long)
-    assert paged.layers[0].pool is pool and paged.pages.tables[:2] == tables  # nobody re-placed
+    assert paged.layers[0].key_pool is pool and paged.pages.tables[:2] == tables  # nobody re-placed
     assert torch.equal(paged.layers[0].gather()[0][:2, :, -20:], held)
     assert len(paged.pages.free) == free - 300 // paged_kv.BLOCK - 1
     kv_rows.keep(paged, None, [0, 1])

@@ -9,6 +9,7 @@ appended, rows that left closed up, a joiner's own tokens added. A group is gath
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,11 +113,11 @@ class Bands:
         band.width += pad
 
 
-def replay(slab: Any, band: Band, pool: Any) -> None:
-    """Bring a layer's copy of ``band`` (a ``SlabLayer``) up to this step: rows that left, rows that joined."""
+def replay(slab: Any, band: Band, read: Callable[[Any, int], tuple[Any, Any]]) -> None:
+    """Bring a layer's copy of ``band`` (a ``SlabLayer``) up to this step: rows that left, rows that joined (their
+    tokens ``read`` from the layer's blocks)."""
     for op, what, columns in band.ops:
         if op == "keep":
             slab.keep(what, columns)
         else:
-            both = pool.index_select(0, what).unsqueeze(0)  # [1, tokens, 2, heads, dim]
-            slab.add(both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2), columns)
+            slab.add(*read(what, 1), columns)

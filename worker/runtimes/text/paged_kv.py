@@ -180,28 +180,36 @@ class Pages:
 
 
 class PagedLayer(DynamicLayer):
-    """One layer's pool, keys and values side by side ``[slots, 2, heads, dim]`` (one gather reads both);
+    """One layer's pools of keys and of values, ``[slots, heads, dim]`` each;
     ``attend`` is the packed forward's attention over it, ``update`` the plain forward's (rows with adapters)."""
 
     def __init__(self, pages: Pages, first: bool, heads: int, dim: int, dtype: Any, device: Any) -> None:
         super().__init__()
         self.pages, self.first, self.dtype, self.device, self.is_initialized = pages, first, dtype, device, True
-        self.pool = torch.zeros((pages.blocks * BLOCK, 2, heads, dim), dtype=dtype, device=device)
-        self.keys = self.values = self.pool[:0, 0]
+        self.key_pool = torch.zeros((pages.blocks * BLOCK, heads, dim), dtype=dtype, device=device)
+        self.value_pool = torch.zeros_like(self.key_pool)
+        self.keys = self.values = self.key_pool[:0]
+        self._column: tuple[Any, Any] = (None, None)  # this step's keys and values, [rows, heads, 1, dim]
         self._epoch, self._views = -1, {}  # this layer's copy of each length group (``view``), by band id
 
     def grow(self, blocks: int) -> None:
-        if blocks * BLOCK > self.pool.shape[0]:
-            self.pool = torch.cat([self.pool, self.pool.new_zeros((blocks * BLOCK - self.pool.shape[0], *self.pool.shape[1:]))])
+        more = blocks * BLOCK - self.key_pool.shape[0]
+        if more > 0:
+            self.key_pool = torch.cat([self.key_pool, self.key_pool.new_zeros((more, *self.key_pool.shape[1:]))])
+            self.value_pool = torch.cat([self.value_pool, self.value_pool.new_zeros((more, *self.value_pool.shape[1:]))])
 
     def write(self, slots: Any, keys: Any, values: Any) -> None:
         """Tokens ``keys``/``values`` [tokens, heads, dim] into ``slots``."""
-        self.pool.index_copy_(0, slots, torch.stack([keys, values], dim=1))
+        self.key_pool.index_copy_(0, slots, keys)
+        self.value_pool.index_copy_(0, slots, values)
 
     def read(self, index: Any, rows: int) -> tuple[Any, Any]:
         """The slots ``index`` (flattened [rows, columns]) as keys and values [rows, heads, columns, dim]."""
-        both = self.pool.index_select(0, index).view(rows, -1, *self.pool.shape[1:])
-        return both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2)
+        shape = (rows, -1, *self.key_pool.shape[1:])
+        return (
+            self.key_pool.index_select(0, index).view(shape).transpose(1, 2),
+            self.value_pool.index_select(0, index).view(shape).transpose(1, 2),
+        )
 
     def step(self, key_states: Any, value_states: Any) -> None:
         """Write each row's new token, ``key_states`` [rows, heads, 1, dim] (the first layer starts the step)."""
@@ -209,6 +217,7 @@ class PagedLayer(DynamicLayer):
         if self.first:
             pages.grow(pages.begin())
         self.write(pages._slots, key_states[:, :, 0], value_states[:, :, 0])
+        self._column = (key_states, value_states)
         pages.wrote()
 
     def attend(self, query: Any, scaling: float | None) -> Any:
@@ -237,12 +246,13 @@ class PagedLayer(DynamicLayer):
         if slab is None:
             lengths = torch.tensor(group.before, device=self.device)
             index = pages.index(lengths, band.width, band.rows).reshape(-1)
-            both = self.pool.index_select(0, index).view(len(band.rows), band.width, *self.pool.shape[1:])
-            slab = self._views[band.id] = SlabLayer(both[:, :, 0].transpose(1, 2), both[:, :, 1].transpose(1, 2))
+            slab = self._views[band.id] = SlabLayer(*self.read(index, len(band.rows)))
         else:
-            replay(slab, band, self.pool)
-        column = self.pool.index_select(0, group.new).unsqueeze(3)  # [rows, 2, heads, 1, dim]
-        return slab.update(column[:, 0], column[:, 1])  # type: ignore[no-any-return]
+            replay(slab, band, self.read)
+        keys, values = self._column
+        if group.rows is not None:
+            keys, values = keys.index_select(0, group.rows), values.index_select(0, group.rows)
+        return slab.update(keys, values)  # type: ignore[no-any-return]
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """The plain forward's update: ``step``, then every row gathered right-aligned to the longest, as the slab
