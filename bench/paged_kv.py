@@ -3,9 +3,10 @@
 genq's text step session in this process (the demo GPT-2, one torch thread, as a worker runs it; no queue):
 
 - joiner: ``--rows`` closed-loop rows of short prompts decode and every ``--every`` steps a newcomer with a
-  ``--prompt-tokens`` prompt joins (in ``batching.prefill_chunk`` parts). The steps a part of it rides in
-  (a "joiner step": the costliest of them, each time) against the other steps ("ordinary"): the slab re-places every row at the joiner's width, the
-  paged cache writes only the joiner's tokens into free blocks. Target: a joiner step <= 2x an ordinary step.
+  ``--prompt-tokens`` prompt joins (in ``batching.prefill_chunk`` parts). The costliest step a part of it rides
+  in (a "joiner step", one per joiner) against the other steps ("ordinary"): the slab re-places every row at the
+  joiner's width, the paged cache writes only the joiner's tokens into free blocks and gives it a length group of
+  its own. Target: a joiner step <= 2x an ordinary step.
 - decode: 16 and 32 closed-loop rows of the workload's prompts (16-64 new tokens each, a finished row replaced at
   once), tokens/s of each layout.
 
@@ -92,7 +93,9 @@ def decode(runtime: Any, layout: str, rows: int, seconds: float) -> float:
         nonlocal made
         made += 1
         inp = TextGenerationInput(
-            prompt=PROMPTS[made % len(PROMPTS)], max_new_tokens=16 + (made * 7) % 49, do_sample=made % 2 == 1,
+            prompt=PROMPTS[made % len(PROMPTS)],
+            max_new_tokens=16 + (made * 7) % 49,
+            do_sample=made % 2 == 1,
             seed=made,
         )
         return Row(f"j{made}", inp)
@@ -192,8 +195,10 @@ def main() -> None:
         (n, long): attention_ms(n, long, 5 if args.smoke else 40) for n in counts for long in (80, args.prompt_tokens)
     }
     load = os.getloadavg()[0]
-    print(f"\n{args.rows} running rows, a {args.prompt_tokens}-token prompt joining every {args.every} steps "
-          f"(prefill_chunk {runtime.spec.batching.prefill_chunk}); load average {load:.2f}")
+    print(
+        f"\n{args.rows} running rows, a {args.prompt_tokens}-token prompt joining every {args.every} steps "
+        f"(prefill_chunk {runtime.spec.batching.prefill_chunk}); load average {load:.2f}"
+    )
     print("(CPU ms of the model thread)")
     print("| layout | ordinary step p50 ms | joiner step p50 ms | joiner step max ms | joiner / ordinary |")
     print("| --- | ---: | ---: | ---: | ---: |")

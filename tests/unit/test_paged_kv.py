@@ -130,7 +130,8 @@ def test_attention_by_length_group_equals_the_slabs_through_joins_and_leaves() -
         for ours, theirs in zip(paged.layers, slab.layers, strict=True):
             ours.step(new, -new)
             keys, values = theirs.update(new, -new)
-            want = F.scaled_dot_product_attention(query, keys, values, attn_mask=kv_rows.with_column(mask).bool()[:, None, None])
+            allowed = kv_rows.with_column(mask).bool()[:, None, None]
+            want = F.scaled_dot_product_attention(query, keys, values, attn_mask=allowed)
             assert torch.allclose(ours.attend(query, None), want, atol=1e-6), step
         mask = kv_rows.with_column(mask)
         kind, what = events.get(step, ("", 0))

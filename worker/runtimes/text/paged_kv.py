@@ -1,22 +1,20 @@
 """The text session's KV cache in fixed-size blocks (issue 44): rows join and leave without moving each other.
 
-Every layer keeps one pool of token slots, ``[slots, heads, head_dim]`` for keys and for values; a row holds a
-list of blocks of ``BLOCK`` slots (``Pages``, shared by all layers) and its length. Joining writes only the
-newcomer's tokens into free blocks, leaving frees the row's blocks, a step writes each row's new token into its
-own slot: nothing else is copied, whatever the newcomer's length (the slab, ``kv_rows.SlabLayer``, re-placed every
-row at the new width when a long prompt joined).
+Every layer keeps a pool of token slots for keys and one for values, ``[slots, heads, head_dim]``; a row holds a
+list of blocks of ``BLOCK`` slots and its length (``Pages``, shared by all layers). A joiner's tokens are written
+into free blocks, a leaver's blocks are freed, a step writes each row's new token into its own slot: nothing else
+moves, whatever the joiner's length (the slab, ``kv_rows.SlabLayer``, re-placed every row at a long joiner's width,
+a 0.5 s step on the demo GPT-2, and every row then attended over that width).
 
-The attention reads the rows as today's slab holds them: each layer gathers its rows right-aligned into a padded
-``[rows, heads, columns, head_dim]`` batch (padding reads slot 0, kept zero), with the same 2-D mask, so the
-forward, its mask and positions are the slab's and every row's tokens stay what they were. One index, built once a
-step, serves every layer. Measured against one packed masked SDPA (transformers' ``sdpa_paged``) and per-length
-groups in bench/paged_kv.py: the gather costs a copy of what the attention reads, far less than the slab's
-re-placement of every row when a long prompt joins.
+The packed forward (``packed_rows``, every step of a paged session's plain rows) attends the rows by length group
+(``paged_groups``): each group only as wide as its longest row, from a copy each layer keeps and updates in place
+(on CPU no kernel reads blocks directly, and gathering every row from its blocks each step cost ~8 % of a 16-row
+step: bench/paged_kv.py). Rows with an adapter step through the model's own forward: ``PagedLayer.update`` gives it
+every row gathered right-aligned to the longest, as the slab held them, with the slab's mask.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,159 +22,10 @@ import torch.nn.functional as F  # noqa: N812
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from worker.runtimes.text.kv_rows import SlabLayer
-from worker.runtimes.text.paged_groups import Band, Bands, replay
+from worker.runtimes.text.paged_groups import replay
+from worker.runtimes.text.paged_pages import BLOCK, FIRST_BLOCKS, Group, Pages
 
-#: Token slots per block: a row wastes at most BLOCK - 1 slots.
-BLOCK = 16
-#: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
-FIRST_BLOCKS = 64
-
-
-@dataclass
-class Group:
-    """A length group's rows in this step: ``band`` (its rows, the columns its copies hold), ``rows`` the rows'
-    tensor (None: all rows, in order), their mask [rows, 1, 1, width with this step's token] and the slots of this
-    step's tokens (``new``)."""
-
-    band: Band
-    rows: Any
-    mask: Any
-    new: Any
-    before: list[int]  # the rows' lengths before this step
-
-
-class Pages:
-    """Which blocks each row holds and how long it is; the step's write slots and read index (all layers)."""
-
-    def __init__(self, layers: int, device: Any) -> None:
-        self.layers, self.device = layers, device
-        self.tables: list[list[int]] = []
-        self.lengths: list[int] = []
-        self.blocks = FIRST_BLOCKS
-        self.free = list(range(self.blocks - 1, 0, -1))  # block 0's slot 0 is the padding slot: never given out
-        self.pools: list[PagedLayer] = []  # the layers whose pools hold the blocks
-        self._written = 0  # layers that wrote this step's column
-        self._slots: Any = None
-        self._index: Any = None
-        self._groups: list[Group] | None = None
-        self.bands = Bands()  # rows by length, and what each layer's copies of them replay (paged_groups)
-        self._settled = True  # the groups' widths count the last step's token
-
-    @property
-    def width(self) -> int:
-        """Columns the rows attend over: the longest row."""
-        return max(self.lengths, default=0)
-
-    def take(self, count: int) -> tuple[list[int], int]:
-        """``count`` free blocks; second: the block count the pools must grow to first (0: no growth)."""
-        grow = 0
-        while len(self.free) < count:
-            grow = self.blocks * 2
-            self.free = list(range(grow - 1, self.blocks - 1, -1)) + self.free
-            self.blocks = grow
-        taken = [self.free.pop() for _ in range(count)]
-        return taken, grow
-
-    def grow(self, blocks: int) -> None:
-        """Every layer's pools to ``blocks`` blocks (0: as they are)."""
-        if blocks:
-            for layer in self.pools:
-                layer.grow(blocks)
-
-    def slots(self, row: int, length: int) -> Any:
-        """The slots of row ``row``'s first ``length`` tokens, in order."""
-        table = torch.tensor(self.tables[row], device=self.device)
-        return (table[:, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(-1)[:length]
-
-    def mask(self) -> Any:
-        """[rows, width]: 1 on each row's tokens, right-aligned (the slab's mask)."""
-        width = self.width
-        lengths = torch.tensor(self.lengths, device=self.device)
-        return (torch.arange(width, device=self.device)[None, :] >= (width - lengths)[:, None]).long()
-
-    def begin(self) -> int:
-        """A step starts (its first layer writes): each row gets a slot for its new token; returns the block count
-        the pools must grow to (0: none)."""
-        if 0 < self._written < self.layers:  # the last step failed midway: its layers' copies disagree
-            self.bands.regroup()
-        self.settle()
-        self.bands.begin()
-        grow = 0
-        for row, length in enumerate(self.lengths):
-            if length == len(self.tables[row]) * BLOCK:
-                taken, more = self.take(1)
-                self.tables[row] += taken
-                grow = max(grow, more)
-        self._slots = torch.tensor(
-            [table[n // BLOCK] * BLOCK + n % BLOCK for table, n in zip(self.tables, self.lengths, strict=True)],
-            device=self.device,
-        )
-        self._index = self._groups = None
-        self._written = 0
-        return grow
-
-    def stepping(self) -> list[int]:
-        """Each row's length with this step's token (the last layer's write counts it in ``lengths``)."""
-        return self.lengths if self._written == self.layers else [n + 1 for n in self.lengths]
-
-    def full_index(self) -> Any:
-        """This step's slots of every row, right-aligned to the longest (flattened; made once a step)."""
-        if self._index is None:
-            lengths = torch.tensor(self.stepping(), device=self.device)
-            self._index = self.index(lengths, int(lengths.max())).reshape(-1)
-        return self._index
-
-    def groups(self) -> list[Group]:
-        """This step's length groups (``paged_groups``), made once a step and read by every layer."""
-        if self._groups is None:
-            lengths = self.stepping()
-            before = [n - 1 for n in lengths]
-            bands = self.bands.current(before)
-            self._groups = []
-            for band in bands:
-                rows = None if len(bands) == 1 else torch.tensor(band.rows, device=self.device)
-                band_lengths = torch.tensor([lengths[row] for row in band.rows], device=self.device)
-                width = band.width + 1
-                mask = torch.arange(width, device=self.device)[None, :] >= (width - band_lengths)[:, None]
-                new = self._slots if rows is None else self._slots.index_select(0, rows)
-                self._groups.append(Group(band, rows, mask[:, None, None, :], new, [before[row] for row in band.rows]))
-        return self._groups
-
-    def index(self, lengths: Any, width: int, rows: list[int] | None = None) -> Any:
-        """[rows, width]: the slot of each row's token (of ``rows``, default all) at each column, right-aligned
-        (padding: slot 0)."""
-        chosen = self.tables if rows is None else [self.tables[row] for row in rows]
-        most = max(len(table) for table in chosen)
-        tables = torch.tensor([table + [0] * (most - len(table)) for table in chosen], device=self.device)
-        pos = torch.arange(width, device=self.device)[None, :] - (width - lengths)[:, None]
-        real = pos >= 0
-        pos = pos.clamp(min=0)
-        slots = tables.gather(1, pos // BLOCK) * BLOCK + pos % BLOCK
-        return torch.where(real, slots, 0)
-
-    def wrote(self) -> None:
-        """A layer wrote its column; after the last one every row is a token longer (a step that failed midway
-        leaves the lengths as they were: its slots are written again)."""
-        self._written += 1
-        if self._written == self.layers:
-            self.lengths = [n + 1 for n in self.lengths]
-            self._settled = False
-
-    def settle(self) -> None:
-        """After a step, the groups' widths follow (kept until the next change or step: during a step they are
-        the widths before it, whatever layer the step is at)."""
-        if not self._settled:
-            self.bands.stepped()
-            self._settled = True
-
-    def drop_rows(self, keep: list[int]) -> None:
-        self.settle()
-        self.bands.keep(keep, self.lengths)
-        gone = set(range(len(self.tables))) - set(keep)
-        for row in gone:
-            self.free += self.tables[row]
-        self.tables = [self.tables[row] for row in keep]
-        self.lengths = [self.lengths[row] for row in keep]
+__all__ = ["BLOCK", "FIRST_BLOCKS", "PagedCache", "PagedLayer", "Pages", "from_padded"]
 
 
 class PagedLayer(DynamicLayer):
@@ -190,13 +39,14 @@ class PagedLayer(DynamicLayer):
         self.value_pool = torch.zeros_like(self.key_pool)
         self.keys = self.values = self.key_pool[:0]
         self._column: tuple[Any, Any] = (None, None)  # this step's keys and values, [rows, heads, 1, dim]
-        self._epoch, self._views = -1, {}  # this layer's copy of each length group (``view``), by band id
+        self._epoch = -1
+        self._views: dict[int, SlabLayer] = {}  # this layer's copy of each length group (``view``), by band id
 
     def grow(self, blocks: int) -> None:
         more = blocks * BLOCK - self.key_pool.shape[0]
         if more > 0:
-            self.key_pool = torch.cat([self.key_pool, self.key_pool.new_zeros((more, *self.key_pool.shape[1:]))])
-            self.value_pool = torch.cat([self.value_pool, self.value_pool.new_zeros((more, *self.value_pool.shape[1:]))])
+            room = self.key_pool.new_zeros((more, *self.key_pool.shape[1:]))
+            self.key_pool, self.value_pool = torch.cat([self.key_pool, room]), torch.cat([self.value_pool, room])
 
     def write(self, slots: Any, keys: Any, values: Any) -> None:
         """Tokens ``keys``/``values`` [tokens, heads, dim] into ``slots``."""
@@ -252,7 +102,7 @@ class PagedLayer(DynamicLayer):
         keys, values = self._column
         if group.rows is not None:
             keys, values = keys.index_select(0, group.rows), values.index_select(0, group.rows)
-        return slab.update(keys, values)  # type: ignore[no-any-return]
+        return slab.update(keys, values)
 
     def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """The plain forward's update: ``step``, then every row gathered right-aligned to the longest, as the slab
@@ -274,11 +124,14 @@ class PagedCache(DynamicCache):
     """A transformers cache whose layers are ``PagedLayer``s over one ``Pages``: the model steps it as it steps a
     ``DynamicCache``; the session adds and keeps rows through ``add`` and ``keep``."""
 
+    keeps_rows = True  # kv_rows.join / keep / rows_and_columns call its own methods
+
     def __init__(self, layers: int, heads: int, dim: int, dtype: Any, device: Any) -> None:
         super().__init__()
         self.pages = Pages(layers, device)
-        self.layers = [PagedLayer(self.pages, i == 0, heads, dim, dtype, device) for i in range(layers)]
-        self.pages.pools = self.layers
+        self.paged = [PagedLayer(self.pages, i == 0, heads, dim, dtype, device) for i in range(layers)]
+        self.layers = list(self.paged)
+        self.pages.pools = self.paged
 
     def add(self, rows: list[list[tuple[Any, Any]]]) -> None:
         """Rows that join after the held ones: each row's keys and values per layer, [heads, tokens, dim]."""
@@ -292,7 +145,7 @@ class PagedCache(DynamicCache):
             slots = pages.slots(len(pages.lengths) - 1, length)
             pages.settle()
             pages.bands.add(len(pages.lengths) - 1, length, slots)
-            for layer, (keys, values) in zip(self.layers, row, strict=True):
+            for layer, (keys, values) in zip(self.paged, row, strict=True):
                 layer.write(slots, keys.transpose(0, 1), values.transpose(0, 1))
 
     def add_padded(self, cache: Any, mask: Any) -> None:
