@@ -1,10 +1,10 @@
 """The text-generation step session: rows join and leave a running KV-cache decode batch between steps.
 
-Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``); into a fresh
-session, or with an adapter, newcomers admitted together share one left-padded prefill. Either way its first token
-comes from its prompt's logits and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is
-one forward pass over every held row's last token; every row samples with its own settings and generator, so its
-tokens do not depend on when it joined or which rows shared its steps.
+Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``; each row's
+adapter on its own tokens); into a fresh session, newcomers admitted together share one left-padded prefill. Either
+way its first token comes from its prompt's logits and its KV cache is spliced into the running batch
+(``kv_rows``). Each ``step`` is one forward pass over every held row's last token; every row samples with its own
+settings and generator, so its tokens do not depend on when it joined or which rows shared its steps.
 
 A newcomer beside running rows starts from its prompt's blocks cached by earlier jobs (``prefix_cache``: identical
 tokens only, the same adapters) and prefills only the rest; every prompt prefilled leaves its blocks there.
@@ -101,8 +101,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
                 )
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
-        handles = [held.handle for held in self._rows] + [job[0].handle for job in jobs]
-        if self._rows and self._packs and kv_rows.splices(self._cache) and self.adapters.plain(handles):
+        if self._rows and self._packs and kv_rows.splices(self._cache):
             self._pending += jobs  # prefilled in the next steps' forwards
             return results
         return results + self._prefill_jobs(jobs, beside)
@@ -134,8 +133,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
         import torch
 
         ended = self._unpark()
-        if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):  # dropped,
-            jobs, self._pending = self._pending, []  # or rows with an adapter joined: a prefill of their own
+        if self._pending and not self._rows:  # every running row was dropped: a prefill of their own
+            jobs, self._pending = self._pending, []
             self.prefixes.keep([])
             ended += self._prefill_jobs(jobs)
         if not self._rows:
@@ -205,7 +204,10 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self.prefixes.reuse(waiting)  # prompts that start with cached blocks prefill only the rest
         parts = prompt_parts.parts([held.prompt for held in waiting], self._chunk)
         last = [row.state.generated[-1] for row in self._rows]
-        with self.runtime.grad_off():
+        # Each row's adapters on its own tokens: a running row's one, a newcomer's prompt part (mixing's packed plan).
+        handles = [row.handle for row in self._rows] + [held.handle for held in waiting[: len(parts)]]
+        tokens = [1] * len(self._rows) + [len(part.ids) for part in parts]
+        with self.runtime.grad_off(), self.adapters.forward(handles, tokens):
             logits, self._cache, self._mask, so_far = packed_rows.step(
                 self.runtime, self._cache, self._mask, last, parts
             )
