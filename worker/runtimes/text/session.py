@@ -95,7 +95,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
                 grammar = self.parking.grammar(row.handle)
                 inp = row.input
                 states = self.runtime.decode_rows(inp) if grammar is None else self.runtime.decode_rows(inp, grammar)
-                streamers = [row_streamer(self.runtime.tokenizer, row, st, len(states)) for st in states]
+                streamers = [row_streamer(self.runtime.stream_tokenizer, row, st, len(states)) for st in states]
                 jobs.append(
                     [SessionRow(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
                 )
@@ -177,6 +177,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
             self._ended.pop(handle, None)
         self.parking.leave(leaving)
         self.adapters.leave(leaving)
+        self.runtime.drain_streams()  # their text so far is in their events before the reason they left
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
 
@@ -222,7 +223,10 @@ class TextStepSession(StepSession[TextGenerationInput]):
             return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
-        """Jobs that ended (finished or failed) unpin their adapters and let their grammars go."""
+        """Jobs that ended (finished or failed) unpin their adapters and let their grammars go; their streamed text
+        has reached their sinks (the stream thread ran behind the model thread)."""
+        if results:
+            self.runtime.drain_streams()
         self.adapters.leave(result.handle for result in results)
         self.parking.leave(result.handle for result in results)
         return results
