@@ -222,3 +222,14 @@ def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> A
             logits_to_keep=keep,
         )
     return out.logits[0]
+
+
+def decode(runtime: Any, cache: Any, mask: Any, last: list[int]) -> tuple[Any, Any]:
+    """One decode step of paged rows (``paged_kv``: no prompt parts) on the packed forward; their logits and mask."""
+    logits = forward(
+        runtime.model,
+        PackedStep(cache, len(last), torch.cat([mask, mask.new_ones((len(last), 1))], -1), []),
+        last,
+        runtime.device,
+    )
+    return logits, cache.mask()

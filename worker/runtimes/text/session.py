@@ -154,8 +154,12 @@ class TextStepSession(StepSession[TextGenerationInput]):
                     raise
                 self._pack_below = len(self._rows)
                 runtime.release_memory()
-        if isinstance(self._cache, paged_kv.PagedCache) and self.adapters.plain(row.handle for row in self._rows):
-            return self._left(ended + self._paged_step())
+        if isinstance(self._cache, paged_kv.PagedCache):  # paged rows: every step the packed forward (each row's
+            handles = [row.handle for row in self._rows]  # adapter on its own token)
+            with runtime.grad_off(), self.adapters.forward(handles, [1] * len(handles)):
+                last = [row.state.generated[-1] for row in self._rows]
+                logits, self._mask = packed_rows.decode(runtime, self._cache, self._mask, last)
+                return self._left(ended + self._advance(self._rows, logits)[0])
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = kv_rows.with_column(self._mask)
@@ -225,15 +229,6 @@ class TextStepSession(StepSession[TextGenerationInput]):
             self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]
             return self._advance(self._rows, logits)[0]
 
-    def _paged_step(self) -> list[RowResult]:
-        """The running rows' step on their blocks: the packed forward's attention by length group (``paged_kv``)."""
-        last = [row.state.generated[-1] for row in self._rows]
-        with self.runtime.grad_off():
-            step = packed_rows.PackedStep(self._cache, len(last), kv_rows.with_column(self._mask), [])
-            logits = packed_rows.forward(self.runtime.model, step, last, self.runtime.device)
-            self._mask = self._cache.mask()
-            return self._advance(self._rows, logits)[0]
-
     def _left(self, results: list[RowResult]) -> list[RowResult]:
         """Jobs that ended (finished or failed) unpin their adapters and let their grammars go; their streamed text
         has reached their sinks (the stream thread ran behind the model thread)."""
@@ -265,21 +260,11 @@ class TextStepSession(StepSession[TextGenerationInput]):
         if stay:
             mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
             if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
-                self._cache, self._mask = self._hold(cache, mask)
+                self._cache, self._mask = paged_kv.hold(cache, mask, self._packs and self._layout == "paged")
             else:
                 self._cache, self._mask = kv_rows.join(self._cache, self._mask, cache, mask)
             self._rows += [group[pos] for pos in stay]
         return finished
-
-    def _hold(self, cache: Any, mask: Any) -> tuple[Any, Any]:
-        """A prefill's cache as the session's first rows: paged (``paged_kv``) where packed steps run and the
-        models file does not ask for the slab, a slab where only the cache splices, else as it is."""
-        if not kv_rows.splices(cache):
-            return cache, mask
-        if self._packs and self._layout == "paged":
-            paged = paged_kv.from_padded(cache, mask)
-            return paged, paged.mask()
-        return kv_rows.hold(cache), mask
 
     def _advance(self, rows: list[SessionRow], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
         """Each row takes its next token from its logits row; finished rows leave (``held_yet``: from the batch).
