@@ -147,3 +147,30 @@ def test_attention_by_length_group_equals_the_slabs_through_joins_and_leaves() -
         if step == 6:
             assert len(paged.pages.bands.bands or []) == 2  # the long joiner has a group of its own
         assert torch.equal(paged.mask(), mask), step
+
+
+def test_paged_rows_joining_leaving_and_dropped_get_their_tokens_alone(textgen: TextGenerationRuntime) -> None:
+    """The default layout is the slab (tasks/setting_defaults.py), so the text suites run on it: here the paged
+    session's paths at once (a fresh session's prefill, packed joiners, ``n`` choices, a drop, rows leaving as they
+    finish) against each job alone."""
+    prompts = ["Once upon a time there was", "A", "The weather today is sunny and warm, and the little robot"]
+    jobs = {
+        f"j{i}": TextGenerationInput(
+            prompt=prompts[i % 3], max_new_tokens=5 + 4 * i, do_sample=i % 2 == 1, seed=i, n=2 if i == 3 else 1
+        )
+        for i in range(6)
+    }
+    session: Any = textgen.open_session(())
+    session._layout = "paged"
+    session.admit([Row("j0", jobs["j0"]), Row("gone", jobs["j5"])])
+    assert isinstance(session._cache, paged_kv.PagedCache)
+    done: dict[str, Any] = {}
+    for i in range(1, 6):
+        done.update({r.handle: r.prediction.output for r in session.step()})
+        session.admit([Row(f"j{i}", jobs[f"j{i}"])])
+        if i == 2:
+            session.drop(["gone"])
+    done = run_out(session, done)
+    assert "gone" not in done
+    for handle, inp in jobs.items():
+        assert done[handle] == textgen.predict([inp])[0].output, handle
