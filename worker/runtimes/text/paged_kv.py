@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from worker.runtimes.text.kv_rows import SlabLayer, splices
-from worker.runtimes.text.kv_rows import hold as slab_hold
+from worker.runtimes.text import kv_rows
+from worker.runtimes.text.kv_rows import SlabLayer
 from worker.runtimes.text.paged_groups import replay
 from worker.runtimes.text.paged_pages import BLOCK, FIRST_BLOCKS, Group, Pages
 
@@ -183,9 +183,9 @@ def hold(cache: Any, mask: Any, paged: bool) -> tuple[Any, Any]:
     """A prefill's cache (right-aligned under ``mask``) as a session's first rows: in blocks where ``paged`` (the
     model packs its steps and its models-file entry asks for it), else a slab where the cache splices, else as it
     is (sliding windows: request-level only)."""
-    if not splices(cache):
+    if not kv_rows.splices(cache):
         return cache, mask
     if paged:
         held = from_padded(cache, mask)
         return held, held.mask()
-    return slab_hold(cache), mask
+    return kv_rows.hold(cache), mask
