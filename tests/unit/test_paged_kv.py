@@ -174,3 +174,34 @@ def test_paged_rows_joining_leaving_and_dropped_get_their_tokens_alone(textgen: 
     assert "gone" not in done
     for handle, inp in jobs.items():
         assert done[handle] == textgen.predict([inp])[0].output, handle
+
+
+def test_a_joiner_whose_blocks_do_not_fit_waits_for_rows_to_leave(
+    textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44's out-of-memory path: a newcomer's blocks are taken before the step it joins in, so a pool that
+    cannot grow fails that step before anything changed; the newcomer waits (the running row steps on) and joins
+    once fewer rows are held, each with its tokens alone."""
+    from tests.device_budget import OutOfMemoryError
+    from worker.runtimes.text import paged_pages
+
+    monkeypatch.setattr(paged_pages, "FIRST_BLOCKS", 4)  # 3 blocks of 16 slots: the running row's 21 tokens fit
+    running = TextGenerationInput(prompt="Hello", max_new_tokens=20, do_sample=True, seed=1)
+    ids = textgen.tokenizer(" ".join(["The little robot painted the sky."] * 20))["input_ids"][:100]
+    newcomer = TextGenerationInput(prompt=textgen.tokenizer.decode(ids), max_new_tokens=4, seed=2)
+    real = paged_kv.PagedLayer.grow
+
+    def full(self: Any, blocks: int) -> None:
+        raise OutOfMemoryError("CUDA out of memory (simulated)")
+
+    session: Any = textgen.open_session(())
+    session._layout = "paged"
+    session.admit([Row("running", running)])
+    monkeypatch.setattr(paged_kv.PagedLayer, "grow", full)
+    assert session.admit([Row("new", newcomer)]) == []
+    done = {r.handle: r.prediction.output for r in session.step()}
+    done.update({r.handle: r.prediction.output for r in session.step()})
+    assert session.progress()["new"] == (0, 4) and session.progress()["running"] == (3, 20)  # waits, not failed
+    monkeypatch.setattr(paged_kv.PagedLayer, "grow", real)
+    done = run_out(session, done)
+    assert done == {"running": textgen.predict([running])[0].output, "new": textgen.predict([newcomer])[0].output}

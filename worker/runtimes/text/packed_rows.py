@@ -187,6 +187,8 @@ def step(
     (an unfinished one's next prefix; a finished one's whole prompt, for the prefix cache)."""
     from worker.runtimes.text import kv_rows
 
+    if kv_rows.keeps_rows(cache):  # paged: the finishing prompts' blocks first (out of memory: nothing half done)
+        cache.pages.reserve([part.start + len(part.ids) for part in parts if part.last])
     mask = kv_rows.with_column(mask)
     packed = PackedStep(cache, len(last), mask, parts)
     logits = forward(runtime.model, packed, last, runtime.device)

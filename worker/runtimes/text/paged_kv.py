@@ -66,7 +66,7 @@ class PagedLayer(DynamicLayer):
         """Write each row's new token, ``key_states`` [rows, heads, 1, dim] (the first layer starts the step)."""
         pages = self.pages
         if self.first:
-            pages.grow(pages.begin())
+            pages.begin()
         self.write(pages._slots, key_states[:, :, 0], value_states[:, :, 0])
         self._column = (key_states, value_states)
         pages.wrote()
@@ -139,9 +139,7 @@ class PagedCache(DynamicCache):
         pages = self.pages
         for row in rows:
             length = int(row[0][0].shape[-2])
-            blocks, grow = pages.take(-(-length // BLOCK))
-            pages.grow(grow)
-            pages.tables.append(blocks)
+            pages.tables.append(pages.take_reserved(length))
             pages.lengths.append(length)
             slots = pages.slots(len(pages.lengths) - 1, length)
             pages.settle()

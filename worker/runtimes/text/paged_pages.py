@@ -37,6 +37,7 @@ class Pages:
         self.lengths: list[int] = []
         self.blocks = FIRST_BLOCKS
         self.free = list(range(self.blocks - 1, 0, -1))  # block 0's slot 0 is the padding slot: never given out
+        self.reserved: list[list[int]] = []  # blocks taken for rows about to join (``reserve``)
         self.pools: list[Any] = []  # the layers whose pools hold the blocks
         self._written = 0  # layers that wrote this step's column
         self._slots: Any = None
@@ -50,15 +51,32 @@ class Pages:
         """Columns the rows attend over: the longest row."""
         return max(self.lengths, default=0)
 
-    def take(self, count: int) -> tuple[list[int], int]:
-        """``count`` free blocks; second: the block count the pools must grow to first (0: no growth)."""
-        grow = 0
-        while len(self.free) < count:
-            grow = self.blocks * 2
-            self.free = list(range(grow - 1, self.blocks - 1, -1)) + self.free
-            self.blocks = grow
-        taken = [self.free.pop() for _ in range(count)]
-        return taken, grow
+    def take(self, count: int) -> list[int]:
+        """``count`` free blocks; the pools double first while too few are free (out of memory there, nothing has
+        changed but some layers' pools being larger)."""
+        blocks = self.blocks
+        while len(self.free) + blocks - self.blocks < count:
+            blocks *= 2
+        if blocks > self.blocks:
+            self.grow(blocks)
+            self.free = list(range(blocks - 1, self.blocks - 1, -1)) + self.free
+            self.blocks = blocks
+        return [self.free.pop() for _ in range(count)]
+
+    def reserve(self, lengths: list[int]) -> None:
+        """Blocks for rows of ``lengths`` about to join (``take_reserved``), taken before the forward they join
+        after, so that running out of memory leaves no step half done; replaces an earlier reservation."""
+        for blocks in self.reserved:
+            self.free += blocks
+        self.reserved = []
+        self.reserved = [self.take(-(-length // BLOCK)) for length in lengths]
+
+    def take_reserved(self, length: int) -> list[int]:
+        """A joining row's blocks: its reservation if it has one, else free ones."""
+        count = -(-length // BLOCK)
+        if self.reserved and len(self.reserved[0]) == count:
+            return self.reserved.pop(0)
+        return self.take(count)
 
     def grow(self, blocks: int) -> None:
         """Every layer's pools to ``blocks`` blocks (0: as they are)."""
@@ -77,26 +95,21 @@ class Pages:
         lengths = torch.tensor(self.lengths, device=self.device)
         return (torch.arange(width, device=self.device)[None, :] >= (width - lengths)[:, None]).long()
 
-    def begin(self) -> int:
-        """A step starts (its first layer writes): each row gets a slot for its new token; returns the block count
-        the pools must grow to (0: none)."""
+    def begin(self) -> None:
+        """A step starts (its first layer writes): each row gets a slot for its new token."""
         if 0 < self._written < self.layers:  # the last step failed midway: its layers' copies disagree
             self.bands.regroup()
         self.settle()
         self.bands.begin()
-        grow = 0
         for row, length in enumerate(self.lengths):
             if length == len(self.tables[row]) * BLOCK:
-                taken, more = self.take(1)
-                self.tables[row] += taken
-                grow = max(grow, more)
+                self.tables[row] += self.take(1)
         self._slots = torch.tensor(
             [table[n // BLOCK] * BLOCK + n % BLOCK for table, n in zip(self.tables, self.lengths, strict=True)],
             device=self.device,
         )
         self._index = self._groups = None
         self._written = 0
-        return grow
 
     def stepping(self) -> list[int]:
         """Each row's length with this step's token (the last layer's write counts it in ``lengths``)."""
