@@ -300,3 +300,64 @@ def test_a_cached_row_beside_an_uncached_one_leaves_the_uncached_one_as_alone(ru
     diff = np.abs(pixels(joined["cached"].blobs[0]) - pixels(uncached.blobs[0]))
     assert diff.max() > TOLERANCE  # it did reuse features (random weights: the difference says nothing of quality)
     print(f"deepcache interval 3, 12 steps: mean pixel difference {diff.mean():.1f}, max {diff.max()}")
+
+
+def lockstep_run(
+    runtime: TextToImageRuntime, jobs: dict[str, TextToImageInput], lockstep: bool, drop: str | None = None
+) -> tuple[dict[str, Prediction], list[Any]]:
+    """``jobs`` admitted at one boundary, stepped to their end (``drop`` leaves after the second step); the
+    predictions and the lockstep groups the session formed."""
+    session = runtime.open_session((64, 64))
+    assert isinstance(session, ImageStepSession)
+    session.lockstep = lockstep
+    assert session.admit([Row(h, inp) for h, inp in jobs.items()]) == []
+    groups = {id(r.lockstep): r.lockstep for j in session._jobs.values() for r in j.rows if r.lockstep is not None}
+    out: dict[str, Prediction] = {}
+    k = 0
+    while session.handles:
+        if k == 2 and drop is not None:
+            session.drop([drop])
+        for result in session.step():
+            assert result.prediction is not None
+            out[result.handle] = result.prediction
+        k += 1
+    return out, list(groups.values())
+
+
+@pytest.mark.parametrize("scheduler", ["default", "euler", "ddim", "dpm++_2m", "unipc"])
+def test_rows_in_lockstep_make_the_same_pixels_as_each_stepped_alone(
+    runtime: TextToImageRuntime, scheduler: str
+) -> None:
+    """Rows that joined together share one scheduler call per step; each row's pixels are exactly (not within
+    float tolerance) what its own scheduler instance gives it, dropped companions included."""
+    jobs = {
+        "a": job(seed=21, scheduler=scheduler, num_inference_steps=5),
+        "b": job(prompt="a green boat", seed=22, scheduler=scheduler, num_inference_steps=5, num_images=2),
+        "c": job(seed=23, scheduler=scheduler, num_inference_steps=5, guidance_scale=1.0),
+        "d": job(seed=24, scheduler=scheduler, num_inference_steps=5, negative_prompt="dark"),
+        "other-steps": job(seed=25, scheduler=scheduler, num_inference_steps=6),
+        "ancestral": job(seed=26, scheduler="euler_a", num_inference_steps=5),
+    }
+    for drop in (None, "d"):
+        grouped, groups = lockstep_run(runtime, jobs, True, drop)
+        alone, none = lockstep_run(runtime, jobs, False, drop)
+        assert none == []
+        # One group: a, b's two images, c and d (same scheduler and steps); other-steps and ancestral step alone.
+        assert [len(g.members) for g in groups] == [5]
+        assert set(grouped) == set(alone) == set(jobs) - {drop}
+        for handle in grouped:
+            for x, y in zip(grouped[handle].blobs, alone[handle].blobs, strict=True):
+                assert max_diff(x, y) == 0, (handle, drop)
+    assert_same_images(grouped["a"], request_level(runtime, jobs["a"]))
+
+
+def test_scheduler_templates_give_fresh_independent_instances(runtime: TextToImageRuntime) -> None:
+    from worker.runtimes.image.schedulers import SchedulerTemplates
+
+    templates = SchedulerTemplates(runtime.new_scheduler, "cpu")
+    first, second = templates("euler", 5), templates("euler", 5)
+    fresh = runtime.new_scheduler("euler")
+    fresh.set_timesteps(5, device="cpu")
+    assert first is not second and first.timesteps is not second.timesteps
+    assert first.timesteps.tolist() == fresh.timesteps.tolist() and first.sigmas.tolist() == fresh.sigmas.tolist()
+    assert templates("euler", 7).timesteps.tolist() != first.timesteps.tolist()

@@ -3,7 +3,8 @@
 One UNet call per step runs every held image with its own timestep (with classifier-free guidance, the
 unconditional and conditional halves each carry the row's timestep; rows with guidance <= 1 have no
 unconditional half). Each row then takes its own ``scale_model_input`` and ``scheduler.step`` on its slice
-(rows.py), so step counts and scheduler types mix. Rows that finish in a step are decoded by the VAE
+(rows.py), so step counts and scheduler types mix; rows that joined together with the same scheduler and steps
+share one scheduler call per step (lockstep.py). Rows that finish in a step are decoded by the VAE
 together and postprocessed as the pipeline does; a job leaves with one Prediction when all its images are done.
 Image-to-image and inpainting jobs of the same size share the steps: their rows start later in their schedule
 (``strength``) from their source picture, read at admission (sources.py, start.py).
@@ -21,6 +22,7 @@ from worker.adapters.cache import AdapterCache
 from worker.adapters.session_rows import SessionAdapters, image_row
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
 from worker.runtimes.image.denoise import Denoiser
+from worker.runtimes.image.lockstep import lock_rows
 from worker.runtimes.image.outputs import image_seeds, png_bytes
 from worker.runtimes.image.rows import (
     Embeddings,
@@ -31,6 +33,7 @@ from worker.runtimes.image.rows import (
     guided,
     start_job,
 )
+from worker.runtimes.image.schedulers import SchedulerTemplates
 from worker.runtimes.image.sources import SourceReader
 from worker.torch_settings import TorchOptions, inference_context
 
@@ -73,6 +76,8 @@ class ImageStepSession(StepSession[TextToImageInput]):
         self.options = options
         self.size = size  # (width, height) in pixels: the session's step key
         self.new_scheduler = new_scheduler
+        self.schedulers = SchedulerTemplates(new_scheduler, device)
+        self.lockstep = True  # newcomers of one boundary that can share a scheduler do (lockstep.py)
         self.read_source = read_source  # a job's source picture and mask; None: text-to-image jobs only
         self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
@@ -116,14 +121,15 @@ class ImageStepSession(StepSession[TextToImageInput]):
                 except Exception as exc:  # its own input (a picture gone or unreadable): isolate it, the others join
                     ended.append(RowResult(row.handle, error=exc))
             embeddings = self._encode([inp for _, inp, _ in valid])
+            started: list[ImageRow] = []
             for (row, inp, source), embeds in zip(valid, embeddings, strict=True):
                 try:
-                    self._jobs[row.handle] = start_job(
+                    job = start_job(
                         self.pipe,
                         row.handle,
                         inp,
                         image_seeds(inp),
-                        self.new_scheduler,
+                        self.schedulers,
                         self.device,
                         embeds,
                         source,
@@ -133,7 +139,11 @@ class ImageStepSession(StepSession[TextToImageInput]):
                     ended.append(RowResult(row.handle, error=exc))
                     self.adapters.leave([row.handle])
                 else:
+                    self._jobs[row.handle] = job
+                    started += job.rows
                     self.denoiser.reset()
+            if self.lockstep:
+                lock_rows(started)
         return ended
 
     def step(self) -> list[RowResult]:
