@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -124,11 +125,12 @@ class Run:
         return self._keep(summarize(done, window, label=label, model=model, concurrency=0, by_start=True))
 
     def _keep(self, point: MixedPoint) -> MixedPoint:
+        point.load_average = os.getloadavg()[0]
         self.points.append(point)
         tags = ", ".join(f"{t} p50 {fmt(v)}" for t, v in point.p50_ms.items())
         print(
             f"  {point.model} {point.label}: {point.jobs_per_s:.2f} jobs/s, {point.work_per_s:.1f} work/s; {tags}; "
-            f"beyond the model p50 {fmt(point.beyond_model_p50_ms)} ms",
+            f"beyond the model p50 {fmt(point.beyond_model_p50_ms)} ms; load {point.load_average:.1f}",
             flush=True,
         )
         return point
@@ -156,12 +158,41 @@ def images(run: Run) -> None:
 
 
 def uniform(run: Run) -> None:
+    """Each scheduling in turn, ``plan.uniform_rounds`` times, the order reversed every other round (so a load
+    that drifts during the run weighs on both alike); rounds after the first carry " r<n>" in their label."""
     plan = run.plan
     with run.beside_raw("sd"):
-        for mode in MODES:
-            with run.stack.worker(f"sd-{mode}"):
-                for clients in plan.uniform_clients:
-                    run.closed(plan.uniform_label(clients), f"sd-{mode}", plan.uniform_images, clients)
+        for n in range(plan.uniform_rounds):
+            for mode in MODES if n % 2 == 0 else MODES[::-1]:
+                with run.stack.worker(f"sd-{mode}"):
+                    for clients in plan.uniform_clients:
+                        label = plan.uniform_label(clients) + (f" r{n + 1}" if n else "")
+                        run.closed(label, f"sd-{mode}", plan.uniform_images, clients)
+    if plan.uniform_rounds > 1:
+        print(uniform_rounds(run.points, plan), flush=True)
+
+
+def uniform_rounds(points: list[MixedPoint], plan: StepsPlan) -> str:
+    """Step / request image-steps/s per round and client count, and over all rounds (summed work)."""
+    lines = ["| clients | round | request work/s | step work/s | step / request | load |", "|---|---|---|---|---|---|"]
+    for clients in plan.uniform_clients:
+        sums = {mode: 0.0 for mode in MODES}
+        for n in range(plan.uniform_rounds):
+            label = plan.uniform_label(clients) + (f" r{n + 1}" if n else "")
+            found = {p.model: p for p in points if p.label == label and p.model.startswith("sd-")}
+            req, step = found.get("sd-request"), found.get("sd-step")
+            if req is None or step is None:
+                continue
+            sums["request"] += req.work_per_s
+            sums["step"] += step.work_per_s
+            loads = f"{req.load_average:.1f} / {step.load_average:.1f}"
+            lines.append(
+                f"| {clients} | {n + 1} | {req.work_per_s:.1f} | {step.work_per_s:.1f} | "
+                f"{step.work_per_s / req.work_per_s:.3f} | {loads} |"
+            )
+        if sums["request"]:
+            lines.append(f"| {clients} | all | | | **{sums['step'] / sums['request']:.3f}** | |")
+    return "\n".join(lines)
 
 
 def text(run: Run) -> None:
@@ -251,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     parser.add_argument("--loads", help="comma-separated Poisson loads, fractions of request-level capacity")
     parser.add_argument("--uniform-clients", help="comma-separated client counts of the uniform scenario")
+    parser.add_argument("--uniform-rounds", type=int, help="interleaved rounds of the uniform scenario")
     parser.add_argument(
         "--poisson-only",
         action="store_true",
@@ -265,6 +297,8 @@ def main(argv: list[str] | None = None) -> None:
         plan = replace(plan, loads=tuple(float(load) for load in args.loads.split(",")))
     if args.uniform_clients:
         plan = replace(plan, uniform_clients=tuple(int(c) for c in args.uniform_clients.split(",")))
+    if args.uniform_rounds:
+        plan = replace(plan, uniform_rounds=args.uniform_rounds)
     names = scenario_names(args.only)
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("sd-demo", "gpt2-demo"))

@@ -1,19 +1,19 @@
 """Publishing job events (tasks/events.py) from the worker without slowing the model.
 
-The model thread only appends to a queue (a step's events of every row as one item, ``emit_many``; serialised
-here, in the publisher's thread); one publisher thread takes everything queued at once and writes it in one
-pipeline (each job's entries, its TTL, one notification), so a batch of eight rows costs one round trip per step
-or less, never one per token. Before a batch's results are stored the
-executor flushes, so a job's text is in Redis before its record says it ended.
+The model thread only appends to a deque (serialised here, in the publisher's thread); text and status events
+wake the publisher, progress events wait for its next wake-up (``LAZY_WAKE_S`` at most): a wake-up hands the GIL
+to the publisher's thread, a cost the model thread paid on every step. The publisher takes everything queued at
+once and writes it in one pipeline (each job's entries, its TTL, one notification), so a batch of eight rows
+costs one round trip per step or less, never one per token. Before a batch's results are stored the executor
+flushes, so a job's text is in Redis before its record says it ended.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any
 
 import redis
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 20_000  # events queued while Redis is away; beyond, new ones are dropped (the results are not)
 FLUSH_TIMEOUT_S = 2.0  # a batch's results wait at most this long for its events to be written
 ERROR_LOG_INTERVAL_S = 30.0
+LAZY_WAKE_S = 0.02  # events queued without a wake-up (progress) wait at most this long for the publisher
 #: One event as queued: its job, type and data (serialised by the publisher's thread).
 Event = tuple[str, EventType, Any]
 
@@ -37,43 +38,45 @@ class EventPublisher:
 
     def __init__(self, client: redis.Redis, keys: Keys, max_pending: int = MAX_PENDING) -> None:
         self._log = EventLog(client, keys)
-        self._queue: queue.Queue[list[Event] | threading.Event] = queue.Queue(max_pending)
+        self._pending: deque[Event | threading.Event] = deque()  # appends and pops are atomic: no lock to hand off
+        self._wake = threading.Event()
+        self._max_pending = max_pending
         self._dropped = 0
         self._logged_at = 0.0
         threading.Thread(target=self._run, name="genq-events", daemon=True).start()
 
     def emit(self, job_id: str, event_type: EventType, data: Any) -> None:
-        """Queue one event; never blocks (an event that finds the queue full is dropped and counted)."""
+        """Queue one event and wake the publisher; never blocks (beyond ``max_pending`` it is dropped, counted)."""
         self.emit_many([(job_id, event_type, data)])
 
-    def emit_many(self, events: list[Event]) -> None:
-        """Queue several events as one item (a step's progress of every row: one put, one wake-up of the
-        publisher, where one per row cost the model thread a lock hand-off each); never blocks."""
+    def emit_many(self, events: list[Event], wake: bool = True) -> None:
+        """Queue several events (a step's progress of every row) in order; never blocks. ``wake=False`` leaves
+        them for the publisher's next wake-up (at most ``LAZY_WAKE_S`` later, or a flush): waking it hands the
+        GIL to its thread, which a step's progress on the model thread should not pay every step."""
         if not events:
             return
-        try:
-            self._queue.put_nowait(events)
-        except queue.Full:
+        if len(self._pending) + len(events) > self._max_pending:
             self._dropped += len(events)
+            return
+        self._pending.extend(events)
+        if wake:
+            self._wake.set()
 
     def flush(self, timeout: float = FLUSH_TIMEOUT_S) -> bool:
         """Block until every event emitted before is written (or given up on); False after ``timeout``."""
         done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout)
-        except queue.Full:
-            return False
+        self._pending.append(done)
+        self._wake.set()
         return done.wait(timeout)
 
     def _run(self) -> None:
         while True:
-            items = [self._queue.get()]
-            while True:
-                try:
-                    items.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            self._write([event for item in items if not isinstance(item, threading.Event) for event in item])
+            self._wake.wait(LAZY_WAKE_S)
+            self._wake.clear()  # before draining: whatever is queued after this wakes the next round
+            items: list[Event | threading.Event] = []
+            while self._pending:
+                items.append(self._pending.popleft())
+            self._write([item for item in items if not isinstance(item, threading.Event)])
             for item in items:
                 if isinstance(item, threading.Event):
                     item.set()
@@ -116,7 +119,7 @@ class BatchEvents:
 
         def report(step: int, total: int) -> None:
             progress = Progress(step=step, total=total)
-            publisher.emit_many([(job_id, EventType.progress, progress) for job_id in self.job_ids])
+            publisher.emit_many([(job_id, EventType.progress, progress) for job_id in self.job_ids], wake=False)
             inner(step, total)
 
         return report

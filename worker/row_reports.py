@@ -101,7 +101,7 @@ class RowReports:
             queued.append((held.item.job_id, EventType.progress, Progress(step=step, total=held.total)))
         # A text runtime streams its text instead (speech streams its text and reports its windows).
         if self.events is not None and (not self.streams_text or self.progress_while_streaming):
-            self.events.emit_many(queued)
+            self.events.emit_many(queued, wake=False)  # the publisher's next wake-up takes them
 
     def sink(self, job_id: str) -> TextSink | None:
         events = self.events
