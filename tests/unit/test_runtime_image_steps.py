@@ -361,3 +361,47 @@ def test_scheduler_templates_give_fresh_independent_instances(runtime: TextToIma
     assert first is not second and first.timesteps is not second.timesteps
     assert first.timesteps.tolist() == fresh.timesteps.tolist() and first.sigmas.tolist() == fresh.sigmas.tolist()
     assert templates("euler", 7).timesteps.tolist() != first.timesteps.tolist()
+
+
+def test_a_prompt_and_a_negative_prompt_of_the_same_text_embed_alike(runtime: TextToImageRuntime) -> None:
+    """What the prompt cache relies on: ``encode_prompt`` embeds a text the same as a prompt or a negative one."""
+    import torch
+
+    texts = ["", "dark", "a red cat"]
+    cond, uncond = runtime.pipe.encode_prompt(["x"] * 3, torch.device("cpu"), 1, True, texts)
+    alone, _ = runtime.pipe.encode_prompt(texts, torch.device("cpu"), 1, False)
+    assert torch.equal(uncond, alone)
+
+
+def test_kept_prompt_embeddings_give_the_same_pixels_and_skip_the_text_encoder(runtime: TextToImageRuntime) -> None:
+    first = {
+        "a": job(seed=31, num_inference_steps=4),
+        "b": job(prompt="a blue boat", seed=32, num_inference_steps=4, negative_prompt="a red cat"),
+    }
+    later = {  # every text seen at the first boundary: a prompt, "" and another job's prompt as a negative
+        "c": job(prompt="a blue boat", seed=33, num_inference_steps=4),
+        "d": job(seed=34, num_inference_steps=4, negative_prompt="a red cat", num_images=2),
+        "e": job(prompt="a red cat", seed=35, num_inference_steps=4, guidance_scale=1.0),
+    }
+    calls: list[int] = []
+    hook = runtime.pipe.text_encoder.register_forward_pre_hook(lambda module, args: calls.append(len(args[0])))
+    outputs = []
+    try:
+        for size in (256, 0):
+            session = runtime.open_session((64, 64))
+            assert isinstance(session, ImageStepSession)
+            session.prompts.size = size
+            calls.clear()
+            out, _ = run_session(
+                session, {0: [Row(h, i) for h, i in first.items()], 2: [Row(h, i) for h, i in later.items()]}
+            )
+            outputs.append((out, list(calls)))
+    finally:
+        hook.remove()
+    (kept, kept_calls), (fresh, fresh_calls) = outputs
+    assert kept_calls == [3]  # the first boundary's three texts in one call; the second's all kept
+    assert fresh_calls == [3, 3]
+    for handle in [*first, *later]:
+        for x, y in zip(kept[handle].blobs, fresh[handle].blobs, strict=True):
+            assert max_diff(x, y) == 0, handle
+    assert_same_images(kept["d"], request_level(runtime, later["d"]))

@@ -24,13 +24,12 @@ from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
 from worker.runtimes.image.denoise import Denoiser
 from worker.runtimes.image.lockstep import lock_rows
 from worker.runtimes.image.outputs import image_seeds, png_bytes
+from worker.runtimes.image.prompt_cache import PromptCache
 from worker.runtimes.image.rows import (
     Embeddings,
     ImageJob,
     ImageRow,
     SchedulerFactory,
-    encode_prompts,
-    guided,
     start_job,
 )
 from worker.runtimes.image.schedulers import SchedulerTemplates
@@ -78,6 +77,7 @@ class ImageStepSession(StepSession[TextToImageInput]):
         self.new_scheduler = new_scheduler
         self.schedulers = SchedulerTemplates(new_scheduler, device)
         self.lockstep = True  # newcomers of one boundary that can share a scheduler do (lockstep.py)
+        self.prompts = PromptCache()  # embeddings by text, for newcomers whose texts came before
         self.read_source = read_source  # a job's source picture and mask; None: text-to-image jobs only
         self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
@@ -89,8 +89,8 @@ class ImageStepSession(StepSession[TextToImageInput]):
     # --- the contract ---------------------------------------------------------------------------------
 
     def admit(self, rows: Sequence[Row[TextToImageInput]]) -> list[RowResult]:
-        """Encode the newcomers' prompts (one text encoder call per guided / unguided group) and draw their
-        initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
+        """Encode the newcomers' prompts (the texts not kept, in one text encoder call: prompt_cache.py) and draw
+        their initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
         caller's mistake: ValueError, and nothing is admitted."""
         handles = [row.handle for row in rows]
         clash = set(handles) & set(self.handles) or {h for h in handles if handles.count(h) > 1}
@@ -213,22 +213,12 @@ class ImageStepSession(StepSession[TextToImageInput]):
         return inp
 
     def _encode(self, inputs: list[TextToImageInput]) -> list[Embeddings | None]:
-        """Newcomers' prompt embeddings, one text encoder call per group; None (each encodes alone, so one
-        that fails fails alone) when a group's call fails."""
-        out: list[Embeddings | None] = [None] * len(inputs)
-        for with_negative in (True, False):
-            group = [i for i, inp in enumerate(inputs) if guided(inp) == with_negative]
-            if not group:
-                continue
-            try:
-                embeds = encode_prompts(
-                    self.pipe, [(inputs[i], inputs[i].num_images) for i in group], with_negative, self.device
-                )
-            except Exception:
-                continue
-            for i, embed in zip(group, embeds, strict=True):
-                out[i] = embed
-        return out
+        """Newcomers' prompt embeddings, the texts not kept encoded in one call (prompt_cache.py); None (each
+        encodes alone, so one that fails fails alone) when that call fails."""
+        try:
+            return list(self.prompts.encode(self.pipe, [(inp, inp.num_images) for inp in inputs], self.device))
+        except Exception:
+            return [None] * len(inputs)
 
     def _unpark(self) -> list[RowResult]:
         """Parked rows whose adapters loaded join before this step; those whose adapter was refused leave."""
