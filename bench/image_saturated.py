@@ -95,7 +95,11 @@ def instrumented(runtime: TextToImageRuntime, parts: Parts) -> Iterator[None]:
 
 
 def jobs(n: int) -> list[TextToImageInput]:
-    return [image_input("default", STEPS, seed, 1).model_copy(update={"guidance_scale": 7.5}) for seed in range(n)]
+    """``n`` jobs, each its own prompt (a step session's prompt cache then keeps only the shared negative "")."""
+    return [
+        image_input("default", STEPS, seed, 1).model_copy(update={"guidance_scale": 7.5, "prompt": f"a cat, n. {seed}"})
+        for seed in range(n)
+    ]
 
 
 def run_request(runtime: TextToImageRuntime, inputs: list[TextToImageInput]) -> None:
