@@ -405,3 +405,28 @@ def test_kept_prompt_embeddings_give_the_same_pixels_and_skip_the_text_encoder(r
         for x, y in zip(kept[handle].blobs, fresh[handle].blobs, strict=True):
             assert max_diff(x, y) == 0, handle
     assert_same_images(kept["d"], request_level(runtime, later["d"]))
+
+
+def test_the_prompt_cache_keeps_the_most_recent_texts_and_encodes_each_unseen_text_once() -> None:
+    import torch
+
+    from worker.runtimes.image.prompt_cache import PromptCache
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def encode_prompt(self, texts: list[str], device: Any, images: int, guided: bool) -> tuple[Any, None]:
+            self.calls.append(list(texts))
+            return torch.stack([torch.full((2, 3), float(len(t))) for t in texts]), None
+
+    pipe, cache = Pipe(), PromptCache(size=2)
+    a, b = job(prompt="aa", guidance_scale=7.5), job(prompt="bbb", guidance_scale=1.0, num_images=2)
+    (cond_a, uncond_a), (cond_b, uncond_b) = cache.encode(pipe, [(a, 1), (b, 2)], "cpu")
+    assert pipe.calls == [["aa", "bbb", ""]]  # one call, each text once, the guided job's negative ""
+    assert cond_a.shape == (1, 2, 3) and cond_b.shape == (2, 2, 3) and uncond_b is None
+    assert float(cond_b[1, 0, 0]) == 3.0 and float(uncond_a[0, 0, 0]) == 0.0
+    cache.encode(pipe, [(b, 1)], "cpu")  # kept: "bbb" and "" (size 2), "aa" was least recently used
+    assert pipe.calls[1:] == []
+    cache.encode(pipe, [(a, 1)], "cpu")
+    assert pipe.calls[1:] == [["aa"]]
