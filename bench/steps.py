@@ -45,7 +45,7 @@ from bench.run_meta import git_commit, machine  # noqa: E402
 from bench.stack import BenchStack, ModelConfig  # noqa: E402
 from bench.steps_load import JobSpec, MixedPoint, run_clients, run_poisson, submit_and_stream, summarize  # noqa: E402
 from bench.steps_plan import CPU, MODES, StepsPlan  # noqa: E402
-from bench.steps_report import RawEntry, plot, report  # noqa: E402
+from bench.steps_report import RawEntry, plot, report, uniform_rounds  # noqa: E402
 from tests.harness import ROOT  # noqa: E402
 
 #: Raw batches by size ({"1": {"items_per_s": ..., "median_ms": ...}}) for a number of repetitions.
@@ -170,29 +170,6 @@ def uniform(run: Run) -> None:
                         run.closed(label, f"sd-{mode}", plan.uniform_images, clients)
     if plan.uniform_rounds > 1:
         print(uniform_rounds(run.points, plan), flush=True)
-
-
-def uniform_rounds(points: list[MixedPoint], plan: StepsPlan) -> str:
-    """Step / request image-steps/s per round and client count, and over all rounds (summed work)."""
-    lines = ["| clients | round | request work/s | step work/s | step / request | load |", "|---|---|---|---|---|---|"]
-    for clients in plan.uniform_clients:
-        sums = {mode: 0.0 for mode in MODES}
-        for n in range(plan.uniform_rounds):
-            label = plan.uniform_label(clients) + (f" r{n + 1}" if n else "")
-            found = {p.model: p for p in points if p.label == label and p.model.startswith("sd-")}
-            req, step = found.get("sd-request"), found.get("sd-step")
-            if req is None or step is None:
-                continue
-            sums["request"] += req.work_per_s
-            sums["step"] += step.work_per_s
-            loads = f"{req.load_average:.1f} / {step.load_average:.1f}"
-            lines.append(
-                f"| {clients} | {n + 1} | {req.work_per_s:.1f} | {step.work_per_s:.1f} | "
-                f"{step.work_per_s / req.work_per_s:.3f} | {loads} |"
-            )
-        if sums["request"]:
-            lines.append(f"| {clients} | all | | | **{sums['step'] / sums['request']:.3f}** | |")
-    return "\n".join(lines)
 
 
 def text(run: Run) -> None:
