@@ -26,6 +26,7 @@ from tasks.models_file import ModelSpec  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.image.rows import start_job, step_kwargs  # noqa: E402
 from worker.runtimes.image.runtime import TextToImageRuntime  # noqa: E402
+from worker.runtimes.image.schedulers import SchedulerTemplates  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global, inference_context  # noqa: E402
 
 SIZE = 64
@@ -95,7 +96,8 @@ def scheduler_ms(runtime: TextToImageRuntime, inp: TextToImageInput, rows: int) 
     import torch
 
     steps = int(inp.num_inference_steps or 1)
-    job = start_job(runtime.pipe, "bench", inp, list(range(rows)), runtime.new_scheduler, runtime.device)
+    templates = SchedulerTemplates(runtime.new_scheduler, runtime.device)
+    job = start_job(runtime.pipe, "bench", inp, list(range(rows)), templates, runtime.device)
     noise = torch.randn_like(job.rows[0].latents) * 0.1
     per_row = []
     with inference_context(runtime.options):

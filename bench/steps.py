@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -44,7 +45,7 @@ from bench.run_meta import git_commit, machine  # noqa: E402
 from bench.stack import BenchStack, ModelConfig  # noqa: E402
 from bench.steps_load import JobSpec, MixedPoint, run_clients, run_poisson, submit_and_stream, summarize  # noqa: E402
 from bench.steps_plan import CPU, MODES, StepsPlan  # noqa: E402
-from bench.steps_report import RawEntry, plot, report  # noqa: E402
+from bench.steps_report import RawEntry, plot, report, uniform_rounds  # noqa: E402
 from tests.harness import ROOT  # noqa: E402
 
 #: Raw batches by size ({"1": {"items_per_s": ..., "median_ms": ...}}) for a number of repetitions.
@@ -124,11 +125,12 @@ class Run:
         return self._keep(summarize(done, window, label=label, model=model, concurrency=0, by_start=True))
 
     def _keep(self, point: MixedPoint) -> MixedPoint:
+        point.load_average = os.getloadavg()[0]
         self.points.append(point)
         tags = ", ".join(f"{t} p50 {fmt(v)}" for t, v in point.p50_ms.items())
         print(
             f"  {point.model} {point.label}: {point.jobs_per_s:.2f} jobs/s, {point.work_per_s:.1f} work/s; {tags}; "
-            f"beyond the model p50 {fmt(point.beyond_model_p50_ms)} ms",
+            f"beyond the model p50 {fmt(point.beyond_model_p50_ms)} ms; load {point.load_average:.1f}",
             flush=True,
         )
         return point
@@ -156,12 +158,18 @@ def images(run: Run) -> None:
 
 
 def uniform(run: Run) -> None:
+    """Each scheduling in turn, ``plan.uniform_rounds`` times, the order reversed every other round (so a load
+    that drifts during the run weighs on both alike); rounds after the first carry " r<n>" in their label."""
     plan = run.plan
     with run.beside_raw("sd"):
-        for mode in MODES:
-            with run.stack.worker(f"sd-{mode}"):
-                for clients in plan.uniform_clients:
-                    run.closed(plan.uniform_label(clients), f"sd-{mode}", plan.uniform_images, clients)
+        for n in range(plan.uniform_rounds):
+            for mode in MODES if n % 2 == 0 else MODES[::-1]:
+                with run.stack.worker(f"sd-{mode}"):
+                    for clients in plan.uniform_clients:
+                        label = plan.uniform_label(clients) + (f" r{n + 1}" if n else "")
+                        run.closed(label, f"sd-{mode}", plan.uniform_images, clients)
+    if plan.uniform_rounds > 1:
+        print(uniform_rounds(run.points, plan), flush=True)
 
 
 def text(run: Run) -> None:
@@ -251,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
     parser.add_argument("--loads", help="comma-separated Poisson loads, fractions of request-level capacity")
     parser.add_argument("--uniform-clients", help="comma-separated client counts of the uniform scenario")
+    parser.add_argument("--uniform-rounds", type=int, help="interleaved rounds of the uniform scenario")
     parser.add_argument(
         "--poisson-only",
         action="store_true",
@@ -265,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         plan = replace(plan, loads=tuple(float(load) for load in args.loads.split(",")))
     if args.uniform_clients:
         plan = replace(plan, uniform_clients=tuple(int(c) for c in args.uniform_clients.split(",")))
+    if args.uniform_rounds:
+        plan = replace(plan, uniform_rounds=args.uniform_rounds)
     names = scenario_names(args.only)
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("sd-demo", "gpt2-demo"))

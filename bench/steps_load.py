@@ -69,6 +69,7 @@ class MixedPoint:
     mean_rows: float = float("nan")
     raw_work_per_s: float = float("nan")  # the raw runtime at max batch, mean of the calls before and after it
     beyond_model_p50_ms: float = float("nan")  # p50 of each job's latency less its inference_ms (path outside)
+    load_average: float = float("nan")  # the machine's 1-minute load average as the point ended (it is shared)
 
 
 def image_job(n: int, steps: int, size: int = 64, seed: int | None = None, tag: str | None = None) -> JobSpec:

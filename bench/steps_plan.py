@@ -36,6 +36,7 @@ class StepsPlan:
     capacity_clients: tuple[int, ...] = (8, 32)  # the last one's request-level jobs/s is the Poisson reference
     loads: tuple[float, ...] = (0.3, 0.6, 0.9)
     uniform_clients: tuple[int, ...] = (1, 8, 16)
+    uniform_rounds: int = 1  # interleaved rounds of the uniform scenario (request, step; then step, request...)
     text_clients: tuple[int, ...] = (16, 32)
     stream_clients: int = 16
     steady_clients: int = 8

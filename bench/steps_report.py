@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.report import fmt, markdown_table
 from bench.steps_load import MixedPoint
-from bench.steps_plan import StepsPlan
+from bench.steps_plan import MODES, StepsPlan
 
 #: One raw measurement: {"kind": "images" | "text", "work": steps or tokens per job, "batches": {"1": {...}}}.
 RawEntry = dict[str, Any]
@@ -199,3 +199,26 @@ def plot(points: list[MixedPoint], path: Path, title: str) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     save_figure(fig, path)
+
+
+def uniform_rounds(points: list[MixedPoint], plan: StepsPlan) -> str:
+    """Step / request image-steps/s per round and client count, and over all rounds (summed work)."""
+    lines = ["| clients | round | request work/s | step work/s | step / request | load |", "|---|---|---|---|---|---|"]
+    for clients in plan.uniform_clients:
+        sums = {mode: 0.0 for mode in MODES}
+        for n in range(plan.uniform_rounds):
+            label = plan.uniform_label(clients) + (f" r{n + 1}" if n else "")
+            found = {p.model: p for p in points if p.label == label and p.model.startswith("sd-")}
+            req, step = found.get("sd-request"), found.get("sd-step")
+            if req is None or step is None:
+                continue
+            sums["request"] += req.work_per_s
+            sums["step"] += step.work_per_s
+            loads = f"{req.load_average:.1f} / {step.load_average:.1f}"
+            lines.append(
+                f"| {clients} | {n + 1} | {req.work_per_s:.1f} | {step.work_per_s:.1f} | "
+                f"{step.work_per_s / req.work_per_s:.3f} | {loads} |"
+            )
+        if sums["request"]:
+            lines.append(f"| {clients} | all | | | **{sums['step'] / sums['request']:.3f}** | |")
+    return "\n".join(lines)

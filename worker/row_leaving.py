@@ -72,12 +72,12 @@ class RowLeaving:
         for result in results:
             entry = held[result.handle]
             if result.error is None and result.prediction is not None:
-                self.reports.progress_event(entry, entry.total)  # its last step, as predict reports it
                 done.append((entry, result.prediction))
                 continue
             exc = result.error or RuntimeError("the session returned no prediction")
             entry.item.fail(*failure_of(exc))
             self.results.store_failure(entry.item, self.reports.metrics(entry))
+        self.reports.progress_events([(entry, entry.total) for entry, _ in done])  # their last step, as predict's
         if self.events is not None:
             BatchEvents(self.events, []).flush()  # their text and progress are in Redis before their end
         # Model time ends after the flush, as request-level's does (it flushes before it reads its clock).

@@ -14,7 +14,7 @@ from tasks.events import EventType, TextPiece
 from tasks.schemas import JobMetrics, JobStatus, Progress
 from tasks.store.job_store import JobStore
 from tasks.store.row_leases import set_row_progress
-from worker.events import EventPublisher
+from worker.events import Event, EventPublisher
 from worker.executor import PROGRESS_INTERVAL_S
 from worker.job import WorkItem
 from worker.runtimes.base import StepSession, TextSink
@@ -74,9 +74,8 @@ class RowReports:
     def report_progress(self, session: StepSession) -> None:
         progress = session.progress()
         self.learn_totals(progress)
-        for job_id, (step, _) in progress.items():
-            if job_id in self.held:
-                self.progress_event(self.held[job_id], step)
+        held = self.held
+        self.progress_events([(held[job_id], step) for job_id, (step, _) in progress.items() if job_id in held])
         now = self.clock()
         if now - self._progress_at < PROGRESS_INTERVAL_S:
             return
@@ -91,15 +90,18 @@ class RowReports:
         except Exception:  # progress is best effort; the result write is what matters
             log.debug("progress write failed", exc_info=True)
 
-    def progress_event(self, held: HeldRow, step: int | None) -> None:
-        """A progress event when the row's step rose (clients see 1..total, as from predict's callback)."""
-        events = self.events
-        if step is None or held.total is None or step <= held.reported:
-            return
-        held.reported = step
+    def progress_events(self, rows: list[tuple[HeldRow, int | None]]) -> None:
+        """A progress event for each row whose step rose (clients see 1..total, as from predict's callback), all
+        queued as one item (one hand-off to the publisher per step, not one per row)."""
+        queued: list[Event] = []
+        for held, step in rows:
+            if step is None or held.total is None or step <= held.reported:
+                continue
+            held.reported = step
+            queued.append((held.item.job_id, EventType.progress, Progress(step=step, total=held.total)))
         # A text runtime streams its text instead (speech streams its text and reports its windows).
-        if events is not None and (not self.streams_text or self.progress_while_streaming):
-            events.emit(held.item.job_id, EventType.progress, Progress(step=step, total=held.total))
+        if self.events is not None and (not self.streams_text or self.progress_while_streaming):
+            self.events.emit_many(queued, wake=False)  # the publisher's next wake-up takes them
 
     def sink(self, job_id: str) -> TextSink | None:
         events = self.events

@@ -74,3 +74,17 @@ def test_no_publisher_publishes_nothing_and_a_dead_redis_blocks_nothing(store, s
     assert waited < 0.5 + bound(flush_s), (waited, flush_s)
     # ...and the writes fail, are dropped, and a flush comes back True (redis-py's retries take seconds).
     assert eventually(lambda: publisher.flush(timeout=1.0), timeout_s=60)
+
+
+def test_progress_queued_without_a_wake_up_lands_in_order_with_no_flush(store):
+    """A step's progress of every row goes in one ``emit_many`` that does not wake the publisher: it still lands
+    in order with the job's other events, and is written at the publisher's next wake-up (``LAZY_WAKE_S``)."""
+    publisher = EventPublisher(store.redis, store.keys)
+    job_id = str(uuid.uuid4())
+    publisher.emit_many([(job_id, EventType.progress, Progress(step=1, total=3))], wake=False)
+    publisher.emit(job_id, EventType.progress, Progress(step=2, total=3))  # woken: takes the lazy one along
+    publisher.emit_many([(job_id, EventType.progress, Progress(step=3, total=3))], wake=False)
+    landed = eventually(lambda: len(event_log.read(store.redis, store.keys, job_id, None)) == 3, timeout_s=30)
+    assert landed  # nothing flushed: the publisher's own wake-up wrote the last one
+    events = event_log.read(store.redis, store.keys, job_id, None)
+    assert [e.data["step"] for e in events] == [1, 2, 3]

@@ -300,3 +300,133 @@ def test_a_cached_row_beside_an_uncached_one_leaves_the_uncached_one_as_alone(ru
     diff = np.abs(pixels(joined["cached"].blobs[0]) - pixels(uncached.blobs[0]))
     assert diff.max() > TOLERANCE  # it did reuse features (random weights: the difference says nothing of quality)
     print(f"deepcache interval 3, 12 steps: mean pixel difference {diff.mean():.1f}, max {diff.max()}")
+
+
+def lockstep_run(
+    runtime: TextToImageRuntime, jobs: dict[str, TextToImageInput], lockstep: bool, drop: str | None = None
+) -> tuple[dict[str, Prediction], list[Any]]:
+    """``jobs`` admitted at one boundary, stepped to their end (``drop`` leaves after the second step); the
+    predictions and the lockstep groups the session formed."""
+    session = runtime.open_session((64, 64))
+    assert isinstance(session, ImageStepSession)
+    session.lockstep = lockstep
+    assert session.admit([Row(h, inp) for h, inp in jobs.items()]) == []
+    groups = {id(r.lockstep): r.lockstep for j in session._jobs.values() for r in j.rows if r.lockstep is not None}
+    out: dict[str, Prediction] = {}
+    k = 0
+    while session.handles:
+        if k == 2 and drop is not None:
+            session.drop([drop])
+        for result in session.step():
+            assert result.prediction is not None
+            out[result.handle] = result.prediction
+        k += 1
+    return out, list(groups.values())
+
+
+@pytest.mark.parametrize("scheduler", ["default", "euler", "ddim", "dpm++_2m", "unipc"])
+def test_rows_in_lockstep_make_the_same_pixels_as_each_stepped_alone(
+    runtime: TextToImageRuntime, scheduler: str
+) -> None:
+    """Rows that joined together share one scheduler call per step; each row's pixels are exactly (not within
+    float tolerance) what its own scheduler instance gives it, dropped companions included."""
+    jobs = {
+        "a": job(seed=21, scheduler=scheduler, num_inference_steps=5),
+        "b": job(prompt="a green boat", seed=22, scheduler=scheduler, num_inference_steps=5, num_images=2),
+        "c": job(seed=23, scheduler=scheduler, num_inference_steps=5, guidance_scale=1.0),
+        "d": job(seed=24, scheduler=scheduler, num_inference_steps=5, negative_prompt="dark"),
+        "other-steps": job(seed=25, scheduler=scheduler, num_inference_steps=6),
+        "ancestral": job(seed=26, scheduler="euler_a", num_inference_steps=5),
+    }
+    for drop in (None, "d"):
+        grouped, groups = lockstep_run(runtime, jobs, True, drop)
+        alone, none = lockstep_run(runtime, jobs, False, drop)
+        assert none == []
+        # One group: a, b's two images, c and d (same scheduler and steps); other-steps and ancestral step alone.
+        assert [len(g.members) for g in groups] == [5]
+        assert set(grouped) == set(alone) == set(jobs) - {drop}
+        for handle in grouped:
+            for x, y in zip(grouped[handle].blobs, alone[handle].blobs, strict=True):
+                assert max_diff(x, y) == 0, (handle, drop)
+    assert_same_images(grouped["a"], request_level(runtime, jobs["a"]))
+
+
+def test_scheduler_templates_give_fresh_independent_instances(runtime: TextToImageRuntime) -> None:
+    from worker.runtimes.image.schedulers import SchedulerTemplates
+
+    templates = SchedulerTemplates(runtime.new_scheduler, "cpu")
+    first, second = templates("euler", 5), templates("euler", 5)
+    fresh = runtime.new_scheduler("euler")
+    fresh.set_timesteps(5, device="cpu")
+    assert first is not second and first.timesteps is not second.timesteps
+    assert first.timesteps.tolist() == fresh.timesteps.tolist() and first.sigmas.tolist() == fresh.sigmas.tolist()
+    assert templates("euler", 7).timesteps.tolist() != first.timesteps.tolist()
+
+
+def test_a_prompt_and_a_negative_prompt_of_the_same_text_embed_alike(runtime: TextToImageRuntime) -> None:
+    """What the prompt cache relies on: ``encode_prompt`` embeds a text the same as a prompt or a negative one."""
+    import torch
+
+    texts = ["", "dark", "a red cat"]
+    cond, uncond = runtime.pipe.encode_prompt(["x"] * 3, torch.device("cpu"), 1, True, texts)
+    alone, _ = runtime.pipe.encode_prompt(texts, torch.device("cpu"), 1, False)
+    assert torch.equal(uncond, alone)
+
+
+def test_kept_prompt_embeddings_give_the_same_pixels_and_skip_the_text_encoder(runtime: TextToImageRuntime) -> None:
+    first = {
+        "a": job(seed=31, num_inference_steps=4),
+        "b": job(prompt="a blue boat", seed=32, num_inference_steps=4, negative_prompt="a red cat"),
+    }
+    later = {  # every text seen at the first boundary: a prompt, "" and another job's prompt as a negative
+        "c": job(prompt="a blue boat", seed=33, num_inference_steps=4),
+        "d": job(seed=34, num_inference_steps=4, negative_prompt="a red cat", num_images=2),
+        "e": job(prompt="a red cat", seed=35, num_inference_steps=4, guidance_scale=1.0),
+    }
+    calls: list[int] = []
+    hook = runtime.pipe.text_encoder.register_forward_pre_hook(lambda module, args: calls.append(len(args[0])))
+    outputs = []
+    try:
+        for size in (256, 0):
+            session = runtime.open_session((64, 64))
+            assert isinstance(session, ImageStepSession)
+            session.prompts.size = size
+            calls.clear()
+            out, _ = run_session(
+                session, {0: [Row(h, i) for h, i in first.items()], 2: [Row(h, i) for h, i in later.items()]}
+            )
+            outputs.append((out, list(calls)))
+    finally:
+        hook.remove()
+    (kept, kept_calls), (fresh, fresh_calls) = outputs
+    assert kept_calls == [3]  # the first boundary's three texts in one call; the second's all kept
+    assert fresh_calls == [3, 3]
+    for handle in [*first, *later]:
+        for x, y in zip(kept[handle].blobs, fresh[handle].blobs, strict=True):
+            assert max_diff(x, y) == 0, handle
+    assert_same_images(kept["d"], request_level(runtime, later["d"]))
+
+
+def test_the_prompt_cache_keeps_the_most_recent_texts_and_encodes_each_unseen_text_once() -> None:
+    import torch
+
+    from worker.runtimes.image.prompt_cache import PromptCache
+
+    class Pipe:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def encode_prompt(self, texts: list[str], device: Any, images: int, guided: bool) -> tuple[Any, None]:
+            self.calls.append(list(texts))
+            return torch.stack([torch.full((2, 3), float(len(t))) for t in texts]), None
+
+    pipe, cache = Pipe(), PromptCache(size=2)
+    a, b = job(prompt="aa", guidance_scale=7.5), job(prompt="bbb", guidance_scale=1.0, num_images=2)
+    (cond_a, uncond_a), (cond_b, uncond_b) = cache.encode(pipe, [(a, 1), (b, 2)], "cpu")
+    assert pipe.calls == [["aa", "bbb", ""]]  # one call, each text once, the guided job's negative ""
+    assert cond_a.shape == (1, 2, 3) and cond_b.shape == (2, 2, 3) and uncond_b is None
+    assert float(cond_b[1, 0, 0]) == 3.0 and float(uncond_a[0, 0, 0]) == 0.0
+    cache.encode(pipe, [(b, 1)], "cpu")  # kept: "bbb" and "" (size 2), "aa" was least recently used
+    assert pipe.calls[1:] == []
+    cache.encode(pipe, [(a, 1)], "cpu")
+    assert pipe.calls[1:] == [["aa"]]

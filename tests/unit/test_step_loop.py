@@ -319,6 +319,10 @@ class Publisher:
     def emit(self, job_id: str, event_type: Any, data: Any) -> None:
         self.events.append((job_id, str(event_type), data))
 
+    def emit_many(self, events: list[tuple[str, Any, Any]], wake: bool = True) -> None:
+        for job_id, event_type, data in events:
+            self.emit(job_id, event_type, data)
+
     def flush(self, timeout: float = 2.0) -> bool:
         self.events.append(("", "flush", None))
         return True

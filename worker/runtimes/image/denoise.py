@@ -1,6 +1,6 @@
 """One step's UNet work over an image step session's rows: their guided noise in one UNet call, each row's LoRAs
-applied to that row only (worker/adapters), and per-row DeepCache: rows due a full pass and rows reusing their
-cached deep features run as two sub-batches (cache.py)."""
+applied to that row only (worker/adapters), rows in lockstep scheduled together (lockstep.py), and per-row
+DeepCache: rows due a full pass and rows reusing their cached deep features run as two sub-batches (cache.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from worker.adapters.mixing import with_guidance
 from worker.adapters.session_rows import SessionAdapters
 from worker.runtimes.image.batch import BatchParts, parts_of
 from worker.runtimes.image.cache import DeepFeatures
+from worker.runtimes.image.lockstep import advance_rows, scaled_inputs
 from worker.runtimes.image.rows import ImageRow
 from worker.step_metrics import record_cache
 
@@ -37,9 +38,7 @@ class Denoiser:
         if any(row.cache is not None for row in rows):
             self._denoise_cached(rows)
             return
-        noise = self._noise(rows, self._batch_parts(rows))
-        for i, row in enumerate(rows):
-            row.advance(noise[i : i + 1])
+        advance_rows(rows, self._noise(rows, self._batch_parts(rows)))
 
     def _noise(self, rows: list[ImageRow], parts: BatchParts, deep: Any = None) -> Any:
         """The rows' guided noise predictions: one UNet call, or with ``deep`` (the rows' cached deep features,
@@ -47,7 +46,7 @@ class Denoiser:
         import torch
 
         guided = parts.guided
-        scaled = [row.scaled_input() for row in rows]
+        scaled = scaled_inputs(rows)
         timesteps = [row.unet_timesteps[row.done] for row in rows]
         sample = torch.cat([scaled[i] for i in guided] + scaled)
         t = torch.stack([timesteps[i] for i in guided] + timesteps)
@@ -81,7 +80,7 @@ class Denoiser:
                 if row.cache is not None:
                     cond = deep[len(parts.guided) + i : len(parts.guided) + i + 1]
                     row.cache.deep = (deep[position[i] : position[i] + 1], cond) if i in position else (cond,)
-                row.advance(noise[i : i + 1])
+            advance_rows(full, noise)
         if reuse:
             parts = parts_of(reuse)
             kept = [row.cache.features() for row in reuse if row.cache is not None]  # every reusing row has one

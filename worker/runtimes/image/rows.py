@@ -18,6 +18,7 @@ from typing import Any
 from tasks.kinds import TextToImageInput
 from worker.runtimes.image.cache import RowCache, cache_interval
 from worker.runtimes.image.outputs import scaled_step, size_of, steps_of
+from worker.runtimes.image.schedulers import PreparedScheduler
 from worker.runtimes.image.sources import Source
 from worker.runtimes.image.start import Blend, start_row
 
@@ -42,6 +43,7 @@ class ImageRow:
     done: int = 0  # timesteps done
     blend: Blend | None = None  # inpainting: outside the mask, the source noised to the next timestep
     cache: RowCache | None = None  # its deep feature cache, when its job opted in (cache.py)
+    lockstep: Any = None  # its Lockstep group (lockstep.py) when it shares a scheduler with rows that joined with it
 
     @property
     def timestep(self) -> Any:
@@ -113,7 +115,7 @@ def start_job(
     handle: str,
     inp: TextToImageInput,
     seeds: list[int],
-    new_scheduler: SchedulerFactory,
+    schedulers: PreparedScheduler,
     device: str,
     embeddings: Embeddings | None = None,
     source: Source | None = None,
@@ -134,8 +136,7 @@ def start_job(
     rows = []
     interval = cache_interval(inp)
     for j, seed in enumerate(seeds):
-        scheduler = new_scheduler(inp.scheduler)
-        scheduler.set_timesteps(steps, device=device)
+        scheduler = schedulers(inp.scheduler, steps)
         generator = torch.Generator(device).manual_seed(seed)
         start = start_row(pipe, masks, scheduler, generator, shape, cond.dtype, device, steps, source)
         rows.append(

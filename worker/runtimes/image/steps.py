@@ -3,7 +3,8 @@
 One UNet call per step runs every held image with its own timestep (with classifier-free guidance, the
 unconditional and conditional halves each carry the row's timestep; rows with guidance <= 1 have no
 unconditional half). Each row then takes its own ``scale_model_input`` and ``scheduler.step`` on its slice
-(rows.py), so step counts and scheduler types mix. Rows that finish in a step are decoded by the VAE
+(rows.py), so step counts and scheduler types mix; rows that joined together with the same scheduler and steps
+share one scheduler call per step (lockstep.py). Rows that finish in a step are decoded by the VAE
 together and postprocessed as the pipeline does; a job leaves with one Prediction when all its images are done.
 Image-to-image and inpainting jobs of the same size share the steps: their rows start later in their schedule
 (``strength``) from their source picture, read at admission (sources.py, start.py).
@@ -21,16 +22,17 @@ from worker.adapters.cache import AdapterCache
 from worker.adapters.session_rows import SessionAdapters, image_row
 from worker.runtimes.base import Blob, Prediction, Row, RowResult, StepSession
 from worker.runtimes.image.denoise import Denoiser
+from worker.runtimes.image.lockstep import lock_rows
 from worker.runtimes.image.outputs import image_seeds, png_bytes
+from worker.runtimes.image.prompt_cache import PromptCache
 from worker.runtimes.image.rows import (
     Embeddings,
     ImageJob,
     ImageRow,
     SchedulerFactory,
-    encode_prompts,
-    guided,
     start_job,
 )
+from worker.runtimes.image.schedulers import SchedulerTemplates
 from worker.runtimes.image.sources import SourceReader
 from worker.torch_settings import TorchOptions, inference_context
 
@@ -73,6 +75,9 @@ class ImageStepSession(StepSession[TextToImageInput]):
         self.options = options
         self.size = size  # (width, height) in pixels: the session's step key
         self.new_scheduler = new_scheduler
+        self.schedulers = SchedulerTemplates(new_scheduler, device)
+        self.lockstep = True  # newcomers of one boundary that can share a scheduler do (lockstep.py)
+        self.prompts = PromptCache()  # embeddings by text, for newcomers whose texts came before
         self.read_source = read_source  # a job's source picture and mask; None: text-to-image jobs only
         self.masks = masks  # the inpainting pipeline's mask processor
         self._jobs: dict[str, ImageJob] = {}  # admission order
@@ -84,8 +89,8 @@ class ImageStepSession(StepSession[TextToImageInput]):
     # --- the contract ---------------------------------------------------------------------------------
 
     def admit(self, rows: Sequence[Row[TextToImageInput]]) -> list[RowResult]:
-        """Encode the newcomers' prompts (one text encoder call per guided / unguided group) and draw their
-        initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
+        """Encode the newcomers' prompts (the texts not kept, in one text encoder call: prompt_cache.py) and draw
+        their initial noise; a row that fails alone ends here. A handle already held (or twice in ``rows``) is the
         caller's mistake: ValueError, and nothing is admitted."""
         handles = [row.handle for row in rows]
         clash = set(handles) & set(self.handles) or {h for h in handles if handles.count(h) > 1}
@@ -116,14 +121,15 @@ class ImageStepSession(StepSession[TextToImageInput]):
                 except Exception as exc:  # its own input (a picture gone or unreadable): isolate it, the others join
                     ended.append(RowResult(row.handle, error=exc))
             embeddings = self._encode([inp for _, inp, _ in valid])
+            started: list[ImageRow] = []
             for (row, inp, source), embeds in zip(valid, embeddings, strict=True):
                 try:
-                    self._jobs[row.handle] = start_job(
+                    job = start_job(
                         self.pipe,
                         row.handle,
                         inp,
                         image_seeds(inp),
-                        self.new_scheduler,
+                        self.schedulers,
                         self.device,
                         embeds,
                         source,
@@ -133,7 +139,11 @@ class ImageStepSession(StepSession[TextToImageInput]):
                     ended.append(RowResult(row.handle, error=exc))
                     self.adapters.leave([row.handle])
                 else:
+                    self._jobs[row.handle] = job
+                    started += job.rows
                     self.denoiser.reset()
+            if self.lockstep:
+                lock_rows(started)
         return ended
 
     def step(self) -> list[RowResult]:
@@ -203,22 +213,12 @@ class ImageStepSession(StepSession[TextToImageInput]):
         return inp
 
     def _encode(self, inputs: list[TextToImageInput]) -> list[Embeddings | None]:
-        """Newcomers' prompt embeddings, one text encoder call per group; None (each encodes alone, so one
-        that fails fails alone) when a group's call fails."""
-        out: list[Embeddings | None] = [None] * len(inputs)
-        for with_negative in (True, False):
-            group = [i for i, inp in enumerate(inputs) if guided(inp) == with_negative]
-            if not group:
-                continue
-            try:
-                embeds = encode_prompts(
-                    self.pipe, [(inputs[i], inputs[i].num_images) for i in group], with_negative, self.device
-                )
-            except Exception:
-                continue
-            for i, embed in zip(group, embeds, strict=True):
-                out[i] = embed
-        return out
+        """Newcomers' prompt embeddings, the texts not kept encoded in one call (prompt_cache.py); None (each
+        encodes alone, so one that fails fails alone) when that call fails."""
+        try:
+            return list(self.prompts.encode(self.pipe, [(inp, inp.num_images) for inp in inputs], self.device))
+        except Exception:
+            return [None] * len(inputs)
 
     def _unpark(self) -> list[RowResult]:
         """Parked rows whose adapters loaded join before this step; those whose adapter was refused leave."""
