@@ -52,11 +52,14 @@ DEFAULT_WEBHOOK_ATTEMPT_S = 10.0
 DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
 # A pool worker (--models): device and host RAM budgets in bytes; 0 = 90% of the GPU's memory (on CPU, a third of
 # the machine's RAM) and a third of the RAM (README "A pool of models"). Idle models leave the device, then host RAM,
-# after the keep-alive; a model with jobs waiting this long is brought in even if that evicts another's turn.
+# after the keep-alive. A model with jobs waiting is brought in even if that evicts another once its oldest waited
+# its age bound: 25x its measured switch seconds, never less than the min wait (no thrash), never more than the max
+# (no model starves); the max while its switch is unmeasured.
 DEFAULT_POOL_DEVICE_BYTES = 0
 DEFAULT_POOL_HOST_BYTES = 0
 DEFAULT_POOL_KEEP_ALIVE_S = 300.0  # Ollama's default (5 min)
 DEFAULT_POOL_MAX_WAIT_S = 2.0
+DEFAULT_POOL_MIN_WAIT_S = 0.25
 # Bytes of a text model's cached prompt prefixes (worker/runtimes/text/prefix_cache.py), on its device; 0: none.
 DEFAULT_PREFIX_CACHE_BYTES = 512 << 20
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)

@@ -41,6 +41,7 @@ class Holding:
     running: bool = False  # its batch or session holds the model thread: not evicted
     failed: str | None = None  # why its last load failed (its jobs fail with it)
     failed_at: float = -math.inf
+    switch_s: dict[Tier, float] = field(default_factory=dict)  # its last move to the device from each tier took
 
     @property
     def need(self) -> int:
