@@ -193,6 +193,12 @@ def main(argv: list[str] | None = None) -> list[Run]:
         default="",
         help="also the pool with these GENQ_POOL_MAX_WAIT_S, comma-separated (the age bound: p99 against switches)",
     )
+    parser.add_argument(
+        "--fixed-waits",
+        default="",
+        help="also the pool with this fixed age bound for every model, comma-separated seconds (GENQ_POOL_MIN_WAIT_S = "
+        "GENQ_POOL_MAX_WAIT_S: the rule before the bound followed each model's switch seconds)",
+    )
     args = parser.parse_args(argv)
     requests = zipf_requests(36 if args.quick else args.requests, MODELS)
     configs = [ModelConfig(m, DEMOS[m.split("-")[0]], max_batch_size=8, max_wait_ms=5) for m in MODELS]
@@ -212,6 +218,17 @@ def main(argv: list[str] | None = None) -> list[Run]:
                     stack, f"pool wait {w}", [(MODELS[0], "all", {**pool_env, "GENQ_POOL_MAX_WAIT_S": w})], n, c, 0
                 )
                 for w in filter(None, args.max_waits.split(","))
+            ),
+            *(
+                strategy(
+                    stack,
+                    f"pool fixed {w} s",
+                    [(MODELS[0], "all", {**pool_env, "GENQ_POOL_MIN_WAIT_S": w, "GENQ_POOL_MAX_WAIT_S": w})],
+                    n,
+                    c,
+                    0,
+                )
+                for w in filter(None, args.fixed_waits.split(","))
             ),
             strategy(stack, "reload", [(MODELS[0], "all", reload_env)], n, c, 0),
         ]

@@ -44,14 +44,18 @@ def test_step_sessions_of_two_resident_models_interleave(settings: Settings, tmp
     worker = WorkerProcess(pool_settings, f"long-{tag}", log_dir, pool="all", env=env).start()
     try:
         for name in ("long", "short"):  # both loaded (and measured) first
-            assert poll(api, submit(api, f"{name}-{tag}", {"text": "warm steps=1 [MASK]"})["id"])["status"] == "succeeded"
+            assert (
+                poll(api, submit(api, f"{name}-{tag}", {"text": "warm steps=1 [MASK]"})["id"])["status"] == "succeeded"
+            )
         long = submit(api, f"long-{tag}", {"text": "long steps=80 [MASK]"})  # 80 x 30 ms
         seen: list[dict[str, Any]] = []
         poll_running(api, long["id"], seen)
         short = poll(api, submit(api, f"short-{tag}", {"text": "short steps=3 [MASK]"})["id"], timeout=60)
         long_done = poll(api, long["id"], timeout=60)
         assert short["status"] == long_done["status"] == "succeeded", (short, long_done)
-        assert short["output"][0]["sequence"].startswith("short") and long_done["output"][0]["sequence"].startswith("long")
+        assert short["output"][0]["sequence"].startswith("short") and long_done["output"][0]["sequence"].startswith(
+            "long"
+        )
         # The short job did not wait for the long one's 80 steps: it ended first, within a few shared steps.
         assert at(short, "completed_at") < at(long_done, "completed_at")
         assert at(short, "completed_at") - at(short, "created_at") < 80 * STEP_MS / 1000 / 2
