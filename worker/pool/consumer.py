@@ -73,9 +73,6 @@ class PoolConsumer:
             self.pool.touch(model)
         return ready
 
-    def _running(self) -> frozenset[str]:
-        return frozenset(m for m, b in self.batching.items() if b.running or b.sessions.active)
-
     def _waiting(self) -> list[Waiting]:
         now, found = self.clock(), []
         for m, batching in self.batching.items():
@@ -96,9 +93,7 @@ class PoolConsumer:
         has work and is not running (they share the model thread step by step)."""
         if self.successor is not None:
             return self.successor.next_turn()
-        running = self._running()
-        for m, holding in self.pool.holdings.items():
-            holding.running = m in running
+        running = self._mark_running()
         waiting, now = self._waiting(), self.clock()
         turns = choose(waiting, now, running)
         oldest = {w.model: w.oldest for w in waiting}
@@ -115,12 +110,21 @@ class PoolConsumer:
         for m in choose(self._waiting(), now, running).start:
             batching = self.batching[m]
             batching.batcher.joiners_held = False
-            started = batching.maybe_run() or started
+            if batching.maybe_run():
+                started = self.pool.holdings[m].running = True  # not evicted from now on (``_tick`` may plan next)
         return started
+
+    def _mark_running(self) -> frozenset[str]:
+        """The models whose batch or session is on the model thread: never evicted meanwhile."""
+        running = frozenset(m for m, b in self.batching.items() if b.running or b.sessions.active)
+        for m, holding in self.pool.holdings.items():
+            holding.running = m in running
+        return running
 
     def _tick(self) -> None:
         if self.successor is not None:
             return
+        self._mark_running()
         keep = {w.model for w in self._waiting()}
         moves = [move for move in self.pool.plan_expiry() if move.model not in keep]
         if moves:
@@ -240,6 +244,8 @@ class PoolConsumer:
             batching.retire(successor.batching[m])
 
     def drain(self, timeout: float) -> None:
+        for batching in self.batching.values():  # every model's session admits no more before any is waited for
+            batching.sessions.take_back()
         for batching in self.batching.values():
             batching.drain(timeout)
 
