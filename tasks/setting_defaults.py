@@ -60,6 +60,8 @@ DEFAULT_POOL_HOST_BYTES = 0
 DEFAULT_POOL_KEEP_ALIVE_S = 300.0  # Ollama's default (5 min)
 DEFAULT_POOL_MAX_WAIT_S = 2.0
 DEFAULT_POOL_MIN_WAIT_S = 0.25
+# Resident models' step sessions and batches share the model thread step by step (else one model's at a time).
+DEFAULT_POOL_SHARE_STEPS = True
 # Bytes of a text model's cached prompt prefixes (worker/runtimes/text/prefix_cache.py), on its device; 0: none.
 DEFAULT_PREFIX_CACHE_BYTES = 512 << 20
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)

@@ -61,6 +61,7 @@ from tasks.setting_defaults import (
     DEFAULT_POOL_KEEP_ALIVE_S,
     DEFAULT_POOL_MAX_WAIT_S,
     DEFAULT_POOL_MIN_WAIT_S,
+    DEFAULT_POOL_SHARE_STEPS,
     DEFAULT_PREFIX_CACHE_BYTES,
     DEFAULT_RATE_LIMIT,
     DEFAULT_REDIS_TIMEOUT_S,
@@ -218,6 +219,7 @@ class WorkerSettings(SharedSettings):
     pool_keep_alive_s: float = DEFAULT_POOL_KEEP_ALIVE_S  # a model's own pool.keep_alive_s overrides it
     pool_max_wait_s: float = DEFAULT_POOL_MAX_WAIT_S  # the age bound's ceiling
     pool_min_wait_s: float = DEFAULT_POOL_MIN_WAIT_S  # and its floor (worker/pool/turns.py)
+    pool_share_steps: bool = DEFAULT_POOL_SHARE_STEPS  # resident models' sessions share the model thread
     gpu: str | None = None  # the GPU it owns
     metrics_port: int | None = None  # its Prometheus /metrics and /healthz port
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens

@@ -151,6 +151,12 @@ def test_turns_start_every_idle_resident_and_bring_in_others_only_when_the_switc
     assert choose([resident, older], now, running=frozenset({"c"})).start == ["a"]  # c runs already: a joins it
     assert overdue([resident, old], now) and not overdue([resident, fresh], now)
     assert not overdue([Waiting("c", oldest=90.0, jobs=1, batch=8, on_device=True, bound=2.0)], now)  # shares
+    # GENQ_POOL_SHARE_STEPS=0: one model at a time, the oldest once nothing runs; a resident one past its bound
+    # waits for the running session, which then drains.
+    assert choose([resident, older], now, share=False).start == ["c"]
+    assert choose([resident, older], now, running=frozenset({"c"}), share=False).start == []
+    assert overdue([older], now + 1, share=False, running=frozenset({"a"}))
+    assert not overdue([older], now + 1, share=False, running=frozenset({"c"}))  # its own session
 
 
 def test_the_age_bound_follows_a_model_s_switch_cost_within_a_floor_and_a_ceiling():

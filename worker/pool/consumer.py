@@ -69,6 +69,8 @@ class PoolConsumer:
     def _may_run(self, model: str) -> bool:
         holding = self.pool.holdings[model]
         ready = holding.tier == Tier.device and holding.moving is None
+        if ready and not self.process.share_steps:  # one model's work on the model thread at a time
+            ready = not (self._mark_running() - {model})
         if ready:
             self.pool.touch(model)
         return ready
@@ -95,7 +97,8 @@ class PoolConsumer:
             return self.successor.next_turn()
         running = self._mark_running()
         waiting, now = self._waiting(), self.clock()
-        turns = choose(waiting, now, running)
+        share = self.process.share_steps
+        turns = choose(waiting, now, running, share)
         oldest = {w.model: w.oldest for w in waiting}
         blocked = False  # a model past its bound found no room: the running sessions must end for it
         for m in turns.urgent:  # never evicting a model whose jobs waited longer: first come, first served
@@ -104,10 +107,12 @@ class PoolConsumer:
                 blocked = blocked or overdue([w for w in waiting if w.model == m], now)
         for m in turns.welcome:
             self._bring_in(m, evict=False)
-        for m in running:  # their sessions take no joiners while a model waits past its bound for their room
+        if not share:  # one at a time: any other model past its bound waits for the running one to end
+            blocked = overdue(waiting, now, share, running)
+        for m in running:  # their sessions take no joiners while a model waits past its bound for them
             self.batching[m].batcher.joiners_held = blocked
         started = False
-        for m in choose(self._waiting(), now, running).start:
+        for m in choose(self._waiting(), now, running, share).start:
             batching = self.batching[m]
             batching.batcher.joiners_held = False
             if batching.maybe_run():

@@ -1,7 +1,8 @@
 """Which of a pool worker's models start, and which to bring onto the device: pure logic on a clock.
 
 Every model on the device with jobs waiting may start: their batches and step sessions share the model thread, one
-slice each in turn (worker/model_thread.py), the one whose oldest job waited longest first. A model not on the
+slice each in turn (worker/model_thread.py), the one whose oldest job waited longest first (``GENQ_POOL_SHARE_STEPS=0``:
+one model at a time, that one, its session draining once another's job waited past its bound). A model not on the
 device is brought in at once when that evicts nothing; otherwise only when its switch pays: nothing on the device has
 work, its buffered jobs fill a batch (the load is amortised over them), or its oldest job has waited its age bound.
 The age bound is set by what the model's switch costs (``age_bound``): a model whose switch is cheap is served
@@ -42,15 +43,19 @@ def age_bound(switch_s: float | None, floor_s: float, ceiling_s: float) -> float
     return min(ceiling_s, max(floor_s, SWITCH_MULTIPLE * switch_s))
 
 
-def choose(waiting: list[Waiting], now: float, running: frozenset[str] = frozenset()) -> Turns:
+def choose(waiting: list[Waiting], now: float, running: frozenset[str] = frozenset(), share: bool = True) -> Turns:
+    """``share``: every idle resident model may start beside those running; else one model at a time, the one whose
+    oldest job waited longest, once nothing runs."""
     resident = [w for w in waiting if w.on_device]
     others = sorted((w for w in waiting if not w.on_device), key=lambda w: w.oldest)
     urgent = [w.model for w in others if not resident or w.jobs >= w.batch or now - w.oldest >= w.bound]
     start = [w.model for w in sorted(resident, key=lambda w: w.oldest) if w.model not in running]
+    if not share:
+        start = start[:1] if not running else []
     return Turns(start, urgent, [w.model for w in others if w.model not in urgent])
 
 
-def overdue(waiting: list[Waiting], now: float) -> bool:
-    """A model off the device waited past its bound: the running sessions take no more joiners, so that one of them
-    ends and may leave for it (a model on the device needs no room: it shares the model thread)."""
-    return any(not w.on_device and now - w.oldest >= w.bound for w in waiting)
+def overdue(waiting: list[Waiting], now: float, share: bool = True, running: frozenset[str] = frozenset()) -> bool:
+    """A model waited past its bound for the running sessions: they take no more joiners, so that they end (and one may
+    leave for it). Sharing the model thread, only a model off the device waits for them (a resident one runs beside)."""
+    return any(w.model not in running and not (share and w.on_device) and now - w.oldest >= w.bound for w in waiting)
