@@ -10,7 +10,6 @@ whose load fails fails its buffered jobs, and for ``LOAD_RETRY_S`` every job tha
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -21,6 +20,7 @@ from worker.model_thread import ModelThread
 from worker.pool.members import Moved
 from worker.pool.metrics import count_move
 from worker.pool.process import PoolProcess
+from worker.pool.queues import model_of
 from worker.pool.tiers import DoesNotFit, Move, Tier
 from worker.pool.turns import Waiting, age_bound, choose, overdue
 
@@ -100,17 +100,17 @@ class PoolConsumer:
         share = self.process.share_steps
         turns = choose(waiting, now, running, share)
         oldest = {w.model: w.oldest for w in waiting}
-        blocked = False  # a model past its bound found no room: the running sessions must end for it
+        draining: set[str] = set()  # running sessions that take no joiners: a model past its bound waits for them
         for m in turns.urgent:  # never evicting a model whose jobs waited longer: first come, first served
             keep = frozenset(r for r, t in oldest.items() if t <= oldest[m] and r != m)
-            if not self._bring_in(m, evict=True, keep=keep):
-                blocked = blocked or overdue([w for w in waiting if w.model == m], now)
+            if not self._bring_in(m, evict=True, keep=keep) and overdue([w for w in waiting if w.model == m], now):
+                draining |= self._victim(running, keep)
         for m in turns.welcome:
             self._bring_in(m, evict=False)
-        if not share:  # one at a time: any other model past its bound waits for the running one to end
-            blocked = overdue(waiting, now, share, running)
-        for m in running:  # their sessions take no joiners while a model waits past its bound for them
-            self.batching[m].batcher.joiners_held = blocked
+        if not share and overdue(waiting, now, share, running):  # one at a time: the running one ends for it
+            draining |= running
+        for m in running:
+            self.batching[m].batcher.joiners_held = m in draining
         started = False
         for m in choose(self._waiting(), now, running, share).start:
             batching = self.batching[m]
@@ -118,6 +118,11 @@ class PoolConsumer:
             if batching.maybe_run():
                 started = self.pool.holdings[m].running = True  # not evicted from now on (``_tick`` may plan next)
         return started
+
+    def _victim(self, running: frozenset[str], keep: frozenset[str]) -> set[str]:
+        """The running session that ends to make room: the least recently used that may leave (one drains, not all)."""
+        holdings = [self.pool.holdings[m] for m in running if m not in keep and not self.pool.holdings[m].pinned]
+        return {min(holdings, key=lambda h: h.last_used).model} if holdings else set()
 
     def _mark_running(self) -> frozenset[str]:
         """The models whose batch or session is on the model thread: never evicted meanwhile."""
@@ -253,16 +258,3 @@ class PoolConsumer:
             batching.sessions.take_back()
         for batching in self.batching.values():
             batching.drain(timeout)
-
-
-def model_of(message: Any) -> str | None:
-    """The model a ``genq.run`` message names (kombu caches the decoded body for the consumer's own parse)."""
-    try:
-        body = message.decode()
-        model = body[1].get("model") if isinstance(body, list | tuple) and len(body) == 3 else None
-    except Exception:
-        return None
-    return model if isinstance(model, str) else None
-
-
-HandBackFn = Callable[[Callable[[], None]], None]
