@@ -205,8 +205,8 @@ def main(argv: list[str] | None = None) -> list[Run]:
         action="append",
         default=[],
         metavar="NAME:VAR=VALUE,...",
-        help="also the pool under these settings, e.g. 'one at a time, 2 s:GENQ_POOL_SHARE_STEPS=0,"
-        "GENQ_POOL_MIN_WAIT_S=2' (the rule before sharing and switch-scaled bounds); repeatable",
+        help="also the pool under these settings, e.g. 'unshared:GENQ_POOL_SHARE_STEPS=0' (one model at a time, the "
+        "rule before sharing) or 'scaled:GENQ_POOL_MIN_WAIT_S=0.25' (switch-scaled age bounds); repeatable",
     )
     parser.add_argument("--no-reload", action="store_true", help="leave the reload strategy out (a shorter run)")
     args = parser.parse_args(argv)
