@@ -173,6 +173,17 @@ def test_the_age_bound_follows_a_model_s_switch_cost_within_a_floor_and_a_ceilin
     assert choose([busy, cheap, dear], now + 1.0).urgent == ["cheap", "dear"]
 
 
+def test_one_running_session_drains_for_a_model_past_its_bound_the_least_recently_used_that_may_leave():
+    p, clock = pool(8 * MB, 100 * MB, Holding("a", 300), Holding("b", 300), Holding("pin", 300, pinned=True))
+    on(p, "pin", Tier.device, 2 * MB, clock)
+    on(p, "a", Tier.device, 3 * MB, clock)
+    on(p, "b", Tier.device, 3 * MB, clock)
+    running = frozenset({"a", "b", "pin"})
+    assert p.victim(running) == "a"  # used least recently; b runs on, and the pinned one never leaves
+    assert p.victim(running, keep=frozenset({"a"})) == "b"  # a's jobs waited longer than the newcomer's
+    assert p.victim(frozenset({"pin"})) is None
+
+
 def test_a_model_is_not_evicted_for_one_whose_jobs_waited_less_than_its_own():
     p, clock = pool(4 * MB, 100 * MB, Holding("a", 300), Holding("b", 300, disk_bytes=4 * MB))
     on(p, "a", Tier.device, 4 * MB, clock)

@@ -104,7 +104,7 @@ class PoolConsumer:
         for m in turns.urgent:  # never evicting a model whose jobs waited longer: first come, first served
             keep = frozenset(r for r, t in oldest.items() if t <= oldest[m] and r != m)
             if not self._bring_in(m, evict=True, keep=keep) and overdue([w for w in waiting if w.model == m], now):
-                draining |= self._victim(running, keep)
+                draining |= {v} if (v := self.pool.victim(running, keep)) else set()
         for m in turns.welcome:
             self._bring_in(m, evict=False)
         if not share and overdue(waiting, now, share, running):  # one at a time: the running one ends for it
@@ -118,11 +118,6 @@ class PoolConsumer:
             if batching.maybe_run():
                 started = self.pool.holdings[m].running = True  # not evicted from now on (``_tick`` may plan next)
         return started
-
-    def _victim(self, running: frozenset[str], keep: frozenset[str]) -> set[str]:
-        """The running session that ends to make room: the least recently used that may leave (one drains, not all)."""
-        holdings = [self.pool.holdings[m] for m in running if m not in keep and not self.pool.holdings[m].pinned]
-        return {min(holdings, key=lambda h: h.last_used).model} if holdings else set()
 
     def _mark_running(self) -> frozenset[str]:
         """The models whose batch or session is on the model thread: never evicted meanwhile."""
