@@ -24,6 +24,7 @@ from tasks.errors import GenqError
 from tasks.kinds import KINDS, AnyLimits, JobKind, KindLimits
 from tasks.kinds.base import L
 from tasks.model_config import effective_limits
+from tasks.setting_defaults import DEFAULT_KV_LAYOUT, KvLayout
 
 #: adaptive: wait only when the arrivals it expects pay for the wait (docs/scheduling.md); greedy: run whatever is
 #: buffered once Redis holds nothing more; fixed: wait max_wait_ms from the oldest arrival (a lone request pays it).
@@ -66,6 +67,8 @@ class BatchingSettings(BaseModel):
     # Text: prompt tokens a decode step takes beside its running rows (newcomers' prompts ride in the step's forward;
     # a longer prompt is prefilled over several steps, so it never stalls the running rows for one long forward).
     prefill_chunk: int = Field(default=256, ge=16, le=65536)
+    # Text: the running rows' KV cache, paged blocks or the padded slab (tasks/setting_defaults.py).
+    kv_layout: KvLayout = DEFAULT_KV_LAYOUT
 
     @model_validator(mode="before")
     @classmethod

@@ -50,10 +50,10 @@ def test_the_comparison_runs_end_to_end_in_smoke_mode(tmp_path: Path) -> None:
     assert sorted((r["system"], r["point"]["label"]) for r in rows) == sorted(
         (system, label)
         for system in ("genq", "hf")
-        for label in ("mixed text x8", "mixed text x16", "uniform 16 tokens x8")
+        for label in ("mixed text x16", "mixed text x32", "uniform 16 tokens x8", "uniform 16 tokens x16")
     )
     for row in rows:
         assert row["point"]["jobs"] > 0 and row["point"]["errors"] == 0, row
-        if row["point"]["label"].startswith("uniform"):
-            assert row["raw_tokens_per_s"] > 0
+        if row["point"]["label"] != "mixed text x16":
+            assert row["raw_tokens_per_s"] > 0 and row["raw_batch"] in (8, 16)
     assert (tmp_path / "text-vs-hf-smoke.png").stat().st_size > 1000

@@ -1,4 +1,4 @@
-"""Unit fixtures shared by more than one file: the demo GPT-2 runtime as a worker loads it."""
+"""Unit fixtures shared by more than one file: the demo GPT-2 runtime as a worker loads it (with its demo LoRAs too)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,17 @@ def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
     yield runtime
     torch.set_num_threads(threads)
     torch.set_grad_enabled(True)
+
+
+@pytest.fixture(scope="module")
+def lora_gpt2(demo_models: Path) -> Iterator[TextGenerationRuntime]:
+    """The demo GPT-2 with its demo LoRAs (pirate, poet)."""
+    from worker.demo_models.adapters import adapter_folders
+
+    folder = demo_models / "gpt2-demo"
+    runtime = TextGenerationRuntime(
+        ModelSpec(id="gpt2-lora", kind=JobKind.text_generation, source=str(folder)), str(folder), OPTIONS
+    )
+    runtime.adapter_sources = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
+    runtime.load("cpu")
+    yield runtime

@@ -78,13 +78,37 @@ def test_packed_rows_get_the_tokens_they_get_alone(textgen: TextGenerationRuntim
         assert done[handle] == textgen.predict([inp])[0].output, handle
 
 
-def test_rows_with_an_adapter_are_prefilled_apart(textgen: TextGenerationRuntime, forwards: list[Any]) -> None:
-    session: Any = textgen.open_session(())
-    session.admit([Row("plain", job(0, 20))])
-    session.adapters.plain = lambda handles: False  # as when a held row or a newcomer names a LoRA
-    forwards.clear()
-    session.admit([Row("lora", job(1))])
-    assert len(forwards) == 1 and forwards[0][0] == 1  # its own prefill, at admission, as before packing
+def test_rows_with_adapters_ride_packed_and_get_the_tokens_they_get_alone(lora_gpt2: TextGenerationRuntime) -> None:
+    """Issue 44: each row's LoRA on its own tokens of the packed sequence (a running row's one, a newcomer's prompt),
+    a base row beside them untouched: one forward per step, and every row's tokens as alone."""
+    jobs = {
+        "pirate": TextGenerationInput(prompt=PROMPTS[0], max_new_tokens=16, adapter="pirate", seed=1),
+        "base": job(1, 10),
+        "poet": TextGenerationInput(prompt=PROMPTS[2], max_new_tokens=10, adapter="poet", do_sample=True, seed=2),
+        "pirate2": TextGenerationInput(prompt=PROMPTS[1], max_new_tokens=6, adapter="pirate", seed=3),
+    }
+    alone = {name: lora_gpt2.predict([inp])[0].output for name, inp in jobs.items()}  # and the adapters are warm
+    calls: list[Any] = []
+    real = lora_gpt2.model.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(tuple(kwargs["input_ids"].shape))
+        return real(*args, **kwargs)
+
+    session = lora_gpt2.open_session(())
+    assert session.admit([Row("pirate", jobs["pirate"])]) == []
+    lora_gpt2.model.forward = counted  # type: ignore[method-assign]
+    try:
+        assert session.admit([Row(name, jobs[name]) for name in ("base", "poet", "pirate2")]) == []
+        done = {r.handle: r.prediction.output for r in session.step()}
+        lengths = [len(lora_gpt2.tokenizer(jobs[name].prompt)["input_ids"]) for name in ("base", "poet", "pirate2")]
+        assert calls == [(1, 1 + sum(lengths))]  # no prefill of their own: one packed forward
+    finally:
+        del lora_gpt2.model.forward
+    done.update(run_out(session))
+    assert done == alone
+    base = lora_gpt2.predict([jobs["pirate"].model_copy(update={"adapter": None})])[0].output
+    assert base["text"] != alone["pirate"]["text"]  # the adapter took effect
 
 
 def test_newcomers_whose_running_rows_were_dropped_are_prefilled_alone(textgen: TextGenerationRuntime) -> None:

@@ -135,23 +135,6 @@ def test_a_fresh_sessions_prefill_reads_the_prefix_every_prompt_has_cached(
     assert hits(textgen) - before == 3 * (len(textgen.tokenizer(SYSTEM)["input_ids"]) // BLOCK) * BLOCK
 
 
-@pytest.fixture(scope="module")
-def lora_gpt2(demo_models: Any) -> Iterator[TextGenerationRuntime]:
-    """The demo GPT-2 with its demo LoRAs (pirate, poet)."""
-    from tasks.kinds import JobKind
-    from tasks.models_file import ModelSpec
-    from tests.unit.conftest import OPTIONS
-    from worker.demo_models.adapters import adapter_folders
-
-    folder = demo_models / "gpt2-demo"
-    runtime = TextGenerationRuntime(
-        ModelSpec(id="gpt2-lora-prefix", kind=JobKind.text_generation, source=str(folder)), str(folder), OPTIONS
-    )
-    runtime.adapter_sources = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
-    runtime.load("cpu")
-    yield runtime
-
-
 def test_rows_share_only_with_rows_of_the_same_adapter(lora_gpt2: TextGenerationRuntime) -> None:
     cache = lora_gpt2.prefixes
     assert cache is not None

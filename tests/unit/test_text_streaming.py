@@ -54,3 +54,43 @@ def test_greedy_rows_that_end_early_stream_their_whole_text(textgen: TextGenerat
     inputs = [TextGenerationInput(prompt=p, max_new_tokens=1 + i) for i, p in enumerate(PROMPTS[:4])]
     outputs, sinks = stream(textgen, inputs)
     assert [s.text for s in sinks] == [o["text"] for o in outputs]
+
+
+def test_text_is_detokenized_off_the_model_thread_and_complete_when_a_row_is_handed_back(
+    textgen: TextGenerationRuntime,
+) -> None:
+    """worker/runtimes/text/stream_thread.py: the pieces are made on the stream thread, and a session drains it
+    before it returns a finished row (or drops one), so the row's text is all in its sink by then."""
+    import threading
+
+    from worker.runtimes.base import Row
+
+    threads: set[str] = set()
+
+    class Watched(Collected):
+        def __call__(self, offset: int, text: str, tokens: int, index: int | None = None) -> None:
+            threads.add(threading.current_thread().name)
+            super().__call__(offset, text, tokens)
+
+    session = textgen.open_session(())
+    short, long, dropped = Watched(), Watched(), Watched()
+    inputs = {
+        "short": TextGenerationInput(prompt=PROMPTS[1], max_new_tokens=6, do_sample=True, seed=1),
+        "long": TextGenerationInput(prompt=PROMPTS[2], max_new_tokens=30, do_sample=True, seed=2),
+        "dropped": TextGenerationInput(prompt=PROMPTS[3], max_new_tokens=30, do_sample=True, seed=3),
+    }
+    session.admit([Row(h, inp, sink) for (h, inp), sink in zip(inputs.items(), (short, long, dropped), strict=True)])
+    ended = []
+    while not ended:
+        ended = session.step()
+    assert [r.handle for r in ended] == ["short"] and ended[0].prediction is not None
+    assert short.text == ended[0].prediction.output["text"]  # all of it, at the moment it is handed back
+    session.step()
+    session.drop(["dropped"])
+    sent = dropped.text
+    for _ in range(3):
+        session.step()
+    assert dropped.text == sent  # nothing arrives after it left
+    assert threads == {"genq-text-streams"}
+    while session.handles:
+        session.step()

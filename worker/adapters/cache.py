@@ -109,12 +109,15 @@ class AdapterCache:
             self._pins = +self._pins  # drop zero counts
 
     @contextmanager
-    def rows(self, per_row: Sequence[RowSpec], *, stack: bool = True) -> Iterator[None]:
-        """A forward of the model within the block applies each row's adapters at its scales (``mixing``).
+    def rows(
+        self, per_row: Sequence[RowSpec], *, stack: bool = True, tokens: Sequence[int] | None = None
+    ) -> Iterator[None]:
+        """A forward of the model within the block applies each row's adapters at its scales (``mixing``);
+        ``tokens``: the forward is one packed sequence, row i owning the next ``tokens[i]`` positions.
 
         The plan of a batch is kept while its composition lasts (a session's rows change far less often than
         they step), so a step only registers hooks."""
-        key = (tuple(tuple(row) for row in per_row), stack)
+        key = (tuple(tuple(row) for row in per_row), stack, None if tokens is None else tuple(tokens))
         with self._lock:
             batch_plan = self._plans.get(key)
             if batch_plan is None:
@@ -122,7 +125,7 @@ class AdapterCache:
                     loras = [[(self._device[name], scale) for name, scale in row] for row in per_row]
                 except KeyError as missing:
                     raise AdapterNotReady(f"adapter {missing} is not on the device") from None
-                batch_plan = mixing.plan(self.model, loras, stack=stack)
+                batch_plan = mixing.plan(self.model, loras, stack=stack, tokens=tokens)
                 self._plans[key] = batch_plan
                 if len(self._plans) > PLANS_KEPT:
                     self._plans.popitem(last=False)

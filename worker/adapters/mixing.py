@@ -98,9 +98,11 @@ def _delta(layer: LayerDelta, x: Any, scales: Any) -> Any:
     return F.linear(low * scales.view(scales.shape[0], *([1] * (low.dim() - 2)), -1), layer.up)
 
 
-def _hook(entries: list[tuple[LayerDelta, _Group]], batch: int) -> Any:
+def _hook(entries: list[tuple[LayerDelta, _Group]], batch: int, packed: bool) -> Any:
     def add_deltas(module: Any, args: tuple[Any, ...], output: Any) -> Any:
         x = args[0]
+        if packed:  # one sequence [1, tokens, features]: each token is a "row" of its own
+            x, whole, output = x.reshape(-1, x.shape[-1]), output, output.view(-1, output.shape[-1])
         if x.shape[0] != batch:
             raise ValueError(f"adapters were set for {batch} rows but a layer saw a batch of {x.shape[0]}")
         for layer, group in entries:
@@ -111,7 +113,7 @@ def _hook(entries: list[tuple[LayerDelta, _Group]], batch: int) -> Any:
                 output.index_add_(
                     0, group.index, _delta(layer, x.index_select(0, group.index), group.scales).to(output.dtype)
                 )
-        return output
+        return whole if packed else output
 
     return add_deltas
 
@@ -127,14 +129,20 @@ class Plan:
 
     batch: int
     by_module: dict[str, list[tuple[LayerDelta, _Group]]]
+    packed: bool = False  # the forward is one packed sequence: ``batch`` counts its tokens
 
 
-def plan(model: Any, per_row: Sequence[RowLoras], *, stack: bool = True) -> Plan:
+def plan(model: Any, per_row: Sequence[RowLoras], *, stack: bool = True, tokens: Sequence[int] | None = None) -> Plan:
     """The hooks' work for a batch of ``len(per_row)`` rows, each with its own LoRAs at its own scales.
 
     ``stack`` (the default): a module that several adapters of the batch target runs them as one stacked product
     (one gather, two matmuls, one scatter for all of them instead of per adapter); False: one group per adapter.
-    bench/adapters.py measured the stacked form ~1.3-1.4x faster on mixed batches of the demo models (CPU)."""
+    bench/adapters.py measured the stacked form ~1.3-1.4x faster on mixed batches of the demo models (CPU).
+
+    ``tokens``: the forward is one packed sequence (``packed_rows``) in which row i owns the next ``tokens[i]``
+    positions; each token then takes its row's adapters, as a batch row would."""
+    if tokens is not None:
+        per_row = [loras for loras, count in zip(per_row, tokens, strict=True) for _ in range(count)]
     device, dtype = _model_dtype(model)
     by_module: dict[str, list[tuple[LayerDelta, _Group]]] = {}
     for weights, group in _groups(per_row, device, dtype).values():
@@ -145,7 +153,7 @@ def plan(model: Any, per_row: Sequence[RowLoras], *, stack: bool = True) -> Plan
             module: [_stacked(entries, len(per_row))] if len(entries) > 1 else entries
             for module, entries in by_module.items()
         }
-    return Plan(len(per_row), by_module)
+    return Plan(len(per_row), by_module, tokens is not None)
 
 
 @contextmanager
@@ -154,7 +162,8 @@ def applied(model: Any, batch_plan: Plan) -> Iterator[None]:
     handles = []
     try:
         for module, entries in batch_plan.by_module.items():
-            handles.append(model.get_submodule(module).register_forward_hook(_hook(entries, batch_plan.batch)))
+            hook = _hook(entries, batch_plan.batch, batch_plan.packed)
+            handles.append(model.get_submodule(module).register_forward_hook(hook))
         yield
     finally:
         for handle in handles:

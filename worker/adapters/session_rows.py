@@ -107,14 +107,11 @@ class SessionAdapters:
         """The row's adapters as (name, scale); empty for a base row."""
         return list(self._specs.get(handle, []))
 
-    def plain(self, handles: Iterable[str]) -> bool:
-        """True when none of ``handles`` runs with an adapter (their rows may share one packed sequence)."""
-        return not any(self._specs.get(handle) for handle in handles)
-
-    def forward(self, handles: Sequence[str]) -> AbstractContextManager[Any]:
+    def forward(self, handles: Sequence[str], tokens: Sequence[int] | None = None) -> AbstractContextManager[Any]:
         """The context for one model call over ``handles`` in batch order (repeat a handle for each of its rows,
-        e.g. ``with_guidance`` for the two halves of guided images)."""
+        e.g. ``with_guidance`` for the two halves of guided images); ``tokens``: the call is one packed sequence
+        in which ``handles[i]``'s row owns the next ``tokens[i]`` positions (``packed_rows``)."""
         per_row = [self._specs.get(handle, []) for handle in handles]
         if self.cache is None or not any(per_row):
             return nullcontext()
-        return self.cache.rows(per_row)
+        return self.cache.rows(per_row, tokens=tokens)

@@ -85,11 +85,16 @@ def splices(cache: Any) -> bool:
     """True when every layer of ``cache`` is a plain ``DynamicLayer`` (full attention, no sliding window) or a slab,
     the layouts whose rows can be padded, joined and trimmed here."""
     layers: list[Any] = getattr(cache, "layers", None) or []
-    return (
+    return keeps_rows(cache) or (
         isinstance(cache, DynamicCache)
         and bool(layers)
         and all(type(layer) in (DynamicLayer, SlabLayer) for layer in layers)
     )
+
+
+def keeps_rows(cache: Any) -> bool:
+    """True for a cache that adds, keeps and measures its rows itself (``paged_kv.PagedCache``: its blocks)."""
+    return getattr(cache, "keeps_rows", False) is True
 
 
 def _pad_left(tensor: Any, columns: int, dim: int) -> Any:
@@ -116,6 +121,9 @@ def join(cache: Any, mask: Any, extra: Any, extra_mask: Any) -> tuple[Any, Any]:
     updated in place and returned with the joined mask."""
     import torch
 
+    if keeps_rows(cache):  # paged: the newcomers' tokens go into free blocks, nobody moves
+        cache.add_padded(extra, extra_mask)
+        return cache, cache.mask()
     width = max(mask.shape[1], extra_mask.shape[1])
     grow, grow_extra = width - mask.shape[1], width - extra_mask.shape[1]
     for layer, other in zip(cache.layers, extra.layers, strict=True):
@@ -129,6 +137,8 @@ def keep(cache: Any, mask: Any, rows: list[int]) -> Any:
     kept row uses, so a long row that left costs later steps nothing; returns the kept rows' mask."""
     import torch
 
+    if keeps_rows(cache):  # paged: the leavers' blocks are free; the width follows the longest row
+        return cache.keep(rows)
     index = torch.tensor(rows, device=mask.device)
     mask = mask[index]
     if not splices(cache):  # sliding windows and other layouts (request-level only): their own selection, no trim
@@ -153,5 +163,7 @@ def with_column(mask: Any) -> Any:
 
 def rows_and_columns(cache: Any) -> tuple[int, int]:
     """(rows, columns) of ``cache``'s first layer: what the next decode step attends over."""
+    if keeps_rows(cache):
+        return cache.rows_and_columns()  # type: ignore[no-any-return]
     keys = cache.layers[0].keys
     return int(keys.shape[0]), int(keys.shape[-2])

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from worker.runtimes.text.paged_kv import PagedLayer
 from worker.runtimes.text.prompt_parts import PromptPart
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,11 @@ class PackedStep:
         r = self.rows
         # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
         column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
-        self._decode[layer_idx] = self.held.layers[layer_idx].update(column_k, column_v)
+        layer = self.held.layers[layer_idx]
+        if isinstance(layer, PagedLayer):  # paged rows are attended by length group (paged_kv): no padded batch
+            layer.step(column_k, column_v)
+        else:
+            self._decode[layer_idx] = layer.update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
         return key, value
 
@@ -78,12 +83,16 @@ class PackedStep:
     def attend(self, layer: int, query: Any, scaling: float | None) -> Any:
         """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
         q = query[0]  # [heads, tokens, dim]
-        keys, values = self._decode[layer]
         decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
-        allowed = self.mask.bool()[:, None, None, :]
-        out = F.scaled_dot_product_attention(
-            decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
-        )
+        held = self.held.layers[layer]
+        if isinstance(held, PagedLayer):
+            out = held.attend(decode_q, scaling)
+        else:
+            keys, values = self._decode[layer]
+            allowed = self.mask.bool()[:, None, None, :]
+            out = F.scaled_dot_product_attention(
+                decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
+            )
         parts = [out[:, :, 0]]  # [rows, heads, dim]
         offset = self.rows
         for index, part in enumerate(self.parts):
@@ -178,6 +187,8 @@ def step(
     (an unfinished one's next prefix; a finished one's whole prompt, for the prefix cache)."""
     from worker.runtimes.text import kv_rows
 
+    if kv_rows.keeps_rows(cache):  # paged: the finishing prompts' blocks first (out of memory: nothing half done)
+        cache.pages.reserve([part.start + len(part.ids) for part in parts if part.last])
     mask = kv_rows.with_column(mask)
     packed = PackedStep(cache, len(last), mask, parts)
     logits = forward(runtime.model, packed, last, runtime.device)
@@ -213,3 +224,14 @@ def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> A
             logits_to_keep=keep,
         )
     return out.logits[0]
+
+
+def decode(runtime: Any, cache: Any, mask: Any, last: list[int]) -> tuple[Any, Any]:
+    """One decode step of paged rows (``paged_kv``: no prompt parts) on the packed forward; their logits and mask."""
+    logits = forward(
+        runtime.model,
+        PackedStep(cache, len(last), torch.cat([mask, mask.new_ones((len(last), 1))], -1), []),
+        last,
+        runtime.device,
+    )
+    return logits, cache.mask()

@@ -86,6 +86,13 @@ class Decoder(Protocol):
     def stream(self, streamer: Any, row: DecodeRow, token: int) -> None:
         """Pass the token (and at the end the row's text) to its streamer."""
 
+    def drain_streams(self) -> None:
+        """Return once every token passed to ``stream`` has reached its row's sink."""
+
+    @property
+    def stream_tokenizer(self) -> Any:
+        """The tokenizer the rows' streamers decode with (the stream thread's own)."""
+
     def prediction(self, rows: list[DecodeRow]) -> Prediction:
         """A finished job's output from its rows (one per choice, in order)."""
 

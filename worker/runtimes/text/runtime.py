@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tasks.kinds import SEED_MAX, JobKind, TextGenerationInput
@@ -31,6 +32,7 @@ from worker.runtimes.text.outputs import job_output
 from worker.runtimes.text.prefix_cache import PrefixCache
 from worker.runtimes.text.row_processors import processed, processors_for
 from worker.runtimes.text.rows import DecodeRow
+from worker.runtimes.text.stream_thread import StreamThread
 from worker.runtimes.text.token_logprobs import TokenPieces, record_logprobs
 from worker.runtimes.text.tool_calls import grammar_format, tool_mode, tool_names
 
@@ -47,6 +49,7 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
     joins_rows = False
     packs_prompts = False  # set at load: newcomers ride in the running rows' step (worker/runtimes/text/packed_rows.py)
     prefixes: PrefixCache | None = None  # prompts' blocks shared across jobs (prefix_cache.py), where prompts pack
+    streams: StreamThread | None = None  # detokenizes rows' streamed text off the model thread (stream_thread.py)
 
     def load(self, device: str) -> None:
         """Load tokenizer (left padding) and causal LM from ``self.source`` onto ``device`` and warm up."""
@@ -61,6 +64,8 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
         if self.spec.chat_template is not None:  # the models file sets or replaces the tokenizer's template
             self.tokenizer.chat_template = self.spec.chat_template
         self.pieces = TokenPieces(self.tokenizer)
+        if self.streams is None:  # one per runtime: a pool's reload of the model keeps it
+            self.streams = StreamThread(self.tokenizer)
         self.max_length = max_input_length(self.tokenizer, self.model.config)
         eos = self.model.generation_config.eos_token_id
         eos = self.tokenizer.eos_token_id if eos is None else eos
@@ -250,11 +255,28 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
             row.finish_reason = "length"
 
     def stream(self, streamer: Any, row: DecodeRow, token: int) -> None:
-        """The row's streamer gets the token (not an end-of-sequence one) and, once the row is done, its text."""
+        """The row's streamer gets the token (not an end-of-sequence one) and, once the row is done, its text: on
+        the stream thread (``drain_streams`` waits for it), or here when there is none."""
+        final = row.finish_reason is not None
+        if self.streams is None:
+            self._stream(streamer, row, token, final, self.tokenizer)
+        else:
+            self.streams.put(partial(self._stream, streamer, row, token, final, self.streams.tokenizer))
+
+    @property
+    def stream_tokenizer(self) -> Any:
+        return self.tokenizer if self.streams is None else self.streams.tokenizer
+
+    def drain_streams(self) -> None:
+        """Every token streamed so far has reached its row's sink."""
+        if self.streams is not None:
+            self.streams.drain()
+
+    def _stream(self, streamer: Any, row: DecodeRow, token: int, final: bool, tokenizer: Any) -> None:
         if token not in self.eos_ids:
             streamer.put_token(token)
-        if row.finish_reason is not None:
-            streamer.finish(self._text(row))
+        if final:  # the row is done: its text no longer changes
+            streamer.finish(row.text if row.text is not None else self._decode(row.generated, tokenizer))
 
     def prediction(self, rows: list[DecodeRow]) -> Prediction:
         """A finished job's output (outputs.py): choice 0's ``{text, seed, tokens, prompt_tokens,
@@ -266,8 +288,9 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
             record_grammar(self.spec.id, output["constrained"])
         return Prediction(output=output)
 
-    def _decode(self, tokens: list[int]) -> str:
-        return str(self.tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
+    def _decode(self, tokens: list[int], tokenizer: Any = None) -> str:
+        tokenizer = self.tokenizer if tokenizer is None else tokenizer
+        return str(tokenizer.decode([t for t in tokens if t not in self.eos_ids], skip_special_tokens=True))
 
     def _text(self, row: DecodeRow) -> str:
         return row.text if row.text is not None else self._decode(row.generated)

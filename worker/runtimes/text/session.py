@@ -1,10 +1,10 @@
 """The text-generation step session: rows join and leave a running KV-cache decode batch between steps.
 
-Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``); into a fresh
-session, or with an adapter, newcomers admitted together share one left-padded prefill. Either way its first token
-comes from its prompt's logits and its KV cache is spliced into the running batch (``kv_rows``). Each ``step`` is
-one forward pass over every held row's last token; every row samples with its own settings and generator, so its
-tokens do not depend on when it joined or which rows shared its steps.
+Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``; each row's
+adapter on its own tokens); into a fresh session, newcomers admitted together share one left-padded prefill. Either
+way its first token comes from its prompt's logits and its KV cache is spliced into the running batch
+(``kv_rows``). Each ``step`` is one forward pass over every held row's last token; every row samples with its own
+settings and generator, so its tokens do not depend on when it joined or which rows shared its steps.
 
 A newcomer beside running rows starts from its prompt's blocks cached by earlier jobs (``prefix_cache``: identical
 tokens only, the same adapters) and prefills only the rest; every prompt prefilled leaves its blocks there.
@@ -22,7 +22,7 @@ from tasks.kinds import TextGenerationInput
 from worker.adapters.session_rows import SessionAdapters
 from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
-from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
+from worker.runtimes.text import kv_rows, packed_rows, paged_kv, prompt_parts
 from worker.runtimes.text.parking import Parking
 from worker.runtimes.text.prefill import prefill
 from worker.runtimes.text.rows import Decoder, DecodeRow, SessionRow
@@ -44,6 +44,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self.prefixes = SessionPrefixes(runtime.prefixes, self.adapters)  # prompts' blocks shared across jobs
         self._pending: list[list[SessionRow]] = []  # by job: prompts to ride in the next steps' forwards (packed_rows)
         self._packs, self._chunk = runtime.packs_prompts, runtime.spec.batching.prefill_chunk
+        self._layout = runtime.spec.batching.kv_layout  # paged blocks or the padded slab (kv_rows, paged_kv)
         self._pack_below: int | None = None  # pending prompts ran out of memory beside this many rows: fewer first
 
     @property
@@ -95,14 +96,13 @@ class TextStepSession(StepSession[TextGenerationInput]):
                 grammar = self.parking.grammar(row.handle)
                 inp = row.input
                 states = self.runtime.decode_rows(inp) if grammar is None else self.runtime.decode_rows(inp, grammar)
-                streamers = [row_streamer(self.runtime.tokenizer, row, st, len(states)) for st in states]
+                streamers = [row_streamer(self.runtime.stream_tokenizer, row, st, len(states)) for st in states]
                 jobs.append(
                     [SessionRow(row.handle, st, out, len(states)) for st, out in zip(states, streamers, strict=True)]
                 )
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
-        handles = [held.handle for held in self._rows] + [job[0].handle for job in jobs]
-        if self._rows and self._packs and kv_rows.splices(self._cache) and self.adapters.plain(handles):
+        if self._rows and self._packs and kv_rows.splices(self._cache):
             self._pending += jobs  # prefilled in the next steps' forwards
             return results
         return results + self._prefill_jobs(jobs, beside)
@@ -134,8 +134,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
         import torch
 
         ended = self._unpark()
-        if self._pending and not (self._rows and self.adapters.plain(row.handle for row in self._rows)):  # dropped,
-            jobs, self._pending = self._pending, []  # or rows with an adapter joined: a prefill of their own
+        if self._pending and not self._rows:  # every running row was dropped: a prefill of their own
+            jobs, self._pending = self._pending, []
             self.prefixes.keep([])
             ended += self._prefill_jobs(jobs)
         if not self._rows:
@@ -154,6 +154,12 @@ class TextStepSession(StepSession[TextGenerationInput]):
                     raise
                 self._pack_below = len(self._rows)
                 runtime.release_memory()
+        if isinstance(self._cache, paged_kv.PagedCache):  # paged rows: every step the packed forward (each row's
+            handles = [row.handle for row in self._rows]  # adapter on its own token)
+            with runtime.grad_off(), self.adapters.forward(handles, [1] * len(handles)):
+                last = [row.state.generated[-1] for row in self._rows]
+                logits, self._mask = packed_rows.decode(runtime, self._cache, self._mask, last)
+                return self._left(ended + self._advance(self._rows, logits)[0])
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
             mask = kv_rows.with_column(self._mask)
@@ -178,6 +184,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
             self._ended.pop(handle, None)
         self.parking.leave(leaving)
         self.adapters.leave(leaving)
+        self.runtime.drain_streams()  # their text so far is in their events before the reason they left
         with self.runtime.grad_off():  # the cache's tensors are inference tensors: change them in inference mode
             self._keep([pos for pos, row in enumerate(self._rows) if row.handle not in leaving])
 
@@ -205,7 +212,10 @@ class TextStepSession(StepSession[TextGenerationInput]):
         self.prefixes.reuse(waiting)  # prompts that start with cached blocks prefill only the rest
         parts = prompt_parts.parts([held.prompt for held in waiting], self._chunk)
         last = [row.state.generated[-1] for row in self._rows]
-        with self.runtime.grad_off():
+        # Each row's adapters on its own tokens: a running row's one, a newcomer's prompt part (mixing's packed plan).
+        handles = [row.handle for row in self._rows] + [held.handle for held in waiting[: len(parts)]]
+        tokens = [1] * len(self._rows) + [len(part.ids) for part in parts]
+        with self.runtime.grad_off(), self.adapters.forward(handles, tokens):
             logits, self._cache, self._mask, so_far = packed_rows.step(
                 self.runtime, self._cache, self._mask, last, parts
             )
@@ -220,7 +230,10 @@ class TextStepSession(StepSession[TextGenerationInput]):
             return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
-        """Jobs that ended (finished or failed) unpin their adapters and let their grammars go."""
+        """Jobs that ended (finished or failed) unpin their adapters and let their grammars go; their streamed text
+        has reached their sinks (the stream thread ran behind the model thread)."""
+        if results:
+            self.runtime.drain_streams()
         self.adapters.leave(result.handle for result in results)
         self.parking.leave(result.handle for result in results)
         return results
@@ -247,7 +260,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
         if stay:
             mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
             if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
-                self._cache, self._mask = kv_rows.hold(cache) if kv_rows.splices(cache) else cache, mask
+                self._cache, self._mask = paged_kv.hold(cache, mask, self._packs and self._layout == "paged")
             else:
                 self._cache, self._mask = kv_rows.join(self._cache, self._mask, cache, mask)
             self._rows += [group[pos] for pos in stay]
