@@ -1,6 +1,7 @@
 """A pool of models through the queue (issue 40): real workers, the API as deployed, many closed-loop clients.
 
     .venv/bin/python bench/pool_stack.py [--requests 240] [--clients 8] [--quick]
+        [--variant NAME:VAR=VALUE,...] [--no-reload]
 
 Six demo models of two kinds (``text-0..2`` on the GPT-2 demo, ``image-0..2`` on the SD demo, each its own weights in
 its worker's memory), requests spread Zipf-like (s = 1.1) over them (the same sequence for every strategy), taken by
@@ -183,6 +184,12 @@ def footprints(stack: BenchStack) -> dict[str, int]:
     return sizes
 
 
+def variant(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME:VAR=VALUE,VAR=VALUE`` as the strategy's name and the pool worker's extra environment."""
+    name, _, settings = text.rpartition(":")
+    return name, dict(pair.split("=", 1) for pair in settings.split(",") if pair)
+
+
 def main(argv: list[str] | None = None) -> list[Run]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=240)
@@ -193,6 +200,15 @@ def main(argv: list[str] | None = None) -> list[Run]:
         default="",
         help="also the pool with these GENQ_POOL_MAX_WAIT_S, comma-separated (the age bound: p99 against switches)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:VAR=VALUE,...",
+        help="also the pool under these settings, e.g. 'unshared:GENQ_POOL_SHARE_STEPS=0' (one model at a time, the "
+        "rule before sharing) or 'scaled:GENQ_POOL_MIN_WAIT_S=0.25' (switch-scaled age bounds); repeatable",
+    )
+    parser.add_argument("--no-reload", action="store_true", help="leave the reload strategy out (a shorter run)")
     args = parser.parse_args(argv)
     requests = zipf_requests(36 if args.quick else args.requests, MODELS)
     configs = [ModelConfig(m, DEMOS[m.split("-")[0]], max_batch_size=8, max_wait_ms=5) for m in MODELS]
@@ -213,7 +229,11 @@ def main(argv: list[str] | None = None) -> list[Run]:
                 )
                 for w in filter(None, args.max_waits.split(","))
             ),
-            strategy(stack, "reload", [(MODELS[0], "all", reload_env)], n, c, 0),
+            *(
+                strategy(stack, name, [(MODELS[0], "all", {**pool_env, **env})], n, c, 0)
+                for name, env in map(variant, args.variant)
+            ),
+            *([] if args.no_reload else [strategy(stack, "reload", [(MODELS[0], "all", reload_env)], n, c, 0)]),
         ]
         cold = {kind: cold_start(stack, f"{kind}-0") for kind in DEMOS}
     print(

@@ -52,11 +52,16 @@ DEFAULT_WEBHOOK_ATTEMPT_S = 10.0
 DEFAULT_WEBHOOK_POLL_S = 1.0  # how often a worker looks for deliveries due (its own are sent at once)
 # A pool worker (--models): device and host RAM budgets in bytes; 0 = 90% of the GPU's memory (on CPU, a third of
 # the machine's RAM) and a third of the RAM (README "A pool of models"). Idle models leave the device, then host RAM,
-# after the keep-alive; a model with jobs waiting this long is brought in even if that evicts another's turn.
+# after the keep-alive. A model with jobs waiting is brought in even if that evicts another once its oldest waited
+# its age bound: 25x its measured switch seconds, never less than the min wait (no thrash), never more than the max
+# (no model starves); the max while its switch is unmeasured. Equal by default: a fixed bound.
 DEFAULT_POOL_DEVICE_BYTES = 0
 DEFAULT_POOL_HOST_BYTES = 0
 DEFAULT_POOL_KEEP_ALIVE_S = 300.0  # Ollama's default (5 min)
 DEFAULT_POOL_MAX_WAIT_S = 2.0
+DEFAULT_POOL_MIN_WAIT_S = 2.0  # = the max, a fixed bound: a floor of 0.25 s switched more, served worse (bench/README)
+# Resident models' step sessions and batches share the model thread step by step (else one model's at a time).
+DEFAULT_POOL_SHARE_STEPS = True
 # A text model's running rows' KV cache (the models file's `batching.kv_layout`): "paged" holds each row in blocks of
 # 16 tokens, so a long joiner moves no other row (worker/runtimes/text/paged_kv.py); "slab" in one right-aligned
 # padded tensor, re-placed at the joiner's width. bench/README.md (issue 44) measures both.

@@ -60,6 +60,8 @@ from tasks.setting_defaults import (
     DEFAULT_POOL_HOST_BYTES,
     DEFAULT_POOL_KEEP_ALIVE_S,
     DEFAULT_POOL_MAX_WAIT_S,
+    DEFAULT_POOL_MIN_WAIT_S,
+    DEFAULT_POOL_SHARE_STEPS,
     DEFAULT_PREFIX_CACHE_BYTES,
     DEFAULT_RATE_LIMIT,
     DEFAULT_REDIS_TIMEOUT_S,
@@ -215,7 +217,9 @@ class WorkerSettings(SharedSettings):
     pool_device_bytes: int = DEFAULT_POOL_DEVICE_BYTES
     pool_host_bytes: int = DEFAULT_POOL_HOST_BYTES
     pool_keep_alive_s: float = DEFAULT_POOL_KEEP_ALIVE_S  # a model's own pool.keep_alive_s overrides it
-    pool_max_wait_s: float = DEFAULT_POOL_MAX_WAIT_S
+    pool_max_wait_s: float = DEFAULT_POOL_MAX_WAIT_S  # the age bound's ceiling
+    pool_min_wait_s: float = DEFAULT_POOL_MIN_WAIT_S  # and its floor (worker/pool/turns.py)
+    pool_share_steps: bool = DEFAULT_POOL_SHARE_STEPS  # resident models' sessions share the model thread
     gpu: str | None = None  # the GPU it owns
     metrics_port: int | None = None  # its Prometheus /metrics and /healthz port
     metrics_address: str = DEFAULT_METRICS_ADDRESS  # where that port listens

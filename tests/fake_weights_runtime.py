@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import torch
 
 from tasks.kinds import FillMaskInput
-from tests.fake_runtime import FakeRuntime
+from tests.fake_runtime import FakeRuntime, FakeSteppingRuntime
 from worker.runtimes.base import Prediction, ProgressFn
 
 
@@ -53,3 +53,8 @@ class FakeWeightsRuntime(FakeRuntime):
             out: Any = prediction.output
             out[0]["weights_ok"], out[0]["model"] = ok, self.spec.id
         return predictions
+
+
+class FakeWeightsSteppingRuntime(FakeWeightsRuntime, FakeSteppingRuntime):
+    """The same weights, run as step sessions (``steps=N`` in a text, ``step_ms`` per step, each step logged to
+    ``<log>.steps``): two such pool models on the device share the model thread step by step."""

@@ -168,7 +168,8 @@ class BatchingConsumer:
 
         True if something started: the held count is then reported already.
         """
-        while not self.retired and not self.sessions.active and not self.running and not self.model.busy:
+        # A pool worker's models share the model thread (worker/model_thread.py): only the gate says when one starts.
+        while not self.retired and not self.sessions.active and not self.running and not self._thread_taken():
             if self.gate is not None and not self.gate():
                 return False
             if (retry_at := self.claims.backing_off()) is not None:  # a claim failed just now: Redis is away
@@ -194,6 +195,9 @@ class BatchingConsumer:
             if admitted:
                 return True
         return False
+
+    def _thread_taken(self) -> bool:
+        return self.gate is None and self.model.busy
 
     def _start_next(self) -> bool:
         """After a batch or a session: what starts next (the successor's choice, after a reconnect; a pool

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Protocol
 
 from tasks.models_file import ModelSpec
@@ -123,16 +123,21 @@ class StepRunner:
 
     def run(self, first: list[WorkItem]) -> None:
         """Step until no row is held and nothing was offered."""
+        for _ in self.steps(first):
+            pass
+
+    def steps(self, first: list[WorkItem]) -> Iterator[None]:
+        """``run``, one boundary per ``next``: the model thread may run another model's step in between."""
         self.inbox.put_first(first)
         try:
-            self._loop()
+            yield from self._loop()
         except Exception:  # outside every row's isolation (opening a session, say): each runs alone instead
             log.exception("step session of key %r crashed; running its rows alone", self.key)
             items = [h.item for h in self._held.values()] + self.inbox.take_back()
             self._held.clear()
             self._alone(items)
 
-    def _loop(self) -> None:
+    def _loop(self) -> Iterator[None]:
         session: StepSession | None = None
         while (newcomers := self.joining.take()) is not None:
             failed: list[WorkItem] | None = None
@@ -148,6 +153,7 @@ class StepRunner:
                 # is gone before the rows run again.
                 session = None
                 self._rerun(failed)
+            yield
 
     def _step(self, session: StepSession, admitted: int) -> list[WorkItem] | None:
         """None when the step ran; else its rows, to run again (the session is not to be trusted)."""

@@ -69,7 +69,7 @@ class StepSessions:
         runner = StepRunner(self.loaded.executor, key.key, rows_left, is_revoked=self.is_revoked, on_room=room_ahead)
         self.runner = runner
         self.rows = list(items)
-        self.model.submit(partial(runner.run, items), self._threadsafe(self._session_done))
+        self.model.submit_steps(runner.steps(items), self._threadsafe(self._session_done))
         self.listeners.started(items)
         self.offer_joiners()  # what else of its key fits (a session restarted from ``ready`` may have room)
 

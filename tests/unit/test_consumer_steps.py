@@ -4,6 +4,7 @@ another key is overdue."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,6 +40,10 @@ class Runner:
 
     def run(self, first: list[WorkItem]) -> None:
         self.first = first
+
+    def steps(self, first: list[WorkItem]) -> Iterator[None]:
+        self.run(first)
+        yield
 
     def offer(self, items: list[WorkItem]) -> bool:
         if self.accepting and not self.ended:

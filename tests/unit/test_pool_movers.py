@@ -45,3 +45,33 @@ def test_host_and_back_is_a_measured_copy_that_keeps_the_weights_and_their_ties(
     assert rt.forgotten == 2
     assert tensor_bytes(runtime_modules(rt)) == 0  # type: ignore[arg-type]
     assert all(p.device.type == "meta" for p in rt.model.parameters())
+
+
+def test_a_runtime_s_adapters_leave_the_device_with_it_come_back_with_it_and_go_when_it_goes_to_disk(tmp_path):
+    from tests.unit.adapter_files import random_factors, write_peft
+    from worker.adapters.cache import AdapterCache
+
+    torch.manual_seed(0)
+    rt = TinyRuntime()
+    rt.base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    folder = write_peft(tmp_path / "a", random_factors({"0": (8, 16), "2": (16, 4)}, rank=2, seed=1))
+    rt.adapters = AdapterCache(rt.base, {"a": folder})
+    x = torch.ones(2, 8)
+
+    def with_adapter() -> torch.Tensor:
+        with torch.inference_mode(), rt.adapters.rows([[], [("a", 1.0)]]):
+            return rt.base(x)
+
+    rt.adapters.prepare("a").result(timeout=10)
+    expected = with_adapter()
+    assert not torch.equal(expected[0], expected[1])  # the adapter changes its row
+    mover = TierMover(rt, "cpu")  # type: ignore[arg-type]
+    mover.to_host()
+    assert not rt.adapters.ready("a") and rt.adapters.parked == ["a"]  # left the device with its base
+    assert rt.adapters.stats.device_resident == 0 and rt.adapters.stats.device_bytes == 0
+    mover.to_device()
+    assert rt.adapters.ready("a") and rt.adapters.parked == []  # back with it: no reload from its file
+    assert rt.adapters.stats.loads == 1
+    assert torch.equal(with_adapter(), expected)
+    mover.to_disk()
+    assert not rt.adapters.ready("a") and rt.adapters.parked == [] and rt.adapters.stats.device_bytes == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from worker.pool.tiers import DoesNotFit, Holding, Move, Pool, Tier
-from worker.pool.turns import Waiting, choose, overdue
+from worker.pool.turns import SWITCH_MULTIPLE, Waiting, age_bound, choose, overdue
 
 MB = 1_000_000
 
@@ -135,20 +135,53 @@ def test_keep_alive_moves_an_idle_model_off_the_device_then_off_host_ram():
     assert p.tiers()["a"] == "loading"
 
 
-def test_turns_run_the_oldest_resident_and_bring_in_others_only_when_the_switch_pays():
+def test_turns_start_every_idle_resident_and_bring_in_others_only_when_the_switch_pays():
     now = 100.0
-    resident = Waiting("a", oldest=99.0, jobs=1, batch=8, on_device=True)
-    fresh = Waiting("b", oldest=99.5, jobs=1, batch=8, on_device=False)
-    turns = choose([resident, fresh], now, max_wait_s=2.0)
-    assert turns.run == "a" and turns.urgent == [] and turns.welcome == ["b"]  # only if nothing need leave
-    full = Waiting("b", oldest=99.5, jobs=8, batch=8, on_device=False)  # a full batch amortises the load
-    assert choose([resident, full], now, 2.0).urgent == ["b"]
-    old = Waiting("b", oldest=97.0, jobs=1, batch=8, on_device=False)  # waited past the age bound
-    assert choose([resident, old], now, 2.0).urgent == ["b"]
-    assert choose([fresh], now, 2.0).urgent == ["b"]  # nothing else has work: load it now
-    older = Waiting("c", oldest=98.0, jobs=1, batch=8, on_device=True)
-    assert choose([resident, older], now, 2.0).run == "c"  # the longest-waiting job's model goes first
-    assert overdue([resident, old], now, 2.0, besides="a") and not overdue([resident, fresh], now, 2.0, "a")
+    resident = Waiting("a", oldest=99.0, jobs=1, batch=8, on_device=True, bound=2.0)
+    fresh = Waiting("b", oldest=99.5, jobs=1, batch=8, on_device=False, bound=2.0)
+    turns = choose([resident, fresh], now)
+    assert turns.start == ["a"] and turns.urgent == [] and turns.welcome == ["b"]  # only if nothing need leave
+    full = Waiting("b", oldest=99.5, jobs=8, batch=8, on_device=False, bound=2.0)  # a full batch amortises the load
+    assert choose([resident, full], now).urgent == ["b"]
+    old = Waiting("b", oldest=97.0, jobs=1, batch=8, on_device=False, bound=2.0)  # waited past its age bound
+    assert choose([resident, old], now).urgent == ["b"]
+    assert choose([fresh], now).urgent == ["b"]  # nothing else has work: load it now
+    older = Waiting("c", oldest=98.0, jobs=1, batch=8, on_device=True, bound=2.0)
+    assert choose([resident, older], now).start == ["c", "a"]  # both share the model thread, the oldest first
+    assert choose([resident, older], now, running=frozenset({"c"})).start == ["a"]  # c runs already: a joins it
+    assert overdue([resident, old], now) and not overdue([resident, fresh], now)
+    assert not overdue([Waiting("c", oldest=90.0, jobs=1, batch=8, on_device=True, bound=2.0)], now)  # shares
+    # GENQ_POOL_SHARE_STEPS=0: one model at a time, the oldest once nothing runs; a resident one past its bound
+    # waits for the running session, which then drains.
+    assert choose([resident, older], now, share=False).start == ["c"]
+    assert choose([resident, older], now, running=frozenset({"c"}), share=False).start == []
+    assert overdue([older], now + 1, share=False, running=frozenset({"a"}))
+    assert not overdue([older], now + 1, share=False, running=frozenset({"c"}))  # its own session
+
+
+def test_the_age_bound_follows_a_model_s_switch_cost_within_a_floor_and_a_ceiling():
+    assert age_bound(None, 0.25, 2.0) == 2.0  # never measured: the ceiling
+    assert age_bound(0.034, 0.25, 2.0) == pytest.approx(SWITCH_MULTIPLE * 0.034)  # a GPT-2 from host RAM: 0.85 s
+    assert age_bound(0.001, 0.25, 2.0) == 0.25  # a near-free switch still waits the floor: no thrash
+    assert age_bound(0.4, 0.25, 2.0) == 2.0  # a load from disk: never past the ceiling, no model starves
+    now = 100.0
+    cheap = Waiting("cheap", oldest=99.0, jobs=1, batch=8, on_device=False, bound=age_bound(0.02, 0.25, 2.0))
+    dear = Waiting("dear", oldest=99.0, jobs=1, batch=8, on_device=False, bound=age_bound(0.4, 0.25, 2.0))
+    busy = Waiting("busy", oldest=99.9, jobs=8, batch=8, on_device=True, bound=2.0)
+    # The same 1 s wait: the cheap switch is paid now, the dear one (a load from disk) waits on to the ceiling.
+    assert choose([busy, cheap, dear], now).urgent == ["cheap"]
+    assert choose([busy, cheap, dear], now + 1.0).urgent == ["cheap", "dear"]
+
+
+def test_one_running_session_drains_for_a_model_past_its_bound_the_least_recently_used_that_may_leave():
+    p, clock = pool(8 * MB, 100 * MB, Holding("a", 300), Holding("b", 300), Holding("pin", 300, pinned=True))
+    on(p, "pin", Tier.device, 2 * MB, clock)
+    on(p, "a", Tier.device, 3 * MB, clock)
+    on(p, "b", Tier.device, 3 * MB, clock)
+    running = frozenset({"a", "b", "pin"})
+    assert p.victim(running) == "a"  # used least recently; b runs on, and the pinned one never leaves
+    assert p.victim(running, keep=frozenset({"a"})) == "b"  # a's jobs waited longer than the newcomer's
+    assert p.victim(frozenset({"pin"})) is None
 
 
 def test_a_model_is_not_evicted_for_one_whose_jobs_waited_less_than_its_own():

@@ -62,6 +62,7 @@ class AdapterCache:
         self._shapes = layer_shapes(model)
         self._host: OrderedDict[str, LoraWeights] = OrderedDict()
         self._device: OrderedDict[str, LoraWeights] = OrderedDict()
+        self._parked: OrderedDict[str, LoraWeights] = OrderedDict()  # device copies in host RAM with their base
         self._pins: Counter[str] = Counter()
         self._pending: dict[str, Future[LoraWeights]] = {}
         self._plans: OrderedDict[tuple[Any, ...], mixing.Plan] = OrderedDict()  # by batch composition
@@ -137,6 +138,44 @@ class AdapterCache:
     def close(self) -> None:
         """Stop the loading threads (a load in flight finishes first)."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # --- a pool's side: the base moves between tiers (worker/pool/movers.py), its adapters with it ----------------
+
+    def offload(self) -> None:
+        """The base leaves the device for host RAM: its adapters' device copies go there too, to come back with it."""
+        with self._lock:
+            self._parked.update((name, w.to("cpu", self.dtype)) for name, w in self._device.items())
+            self._device.clear()
+            self._plans.clear()  # a plan holds device tensors
+            self._count_device()
+
+    def restore(self) -> None:
+        """The base is back on the device: so are the adapters it took to host RAM."""
+        with self._lock:
+            self._device.update((name, w.to(self.device, self.dtype)) for name, w in self._parked.items())
+            self._parked.clear()
+            self._count_device()
+
+    def drop(self) -> None:
+        """The base goes to disk: its adapters' copies go (a load builds the runtime's cache anew)."""
+        with self._lock:
+            self._device.clear()
+            self._parked.clear()
+            self._host.clear()
+            self._plans.clear()
+            self._count_device()
+            self.stats.host_bytes = self.stats.host_resident = 0
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def parked(self) -> list[str]:
+        """The adapters held in host RAM for the base's return."""
+        with self._lock:
+            return list(self._parked)
+
+    def _count_device(self) -> None:
+        self.stats.device_resident = len(self._device)
+        self.stats.device_bytes = sum(w.nbytes for w in self._device.values())
 
     # --- the loading threads' side --------------------------------------------------------------------------
 

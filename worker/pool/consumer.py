@@ -1,8 +1,8 @@
 """A pool worker's consumer: one batching consumer per model on one model thread, turns across them, moves.
 
 Each message goes to its model's batching consumer (worker/consumer.py), which buffers it as a one-model worker
-does; a gate lets a model start only on its turn and on the device. Whenever the model thread is free the turn goes
-to the model on the device whose oldest job waited longest; models off the device are brought in by the loader
+does; a gate lets a model start only on the device. Every model on the device with work starts: their batches and
+step sessions share the model thread step by step; models off the device are brought in by the loader
 thread (worker/pool/members.py) as worker/pool/turns.py decides, room made first (worker/pool/tiers.py). A model
 whose load fails fails its buffered jobs, and for ``LOAD_RETRY_S`` every job that arrives for it; the others serve on.
 """
@@ -10,7 +10,6 @@ whose load fails fails its buffered jobs, and for ``LOAD_RETRY_S`` every job tha
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -21,8 +20,9 @@ from worker.model_thread import ModelThread
 from worker.pool.members import Moved
 from worker.pool.metrics import count_move
 from worker.pool.process import PoolProcess
+from worker.pool.queues import model_of
 from worker.pool.tiers import DoesNotFit, Move, Tier
-from worker.pool.turns import Waiting, choose, overdue
+from worker.pool.turns import Waiting, age_bound, choose, overdue
 
 log = logging.getLogger("genq.pool")
 LOAD_RETRY_S = 30.0  # after a failed load, the model's jobs fail this long before a new job tries a load again
@@ -44,7 +44,6 @@ class PoolConsumer:
             batching.keyed = process.members[m].ever_loaded
         # One buffer for all the worker's models: the largest model's (a direct queue carries any of them).
         consumer.initial_prefetch_count = max(m.loaded.spec.batching.buffer_size for m in process.members.values())
-        self.turn: str | None = None
         consumer.timer.call_repeatedly(TICK_S, self._tick)
         process.start(lambda callback: consumer.controller.hub.call_soon(callback))
         process.apply = self.apply
@@ -69,16 +68,12 @@ class PoolConsumer:
 
     def _may_run(self, model: str) -> bool:
         holding = self.pool.holdings[model]
-        ready = self.turn == model and holding.tier == Tier.device and holding.moving is None
+        ready = holding.tier == Tier.device and holding.moving is None
+        if ready and not self.process.share_steps:  # one model's work on the model thread at a time
+            ready = not (self._mark_running() - {model})
         if ready:
             self.pool.touch(model)
         return ready
-
-    def _running(self) -> str | None:
-        for m, batching in self.batching.items():
-            if batching.running or batching.sessions.active:
-                return m
-        return None
 
     def _waiting(self) -> list[Waiting]:
         now, found = self.clock(), []
@@ -89,40 +84,52 @@ class PoolConsumer:
             holding = self.pool.holdings[m]
             on_device = holding.tier == Tier.device and holding.moving is None
             oldest = batching.batcher.oldest_arrival()
+            bound = age_bound(holding.switch_s.get(holding.tier), self.process.min_wait_s, self.process.max_wait_s)
             found.append(
-                Waiting(m, now if oldest is None else oldest, jobs, batching.batcher.max_batch_size, on_device)
+                Waiting(m, now if oldest is None else oldest, jobs, batching.batcher.max_batch_size, on_device, bound)
             )
         return found
 
     def next_turn(self) -> bool:
-        """The model thread may be free: bring models in as the turns say, and start the next model's batch."""
+        """The model thread may have room: bring models in as the turns say, and start every model on the device that
+        has work and is not running (they share the model thread step by step)."""
         if self.successor is not None:
             return self.successor.next_turn()
-        running = self._running()
-        for m, holding in self.pool.holdings.items():
-            holding.running = m == running
+        running = self._mark_running()
         waiting, now = self._waiting(), self.clock()
-        if running is not None:  # its session takes no joiners while another model's job waits past the bound
-            self.batching[running].batcher.joiners_held = overdue(waiting, now, self.process.max_wait_s, running)
-        turns = choose(waiting, now, self.process.max_wait_s)
+        share = self.process.share_steps
+        turns = choose(waiting, now, running, share)
         oldest = {w.model: w.oldest for w in waiting}
+        draining: set[str] = set()  # running sessions that take no joiners: a model past its bound waits for them
         for m in turns.urgent:  # never evicting a model whose jobs waited longer: first come, first served
-            self._bring_in(m, evict=True, keep=frozenset(r for r, t in oldest.items() if t <= oldest[m] and r != m))
+            keep = frozenset(r for r, t in oldest.items() if t <= oldest[m] and r != m)
+            if not self._bring_in(m, evict=True, keep=keep) and overdue([w for w in waiting if w.model == m], now):
+                draining |= {v} if (v := self.pool.victim(running, keep)) else set()
         for m in turns.welcome:
             self._bring_in(m, evict=False)
-        if running is not None or self.model.busy:
-            return False
-        turns = choose(self._waiting(), now, self.process.max_wait_s)
-        if turns.run is None:
-            return False
-        self.turn = turns.run
-        batching = self.batching[turns.run]
-        batching.batcher.joiners_held = False
-        return batching.maybe_run()
+        if not share and overdue(waiting, now, share, running):  # one at a time: the running one ends for it
+            draining |= running
+        for m in running:
+            self.batching[m].batcher.joiners_held = m in draining
+        started = False
+        for m in choose(self._waiting(), now, running, share).start:
+            batching = self.batching[m]
+            batching.batcher.joiners_held = False
+            if batching.maybe_run():
+                started = self.pool.holdings[m].running = True  # not evicted from now on (``_tick`` may plan next)
+        return started
+
+    def _mark_running(self) -> frozenset[str]:
+        """The models whose batch or session is on the model thread: never evicted meanwhile."""
+        running = frozenset(m for m, b in self.batching.items() if b.running or b.sessions.active)
+        for m, holding in self.pool.holdings.items():
+            holding.running = m in running
+        return running
 
     def _tick(self) -> None:
         if self.successor is not None:
             return
+        self._mark_running()
         keep = {w.model for w in self._waiting()}
         moves = [move for move in self.pool.plan_expiry() if move.model not in keep]
         if moves:
@@ -134,18 +141,20 @@ class PoolConsumer:
 
     # --- moves ----------------------------------------------------------------------------
 
-    def _bring_in(self, model: str, *, evict: bool, keep: frozenset[str] = frozenset()) -> None:
+    def _bring_in(self, model: str, *, evict: bool, keep: frozenset[str] = frozenset()) -> bool:
+        """Its moves started (or it is there, moving, or failed); False if no room could be made for it now."""
         holding = self.pool.holdings[model]
         if holding.moving is not None or holding.tier == Tier.device or self._failed(model):
-            return
+            return True
         try:
             plan = self.pool.plan_in(model, keep)
         except DoesNotFit as exc:
             self._load_failed(model, str(exc))
-            return
+            return True
         if plan is None or (not evict and len(plan) > 1):
-            return
+            return False
         self._start(plan)
+        return True
 
     def _start(self, plan: list[Move]) -> None:
         origins = []
@@ -173,6 +182,8 @@ class PoolConsumer:
             self.batching[moved.model].rekey()
         if moved.to == Tier.device:
             self.pool.touch(moved.model)
+            if moved.error is None:  # what its next switch from there will cost: its age bound
+                holding.switch_s[moved.origin] = moved.seconds
         count_move(moved, self.pool)
         if moved.error is not None:
             self._load_failed(moved.model, f"{type(moved.error).__name__}: {moved.error}")
@@ -234,23 +245,11 @@ class PoolConsumer:
 
     def retire(self, successor: PoolConsumer) -> None:
         self.successor = successor
-        successor.turn = self.turn
         for m, batching in self.batching.items():
             batching.retire(successor.batching[m])
 
     def drain(self, timeout: float) -> None:
+        for batching in self.batching.values():  # every model's session admits no more before any is waited for
+            batching.sessions.take_back()
         for batching in self.batching.values():
             batching.drain(timeout)
-
-
-def model_of(message: Any) -> str | None:
-    """The model a ``genq.run`` message names (kombu caches the decoded body for the consumer's own parse)."""
-    try:
-        body = message.decode()
-        model = body[1].get("model") if isinstance(body, list | tuple) and len(body) == 3 else None
-    except Exception:
-        return None
-    return model if isinstance(model, str) else None
-
-
-HandBackFn = Callable[[Callable[[], None]], None]

@@ -4,7 +4,8 @@ On CUDA the host tier is the modules moved with ``.to("cpu")`` and back with ``.
 machine device and host are both RAM, so the host tier is the offloaded form a serving stack keeps there: every
 parameter and buffer copied into one packed byte buffer and the live tensors freed (the runtime cannot run), and the
 way back copies them out into fresh tensors: a real copy each way, measured, as a PCIe transfer would be. Disk is
-the modules sent to the meta device (their memory freed) and a new ``runtime.load`` to come back.
+the modules sent to the meta device (their memory freed) and a new ``runtime.load`` to come back. A runtime's adapters
+(its LoRA cache's device copies) go and come back with its weights, and are dropped when it goes to disk.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from worker.adapters.cache import AdapterCache
 from worker.runtimes.base import Runtime
 
 
@@ -39,6 +41,11 @@ def runtime_modules(runtime: Runtime) -> list[torch.nn.Module]:
             for inner in value.values():
                 add(inner)
     return list(found.values())
+
+
+def adapter_caches(runtime: Runtime) -> list[AdapterCache]:
+    """A runtime's adapter caches (its LoRAs' copies): they move with its weights."""
+    return [value for value in vars(runtime).values() if isinstance(value, AdapterCache)]
 
 
 def _tensors(modules: list[torch.nn.Module]) -> Iterator[torch.Tensor]:
@@ -134,6 +141,8 @@ class TierMover:
     def to_host(self) -> int:
         """Off the device into host RAM; returns the host bytes it now takes."""
         self.runtime.forget_caches()
+        for adapters in adapter_caches(self.runtime):
+            adapters.offload()
         modules = runtime_modules(self.runtime)
         if self.cuda:
             for module in modules:
@@ -152,10 +161,14 @@ class TierMover:
         elif self.packed is not None:
             unpack(self.packed)
         self.packed = None
+        for adapters in adapter_caches(self.runtime):
+            adapters.restore()
 
     def to_disk(self) -> None:
         """Out of memory altogether: the next use loads it again (``runtime.load``)."""
         self.runtime.forget_caches()
+        for adapters in adapter_caches(self.runtime):
+            adapters.drop()
         for module in runtime_modules(self.runtime):
             module.to("meta")
         self.packed = None

@@ -32,7 +32,8 @@ class PoolProcess:
     ) -> None:
         self.members, self.pool, self.settings, self.worker = members, pool, settings, worker
         self.residency = residency
-        self.max_wait_s = settings.pool_max_wait_s
+        self.min_wait_s, self.max_wait_s = settings.pool_min_wait_s, settings.pool_max_wait_s  # the age bound's range
+        self.share_steps = settings.pool_share_steps  # resident models' work shares the model thread step by step
         self._runner: MoveRunner | None = None
         self._started = False
         self._call_soon: Callable[[Callable[[], None]], object] | None = None

@@ -1,4 +1,5 @@
-"""The queues a pool worker consumes: its own direct queue, then the shared queue of every model it may serve."""
+"""The queues a pool worker consumes (its own direct queue, then the shared queue of every model it may serve), and
+the model a message on them names."""
 
 from __future__ import annotations
 
@@ -45,3 +46,13 @@ def pool_queues_problem(
         return exc.message
     consume_queues(conf, pool_queues(worker, ids))
     return None
+
+
+def model_of(message: Any) -> str | None:
+    """The model a ``genq.run`` message names (kombu caches the decoded body for the consumer's own parse)."""
+    try:
+        body = message.decode()
+        model = body[1].get("model") if isinstance(body, list | tuple) and len(body) == 3 else None
+    except Exception:
+        return None
+    return model if isinstance(model, str) else None

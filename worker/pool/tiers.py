@@ -41,6 +41,7 @@ class Holding:
     running: bool = False  # its batch or session holds the model thread: not evicted
     failed: str | None = None  # why its last load failed (its jobs fail with it)
     failed_at: float = -math.inf
+    switch_s: dict[Tier, float] = field(default_factory=dict)  # its last move to the device from each tier took
 
     @property
     def need(self) -> int:
@@ -163,6 +164,12 @@ class Pool:
             if h.tier == tier and h.model != besides and h.evictable and h.model not in keep
         ]
         return sorted(found, key=lambda h: h.last_used)
+
+    def victim(self, running: frozenset[str], keep: frozenset[str] = frozenset()) -> str | None:
+        """Of the models ``running``, the one whose session ends to make room for a model past its bound: the least
+        recently used that may leave (not pinned, not in ``keep``), so one session drains, not all of them."""
+        found = [self.holdings[m] for m in running if m not in keep and not self.holdings[m].pinned]
+        return min(found, key=lambda h: h.last_used).model if found else None
 
     def plan_expiry(self) -> list[Move]:
         """Idle models past their keep-alive: off the device (to host RAM when it has room), then off host RAM."""
