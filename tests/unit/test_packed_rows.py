@@ -151,3 +151,24 @@ def test_a_long_prompt_rides_in_parts_and_the_running_rows_never_wait_for_it(
     done.update(run_out(session))
     assert done["long"] == textgen.predict([long])[0].output
     assert done["running"] == textgen.predict([running])[0].output
+
+
+def test_a_jobs_choices_ride_their_prompt_once_beside_running_rows(
+    textgen: TextGenerationRuntime, forwards: list[Any]
+) -> None:
+    """Issue 44: ``n = 4`` beside running rows prefills its prompt once (one part in the packed forward); every
+    choice joins with its own copy and its own seed, and the job's choices are what it gets alone."""
+    session = textgen.open_session(())
+    session.admit([Row("running", job(0, 30))])
+    session.step()
+    forwards.clear()
+    four = TextGenerationInput(prompt=PROMPTS[2], max_new_tokens=10, do_sample=True, seed=5, n=4)
+    session.admit([Row("four", four), Row("one", job(1, 8))])
+    done = {r.handle: r.prediction.output for r in session.step()}
+    prompt = len(textgen.tokenizer(PROMPTS[2])["input_ids"]) + len(textgen.tokenizer(PROMPTS[1])["input_ids"])
+    assert forwards == [(1, 1 + prompt)]  # the running row's token, then each job's prompt once
+    assert session.progress()["four"] == (1, 10) and session.weight() == 1 + 4 + 1
+    done.update(run_out(session))
+    alone = textgen.predict([four])[0].output
+    assert done["four"] == alone and len({c["text"] for c in alone["choices"]}) > 1  # own seeds: choices differ
+    assert done["one"] == textgen.predict([job(1, 8)])[0].output

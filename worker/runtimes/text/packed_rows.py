@@ -130,7 +130,8 @@ class PackedStep:
         return [self.keys_of(index, layer) for layer in sorted(self._fresh)]
 
     def new_rows(self, done: list[int]) -> tuple[NewRows, Any]:
-        """The finished prompts' (parts ``done``) caches as right-aligned rows (left padding zero) and their mask."""
+        """The finished prompts' (parts ``done``, a part repeated for each row it gives) caches as right-aligned rows
+        (left padding zero, each row its own copy) and their mask."""
         lengths = [self.parts[i].start + len(self.parts[i].ids) for i in done]
         width = max(lengths)
         mask = torch.zeros((len(done), width), dtype=torch.long, device=self.mask.device)
@@ -179,23 +180,29 @@ def _packed(step: PackedStep) -> Iterator[None]:
 
 
 def step(
-    runtime: Any, cache: Any, mask: Any, last: list[int], parts: list[PromptPart]
+    runtime: Any, cache: Any, mask: Any, last: list[int], parts: list[PromptPart], joins: list[int] | None = None
 ) -> tuple[Any, Any, Any, list[list[tuple[Any, Any]]]]:
     """One decode step of the rows held in ``cache`` (their ``last`` tokens) with the newcomers' prompt ``parts`` in
-    the same forward (``runtime``'s model and device). Returns the logits (running rows, then each finished prompt),
-    the cache and mask with the finished prompts joined, and each part's prompt's keys and values so far per layer
-    (an unfinished one's next prefix; a finished one's whole prompt, for the prefix cache)."""
+    the same forward (``runtime``'s model and device). ``joins``: the rows that join, each by the index of its
+    finished part (a part may give several rows: a job's ``n`` choices share their prompt); by default each finished
+    part once. Returns the logits (running rows, then each joining row), the cache and mask with the joining rows
+    added, and each part's prompt's keys and values so far per layer (an unfinished one's next prefix; a finished
+    one's whole prompt, for the prefix cache)."""
     from worker.runtimes.text import kv_rows
 
-    if kv_rows.keeps_rows(cache):  # paged: the finishing prompts' blocks first (out of memory: nothing half done)
-        cache.pages.reserve([part.start + len(part.ids) for part in parts if part.last])
+    done = [i for i, part in enumerate(parts) if part.last]
+    joins = done if joins is None else joins
+    if kv_rows.keeps_rows(cache):  # paged: the joining rows' blocks first (out of memory: nothing half done)
+        cache.pages.reserve([parts[i].start + len(parts[i].ids) for i in joins])
     mask = kv_rows.with_column(mask)
     packed = PackedStep(cache, len(last), mask, parts)
     logits = forward(runtime.model, packed, last, runtime.device)
-    done = [i for i, part in enumerate(parts) if part.last]
+    if joins != done:  # a finished prompt's logits once per row it gives
+        at = {part: len(last) + k for k, part in enumerate(done)}
+        logits = logits[torch.tensor(list(range(len(last))) + [at[i] for i in joins], device=logits.device)]
     so_far = [packed.prefix_of(i) for i in range(len(parts))]
-    if done:
-        rows, rows_mask = packed.new_rows(done)
+    if joins:
+        rows, rows_mask = packed.new_rows(joins)
         cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
     return logits, cache, mask, so_far
 

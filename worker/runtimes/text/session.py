@@ -207,26 +207,27 @@ class TextStepSession(StepSession[TextGenerationInput]):
             return ended
 
     def _packed_step(self) -> list[RowResult]:
-        """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward."""
-        waiting = self._waiting
-        self.prefixes.reuse(waiting)  # prompts that start with cached blocks prefill only the rest
-        parts = prompt_parts.parts([held.prompt for held in waiting], self._chunk)
+        """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward. A job's
+        choices share its prompt: it rides once (its first choice's), and every choice joins with its own copy."""
+        leaders = [job[0] for job in self._pending]
+        self.prefixes.reuse(leaders)  # prompts that start with cached blocks prefill only the rest
+        parts = prompt_parts.parts([held.prompt for held in leaders], self._chunk)
         last = [row.state.generated[-1] for row in self._rows]
         # Each row's adapters on its own tokens: a running row's one, a newcomer's prompt part (mixing's packed plan).
-        handles = [row.handle for row in self._rows] + [held.handle for held in waiting[: len(parts)]]
+        handles = [row.handle for row in self._rows] + [held.handle for held in leaders[: len(parts)]]
         tokens = [1] * len(self._rows) + [len(part.ids) for part in parts]
+        finished = [i for i, part in enumerate(parts) if part.last]
         with self.runtime.grad_off(), self.adapters.forward(handles, tokens):
             logits, self._cache, self._mask, so_far = packed_rows.step(
-                self.runtime, self._cache, self._mask, last, parts
+                self.runtime, self._cache, self._mask, last, parts, [i for i in finished for _ in self._pending[i]]
             )
-            for held, part, kv in zip(waiting, parts, so_far, strict=False):
+            for held, part, kv in zip(leaders, parts, so_far, strict=False):
                 held.prompt.advance(part, None if part.last else kv)
                 if part.last:
                     self.prefixes.store(held.handle, held.prompt.ids, kv)
-            self.prefixes.ran(waiting, parts)
-            joined = {id(held) for held, part in zip(waiting, parts, strict=False) if part.last}
-            self._rows += [held for held in waiting if id(held) in joined]
-            self._pending = [kept for job in self._pending if (kept := [h for h in job if id(h) not in joined])]
+            self.prefixes.ran(leaders, parts)
+            self._rows += [held for i in finished for held in self._pending[i]]
+            self._pending = [job for i, job in enumerate(self._pending) if i not in set(finished)]
             return self._advance(self._rows, logits)[0]
 
     def _left(self, results: list[RowResult]) -> list[RowResult]:
