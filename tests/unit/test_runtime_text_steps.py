@@ -312,3 +312,37 @@ def test_a_parked_job_out_of_memory_as_it_joins_parks_again_until_rows_leave(
     assert steps(session, 1) == {} and failures == [1] and session.handles == ["long", "late"]  # parked again
     monkeypatch.setattr(textgen, "model", real_model)
     assert run_out(session, {}) == {"long": alone(textgen, long_job), "late": alone(textgen, late_job)}
+
+
+def test_out_of_memory_part_way_through_a_packed_step_leaves_the_running_rows_as_they_were(
+    textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A packed step that runs out of memory in a later layer (after every layer's attention wrote the running rows'
+    new column) is undone (``kv_rows.restore``): the running rows step on without the newcomer, every layer holds
+    each token once (a column left behind shows the rows a token twice) and every job gets its tokens alone."""
+    from tests.device_budget import OutOfMemoryError
+
+    long_job = TextGenerationInput(prompt="Hello there", max_new_tokens=8, do_sample=True, seed=5)
+    short_job = TextGenerationInput(prompt="The quick brown fox", max_new_tokens=3, do_sample=True, seed=6)
+    block = textgen.model.transformer.h[-1].mlp
+    real_forward = block.forward
+    failures: list[int] = []
+
+    def late_layer(hidden: Any, *args: Any, **kwargs: Any) -> Any:
+        if hidden.shape[1] > 1 and not failures:  # the packed step's sequence: every earlier layer ran
+            failures.append(1)
+            raise OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_forward(hidden, *args, **kwargs)
+
+    session = textgen.open_session(())
+    session.admit([Row("long", long_job)])
+    steps(session, 1)
+    monkeypatch.setattr(block, "forward", late_layer)
+    assert session.admit([Row("short", short_job)]) == []
+    steps(session, 1)
+    assert failures == [1] and session.progress()["short"] == (0, 3)  # it waits; the running row stepped
+    columns = {layer.keys.shape[-2] for layer in session._cache.layers}
+    assert columns == {session._mask.shape[1]}  # every layer holds each of its tokens once
+    monkeypatch.setattr(block, "forward", real_forward)
+    done = run_out(session, {})
+    assert done == {"long": alone(textgen, long_job), "short": alone(textgen, short_job)}

@@ -154,6 +154,24 @@ def keep(cache: Any, mask: Any, rows: list[int]) -> Any:
     return mask[:, first:]
 
 
+def mark(cache: Any) -> list[tuple[Any, ...] | None]:
+    """What each slab layer holds now (its buffers and view), to ``restore`` if a step fails part-way."""
+    return [
+        (layer.key_slab, layer.value_slab, layer.rows, layer.start, layer.end) if isinstance(layer, SlabLayer) else None
+        for layer in getattr(cache, "layers", [])
+    ]
+
+
+def restore(cache: Any, marks: list[tuple[Any, ...] | None]) -> None:
+    """Undo a step that failed part-way (out of memory in a later layer, or in the join after the forward): the
+    layers that had written this step's column, or been re-placed, hold what they held before it. Without this
+    the running rows' next step would see a token twice in the layers that ran."""
+    for layer, held in zip(getattr(cache, "layers", []), marks, strict=False):
+        if held is not None and isinstance(layer, SlabLayer):
+            layer.key_slab, layer.value_slab, layer.rows, layer.start, layer.end = held
+            layer._view()
+
+
 def with_column(mask: Any) -> Any:
     """The held rows' mask with a step's column (each row's last token, attended by all of them)."""
     import torch

@@ -194,16 +194,21 @@ def step(
     joins = done if joins is None else joins
     if kv_rows.keeps_rows(cache):  # paged: the joining rows' blocks first (out of memory: nothing half done)
         cache.pages.reserve([parts[i].start + len(parts[i].ids) for i in joins])
-    mask = kv_rows.with_column(mask)
-    packed = PackedStep(cache, len(last), mask, parts)
-    logits = forward(runtime.model, packed, last, runtime.device)
-    if joins != done:  # a finished prompt's logits once per row it gives
-        at = {part: len(last) + k for k, part in enumerate(done)}
-        logits = logits[torch.tensor(list(range(len(last))) + [at[i] for i in joins], device=logits.device)]
-    so_far = [packed.prefix_of(i) for i in range(len(parts))]
-    if joins:
-        rows, rows_mask = packed.new_rows(joins)
-        cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
+    marks = kv_rows.mark(cache)
+    try:
+        mask = kv_rows.with_column(mask)
+        packed = PackedStep(cache, len(last), mask, parts)
+        logits = forward(runtime.model, packed, last, runtime.device)
+        if joins != done:  # a finished prompt's logits once per row it gives
+            at = {part: len(last) + k for k, part in enumerate(done)}
+            logits = logits[torch.tensor(list(range(len(last))) + [at[i] for i in joins], device=logits.device)]
+        so_far = [packed.prefix_of(i) for i in range(len(parts))]
+        if joins:
+            rows, rows_mask = packed.new_rows(joins)
+            cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
+    except BaseException:  # out of memory part-way: the running rows step again without the newcomers
+        kv_rows.restore(cache, marks)
+        raise
     return logits, cache, mask, so_far
 
 
