@@ -22,13 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from tasks.kinds import JobKind, TextGenerationInput  # noqa: E402
-from tasks.models_file import ModelSpec  # noqa: E402
+from bench.text_steps import load_runtime  # noqa: E402
+from tasks.kinds import TextGenerationInput  # noqa: E402
 from worker.demo_models import build_demo_models  # noqa: E402
 from worker.demo_models.adapters import adapter_folders  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
-from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
 
 ADAPTERS = ("pirate", "poet", None)
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hum".split()
@@ -42,14 +41,9 @@ def job(i: int) -> TextGenerationInput:
 
 
 def load(models: Path) -> TextGenerationRuntime:
-    options = TorchOptions(num_threads=1)
-    apply_global(options, "cpu")
-    folder = models / "gpt2-demo"
-    runtime = TextGenerationRuntime(
-        ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=str(folder)), str(folder), options
-    )
-    runtime.adapter_sources = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
-    runtime.load("cpu")
+    folder = build_demo_models(models, names=("gpt2-demo",))["gpt2-demo"]
+    adapters = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
+    runtime = load_runtime(folder, adapters)
     for name in ("pirate", "poet"):  # warm: the measured rows never wait for a load
         runtime.predict([TextGenerationInput(prompt="warm", max_new_tokens=1, adapter=name)])
     return runtime
@@ -105,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=96, help="jobs per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each way, alternating")
     args = parser.parse_args(argv)
-    build_demo_models(args.models, names=("gpt2-demo",))
     runtime = load(args.models)
     results: dict[str, list[dict[str, float]]] = {"apart": [], "packed": []}
     for _ in range(args.rounds):

@@ -91,12 +91,13 @@ def batches(runtime: TextGenerationRuntime, jobs: list[TextGenerationInput], slo
     return out
 
 
-def load_runtime(folder: Path) -> TextGenerationRuntime:
-    """genq's text runtime on CPU with the worker's torch settings (one thread)."""
+def load_runtime(folder: Path, adapters: dict[str, str] | None = None) -> TextGenerationRuntime:
+    """genq's text runtime on CPU with the worker's torch settings (one thread); ``adapters``: its LoRAs by name."""
     options = TorchOptions(num_threads=1)
     apply_global(options, "cpu")
     spec = ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=str(folder))
     runtime = TextGenerationRuntime(spec, str(folder), options)
+    runtime.adapter_sources = dict(adapters or {})
     runtime.load("cpu")
     return runtime
 

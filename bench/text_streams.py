@@ -22,12 +22,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from tasks.kinds import JobKind, TextGenerationInput  # noqa: E402
-from tasks.models_file import ModelSpec  # noqa: E402
+from bench.text_steps import load_runtime  # noqa: E402
+from tasks.kinds import TextGenerationInput  # noqa: E402
 from worker.demo_models import build_demo_models  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
 from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
-from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hum".split()
 
@@ -70,14 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=128, help="jobs per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each way, alternating")
     args = parser.parse_args(argv)
-    build_demo_models(args.models, names=("gpt2-demo",))
-    options = TorchOptions(num_threads=1)
-    apply_global(options, "cpu")
-    folder = args.models / "gpt2-demo"
-    runtime = TextGenerationRuntime(
-        ModelSpec(id="gpt2-demo", kind=JobKind.text_generation, source=str(folder)), str(folder), options
-    )
-    runtime.load("cpu")
+    runtime = load_runtime(build_demo_models(args.models, names=("gpt2-demo",))["gpt2-demo"])
     results: dict[str, list[dict[str, float]]] = {"model thread": [], "stream thread": []}
     run(runtime, True, args.rows, args.rows)  # warm
     for _ in range(args.rounds):
