@@ -38,9 +38,14 @@ def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
 
 @pytest.fixture(scope="module")
 def lora_gpt2(demo_models: Path) -> Iterator[TextGenerationRuntime]:
-    """The demo GPT-2 with its demo LoRAs (pirate, poet)."""
+    """The demo GPT-2 with its demo LoRAs (pirate, poet), with the worker's torch settings as ``textgen``: on two
+    threads a matmul's float sums depend on how many rows it has, so a prefix hit's logprobs would move by ~1e-7."""
+    import torch
+
     from worker.demo_models.adapters import adapter_folders
 
+    threads = torch.get_num_threads()
+    apply_global(OPTIONS, "cpu")
     folder = demo_models / "gpt2-demo"
     runtime = TextGenerationRuntime(
         ModelSpec(id="gpt2-lora", kind=JobKind.text_generation, source=str(folder)), str(folder), OPTIONS
@@ -48,3 +53,5 @@ def lora_gpt2(demo_models: Path) -> Iterator[TextGenerationRuntime]:
     runtime.adapter_sources = {name: str(path) for name, path in adapter_folders("gpt2-demo", folder).items()}
     runtime.load("cpu")
     yield runtime
+    torch.set_num_threads(threads)
+    torch.set_grad_enabled(True)

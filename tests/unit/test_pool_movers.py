@@ -75,3 +75,39 @@ def test_a_runtime_s_adapters_leave_the_device_with_it_come_back_with_it_and_go_
     assert torch.equal(with_adapter(), expected)
     mover.to_disk()
     assert not rt.adapters.ready("a") and rt.adapters.parked == [] and rt.adapters.stats.device_bytes == 0
+
+
+def test_an_adapter_load_in_flight_when_its_base_leaves_lands_with_the_base_not_on_the_device(tmp_path):
+    import threading
+
+    from tests.unit.adapter_files import random_factors, write_peft
+    from worker.adapters.cache import AdapterCache
+
+    base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    folder = write_peft(tmp_path / "a", random_factors({"0": (8, 16), "2": (16, 4)}, rank=2, seed=1))
+    for leaves_to in ("host", "disk"):
+        cache = AdapterCache(base, {})
+        reading = threading.Event()
+        release = threading.Event()
+
+        def resolve(name: str, reading: threading.Event = reading, release: threading.Event = release) -> Any:
+            reading.set()  # the load is in flight: its file is being found
+            assert release.wait(10)
+            return folder
+
+        cache.resolve = resolve
+        future = cache.prepare("a")
+        assert reading.wait(10)
+        if leaves_to == "host":
+            cache.offload()
+        else:
+            cache.drop()
+        release.set()
+        future.result(timeout=10)
+        assert not cache.ready("a") and cache.stats.device_resident == 0 and cache.stats.device_bytes == 0
+        if leaves_to == "host":
+            assert cache.parked == ["a"]  # it waits in host RAM for its base
+            cache.restore()
+            assert cache.ready("a") and cache.parked == []
+        else:
+            assert cache.parked == []  # gone with its base

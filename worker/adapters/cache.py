@@ -67,6 +67,7 @@ class AdapterCache:
         self._pending: dict[str, Future[LoraWeights]] = {}
         self._plans: OrderedDict[tuple[Any, ...], mixing.Plan] = OrderedDict()  # by batch composition
         self._reserved = 0  # device slots taken by loads in flight
+        self._away: str | None = None  # "host" or "disk" while the base is off the device (a pool moved it)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="genq-adapter-load")
 
@@ -144,6 +145,7 @@ class AdapterCache:
     def offload(self) -> None:
         """The base leaves the device for host RAM: its adapters' device copies go there too, to come back with it."""
         with self._lock:
+            self._away = "host"
             self._parked.update((name, w.to("cpu", self.dtype)) for name, w in self._device.items())
             self._device.clear()
             self._plans.clear()  # a plan holds device tensors
@@ -152,6 +154,7 @@ class AdapterCache:
     def restore(self) -> None:
         """The base is back on the device: so are the adapters it took to host RAM."""
         with self._lock:
+            self._away = None
             self._device.update((name, w.to(self.device, self.dtype)) for name, w in self._parked.items())
             self._parked.clear()
             self._count_device()
@@ -159,6 +162,7 @@ class AdapterCache:
     def drop(self) -> None:
         """The base goes to disk: its adapters' copies go (a load builds the runtime's cache anew)."""
         with self._lock:
+            self._away = "disk"
             self._device.clear()
             self._parked.clear()
             self._host.clear()
@@ -183,6 +187,8 @@ class AdapterCache:
         try:
             host = self._host_copy(name)
             with self._lock:
+                if self._park(name, host):
+                    return host
                 self._evict_device(keep=self.device_adapters - 1 - self._reserved)
                 self._reserved += 1
             try:
@@ -191,6 +197,8 @@ class AdapterCache:
                 with self._lock:
                     self._reserved -= 1
             with self._lock:
+                if self._park(name, host):  # the base left while it was copied: the copy is not kept
+                    return host
                 self._device[name] = on_device
                 self.stats.device_bytes = sum(w.nbytes for w in self._device.values())
                 self.stats.device_resident = len(self._device)
@@ -202,6 +210,13 @@ class AdapterCache:
         finally:
             with self._lock:
                 self._pending.pop(name, None)
+
+    def _park(self, name: str, host: LoraWeights) -> bool:
+        """True when the base is off the device (lock held): a load that ends now leaves nothing there. It waits in
+        host RAM for the base's return (``restore``), or goes with a base gone to disk."""
+        if self._away == "host":
+            self._parked[name] = host
+        return self._away is not None
 
     def _host_copy(self, name: str) -> LoraWeights:
         with self._lock:
