@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from worker.runtimes.text.paged_kv import PagedLayer
+from worker.runtimes.text.paged_kv import BLOCK, PagedLayer
 from worker.runtimes.text.prompt_parts import PromptPart
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,8 @@ class PackedStep:
         column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
         layer = self.held.layers[layer_idx]
         if isinstance(layer, PagedLayer):  # paged rows are attended by length group (paged_kv): no padded batch
-            layer.step(column_k, column_v)
+            if r:  # none: a fresh paged session's first rows ride alone
+                layer.step(column_k, column_v)
         else:
             self._decode[layer_idx] = layer.update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
@@ -86,7 +87,7 @@ class PackedStep:
         decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
         held = self.held.layers[layer]
         if isinstance(held, PagedLayer):
-            out = held.attend(decode_q, scaling)
+            out = held.attend(decode_q, scaling) if self.rows else decode_q
         else:
             keys, values = self._decode[layer]
             allowed = self.mask.bool()[:, None, None, :]
@@ -192,9 +193,13 @@ def step(
 
     done = [i for i, part in enumerate(parts) if part.last]
     joins = done if joins is None else joins
-    if kv_rows.keeps_rows(cache):  # paged: the joining rows' blocks first (out of memory: nothing half done)
-        cache.pages.reserve([parts[i].start + len(parts[i].ids) for i in joins])
+    paged = kv_rows.keeps_rows(cache)
+    if paged:  # the joining rows' own blocks first (out of memory: nothing half done); its own mask
+        mask = cache.mask()
+        shares = paged_joins(parts, joins)
+        cache.pages.reserve([length - BLOCK * (n if isinstance(n, int) else len(n)) for length, n in shares])
     marks = kv_rows.mark(cache)
+    lengths = list(cache.pages.lengths) if paged else []
     try:
         mask = kv_rows.with_column(mask)
         packed = PackedStep(cache, len(last), mask, parts)
@@ -203,13 +208,44 @@ def step(
             at = {part: len(last) + k for k, part in enumerate(done)}
             logits = logits[torch.tensor(list(range(len(last))) + [at[i] for i in joins], device=logits.device)]
         so_far = [packed.prefix_of(i) for i in range(len(parts))]
-        if joins:
+        if joins and paged:
+            join_paged(cache, packed, joins)
+            mask = cache.mask()
+        elif joins:
             rows, rows_mask = packed.new_rows(joins)
             cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
     except BaseException:  # out of memory part-way: the running rows step again without the newcomers
         kv_rows.restore(cache, marks)
+        if paged:
+            cache.pages.undo(lengths)
         raise
     return logits, cache, mask, so_far
+
+
+def paged_joins(parts: list[PromptPart], joins: list[int]) -> list[tuple[int, list[int] | int]]:
+    """Each joining row's length and the full blocks it shares: its cached prefix's pages (a list) for a part's
+    first row, for the part's later rows (a job's other choices) the count of its first row's full blocks."""
+    out: list[tuple[int, list[int] | int]] = []
+    seen: set[int] = set()
+    for i in joins:
+        part = parts[i]
+        length = part.start + len(part.ids)
+        out.append((length, part.pages if i not in seen else length // BLOCK))
+        seen.add(i)
+    return out
+
+
+def join_paged(cache: Any, packed: PackedStep, joins: list[int]) -> None:
+    """The joining rows into ``cache``'s blocks: each its own tokens only. A row references its cached prefix's
+    blocks, and a job's later choices its first choice's full blocks of their prompt (the same tokens under the
+    same adapter), writing only the last, partly filled one."""
+    first: dict[int, int] = {}
+    for (length, shared), i in zip(paged_joins(packed.parts, joins), joins, strict=True):
+        pages = cache.table(first[i])[:shared] if isinstance(shared, int) else shared
+        start = BLOCK * len(pages)
+        rows = [packed.keys_of(i, layer) for layer in sorted(packed._fresh)]
+        cache.add([[(keys[:, start:length], values[:, start:length]) for keys, values in rows]], [pages])
+        first.setdefault(i, cache.rows_and_columns()[0] - 1)
 
 
 def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:
