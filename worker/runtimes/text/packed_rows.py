@@ -56,9 +56,9 @@ class PackedStep:
     """The cache a packed forward sees: ``update`` writes the running rows' new column into the held cache and
     keeps the newcomers' keys aside; ``attend`` is each layer's split attention."""
 
-    held: Any  # the held cache (slab layers) of the running rows (a session with none prefills apart)
+    held: Any  # the held cache (slab or paged layers) of the running rows
     rows: int  # running rows: the first ``rows`` tokens of the sequence
-    mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column
+    mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column (None: paged)
     parts: list[PromptPart]
     _decode: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     _fresh: dict[int, tuple[Any, Any]] = field(default_factory=dict)
@@ -79,7 +79,13 @@ class PackedStep:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Asked by some models' code for positions (given here), kept for them."""
-        return int(self.mask.shape[-1]) - 1
+        return self.held.pages.width if self.mask is None else int(self.mask.shape[-1]) - 1
+
+    def positions(self) -> list[int]:
+        """Each running row's position for this step's token: its length so far."""
+        if self.mask is None:  # paged: the cache keeps its rows' lengths
+            return list(self.held.pages.lengths)
+        return (self.mask.sum(-1) - 1).tolist()  # type: ignore[no-any-return]
 
     def attend(self, layer: int, query: Any, scaling: float | None) -> Any:
         """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
@@ -94,6 +100,8 @@ class PackedStep:
             out = F.scaled_dot_product_attention(
                 decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
             )
+        if not self.parts:  # a plain decode step: [1, rows, heads, dim] as it is
+            return out[:, :, 0].unsqueeze(0)
         parts = [out[:, :, 0]]  # [rows, heads, dim]
         offset = self.rows
         for index, part in enumerate(self.parts):
@@ -202,7 +210,7 @@ def step(
     lengths = list(cache.pages.lengths) if paged else []
     try:
         mask = kv_rows.with_column(mask)
-        packed = PackedStep(cache, len(last), mask, parts)
+        packed = PackedStep(cache, len(last), None if paged else mask, parts)
         logits = forward(runtime.model, packed, last, runtime.device)
         if joins != done:  # a finished prompt's logits once per row it gives
             at = {part: len(last) + k for k, part in enumerate(done)}
@@ -251,7 +259,7 @@ def join_paged(cache: Any, packed: PackedStep, joins: list[int]) -> None:
 def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:
     """One forward over the running rows' ``last`` tokens and the newcomers' prompt parts; returns the logits of each
     running row and of each finished prompt's last token, [rows + finished prompts, vocab]."""
-    positions: list[int] = (step.mask.sum(-1) - 1).tolist()
+    positions = step.positions()
     ids = list(last)
     ends = []
     for part in step.parts:
@@ -274,12 +282,7 @@ def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> A
     return out.logits[0]
 
 
-def decode(runtime: Any, cache: Any, mask: Any, last: list[int]) -> tuple[Any, Any]:
-    """One decode step of paged rows (``paged_kv``: no prompt parts) on the packed forward; their logits and mask."""
-    logits = forward(
-        runtime.model,
-        PackedStep(cache, len(last), torch.cat([mask, mask.new_ones((len(last), 1))], -1), []),
-        last,
-        runtime.device,
-    )
-    return logits, cache.mask()
+def decode(runtime: Any, cache: Any, last: list[int]) -> Any:
+    """One decode step of paged rows (``paged_kv``: no prompt parts) on the packed forward; their logits. Their
+    positions are their lengths in the cache: no mask is made."""
+    return forward(runtime.model, PackedStep(cache, len(last), None, []), last, runtime.device)

@@ -38,7 +38,8 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
         self.runtime = runtime
         self._rows: list[SessionRow] = []
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
-        self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
+        self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding (slab; stale
+        # on the paged layout between joins and leaves: its cache keeps its rows' lengths, ``cache.mask()``)
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
         self.adapters = SessionAdapters(runtime.adapters)  # each job's LoRA, on its rows only
         self.parking = Parking(runtime, self.adapters)  # jobs that join a later step while the rows step on
@@ -159,7 +160,7 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
             handles = [row.handle for row in self._rows]  # adapter on its own token)
             with runtime.grad_off(), self.adapters.forward(handles, [1] * len(handles)):
                 last = [row.state.generated[-1] for row in self._rows]
-                logits, self._mask = packed_rows.decode(runtime, self._cache, self._mask, last)
+                logits = packed_rows.decode(runtime, self._cache, last)  # the cache keeps its own lengths
                 return self._left(ended + self._advance(self._rows, logits)[0])
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
