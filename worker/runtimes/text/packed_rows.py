@@ -70,8 +70,7 @@ class PackedStep:
         column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
         layer = self.held.layers[layer_idx]
         if isinstance(layer, PagedLayer):  # paged rows are attended by length group (paged_kv): no padded batch
-            if r:  # none: a fresh paged session's first rows ride alone
-                layer.step(column_k, column_v)
+            layer.step(column_k, column_v)
         else:
             self._decode[layer_idx] = layer.update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
@@ -93,7 +92,7 @@ class PackedStep:
         decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
         held = self.held.layers[layer]
         if isinstance(held, PagedLayer):
-            out = held.attend(decode_q, scaling) if self.rows else decode_q
+            out = held.attend(decode_q, scaling)
         else:
             keys, values = self._decode[layer]
             allowed = self.mask.bool()[:, None, None, :]

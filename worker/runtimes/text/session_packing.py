@@ -53,4 +53,4 @@ class PackedJoins:
             self.prefixes.ran(leaders, parts)
             self._rows += [held for i in finished for held in self._pending[i]]
             self._pending = [job for i, job in enumerate(self._pending) if i not in set(finished)]
-            return self._advance(self._rows, logits)[0] if self._rows else []
+            return self._advance(self._rows, logits)[0]
