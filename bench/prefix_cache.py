@@ -9,7 +9,8 @@ a row of the session. A job's first token is timed from its admission to the ste
 Rounds alternate off and on with the same jobs, so the machine's load falls on both; the last column says whether
 every job's text matched its text with sharing off. "rows' KV MiB" is what the rows' keys and values take after
 each step (mean and peak over the measured steps): on the paged layout the pool blocks some row holds (a shared
-prefix once), on the slab its buffers; the prefix cache's own bytes are beside it (at the round's end). Usage::
+prefix once) and each layer's copies of its length groups, on the slab its buffers; the prefix cache's own bytes
+are beside it (at the round's end). Usage::
 
     python bench/prefix_cache.py [--clients 32] [--jobs 160] [--rounds 2] [--system-tokens 256] [--kv-layout slab]
 """
@@ -80,8 +81,8 @@ def jobs(system: str, count: int) -> list[TextGenerationInput]:
 
 
 def kv_bytes(runtime: TextGenerationRuntime, session: Any) -> int:
-    """Bytes of the rows' keys and values now: the pool blocks a row holds (beyond the prefix cache's own hold),
-    the session's slab buffers."""
+    """Bytes of the rows' keys and values now: the pool blocks a row holds (beyond the prefix cache's own hold) and
+    the paged layers' copies of their groups, or the session's slab buffers."""
     from worker.runtimes.text.kv_rows import SlabLayer
 
     pool, cache = runtime.blocks, runtime.prefixes
@@ -91,6 +92,8 @@ def kv_bytes(runtime: TextGenerationRuntime, session: Any) -> int:
         held = sum(1 for page, refs in enumerate(pool.refs) if page and refs > (page in cached)) * pool.block_bytes
     layers = getattr(session._cache, "layers", None) or []
     slabs = [layer.key_slab for layer in layers if isinstance(layer, SlabLayer)]
+    for layer in layers:  # paged: each layer's copies of its length groups (paged_groups) hold the rows again
+        slabs += [view.key_slab for view in getattr(layer, "_views", {}).values()]
     return held + sum(2 * int(slab.numel()) * int(slab.element_size()) for slab in slabs)
 
 

@@ -141,11 +141,11 @@ class PagedCache(DynamicCache):
         its job's first choice's prompt), which it references and never writes."""
         pages = self.pages
         for r, row in enumerate(rows):
-            start = BLOCK * len(shared[r]) if shared else 0
+            start, own = BLOCK * len(shared[r]) if shared else 0, int(row[0][0].shape[-2])
+            blocks = pages.take_reserved(own)  # first: out of memory here holds nothing more
             if shared:
                 pages.pool.ref(shared[r])
-            own = int(row[0][0].shape[-2])
-            pages.tables.append((shared[r] if shared else []) + pages.take_reserved(own))
+            pages.tables.append((shared[r] if shared else []) + blocks)
             pages.lengths.append(start + own)
             slots = pages.slots(len(pages.lengths) - 1, start + own)
             pages.settle()
