@@ -118,14 +118,16 @@ def attention_ms(rows: int, long: int, reps: int) -> dict[str, float]:
     import torch
     import torch.nn.functional as F  # noqa: N812
 
-    from worker.runtimes.text.paged_kv import PagedCache
+    from worker.runtimes.text.paged_kv import BlockPool, PagedCache
 
     heads, dim = 6, 64
     lengths = [20 + (row * 37) % 61 for row in range(rows - 1)] + [long]
     query = torch.randn(rows, heads, 1, dim)
 
     def cache() -> Any:
-        paged = PagedCache(1, heads, dim, torch.float32, "cpu")
+        pool = BlockPool()
+        pool.shape(1, heads, dim, torch.float32, "cpu")
+        paged = PagedCache(pool)
         paged.add([[(torch.randn(heads, n, dim), torch.randn(heads, n, dim))] for n in lengths])
         return paged
 

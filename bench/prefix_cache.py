@@ -7,9 +7,12 @@ Each of ``--clients`` clients sends a chat job (the system prompt, then its own 
 a row of the session. A job's first token is timed from its admission to the step that chose it. The first
 ``--clients`` jobs (the session's first, left-padded prefill, which fills the cache) are left out of the figures.
 Rounds alternate off and on with the same jobs, so the machine's load falls on both; the last column says whether
-every job's text matched its text with sharing off. Usage::
+every job's text matched its text with sharing off. "rows' KV MiB" is what the rows' keys and values take after
+each step (mean and peak over the measured steps): on the paged layout the pool blocks some row holds (a shared
+prefix once) and each layer's copies of its length groups, on the slab its buffers; the prefix cache's own bytes
+are beside it (at the round's end). Usage::
 
-    python bench/prefix_cache.py [--clients 32] [--jobs 160] [--rounds 2] [--system-tokens 256]
+    python bench/prefix_cache.py [--clients 32] [--jobs 160] [--rounds 2] [--system-tokens 256] [--kv-layout slab]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
@@ -48,6 +52,8 @@ class Round:
     first_ms: list[float] = field(default_factory=list)
     texts: dict[int, str] = field(default_factory=dict)
     hit_share: float = 0.0
+    kv_bytes: list[int] = field(default_factory=list)  # the rows' keys and values after each measured step
+    cache_bytes: int = 0  # the prefix cache's at the end
 
 
 def system_prompt(runtime: TextGenerationRuntime, tokens: int) -> str:
@@ -74,7 +80,26 @@ def jobs(system: str, count: int) -> list[TextGenerationInput]:
     return out
 
 
-def run_round(runtime: TextGenerationRuntime, work: list[TextGenerationInput], clients: int, shared: bool) -> Round:
+def kv_bytes(runtime: TextGenerationRuntime, session: Any) -> int:
+    """Bytes of the rows' keys and values now: the pool blocks a row holds (beyond the prefix cache's own hold) and
+    the paged layers' copies of their groups, or the session's slab buffers."""
+    from worker.runtimes.text.kv_rows import SlabLayer
+
+    pool, cache = runtime.blocks, runtime.prefixes
+    cached = {block.page for block in cache._blocks.values()} if cache is not None else set()
+    held = 0
+    if pool is not None:
+        held = sum(1 for page, refs in enumerate(pool.refs) if page and refs > (page in cached)) * pool.block_bytes
+    layers = getattr(session._cache, "layers", None) or []
+    slabs = [layer.key_slab for layer in layers if isinstance(layer, SlabLayer)]
+    for layer in layers:  # paged: each layer's copies of its length groups (paged_groups) hold the rows again
+        slabs += [view.key_slab for view in getattr(layer, "_views", {}).values()]
+    return held + sum(2 * int(slab.numel()) * int(slab.element_size()) for slab in slabs)
+
+
+def run_round(
+    runtime: TextGenerationRuntime, work: list[TextGenerationInput], clients: int, shared: bool, layout: str = ""
+) -> Round:
     """The clients' closed loop over ``work`` on one session; the first ``clients`` jobs warm it up, unmeasured."""
     cache = runtime.prefixes
     assert cache is not None, "the demo GPT-2 packs prompts: it has a prefix cache"
@@ -86,7 +111,8 @@ def run_round(runtime: TextGenerationRuntime, work: list[TextGenerationInput], c
     waiting = deque(range(len(work)))
     admitted: dict[str, float] = {}
     first: set[str] = set()
-    session = runtime.open_session(())
+    session: Any = runtime.open_session(())
+    session._layout = layout or session._layout  # what batching.kv_layout sets
     start = 0.0
     try:
         while waiting or session.handles:
@@ -99,6 +125,8 @@ def run_round(runtime: TextGenerationRuntime, work: list[TextGenerationInput], c
             done = session.admit([Row(str(i), work[i]) for i in newcomers]) if newcomers else []
             done += session.step()
             now = time.perf_counter()
+            if start:
+                out.kv_bytes.append(kv_bytes(runtime, session))
             started = [h for h, (made, _) in session.progress().items() if made] + [r.handle for r in done]
             for handle in started:
                 if handle not in first:
@@ -112,6 +140,7 @@ def run_round(runtime: TextGenerationRuntime, work: list[TextGenerationInput], c
                 if int(result.handle) >= clients:
                     out.tokens += output["tokens"]
         out.seconds = time.perf_counter() - start
+        out.cache_bytes = cache.nbytes
     finally:
         cache.resize(budget)
     hits, prompts = _counters(runtime)
@@ -132,8 +161,8 @@ def table(rounds: list[Round], reference: dict[int, str]) -> list[str]:
     base_rate = sum(r.tokens for r in off) / sum(r.seconds for r in off)
     lines = [
         "| round | sharing | first-token p50 ms (x off) | first-token p90 ms | tokens/s (x off) | prompt tokens reused "
-        "| same texts as off |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| rows' KV MiB mean / peak | prefix cache MiB | same texts as off |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n, r in enumerate(rounds, 1):
         p50, p90 = statistics.median(r.first_ms), statistics.quantiles(r.first_ms, n=10)[-1]
@@ -141,7 +170,9 @@ def table(rounds: list[Round], reference: dict[int, str]) -> list[str]:
         same = "yes" if r.texts == reference else "NO"
         lines.append(
             f"| {n} | {'on' if r.shared else 'off'} | {p50:.0f} ({p50 / base_p50:.2f}x) | {p90:.0f} | "
-            f"{rate:.0f} ({rate / base_rate:.2f}x) | {100 * r.hit_share:.0f}% | {same} |"
+            f"{rate:.0f} ({rate / base_rate:.2f}x) | {100 * r.hit_share:.0f}% "
+            f"| {statistics.mean(r.kv_bytes) / 2**20:.1f} / {max(r.kv_bytes) / 2**20:.1f} "
+            f"| {r.cache_bytes / 2**20:.1f} | {same} |"
         )
     return lines
 
@@ -152,6 +183,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=160, help="jobs per round, the first --clients unmeasured")
     parser.add_argument("--rounds", type=int, default=2, help="pairs of rounds (off, then on)")
     parser.add_argument("--system-tokens", type=int, default=256)
+    parser.add_argument("--kv-layout", default="", help="paged or slab (default: the model's, paged)")
     args = parser.parse_args()
     from tests.harness import ROOT
     from worker.demo_models import build_demo_models
@@ -165,7 +197,7 @@ def main() -> None:
     rounds: list[Round] = []
     for _ in range(args.rounds):
         for shared in (False, True):
-            rounds.append(run_round(runtime, work, args.clients, shared))
+            rounds.append(run_round(runtime, work, args.clients, shared, args.kv_layout))
             print(f"  round {len(rounds)} ({'on' if shared else 'off'}) done in {rounds[-1].seconds:.1f} s", flush=True)
     print("\n".join(table(rounds, rounds[0].texts)))
 

@@ -43,6 +43,7 @@ class ModelConfig:
     adapter_rows: str | None = None  # "mixed" or "grouped"; None: the default (mixed)
     adapters: tuple[tuple[str, str], ...] = ()  # (name, folder relative to the demo model's) the model offers
     limits: str = ""  # the model's limits as a TOML inline table's inside ("windows_per_step = 4"); "": the defaults
+    kv_layout: str | None = None  # a text model's "paged" or "slab" KV cache; None: the default
 
     def toml(self, demo_dir: Path) -> str:
         kind = kind_of(self.demo)
@@ -54,6 +55,7 @@ class ModelConfig:
             f'policy = "{self.policy}", buffer_batches = 2'
             + (f', scheduling = "{self.scheduling}"' if self.scheduling else "")
             + (f', adapter_rows = "{self.adapter_rows}"' if self.adapter_rows else "")
+            + (f', kv_layout = "{self.kv_layout}"' if self.kv_layout else "")
             + " }",
             "max_queue_depth = 4096",  # the load generator, not admission, is what a benchmark measures
         ]

@@ -13,10 +13,13 @@ so a change of load on the shared machine falls on both:
 - uniform 16-token greedy text at 8 and 16 clients: tokens/s, beside the raw runtime at batch 8 and 16.
 
 Targets (issue 44): genq's tokens/s at least the peer's on every point, its 4-token p50 at most the peer's on the
-mixed points, and at 32 clients at least 80% of the raw 16-row rate. Prints the tables, writes
+mixed points, and at 32 clients at least 80% of the raw 16-row rate. ``--kv-layouts paged,slab`` serves genq's
+model once per KV layout (``batching.kv_layout``, a worker each, the first layout's is "genq"): every point runs
+each in turn, the layouts table gives their ratios in one run. Prints the tables, writes
 bench/out/text-vs-hf.{json,png}::
 
     python bench/text_vs_hf.py [--quick | --smoke] [--rounds 2] [--points "mixed text x32,uniform 16 tokens x8"]
+        [--kv-layouts paged,slab]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -121,10 +124,14 @@ def send_to_hf(client: httpx.Client, model: str, spec: JobSpec) -> Done:
 
 
 class Bench:
-    """The stack with its worker, the peer server, the raw probe; every measurement so far."""
+    """The stack with its workers (genq's systems: their model and worker), the peer server, the raw probe; every
+    measurement so far."""
 
-    def __init__(self, stack: BenchStack, worker: WorkerProcess, hf: HFServer, probe: RawProbe, plan: Plan) -> None:
-        self.stack, self.worker, self.hf, self.probe, self.plan = stack, worker, hf, probe, plan
+    def __init__(
+        self, stack: BenchStack, genq: dict[str, tuple[str, WorkerProcess]], hf: HFServer, probe: RawProbe, plan: Plan
+    ) -> None:
+        self.stack, self.genq, self.hf, self.probe, self.plan = stack, genq, hf, probe, plan
+        self.worker = genq["genq"][1]
         self.measured: list[Measured] = []
 
     def raw(self, size: int) -> tuple[float, float]:
@@ -132,19 +139,20 @@ class Bench:
         batch = self.probe.measure(self.plan.raw_reps)["batches"][str(size)]
         return CPU.raw_tokens * batch["items_per_s"], batch["cpu_ms_per_item"] / CPU.raw_tokens
 
-    def cpu(self) -> dict[str, float]:
-        parts = snapshot(self.stack, self.worker)
+    def cpu(self, worker: WorkerProcess) -> dict[str, float]:
+        parts = snapshot(self.stack, worker)
         parts["HF server"] = cpu_ms(self.hf.proc.pid)
         parts["clients"] = time.process_time() * 1000
         return parts
 
     def one(self, rnd: int, system: str, load: LoadPoint) -> Measured:
-        url, sender = (self.stack.url, {}) if system == "genq" else (self.hf.url, {"sender": send_to_hf})
-        before = self.cpu()
+        model, worker = self.genq.get(system, (MODEL, self.worker))
+        url, sender = (self.stack.url, {}) if system in self.genq else (self.hf.url, {"sender": send_to_hf})
+        before = self.cpu(worker)
         done, window = run_clients(
-            url, MODEL, load.jobs, load.clients, self.plan.warmup_s, self.plan.duration_s, **sender
+            url, model, load.jobs, load.clients, self.plan.warmup_s, self.plan.duration_s, **sender
         )
-        after = self.cpu()
+        after = self.cpu(worker)
         tokens = sum(d.work for d in done if d.ok)  # CPU is read over the whole run, warm-up included
         parts = per_unit(before, after, tokens)
         parts.update({k: (after[k] - before[k]) / max(tokens, 1.0) for k in ("HF server", "clients")})
@@ -163,7 +171,7 @@ class Bench:
     def pair(self, rnd: int, load: LoadPoint) -> None:
         size = load.raw_batch
         before = self.raw(size) if size else (math.nan, math.nan)
-        rows = [self.one(rnd, system, load) for system in ("genq", "hf")]
+        rows = [self.one(rnd, system, load) for system in [*self.genq, "hf"]]
         if size:
             after = self.raw(size)
             for row in rows:
@@ -173,21 +181,27 @@ class Bench:
 
 
 @contextmanager
-def systems(plan: Plan, work_dir: Path) -> Iterator[Bench]:
-    """Everything up: the stack and its worker, the peer server, the raw probe; all stopped on exit."""
+def systems(plan: Plan, work_dir: Path, layouts: list[str | None]) -> Iterator[Bench]:
+    """Everything up: the stack and its workers (genq's model once per KV layout in ``layouts``, None: the
+    default), the peer server, the raw probe; all stopped on exit."""
     from worker.demo_models import build_demo_models
 
     demo_dir = ROOT / ".genq" / "models"
     build_demo_models(demo_dir, names=("gpt2-demo",))
-    config = ModelConfig(MODEL, "gpt2-demo", SLOTS, 50, scheduling="step")
-    with BenchStack([config], demo_dir, work_dir) as stack, stack.worker(MODEL) as worker:
+    names = {"genq": MODEL} | {f"genq {layout}": f"{MODEL}-{layout}" for layout in layouts[1:]}
+    configs = [
+        ModelConfig(model, "gpt2-demo", SLOTS, 50, scheduling="step", kv_layout=layout)
+        for model, layout in zip(names.values(), layouts, strict=True)
+    ]
+    with BenchStack(configs, demo_dir, work_dir) as stack, ExitStack() as workers:
+        genq = {system: (model, workers.enter_context(stack.worker(model))) for system, model in names.items()}
         assert stack.settings is not None
         sizes = sorted({p.raw_batch for p in POINTS if p.raw_batch})
         probe = RawProbe(stack.settings.models_file, MODEL, sizes, stack.env())
         try:
             with HFServer(demo_dir / "gpt2-demo", SLOTS, stack.env()) as hf:
                 print(f"up: genq {stack.url}, transformers {hf.url}, logs in {work_dir}", flush=True)
-                yield Bench(stack, worker, hf, probe, plan)
+                yield Bench(stack, genq, hf, probe, plan)
         finally:
             probe.close()
 
@@ -201,7 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "out"))
     labels = ", ".join(p.label for p in POINTS)
     parser.add_argument("--points", help=f"comma-separated labels of the points to run (default all: {labels})")
+    parser.add_argument("--kv-layouts", default="", help="genq once per KV layout, e.g. paged,slab (default: one)")
     args = parser.parse_args(argv)
+    layouts: list[str | None] = [name for name in args.kv_layouts.split(",") if name] or [None]
     points = [p for p in POINTS if not args.points or p.label in args.points.split(",")]
     if not points:
         parser.error(f"--points: none of {args.points!r} is a point ({labels})")
@@ -209,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds:
         plan = Plan(plan.name, plan.warmup_s, plan.duration_s, args.rounds, plan.raw_reps)
     started, loads = time.time(), [os.getloadavg()[0]]
-    with systems(plan, Path(tempfile.mkdtemp(prefix="genq-bench-vs-hf-"))) as bench:
+    with systems(plan, Path(tempfile.mkdtemp(prefix="genq-bench-vs-hf-")), layouts) as bench:
         for rnd in range(1, plan.rounds + 1):
             for load in points:
                 bench.pair(rnd, load)

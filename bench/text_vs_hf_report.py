@@ -112,9 +112,42 @@ def targets(measured: list[Measured]) -> list[str]:
     return lines
 
 
+def layouts_table(measured: list[Measured]) -> list[str]:
+    """genq's other KV layouts (systems "genq <layout>") against its first ("genq"), round by round."""
+    others = list(dict.fromkeys(r.system for r in measured if r.system.startswith("genq ")))
+    if not others:
+        return []
+    lines = [
+        "genq's KV layouts in the same run (the first layout is 'genq'):",
+        "",
+        "| round | point | layout | tokens/s | genq tokens/s | genq / layout | 4-token p50 ms | genq 4-token p50 ms "
+        "| model thread ms/token | genq model thread ms/token |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    pairs: dict[tuple[int, str], dict[str, Measured]] = {}
+    for row in measured:
+        pairs.setdefault((row.round, row.point.label), {})[row.system] = row
+    thread = "worker model thread"
+    for (rnd, label), both in pairs.items():
+        genq = both.get("genq")
+        for system in others:
+            other = both.get(system)
+            if genq is None or other is None:
+                continue
+            g, o = genq.point.work_per_s, other.point.work_per_s
+            lines.append(
+                f"| {rnd} | {label} | {system[5:]} | {o:.1f} | {g:.1f} | {g / o if o else math.nan:.2f} "
+                f"| {_num(p50(other), 0)} | {_num(p50(genq), 0)} "
+                f"| {_num(other.cpu_ms_per_token.get(thread, math.nan), 2)} "
+                f"| {_num(genq.cpu_ms_per_token.get(thread, math.nan), 2)} |"
+            )
+    return [*lines, ""]
+
+
 def report(measured: list[Measured]) -> str:
     return "\n".join(
         [
+            *layouts_table(measured),
             *rounds_table(measured),
             "",
             "CPU ms per generated token (means over rounds; genq by part, the peer's one process; 'clients' is "

@@ -63,10 +63,11 @@ DEFAULT_POOL_MIN_WAIT_S = 2.0  # = the max, a fixed bound: a floor of 0.25 s swi
 # Resident models' step sessions and batches share the model thread step by step (else one model's at a time).
 DEFAULT_POOL_SHARE_STEPS = True
 # A text model's running rows' KV cache (the models file's `batching.kv_layout`): "paged" holds each row in blocks of
-# 16 tokens, so a long joiner moves no other row (worker/runtimes/text/paged_kv.py); "slab" in one right-aligned
-# padded tensor, re-placed at the joiner's width. bench/README.md (issue 44) measures both.
+# 16 tokens of the model's pool, so a long joiner moves no other row and a cached prefix is held once, by reference
+# (worker/runtimes/text/paged_kv.py); "slab" in one right-aligned padded tensor, re-placed at the joiner's width,
+# a prefix cache hit copied into it. bench/README.md (issue 44) measures both.
 KvLayout = Literal["paged", "slab"]
-DEFAULT_KV_LAYOUT: KvLayout = "slab"
+DEFAULT_KV_LAYOUT: KvLayout = "paged"
 # Bytes of a text model's cached prompt prefixes (worker/runtimes/text/prefix_cache.py), on its device; 0: none.
 DEFAULT_PREFIX_CACHE_BYTES = 512 << 20
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"  # a worker's /metrics: this host only unless told (compose: 0.0.0.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from bench.prefix_cache import jobs, run_round, system_prompt, table
 from worker.runtimes.text.runtime import TextGenerationRuntime
 
@@ -16,6 +18,8 @@ def test_both_arms_run_and_report(textgen: TextGenerationRuntime) -> None:
     assert off.hit_share == 0 and on.hit_share > 0.5  # the newcomers reused the system prompt's blocks
     assert on.texts == off.texts and len(on.texts) == 10
     assert len(on.first_ms) == len(off.first_ms) == 6 and on.tokens == off.tokens > 0
+    # paged (the default): the newcomers hold the system prompt's blocks once, by reference
+    assert 0 < statistics.mean(on.kv_bytes) < statistics.mean(off.kv_bytes)
     lines = table([off, on], off.texts)
     assert len(lines) == 4 and "| on |" in lines[3] and lines[3].endswith("| yes |")
 

@@ -62,14 +62,14 @@ def test_a_joiner_moves_no_held_row_and_a_leaver_frees_its_blocks() -> None:
     paged = paged_kv.from_padded(prefill_cache(2, 20, mask, 0), mask)
     pool, tables = paged.layers[0].key_pool, [list(t) for t in paged.pages.tables]
     held = paged.layers[0].gather()[0].clone()
-    free = len(paged.pages.free)
+    free = len(paged.pages.pool.free)
     long = torch.ones(1, 300, dtype=torch.long)
     kv_rows.join(paged, None, prefill_cache(1, 300, long, 1), long)
     assert paged.layers[0].key_pool is pool and paged.pages.tables[:2] == tables  # nobody re-placed
     assert torch.equal(paged.layers[0].gather()[0][:2, :, -20:], held)
-    assert len(paged.pages.free) == free - 300 // paged_kv.BLOCK - 1
+    assert len(paged.pages.pool.free) == free - 300 // paged_kv.BLOCK - 1
     kv_rows.keep(paged, None, [0, 1])
-    assert len(paged.pages.free) == free and paged.rows_and_columns() == (2, 20)
+    assert len(paged.pages.pool.free) == free and paged.rows_and_columns() == (2, 20)
 
 
 def test_a_full_pool_grows_and_keeps_every_row() -> None:
@@ -79,7 +79,7 @@ def test_a_full_pool_grows_and_keeps_every_row() -> None:
     long = torch.ones(1, paged_kv.BLOCK * paged_kv.FIRST_BLOCKS, dtype=torch.long)
     joiner = prefill_cache(1, long.shape[1], long, 3)
     kv_rows.join(paged, None, joiner, long)
-    assert paged.pages.blocks > paged_kv.FIRST_BLOCKS
+    assert paged.pages.pool.blocks > paged_kv.FIRST_BLOCKS
     keys, values = paged.layers[1].gather()
     assert torch.equal(keys[0, :, -10:], before[0][0]) and torch.equal(values[1], joiner.layers[1].values[0])
 
@@ -150,9 +150,9 @@ def test_attention_by_length_group_equals_the_slabs_through_joins_and_leaves() -
 
 
 def test_paged_rows_joining_leaving_and_dropped_get_their_tokens_alone(textgen: TextGenerationRuntime) -> None:
-    """The default layout is the slab (tasks/setting_defaults.py), so the text suites run on it: here the paged
-    session's paths at once (a fresh session's prefill, packed joiners, ``n`` choices, a drop, rows leaving as they
-    finish) against each job alone."""
+    """The paged session's paths at once (a fresh session's prefill, packed joiners, ``n`` choices sharing their
+    prompt's blocks, a drop, rows leaving as they finish) against each job alone (the text suites run on the
+    default layout, paged; this test holds these paths together)."""
     prompts = ["Once upon a time there was", "A", "The weather today is sunny and warm, and the little robot"]
     jobs = {
         f"j{i}": TextGenerationInput(
@@ -183,13 +183,14 @@ def test_a_joiner_whose_blocks_do_not_fit_waits_for_rows_to_leave(
     cannot grow fails that step before anything changed; the newcomer waits (the running row steps on) and joins
     once fewer rows are held, each with its tokens alone."""
     from tests.device_budget import OutOfMemoryError
-    from worker.runtimes.text import paged_pages
 
-    monkeypatch.setattr(paged_pages, "FIRST_BLOCKS", 4)  # 3 blocks of 16 slots: the running row's 21 tokens fit
+    # 3 blocks of 16 slots: the running row's 21 tokens fit (no prefix cache in the way: it holds blocks too)
+    monkeypatch.setattr(textgen, "blocks", paged_kv.BlockPool(first_blocks=4))
+    monkeypatch.setattr(textgen, "prefixes", None)
     running = TextGenerationInput(prompt="Hello", max_new_tokens=20, do_sample=True, seed=1)
     ids = textgen.tokenizer(" ".join(["The little robot painted the sky."] * 20))["input_ids"][:100]
     newcomer = TextGenerationInput(prompt=textgen.tokenizer.decode(ids), max_new_tokens=4, seed=2)
-    real = paged_kv.PagedLayer.grow
+    real = paged_kv.BlockPool.grow
 
     def full(self: Any, blocks: int) -> None:
         raise OutOfMemoryError("CUDA out of memory (simulated)")
@@ -197,11 +198,11 @@ def test_a_joiner_whose_blocks_do_not_fit_waits_for_rows_to_leave(
     session: Any = textgen.open_session(())
     session._layout = "paged"
     session.admit([Row("running", running)])
-    monkeypatch.setattr(paged_kv.PagedLayer, "grow", full)
+    monkeypatch.setattr(paged_kv.BlockPool, "grow", full)
     assert session.admit([Row("new", newcomer)]) == []
     done = {r.handle: r.prediction.output for r in session.step()}
     done.update({r.handle: r.prediction.output for r in session.step()})
     assert session.progress()["new"] == (0, 4) and session.progress()["running"] == (3, 20)  # waits, not failed
-    monkeypatch.setattr(paged_kv.PagedLayer, "grow", real)
+    monkeypatch.setattr(paged_kv.BlockPool, "grow", real)
     done = run_out(session, done)
     assert done == {"running": textgen.predict([running])[0].output, "new": textgen.predict([newcomer])[0].output}

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from worker.runtimes.text.paged_kv import PagedLayer
+from worker.runtimes.text.paged_kv import BLOCK, PagedLayer
 from worker.runtimes.text.prompt_parts import PromptPart
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,9 @@ class PackedStep:
     """The cache a packed forward sees: ``update`` writes the running rows' new column into the held cache and
     keeps the newcomers' keys aside; ``attend`` is each layer's split attention."""
 
-    held: Any  # the held cache (slab layers) of the running rows (a session with none prefills apart)
+    held: Any  # the held cache (slab or paged layers) of the running rows
     rows: int  # running rows: the first ``rows`` tokens of the sequence
-    mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column
+    mask: Any  # [rows, columns + 1]: the running rows' attention mask including this step's column (None: paged)
     parts: list[PromptPart]
     _decode: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     _fresh: dict[int, tuple[Any, Any]] = field(default_factory=dict)
@@ -78,7 +78,13 @@ class PackedStep:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Asked by some models' code for positions (given here), kept for them."""
-        return int(self.mask.shape[-1]) - 1
+        return self.held.pages.width if self.mask is None else int(self.mask.shape[-1]) - 1
+
+    def positions(self) -> list[int]:
+        """Each running row's position for this step's token: its length so far."""
+        if self.mask is None:  # paged: the cache keeps its rows' lengths
+            return list(self.held.pages.lengths)
+        return (self.mask.sum(-1) - 1).tolist()  # type: ignore[no-any-return]
 
     def attend(self, layer: int, query: Any, scaling: float | None) -> Any:
         """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
@@ -93,6 +99,8 @@ class PackedStep:
             out = F.scaled_dot_product_attention(
                 decode_q, keys, values, attn_mask=allowed, scale=scaling, enable_gqa=keys.shape[1] != q.shape[0]
             )
+        if not self.parts:  # a plain decode step: [1, rows, heads, dim] as it is
+            return out[:, :, 0].unsqueeze(0)
         parts = [out[:, :, 0]]  # [rows, heads, dim]
         offset = self.rows
         for index, part in enumerate(self.parts):
@@ -192,30 +200,65 @@ def step(
 
     done = [i for i, part in enumerate(parts) if part.last]
     joins = done if joins is None else joins
-    if kv_rows.keeps_rows(cache):  # paged: the joining rows' blocks first (out of memory: nothing half done)
-        cache.pages.reserve([parts[i].start + len(parts[i].ids) for i in joins])
+    paged = kv_rows.keeps_rows(cache)
+    if paged:  # the joining rows' own blocks first (out of memory: nothing half done); its own mask
+        mask = cache.mask()
+        shares = paged_joins(parts, joins)
+        cache.pages.reserve([length - BLOCK * (n if isinstance(n, int) else len(n)) for length, n in shares])
     marks = kv_rows.mark(cache)
+    lengths = list(cache.pages.lengths) if paged else []
     try:
         mask = kv_rows.with_column(mask)
-        packed = PackedStep(cache, len(last), mask, parts)
+        packed = PackedStep(cache, len(last), None if paged else mask, parts)
         logits = forward(runtime.model, packed, last, runtime.device)
         if joins != done:  # a finished prompt's logits once per row it gives
             at = {part: len(last) + k for k, part in enumerate(done)}
             logits = logits[torch.tensor(list(range(len(last))) + [at[i] for i in joins], device=logits.device)]
         so_far = [packed.prefix_of(i) for i in range(len(parts))]
-        if joins:
+        if joins and paged:
+            join_paged(cache, packed, joins)
+            mask = cache.mask()
+        elif joins:
             rows, rows_mask = packed.new_rows(joins)
             cache, mask = kv_rows.join(cache, mask, rows, rows_mask)
     except BaseException:  # out of memory part-way: the running rows step again without the newcomers
         kv_rows.restore(cache, marks)
+        if paged:
+            cache.pages.undo(lengths)
         raise
     return logits, cache, mask, so_far
+
+
+def paged_joins(parts: list[PromptPart], joins: list[int]) -> list[tuple[int, list[int] | int]]:
+    """Each joining row's length and the full blocks it shares: its cached prefix's pages (a list) for a part's
+    first row, for the part's later rows (a job's other choices) the count of its first row's full blocks."""
+    out: list[tuple[int, list[int] | int]] = []
+    seen: set[int] = set()
+    for i in joins:
+        part = parts[i]
+        length = part.start + len(part.ids)
+        out.append((length, part.pages if i not in seen else length // BLOCK))
+        seen.add(i)
+    return out
+
+
+def join_paged(cache: Any, packed: PackedStep, joins: list[int]) -> None:
+    """The joining rows into ``cache``'s blocks: each its own tokens only. A row references its cached prefix's
+    blocks, and a job's later choices its first choice's full blocks of their prompt (the same tokens under the
+    same adapter), writing only the last, partly filled one."""
+    first: dict[int, int] = {}
+    for (length, shared), i in zip(paged_joins(packed.parts, joins), joins, strict=True):
+        pages = cache.table(first[i])[:shared] if isinstance(shared, int) else shared
+        start = BLOCK * len(pages)
+        rows = [packed.keys_of(i, layer) for layer in sorted(packed._fresh)]
+        cache.add([[(keys[:, start:length], values[:, start:length]) for keys, values in rows]], [pages])
+        first.setdefault(i, cache.rows_and_columns()[0] - 1)
 
 
 def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> Any:
     """One forward over the running rows' ``last`` tokens and the newcomers' prompt parts; returns the logits of each
     running row and of each finished prompt's last token, [rows + finished prompts, vocab]."""
-    positions: list[int] = (step.mask.sum(-1) - 1).tolist()
+    positions = step.positions()
     ids = list(last)
     ends = []
     for part in step.parts:
@@ -238,12 +281,7 @@ def forward(model: Any, step: PackedStep, last: Sequence[int], device: Any) -> A
     return out.logits[0]
 
 
-def decode(runtime: Any, cache: Any, mask: Any, last: list[int]) -> tuple[Any, Any]:
-    """One decode step of paged rows (``paged_kv``: no prompt parts) on the packed forward; their logits and mask."""
-    logits = forward(
-        runtime.model,
-        PackedStep(cache, len(last), torch.cat([mask, mask.new_ones((len(last), 1))], -1), []),
-        last,
-        runtime.device,
-    )
-    return logits, cache.mask()
+def decode(runtime: Any, cache: Any, last: list[int]) -> Any:
+    """One decode step of paged rows (``paged_kv``: no prompt parts) on the packed forward; their logits. Their
+    positions are their lengths in the cache: no mask is made."""
+    return forward(runtime.model, PackedStep(cache, len(last), None, []), last, runtime.device)

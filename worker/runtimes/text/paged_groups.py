@@ -94,7 +94,8 @@ class Bands:
         """Batch row ``row`` joins with ``length`` tokens at ``slots``: into the narrowest group at least as wide,
         else the widest widened when that pads its rows by less than ``GROUP_SAVES`` columns, else a group of its
         own (gathered by each layer: the other rows do not move)."""
-        if self.bands is None:
+        if not self.bands:  # none yet (or no rows): grouped at the next step
+            self.bands = None
             return
         wide = [band for band in self.bands if band.width >= length]
         if wide:

@@ -1,7 +1,9 @@
 """The text session's KV cache in fixed-size blocks (issue 44): rows join and leave without moving each other.
 
-Every layer keeps a pool of token slots for keys and one for values, ``[slots, heads, head_dim]``; a row holds a
-list of blocks of ``BLOCK`` slots and its length (``Pages``, shared by all layers). A joiner's tokens are written
+Every layer of the model has a pool of token slots for keys and one for values, ``[slots, heads, head_dim]``
+(``paged_pool``, one per model: a cached prefix's blocks outlive the session); a row holds a list of blocks of
+``BLOCK`` slots and its length (``Pages``, shared by all layers). A row may start with blocks it shares (a cached
+prefix, its job's first choice's prompt): it references them and never writes into them. A joiner's tokens are written
 into free blocks, a leaver's blocks are freed, a step writes each row's new token into its own slot: nothing else
 moves, whatever the joiner's length (the slab, ``kv_rows.SlabLayer``, re-placed every row at a long joiner's width,
 a 0.5 s step on the demo GPT-2, and every row then attended over that width).
@@ -25,41 +27,41 @@ from worker.runtimes.text import kv_rows
 from worker.runtimes.text.kv_rows import SlabLayer
 from worker.runtimes.text.paged_groups import replay
 from worker.runtimes.text.paged_pages import BLOCK, FIRST_BLOCKS, Group, Pages
+from worker.runtimes.text.paged_pool import BlockPool
 
-__all__ = ["BLOCK", "FIRST_BLOCKS", "PagedCache", "PagedLayer", "Pages", "from_padded"]
+__all__ = ["BLOCK", "FIRST_BLOCKS", "BlockPool", "PagedCache", "PagedLayer", "Pages", "from_padded"]
 
 
 class PagedLayer(DynamicLayer):
-    """One layer's pools of keys and of values, ``[slots, heads, dim]`` each;
-    ``attend`` is the packed forward's attention over it, ``update`` the plain forward's (rows with adapters)."""
+    """Layer ``index`` of the model's pools (``paged_pool``); ``attend`` is the packed forward's attention over
+    it, ``update`` the plain forward's (rows with adapters)."""
 
-    def __init__(self, pages: Pages, first: bool, heads: int, dim: int, dtype: Any, device: Any) -> None:
+    def __init__(self, pages: Pages, index: int) -> None:
         super().__init__()
-        self.pages, self.first, self.dtype, self.device, self.is_initialized = pages, first, dtype, device, True
-        self.key_pool = torch.zeros((pages.blocks * BLOCK, heads, dim), dtype=dtype, device=device)
-        self.value_pool = torch.zeros_like(self.key_pool)
-        self.keys = self.values = self.key_pool[:0]
+        pool = pages.pool
+        self.pages, self.index, self.first, self.is_initialized = pages, index, index == 0, True
+        self.dtype, self.device = pool.dtype, pool.device
+        self.keys = self.values = pool.keys[index].new_empty((0, *pool.keys[index].shape[1:]))  # not a view of it
         self._column: tuple[Any, Any] = (None, None)  # this step's keys and values, [rows, heads, 1, dim]
         self._epoch = -1
         self._views: dict[int, SlabLayer] = {}  # this layer's copy of each length group (``view``), by band id
 
-    def grow(self, blocks: int) -> None:
-        more = blocks * BLOCK - self.key_pool.shape[0]
-        if more > 0:
-            room = self.key_pool.new_zeros((more, *self.key_pool.shape[1:]))
-            self.key_pool, self.value_pool = torch.cat([self.key_pool, room]), torch.cat([self.value_pool, room])
+    @property
+    def key_pool(self) -> Any:
+        return self.pages.pool.keys[self.index]
 
     def write(self, slots: Any, keys: Any, values: Any) -> None:
         """Tokens ``keys``/``values`` [tokens, heads, dim] into ``slots``."""
-        self.key_pool.index_copy_(0, slots, keys)
-        self.value_pool.index_copy_(0, slots, values)
+        self.pages.pool.write(self.index, slots, keys, values)
 
     def read(self, index: Any, rows: int) -> tuple[Any, Any]:
         """The slots ``index`` (flattened [rows, columns]) as keys and values [rows, heads, columns, dim]."""
-        shape = (rows, -1, *self.key_pool.shape[1:])
+        pool = self.pages.pool
+        keys, values = pool.keys[self.index], pool.values[self.index]
+        shape = (rows, -1, *keys.shape[1:])
         return (
-            self.key_pool.index_select(0, index).view(shape).transpose(1, 2),
-            self.value_pool.index_select(0, index).view(shape).transpose(1, 2),
+            keys.index_select(0, index).view(shape).transpose(1, 2),
+            values.index_select(0, index).view(shape).transpose(1, 2),
         )
 
     def step(self, key_states: Any, value_states: Any) -> None:
@@ -127,25 +129,30 @@ class PagedCache(DynamicCache):
 
     keeps_rows = True  # kv_rows.join / keep / rows_and_columns call its own methods
 
-    def __init__(self, layers: int, heads: int, dim: int, dtype: Any, device: Any) -> None:
+    def __init__(self, pool: BlockPool) -> None:
         super().__init__()
-        self.pages = Pages(layers, device)
-        self.paged = [PagedLayer(self.pages, i == 0, heads, dim, dtype, device) for i in range(layers)]
+        self.pages = Pages(pool, len(pool.keys))
+        self.paged = [PagedLayer(self.pages, i) for i in range(len(pool.keys))]
         self.layers = list(self.paged)
-        self.pages.pools = self.paged
 
-    def add(self, rows: list[list[tuple[Any, Any]]]) -> None:
-        """Rows that join after the held ones: each row's keys and values per layer, [heads, tokens, dim]."""
+    def add(self, rows: list[list[tuple[Any, Any]]], shared: list[list[int]] | None = None) -> None:
+        """Rows that join after the held ones: each row's keys and values per layer, [heads, tokens, dim], of its
+        tokens after those held in its ``shared`` blocks (full blocks of the pool it starts with: a cached prefix,
+        its job's first choice's prompt), which it references and never writes."""
         pages = self.pages
-        for row in rows:
-            length = int(row[0][0].shape[-2])
-            pages.tables.append(pages.take_reserved(length))
-            pages.lengths.append(length)
-            slots = pages.slots(len(pages.lengths) - 1, length)
+        for r, row in enumerate(rows):
+            start, own = BLOCK * len(shared[r]) if shared else 0, int(row[0][0].shape[-2])
+            blocks = pages.take_reserved(own)  # first: out of memory here holds nothing more
+            if shared:
+                pages.pool.ref(shared[r])
+            pages.tables.append((shared[r] if shared else []) + blocks)
+            pages.lengths.append(start + own)
+            slots = pages.slots(len(pages.lengths) - 1, start + own)
             pages.settle()
-            pages.bands.add(len(pages.lengths) - 1, length, slots)
-            for layer, (keys, values) in zip(self.paged, row, strict=True):
-                layer.write(slots, keys.transpose(0, 1), values.transpose(0, 1))
+            pages.bands.add(len(pages.lengths) - 1, start + own, slots)
+            if own:
+                for layer, (keys, values) in zip(self.paged, row, strict=True):
+                    layer.write(slots[start:], keys.transpose(0, 1), values.transpose(0, 1))
 
     def add_padded(self, cache: Any, mask: Any) -> None:
         """``cache``'s rows (a prefill's, right-aligned under ``mask``) after the held ones."""
@@ -157,8 +164,12 @@ class PagedCache(DynamicCache):
             ]
         )
 
+    def table(self, row: int) -> list[int]:
+        """The blocks batch row ``row`` holds, in order."""
+        return self.pages.tables[row]
+
     def keep(self, rows: list[int]) -> Any:
-        """Keep batch rows ``rows`` (in order); the others' blocks are free. Returns the kept rows' mask."""
+        """Keep batch rows ``rows`` (in order); the others' blocks are released. Returns the kept rows' mask."""
         self.pages.drop_rows(rows)
         return self.pages.mask()
 
@@ -169,21 +180,23 @@ class PagedCache(DynamicCache):
         return len(self.pages.lengths), self.pages.width
 
 
-def from_padded(cache: Any, mask: Any) -> PagedCache:
-    """A paged cache holding ``cache``'s rows (a prefill's ``DynamicCache``, right-aligned under ``mask``)."""
-    first = cache.layers[0].keys
-    paged = PagedCache(len(cache.layers), first.shape[1], first.shape[-1], first.dtype, first.device)
+def from_padded(cache: Any, mask: Any, pool: BlockPool | None = None) -> PagedCache:
+    """A paged cache holding ``cache``'s rows (a prefill's ``DynamicCache``, right-aligned under ``mask``) in
+    ``pool``'s blocks (the model's; by default a pool of its own)."""
+    pool = BlockPool() if pool is None else pool
+    pool.shape_like(cache.layers[0].keys, len(cache.layers))
+    paged = PagedCache(pool)
     paged.add_padded(cache, mask)
     return paged
 
 
-def hold(cache: Any, mask: Any, paged: bool) -> tuple[Any, Any]:
-    """A prefill's cache (right-aligned under ``mask``) as a session's first rows: in blocks where ``paged`` (the
-    model packs its steps and its models-file entry asks for it), else a slab where the cache splices, else as it
-    is (sliding windows: request-level only)."""
+def hold(cache: Any, mask: Any, pool: BlockPool | None) -> tuple[Any, Any]:
+    """A prefill's cache (right-aligned under ``mask``) as a session's first rows: in ``pool``'s blocks where it is
+    given (the model packs its steps and its models-file entry asks for it), else a slab where the cache splices,
+    else as it is (sliding windows: request-level only)."""
     if not kv_rows.splices(cache):
         return cache, mask
-    if paged:
-        held = from_padded(cache, mask)
+    if pool is not None:
+        held = from_padded(cache, mask, pool)
         return held, held.mask()
     return kv_rows.hold(cache), mask

@@ -1,44 +1,41 @@
-"""Which blocks each paged row holds (``paged_kv``), its length, and each step's slots and length groups."""
+"""Which blocks of the model's pool (``paged_pool``) each paged row holds (``paged_kv``), its length, and each
+step's slots and length groups."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from worker.runtimes.text.paged_groups import Band, Bands
+from worker.runtimes.text.paged_pool import BLOCK, FIRST_BLOCKS, BlockPool
 
-#: Token slots per block: a row wastes at most BLOCK - 1 slots.
-BLOCK = 16
-#: Blocks a pool starts with; it doubles when full (one copy of the pool, rare: log2 of its size over a session).
-FIRST_BLOCKS = 64
+__all__ = ["BLOCK", "FIRST_BLOCKS", "Group", "Pages"]
 
 
 @dataclass
 class Group:
     """A length group's rows in this step: ``band`` (its rows, the columns its copies hold), ``rows`` the rows'
-    tensor (None: all rows, in order), their mask [rows, 1, 1, width with this step's token] and the slots of this
-    step's tokens (``new``)."""
+    tensor (None: all rows, in order) and their mask [rows, 1, 1, width with this step's token]."""
 
     band: Band
     rows: Any
     mask: Any
-    new: Any
     before: list[int]  # the rows' lengths before this step
 
 
 class Pages:
     """Which blocks each row holds and how long it is; the step's write slots and read index (all layers)."""
 
-    def __init__(self, layers: int, device: Any) -> None:
-        self.layers, self.device = layers, device
-        self.tables: list[list[int]] = []
+    def __init__(self, pool: BlockPool, layers: int) -> None:
+        self.pool, self.layers, self.device = pool, layers, pool.device
+        self.tables: list[list[int]] = []  # changed in place: the finalizer below holds this list
         self.lengths: list[int] = []
-        self.blocks = FIRST_BLOCKS
-        self.free = list(range(self.blocks - 1, 0, -1))  # block 0's slot 0 is the padding slot: never given out
-        self.reserved: list[list[int]] = []  # blocks taken for rows about to join (``reserve``)
-        self.pools: list[Any] = []  # the layers whose pools hold the blocks
+        self.reserved: list[list[int]] = []  # blocks taken for rows about to join (``reserve``), changed in place
+        # Dropped with rows held (a failed step's session): their blocks go back to the pool when it is collected.
+        weakref.finalize(self, _orphan, pool, self.tables, self.reserved)
         self._written = 0  # layers that wrote this step's column
         self._slots: Any = None
         self._index: Any = None
@@ -51,43 +48,26 @@ class Pages:
         """Columns the rows attend over: the longest row."""
         return max(self.lengths, default=0)
 
-    def take(self, count: int) -> list[int]:
-        """``count`` free blocks; the pools double first while too few are free (out of memory there, nothing has
-        changed but some layers' pools being larger)."""
-        blocks = self.blocks
-        while len(self.free) + blocks - self.blocks < count:
-            blocks *= 2
-        if blocks > self.blocks:
-            self.grow(blocks)
-            self.free = list(range(blocks - 1, self.blocks - 1, -1)) + self.free
-            self.blocks = blocks
-        return [self.free.pop() for _ in range(count)]
-
     def reserve(self, lengths: list[int]) -> None:
-        """Blocks for rows of ``lengths`` about to join (``take_reserved``), taken before the forward they join
-        after, so that running out of memory leaves no step half done; replaces an earlier reservation."""
+        """Blocks for rows of ``lengths`` tokens of their own about to join (``take_reserved``), taken before the
+        forward they join after, so that running out of memory leaves no step half done; replaces an earlier
+        reservation."""
         for blocks in self.reserved:
-            self.free += blocks
-        self.reserved = []
-        self.reserved = [self.take(-(-length // BLOCK)) for length in lengths]
+            self.pool.release(blocks)
+        self.reserved.clear()
+        for length in lengths:
+            self.reserved.append(self.pool.take(-(-length // BLOCK)))
 
     def take_reserved(self, length: int) -> list[int]:
-        """A joining row's blocks: its reservation if it has one, else free ones."""
+        """A joining row's own blocks for ``length`` tokens: its reservation if it has one, else free ones."""
         count = -(-length // BLOCK)
         if self.reserved and len(self.reserved[0]) == count:
             return self.reserved.pop(0)
-        return self.take(count)
-
-    def grow(self, blocks: int) -> None:
-        """Every layer's pools to ``blocks`` blocks (0: as they are)."""
-        if blocks:
-            for layer in self.pools:
-                layer.grow(blocks)
+        return self.pool.take(count)
 
     def slots(self, row: int, length: int) -> Any:
         """The slots of row ``row``'s first ``length`` tokens, in order."""
-        table = torch.tensor(self.tables[row], device=self.device)
-        return (table[:, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(-1)[:length]
+        return self.pool.slots(self.tables[row], length)
 
     def mask(self) -> Any:
         """[rows, width]: 1 on each row's tokens, right-aligned (the slab's mask)."""
@@ -103,9 +83,10 @@ class Pages:
         self.bands.begin()
         for row, length in enumerate(self.lengths):
             if length == len(self.tables[row]) * BLOCK:
-                self.tables[row] += self.take(1)
+                self.tables[row] += self.pool.take(1)
         self._slots = torch.tensor(
             [table[n // BLOCK] * BLOCK + n % BLOCK for table, n in zip(self.tables, self.lengths, strict=True)],
+            dtype=torch.long,
             device=self.device,
         )
         self._index = self._groups = None
@@ -134,8 +115,7 @@ class Pages:
                 band_lengths = torch.tensor([lengths[row] for row in band.rows], device=self.device)
                 width = band.width + 1
                 mask = torch.arange(width, device=self.device)[None, :] >= (width - band_lengths)[:, None]
-                new = self._slots if rows is None else self._slots.index_select(0, rows)
-                self._groups.append(Group(band, rows, mask[:, None, None, :], new, [before[row] for row in band.rows]))
+                self._groups.append(Group(band, rows, mask[:, None, None, :], [before[row] for row in band.rows]))
         return self._groups
 
     def index(self, lengths: Any, width: int, rows: list[int] | None = None) -> Any:
@@ -165,11 +145,26 @@ class Pages:
             self.bands.stepped()
             self._settled = True
 
+    def undo(self, lengths: list[int]) -> None:
+        """A packed step failed part-way (out of memory in a layer after the last one wrote, or in the join): the
+        rows and lengths before it (``lengths``), their copies of the groups gathered afresh at the next step (some
+        layers' copies hold its column). Its slots are written again."""
+        for table in self.tables[len(lengths) :]:
+            self.pool.release(table)
+        del self.tables[len(lengths) :]
+        self.lengths, self._written, self._settled = list(lengths), 0, True
+        self.bands.regroup()
+
     def drop_rows(self, keep: list[int]) -> None:
         self.settle()
         self.bands.keep(keep, self.lengths)
         gone = set(range(len(self.tables))) - set(keep)
-        for row in gone:
-            self.free += self.tables[row]
-        self.tables = [self.tables[row] for row in keep]
+        tables = self.tables[:]
+        self.tables[:] = [tables[row] for row in keep]
         self.lengths = [self.lengths[row] for row in keep]
+        for row in gone:
+            self.pool.release(tables[row])
+
+
+def _orphan(pool: BlockPool, tables: list[list[int]], reserved: list[list[int]]) -> None:
+    pool.orphan(tables + reserved)

@@ -5,7 +5,7 @@ several steps within ``batching.prefill_chunk`` tokens each, so the running rows
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -18,6 +18,7 @@ class PromptPart:
     start: int = 0
     prefix: list[tuple[Any, Any]] | None = None
     last: bool = True  # the prompt ends here: its logits are kept and it joins the batch
+    pages: list[int] = field(default_factory=list)  # pool blocks of its cached prefix: a paged row references them
 
 
 @dataclass
@@ -27,6 +28,7 @@ class PromptProgress:
     ids: list[int]
     done: int = 0
     prefix: list[tuple[Any, Any]] | None = None
+    pages: list[int] = field(default_factory=list)  # pool blocks of its cached prefix (``prefix_cache.Hit``)
 
     def advance(self, part: PromptPart, prefix: list[tuple[Any, Any]] | None) -> None:
         self.done, self.prefix = self.done + len(part.ids), prefix
@@ -41,6 +43,9 @@ def parts(prompts: Sequence[PromptProgress], budget: int) -> list[PromptPart]:
             break
         take = min(len(prompt.ids) - prompt.done, budget)
         end = prompt.done + take
-        out.append(PromptPart(prompt.ids[prompt.done : end], prompt.done, prompt.prefix, end == len(prompt.ids)))
+        part = PromptPart(
+            prompt.ids[prompt.done : end], prompt.done, prompt.prefix, end == len(prompt.ids), prompt.pages
+        )
+        out.append(part)
         budget -= take
     return out

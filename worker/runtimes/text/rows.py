@@ -15,6 +15,7 @@ from worker.runtimes.text.row_processors import RowProcessor
 if TYPE_CHECKING:
     from worker.adapters.cache import AdapterCache
     from worker.grammar import CompiledGrammar
+    from worker.runtimes.text.paged_pool import BlockPool
     from worker.runtimes.text.prefix_cache import PrefixCache
 
 #: A job's grammar compiling off the model thread (worker/grammar), in the compiler's pool.
@@ -64,6 +65,7 @@ class Decoder(Protocol):
     packs_prompts: bool  # newcomers' prompts may ride in the running rows' step (packed_rows.py)
     adapters: AdapterCache | None  # the model's LoRAs; None: it serves none
     prefixes: PrefixCache | None  # prompts' blocks kept across jobs (prefix_cache.py); None: not kept
+    blocks: BlockPool | None  # paged rows' and cached prefixes' KV blocks (paged_pool.py); None: no paged rows
 
     def release_memory(self) -> None:
         """Give what a failed attempt held back to the device (after an out-of-memory error)."""

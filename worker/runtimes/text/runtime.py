@@ -29,6 +29,7 @@ from worker.runtimes.base import Prediction, ProgressFn, Row, Runtime, StepSessi
 from worker.runtimes.hf_loading import load_pretrained, max_input_length
 from worker.runtimes.text.chat_prompt import chat_prompt
 from worker.runtimes.text.outputs import job_output
+from worker.runtimes.text.paged_pool import BlockPool
 from worker.runtimes.text.prefix_cache import PrefixCache
 from worker.runtimes.text.row_processors import processed, processors_for
 from worker.runtimes.text.rows import DecodeRow
@@ -49,6 +50,7 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
     joins_rows = False
     packs_prompts = False  # set at load: newcomers ride in the running rows' step (worker/runtimes/text/packed_rows.py)
     prefixes: PrefixCache | None = None  # prompts' blocks shared across jobs (prefix_cache.py), where prompts pack
+    blocks: BlockPool | None = None  # the KV blocks of paged rows and cached prefixes (paged_pool.py), likewise
     streams: StreamThread | None = None  # detokenizes rows' streamed text off the model thread (stream_thread.py)
 
     def load(self, device: str) -> None:
@@ -83,7 +85,8 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
         # Newcomers' prompts ride in the running rows' step (issue 34) where the model's code allows it.
         self.packs_prompts = self.joins_rows and packed_probe.supported(self.model, device)
         budget = self.prefixes.budget if self.prefixes is not None else DEFAULT_PREFIX_CACHE_BYTES  # kept on reload
-        self.prefixes = PrefixCache(self.spec.id, budget) if self.packs_prompts else None
+        self.blocks = BlockPool.like(probe.past_key_values) if self.packs_prompts else None  # paged rows', prefixes' KV
+        self.prefixes = PrefixCache(self.spec.id, budget, self.blocks) if self.blocks is not None else None
         from worker.grammar import GrammarCompiler
 
         self.grammars = GrammarCompiler(self.tokenizer, self.eos_ids)  # structured outputs (issue 32)
@@ -121,7 +124,8 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
         super().release_memory()
 
     def forget_caches(self) -> None:
-        """The weights leave the device (a pool's move) or memory ran out: cached prefixes go."""
+        """The weights leave the device (a pool's move) or memory ran out: cached prefixes go (and the KV blocks'
+        pools, when no row holds a block)."""
         if self.prefixes is not None:
             self.prefixes.clear()
 

@@ -22,22 +22,24 @@ from tasks.kinds import TextGenerationInput
 from worker.adapters.session_rows import SessionAdapters
 from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import Row, RowResult, StepSession
-from worker.runtimes.text import kv_rows, packed_rows, paged_kv, prompt_parts
+from worker.runtimes.text import kv_rows, packed_rows, paged_kv
 from worker.runtimes.text.parking import Parking
 from worker.runtimes.text.prefill import prefill
 from worker.runtimes.text.rows import Decoder, DecodeRow, SessionRow
+from worker.runtimes.text.session_packing import PackedJoins
 from worker.runtimes.text.session_prefixes import SessionPrefixes
 from worker.runtimes.text.streaming import row_streamer
 
 
-class TextStepSession(StepSession[TextGenerationInput]):
+class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
     """Rows of a causal LM decoding together; batch position i of the cache is ``self._rows[i]``."""
 
     def __init__(self, runtime: Decoder) -> None:
         self.runtime = runtime
         self._rows: list[SessionRow] = []
         self._cache: Any = None  # DynamicCache of every held row, all but each row's last token
-        self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding
+        self._mask: Any = None  # [rows, cache columns]: 1 where a row has a token, 0 for left padding (slab; stale
+        # on the paged layout between joins and leaves: its cache keeps its rows' lengths, ``cache.mask()``)
         self._ended: dict[str, list[DecodeRow]] = {}  # choices that finished while their job's others run on
         self.adapters = SessionAdapters(runtime.adapters)  # each job's LoRA, on its rows only
         self.parking = Parking(runtime, self.adapters)  # jobs that join a later step while the rows step on
@@ -158,7 +160,7 @@ class TextStepSession(StepSession[TextGenerationInput]):
             handles = [row.handle for row in self._rows]  # adapter on its own token)
             with runtime.grad_off(), self.adapters.forward(handles, [1] * len(handles)):
                 last = [row.state.generated[-1] for row in self._rows]
-                logits, self._mask = packed_rows.decode(runtime, self._cache, self._mask, last)
+                logits = packed_rows.decode(runtime, self._cache, last)  # the cache keeps its own lengths
                 return self._left(ended + self._advance(self._rows, logits)[0])
         with runtime.grad_off(), self.adapters.forward([row.handle for row in self._rows]):
             ids = torch.tensor([[row.state.generated[-1]] for row in self._rows], device=runtime.device)
@@ -206,30 +208,6 @@ class TextStepSession(StepSession[TextGenerationInput]):
             self.runtime.release_memory()
             return ended
 
-    def _packed_step(self) -> list[RowResult]:
-        """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward. A job's
-        choices share its prompt: it rides once (its first choice's), and every choice joins with its own copy."""
-        leaders = [job[0] for job in self._pending]
-        self.prefixes.reuse(leaders)  # prompts that start with cached blocks prefill only the rest
-        parts = prompt_parts.parts([held.prompt for held in leaders], self._chunk)
-        last = [row.state.generated[-1] for row in self._rows]
-        # Each row's adapters on its own tokens: a running row's one, a newcomer's prompt part (mixing's packed plan).
-        handles = [row.handle for row in self._rows] + [held.handle for held in leaders[: len(parts)]]
-        tokens = [1] * len(self._rows) + [len(part.ids) for part in parts]
-        finished = [i for i, part in enumerate(parts) if part.last]
-        with self.runtime.grad_off(), self.adapters.forward(handles, tokens):
-            logits, self._cache, self._mask, so_far = packed_rows.step(
-                self.runtime, self._cache, self._mask, last, parts, [i for i in finished for _ in self._pending[i]]
-            )
-            for held, part, kv in zip(leaders, parts, so_far, strict=False):
-                held.prompt.advance(part, None if part.last else kv)
-                if part.last:
-                    self.prefixes.store(held.handle, held.prompt.ids, kv)
-            self.prefixes.ran(leaders, parts)
-            self._rows += [held for i in finished for held in self._pending[i]]
-            self._pending = [job for i, job in enumerate(self._pending) if i not in set(finished)]
-            return self._advance(self._rows, logits)[0]
-
     def _left(self, results: list[RowResult]) -> list[RowResult]:
         """Jobs that ended (finished or failed) unpin their adapters and let their grammars go; their streamed text
         has reached their sinks (the stream thread ran behind the model thread)."""
@@ -261,7 +239,8 @@ class TextStepSession(StepSession[TextGenerationInput]):
         if stay:
             mask = kv_rows.keep(cache, mask, stay) if len(stay) < len(group) else mask
             if self._cache is None:  # a cache of another layout (sliding windows) serves one admission as it is
-                self._cache, self._mask = paged_kv.hold(cache, mask, self._packs and self._layout == "paged")
+                pool = runtime.blocks if self._packs and self._layout == "paged" else None
+                self._cache, self._mask = paged_kv.hold(cache, mask, pool)
             else:
                 self._cache, self._mask = kv_rows.join(self._cache, self._mask, cache, mask)
             self._rows += [group[pos] for pos in stay]

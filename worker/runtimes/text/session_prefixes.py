@@ -40,17 +40,19 @@ class SessionPrefixes:
             hit = cache.acquire(self._namespace(held.handle), prompt.ids)
             if hit is not None:
                 self._hits[id(held)] = hit
-                prompt.done, prompt.prefix = hit.tokens, cache.prefix(hit)
+                prompt.done, prompt.prefix, prompt.pages = hit.tokens, cache.prefix(hit), hit.pages
 
     def ran(self, rows: Iterable[SessionRow], parts: Iterable[PromptPart]) -> None:
-        """``rows``' ``parts`` ran in a step: what they took from the cache is in their own keys and values now.
-        A first part (from position 0, or from the end of its hit) counts its prompt and the tokens it reused."""
+        """``rows``' ``parts`` ran in a step. A first part (from position 0, or from the end of its hit) counts its
+        prompt and the tokens it reused; a last one joined: its row holds what it took from the cache (a paged
+        row references the blocks, a slab row has copied them), so its hit is released."""
         for held, part in zip(rows, parts, strict=False):
             hit = self._hits.get(id(held))
             reused = hit.tokens if hit is not None else 0
             if self.cache is not None and part.start == reused:
                 self.cache.count(len(held.prompt.ids), reused)
-            self._release(id(held))
+            if part.last:
+                self._release(id(held))
 
     def keep(self, waiting: Iterable[SessionRow]) -> None:
         """Only ``waiting`` still wait (the others were dropped, or are prefilled apart from their full prompt)."""
@@ -63,10 +65,11 @@ class SessionPrefixes:
         if hit is not None and self.cache is not None:
             self.cache.release(hit)
 
-    def store(self, handle: str, ids: Sequence[int], kv: LayerKV) -> None:
-        """A prompt just prefilled (``kv``: its keys and values per layer from position 0) leaves its blocks."""
+    def store(self, handle: str, ids: Sequence[int], kv: LayerKV, pages: Sequence[int] = ()) -> None:
+        """A prompt just prefilled (``kv``: its keys and values per layer from position 0) leaves its blocks:
+        ``pages``, its paged row's blocks, by reference; else copies of ``kv``."""
         if self.cache is not None:
-            self.cache.store(self._namespace(handle), ids, kv)
+            self.cache.store(self._namespace(handle), ids, kv, pages)
 
     def shared(self, handles: Sequence[str], prompts: Sequence[Sequence[int]]) -> tuple[int, Any]:
         """For a left-padded prefill (``prefill``): the tokens every prompt's cached prefix covers (the shortest hit,
