@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -52,7 +53,12 @@ def test_an_api_and_a_worker_killed_midway_leave_every_line_answered_once(
             time.sleep(0.2)
         assert counts is not None and counts.completed < LINES, "the batch ended before the kill"
         assert first.proc is not None
-        first.proc.send_signal(signal.SIGKILL)  # mid-feed: lines in flight, its lease held
+        # Mid-feed: lines in flight, its lease held. The app and its batch runner live in the server's worker
+        # process: killed with it (killing only the server's main process left that one running, orphaned).
+        pid = first.proc.pid
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            os.kill(int(child), signal.SIGKILL)
+        first.proc.send_signal(signal.SIGKILL)
         worker.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
         first.proc.wait()
         worker.proc.wait()  # type: ignore[union-attr]
