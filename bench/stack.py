@@ -128,11 +128,14 @@ class BenchStack:
         raise TimeoutError("the API did not come up")
 
     @contextmanager
-    def worker(self, model: str) -> Iterator[WorkerProcess]:
-        """A real ``celery -A worker worker`` for ``model`` (1 torch thread), stopped (warm) on exit."""
+    def worker(self, model: str, wait: bool = True) -> Iterator[WorkerProcess]:
+        """A real ``celery -A worker worker`` for ``model`` (1 torch thread), stopped (warm) on exit. ``wait=False``:
+        the caller starts other things while it loads, then calls ``wait_online(START_TIMEOUT_S)``."""
         assert self.settings is not None
         proc = WorkerProcess(self.settings, model, self.work_dir, env=self.env())
-        proc.start(timeout=START_TIMEOUT_S)
+        proc.start(wait=False)
+        if wait:
+            proc.wait_online(START_TIMEOUT_S)
         try:
             yield proc
         finally:

@@ -44,7 +44,7 @@ from bench.hf_server import HFServer  # noqa: E402
 from bench.proc_cpu import cpu_ms  # noqa: E402
 from bench.raw import RawProbe  # noqa: E402
 from bench.run_meta import git_commit, machine  # noqa: E402
-from bench.stack import BenchStack, ModelConfig  # noqa: E402
+from bench.stack import START_TIMEOUT_S, BenchStack, ModelConfig  # noqa: E402
 from bench.stack_cpu import per_unit, snapshot  # noqa: E402
 from bench.steps_load import Done, JobSpec, MixedPoint, run_clients, summarize  # noqa: E402
 from bench.steps_plan import CPU  # noqa: E402
@@ -66,7 +66,7 @@ class Plan:
 
 FULL = Plan("text-vs-hf", 3.0, 12.0, 2, 4)
 QUICK = Plan("text-vs-hf-quick", 1.0, 6.0, 1, 2)
-SMOKE = Plan("text-vs-hf-smoke", 0.5, 2.0, 1, 1)
+SMOKE = Plan("text-vs-hf-smoke", 0.5, 1.0, 1, 1)  # proves the run works: a few jobs per point are enough
 
 
 @dataclass(frozen=True)
@@ -193,13 +193,18 @@ def systems(plan: Plan, work_dir: Path, layouts: list[str | None]) -> Iterator[B
         ModelConfig(model, "gpt2-demo", SLOTS, 50, scheduling="step", kv_layout=layout)
         for model, layout in zip(names.values(), layouts, strict=True)
     ]
+    # The workers load while the raw probe and the peer start (each waits for its own model): up sooner.
     with BenchStack(configs, demo_dir, work_dir) as stack, ExitStack() as workers:
-        genq = {system: (model, workers.enter_context(stack.worker(model))) for system, model in names.items()}
+        genq = {
+            system: (model, workers.enter_context(stack.worker(model, wait=False))) for system, model in names.items()
+        }
         assert stack.settings is not None
         sizes = sorted({p.raw_batch for p in POINTS if p.raw_batch})
         probe = RawProbe(stack.settings.models_file, MODEL, sizes, stack.env())
         try:
             with HFServer(demo_dir / "gpt2-demo", SLOTS, stack.env()) as hf:
+                for _, worker in genq.values():
+                    worker.wait_online(START_TIMEOUT_S)
                 print(f"up: genq {stack.url}, transformers {hf.url}, logs in {work_dir}", flush=True)
                 yield Bench(stack, genq, hf, probe, plan)
         finally:

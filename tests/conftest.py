@@ -15,7 +15,7 @@ from tasks.settings import Settings
 from tasks.store.fleet import FleetStore
 from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
-from tests.harness import ROOT, WorkerProcess
+from tests.harness import ROOT, WorkerProcess, stop_all
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REDIS_URL = os.environ.get("GENQ_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -238,8 +238,7 @@ def workers(settings: Settings, log_dir: Path) -> Iterator[dict[str, WorkerProce
     """One real celery worker per model, started lazily by ``start(model)``, stopped at the end."""
     running: dict[str, WorkerProcess] = {}
     yield running
-    for proc in running.values():
-        proc.stop()
+    stop_all(running.values())
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import redis
@@ -133,6 +134,15 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+
+def stop_all(workers: Iterable[WorkerProcess], timeout: float = 30) -> None:
+    """Stop every worker: all signalled first, so their warm shutdowns (a second or two each) run side by side."""
+    workers = list(workers)
+    for worker in workers:
+        worker.signal(signal.SIGTERM)
+    for worker in workers:
+        worker.stop(timeout)
 
 
 class RedisServer:

@@ -18,7 +18,7 @@ from tasks.messages import UNACKED_INDEX_KEY, UNACKED_KEY, envelope_job_id
 from tasks.settings import Settings
 from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
-from tests.harness import RedisServer, WorkerProcess
+from tests.harness import RedisServer, WorkerProcess, stop_all
 
 TERMINAL = {"succeeded", "failed", "canceled", "expired"}
 
@@ -176,6 +176,5 @@ class Cluster:
             time.sleep(0.25)
 
     def stop(self) -> None:
-        for proc in self.workers:
-            proc.stop(timeout=10)
+        stop_all(self.workers, timeout=10)
         self.redis.stop()

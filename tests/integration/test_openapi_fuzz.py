@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import random
-import signal
 import time
 import uuid
 from collections import Counter
@@ -33,7 +32,7 @@ from api.auth import hash_key
 from tasks.settings import Settings
 from tasks.store.job_store import JobStore
 from tasks.store.redis_client import connect
-from tests.harness import WorkerProcess
+from tests.harness import WorkerProcess, stop_all
 from tests.integration.image_inputs import data_uri, picture
 from tests.live_server import LiveServer
 
@@ -152,10 +151,7 @@ def fuzz_workers(fuzz_settings: Settings, log_dir: Path) -> Iterator[list[Worker
             worker.wait_online(180)
         yield workers
     finally:
-        for worker in workers:  # all at once: each warm shutdown takes a few seconds
-            worker.signal(signal.SIGTERM)
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
 
 
 #: Seeds a run has failed on, each with what it found: every run replays them (a fixed regression case each) beside

@@ -19,7 +19,7 @@ from api import create_app
 from tasks.constants import Keys, queue_name, worker_queue_name
 from tasks.settings import Settings
 from tasks.store.redis_client import connect
-from tests.harness import WorkerProcess
+from tests.harness import WorkerProcess, stop_all
 from tests.integration.jobs import poll, submit
 
 RUNTIME = "tests.fake_weights_runtime:FakeWeightsRuntime"
@@ -48,8 +48,7 @@ def routed(settings: Settings, tmp_path: Path) -> Settings:
 def workers(routed: Settings, log_dir: Path) -> Iterator[list[WorkerProcess]]:
     started: list[WorkerProcess] = []
     yield started
-    for worker in started:
-        worker.stop(timeout=10)
+    stop_all(started, timeout=10)
 
 
 def model(settings: Settings, name: str) -> str:
