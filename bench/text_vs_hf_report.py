@@ -39,6 +39,14 @@ def _num(value: float, digits: int = 1) -> str:
     return "-" if math.isnan(value) else f"{value:.{digits}f}"
 
 
+def by_round_and_point(measured: list[Measured]) -> dict[tuple[int, str], dict[str, Measured]]:
+    """Each round's point's measurements, by system."""
+    pairs: dict[tuple[int, str], dict[str, Measured]] = {}
+    for row in measured:
+        pairs.setdefault((row.round, row.point.label), {})[row.system] = row
+    return pairs
+
+
 def rounds_table(measured: list[Measured]) -> list[str]:
     lines = [
         "| round | point | genq tokens/s | hf tokens/s | genq / hf | genq 4-token p50 ms | hf 4-token p50 ms "
@@ -46,9 +54,7 @@ def rounds_table(measured: list[Measured]) -> list[str]:
         "| errors genq / hf | load genq / hf |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
-    pairs: dict[tuple[int, str], dict[str, Measured]] = {}
-    for row in measured:
-        pairs.setdefault((row.round, row.point.label), {})[row.system] = row
+    pairs = by_round_and_point(measured)
     for (rnd, label), both in pairs.items():
         genq, hf = both.get("genq"), both.get("hf")
         if genq is None or hf is None:
@@ -124,9 +130,7 @@ def layouts_table(measured: list[Measured]) -> list[str]:
         "| model thread ms/token | genq model thread ms/token |",
         "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    pairs: dict[tuple[int, str], dict[str, Measured]] = {}
-    for row in measured:
-        pairs.setdefault((row.round, row.point.label), {})[row.system] = row
+    pairs = by_round_and_point(measured)
     thread = "worker model thread"
     for (rnd, label), both in pairs.items():
         genq = both.get("genq")

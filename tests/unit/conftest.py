@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 
 from tasks.kinds import JobKind  # noqa: E402
 from tasks.models_file import ModelSpec  # noqa: E402
+from worker.runtimes.text.prefix_cache import PrefixCache  # noqa: E402
 from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
 from worker.torch_settings import TorchOptions, apply_global  # noqa: E402
 
@@ -34,6 +35,18 @@ def textgen(demo_models: Path) -> Iterator[TextGenerationRuntime]:
     yield runtime
     torch.set_num_threads(threads)
     torch.set_grad_enabled(True)
+
+
+@pytest.fixture
+def prefixes(textgen: TextGenerationRuntime) -> Iterator[PrefixCache]:
+    """The runtime's prefix cache, emptied before and after (its budget restored)."""
+    cache = textgen.prefixes
+    assert cache is not None and textgen.blocks is cache.pool  # on by default; one pool: rows' blocks and cached ones
+    budget = cache.budget
+    cache.clear()
+    yield cache
+    cache.resize(budget)
+    cache.clear()
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
 
-from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
-
-import pytest  # noqa: E402
 
 from tasks.kinds import TextGenerationInput  # noqa: E402
 from worker.runtimes.base import Row  # noqa: E402
@@ -22,18 +19,6 @@ from worker.runtimes.text.runtime import TextGenerationRuntime  # noqa: E402
 from worker.step_metrics import PREFIX_BYTES  # noqa: E402
 
 SYSTEM = "You are a helpful assistant. Answer every question briefly, politely and with care. " * 3
-
-
-@pytest.fixture
-def prefixes(textgen: TextGenerationRuntime) -> Iterator[PrefixCache]:
-    """The runtime's prefix cache, emptied before and after (its budget restored)."""
-    cache = textgen.prefixes
-    assert cache is not None and textgen.blocks is cache.pool  # one pool: rows' blocks and cached ones
-    budget = cache.budget
-    cache.clear()
-    yield cache
-    cache.resize(budget)
-    cache.clear()
 
 
 def job(i: int, tokens: int = 8, **fields: Any) -> TextGenerationInput:

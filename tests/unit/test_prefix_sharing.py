@@ -7,7 +7,6 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never reach for a hub
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,18 +19,6 @@ from worker.runtimes.text.session import TextStepSession
 from worker.step_metrics import PREFIX_HIT_TOKENS
 
 SYSTEM = "You are a helpful assistant. Answer every question briefly, politely and with care. " * 3
-
-
-@pytest.fixture
-def prefixes(textgen: TextGenerationRuntime) -> Iterator[PrefixCache]:
-    """The runtime's prefix cache, emptied before and after (its budget restored)."""
-    cache = textgen.prefixes
-    assert cache is not None  # on by default where prompts pack
-    budget = cache.budget
-    cache.clear()
-    yield cache
-    cache.resize(budget)
-    cache.clear()
 
 
 def job(i: int, tokens: int = 8, **fields: Any) -> TextGenerationInput:
