@@ -21,6 +21,9 @@ class Run:
     switches: Switches = field(default_factory=dict)
     device_bytes: int = 0  # the most held on the device at once
     failures: int = 0
+    #: Per model, each request's (seconds in all, seconds from submission to its worker's claim, seconds running),
+    #: the last two from the job's own metrics (``queue_ms``, ``inference_ms``): where a slow request's time went.
+    splits: dict[str, list[tuple[float, float, float]]] = field(default_factory=lambda: defaultdict(list))
 
     def rps(self) -> float:
         return sum(len(v) for v in self.latencies.values()) / self.seconds if self.seconds else 0.0
@@ -29,6 +32,12 @@ class Run:
         found = [(s, c) for (k, o), (s, c) in self.switches.items() if o == origin and kind in (None, k)]
         total, count = sum(s for s, _ in found), sum(c for _, c in found)
         return (total / count if count else 0.0), count
+
+    def worst(self, base: Run) -> tuple[str, float]:
+        """The model whose p99 is furthest above ``base``'s, and that ratio."""
+        ratios = {m: pct(v, 0.99) / pct(base.latencies[m], 0.99) for m, v in self.latencies.items() if v}
+        model = max(ratios, key=lambda m: ratios[m])
+        return model, ratios[model]
 
 
 def switch_seconds(metrics: str) -> Switches:
@@ -88,4 +97,29 @@ def table(runs: list[Run], cold: dict[str, float]) -> str:
     for kind, seconds in cold.items():
         host, count = pool.switch_mean("host", kind)
         lines.append(f"| {kind} | {seconds:.2f} | {host:.3f} ({count}) | {host / seconds:.1%} |")
+    return "\n".join(lines)
+
+
+def tail_table(runs: list[Run]) -> str:
+    """Where the slowest requests' time went: per strategy, its worst model's requests at or past its p99, against
+    the same model's under the first run (resident). Queued is submission to claim: the wait for the model's turn
+    on the device (its age bound, a running session's drain, the switch) and for a place; running is its batch or
+    its time in a step session; the rest is the API, Redis and HTTP."""
+    base = runs[0]
+    lines = [
+        "| strategy | worst model (p99 x resident) | requests at its p99 | all ms | queued ms | running ms | rest ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in runs[1:]:
+        model, ratio = r.worst(base)
+        for name, run in ((r.name, r), (f"{base.name} (same model)", base)):
+            cut = pct(run.latencies[model], 0.99)
+            slow = [split for split in run.splits.get(model, []) if split[0] >= cut]
+            if not slow:
+                continue
+            total, queued, running = (sum(x[i] for x in slow) / len(slow) * 1e3 for i in range(3))
+            lines.append(
+                f"| {name} | {model} ({ratio:.2f}x) | {len(slow)} | {total:.0f} | {queued:.0f} | {running:.0f} "
+                f"| {total - queued - running:.0f} |"
+            )
     return "\n".join(lines)

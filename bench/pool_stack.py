@@ -37,7 +37,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.pool import MODELS, ZIPF_S, zipf_requests  # noqa: E402
-from bench.pool_report import Run, device_bytes, since, switch_seconds, table  # noqa: E402
+from bench.pool_report import Run, device_bytes, since, switch_seconds, table, tail_table  # noqa: E402
 from bench.stack import BenchStack, ModelConfig, load_average  # noqa: E402
 from tests.harness import ROOT, WorkerProcess  # noqa: E402
 from worker.pool.members import files_bytes  # noqa: E402
@@ -108,10 +108,13 @@ def drive(stack: BenchStack, run: Run, requests: list[str], clients: int, metric
                         return
                     n, model = todo.pop(0)
                 started = time.perf_counter()
-                ok = ask(client, model, n).get("status") == "succeeded"
+                body = ask(client, model, n)
+                seconds, metrics = time.perf_counter() - started, body.get("metrics") or {}
                 with lock:
-                    run.latencies[model].append(time.perf_counter() - started)
-                    run.failures += not ok
+                    run.latencies[model].append(seconds)
+                    run.failures += body.get("status") != "succeeded"
+                    if metrics.get("queue_ms") is not None and metrics.get("inference_ms") is not None:
+                        run.splits[model].append((seconds, metrics["queue_ms"] / 1e3, metrics["inference_ms"] / 1e3))
 
     def sample() -> None:
         while metrics_url and not done.wait(0.25):
@@ -241,6 +244,8 @@ def main(argv: list[str] | None = None) -> list[Run]:
         f"workers pinned to CPU {sorted(WORKER_CPUS)}, load average {load_average()[0]:.1f}"
     )
     print(table(runs, cold))
+    print()
+    print(tail_table(runs))
     return runs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pool_report import Run, device_bytes, since, switch_seconds, table
+from bench.pool_report import Run, device_bytes, since, switch_seconds, table, tail_table
 
 METRICS = """\
 # HELP genq_pool_switch_seconds Seconds one model took to come onto the device
@@ -44,3 +44,16 @@ def test_the_table_gives_ratios_to_resident_and_the_switch_against_a_cold_start(
     assert "| pool | 0.75 (0.50x) | 100.0 (0.50x) | 0.250, 0.000 (4 + 0) | 0 |" in out
     assert "| text-0 | 2 | 200 / 200 (1.00x) | 400 / 400 (2.00x) |" in out
     assert "| text | 10.00 | 0.250 (4) | 2.5% |" in out
+
+
+def test_the_tail_table_splits_the_worst_model_s_slowest_requests_into_queued_running_and_the_rest():
+    resident, pool = Run("resident"), Run("pool")
+    resident.latencies.update({"text-0": [0.2, 0.3], "image-0": [0.1, 0.1]})
+    resident.splits["text-0"] += [(0.2, 0.05, 0.1), (0.3, 0.1, 0.15)]
+    pool.latencies.update({"text-0": [0.4, 0.6], "image-0": [0.2, 0.2]})  # text-0 2.00x, image-0 2.00x
+    pool.latencies["image-0"].append(0.25)  # image-0 2.50x: the worst
+    pool.splits["image-0"] += [(0.2, 0.05, 0.1), (0.25, 0.15, 0.05)]
+    resident.splits["image-0"] += [(0.1, 0.02, 0.05)]
+    out = tail_table([resident, pool])
+    assert "| pool | image-0 (2.50x) | 1 | 250 | 150 | 50 | 50 |" in out  # waited its turn: queued
+    assert "| resident (same model) | image-0 (2.50x) | 1 | 100 | 20 | 50 | 30 |" in out
