@@ -68,10 +68,10 @@ class PackedStep:
         r = self.rows
         # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
         column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
-        layer = self.held.layers[layer_idx]
+        layer = self.held.layers[layer_idx] if r else None  # no running rows: a fresh session's first prompts
         if isinstance(layer, PagedLayer):  # paged rows are attended by length group (paged_kv): no padded batch
             layer.step(column_k, column_v)
-        else:
+        elif layer is not None:
             self._decode[layer_idx] = layer.update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
         return key, value
@@ -90,8 +90,10 @@ class PackedStep:
         """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
         q = query[0]  # [heads, tokens, dim]
         decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
-        held = self.held.layers[layer]
-        if isinstance(held, PagedLayer):
+        held = self.held.layers[layer] if self.rows else None
+        if held is None:  # no running rows: the prompts only
+            out = decode_q
+        elif isinstance(held, PagedLayer):
             out = held.attend(decode_q, scaling)
         else:
             keys, values = self._decode[layer]
