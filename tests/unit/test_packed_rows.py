@@ -174,8 +174,9 @@ def test_a_jobs_choices_ride_their_prompt_once_beside_running_rows(
     assert done["one"] == textgen.predict([job(1, 8)])[0].output
 
 
+@pytest.mark.parametrize("layout", ["paged", "slab"])
 def test_a_fresh_sessions_prompts_of_mixed_lengths_ride_one_packed_forward(
-    textgen: TextGenerationRuntime, forwards: list[Any], monkeypatch: pytest.MonkeyPatch
+    textgen: TextGenerationRuntime, forwards: list[Any], monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
     """Issue 44: a fresh session's first rows ride a packed forward of their own (no left-padded prefill, no
     padding): their first tokens come at admission, and every row's tokens are its tokens alone."""
@@ -191,7 +192,8 @@ def test_a_fresh_sessions_prompts_of_mixed_lengths_ride_one_packed_forward(
         raise AssertionError("a left-padded prefill")
 
     monkeypatch.setattr(session_module, "prefill", no_prefill)
-    session = textgen.open_session(())
+    session: Any = textgen.open_session(())
+    session._layout = layout
     ended = session.admit([Row(handle, inp) for handle, inp in jobs.items()])
     lengths = [len(textgen.tokenizer(inp.prompt)["input_ids"]) for inp in jobs.values()]
     assert forwards == [(1, sum(lengths))]  # one packed sequence of their prompts, nothing padded

@@ -68,10 +68,11 @@ class PackedStep:
         r = self.rows
         # [1, heads, tokens, dim] -> the running rows' column, [rows, heads, 1, dim]
         column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
-        layer = self.held.layers[layer_idx] if r else None  # no running rows: a fresh session's first prompts
+        layer = self.held.layers[layer_idx]
         if isinstance(layer, PagedLayer):  # paged rows are attended by length group (paged_kv): no padded batch
-            layer.step(column_k, column_v)
-        elif layer is not None:
+            if r:  # none: a fresh session's first prompts, nothing to step
+                layer.step(column_k, column_v)
+        else:  # a slab of no rows still takes the (empty) column: its width follows the mask's
             self._decode[layer_idx] = layer.update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
         return key, value

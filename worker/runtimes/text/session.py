@@ -2,10 +2,11 @@
 
 Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``; each row's
 adapter on its own tokens); into a fresh session, newcomers admitted together ride one of their own, beside no rows
-(``session_packing``), or share one left-padded prefill where prompts do not pack (the slab layout, a model or cache
-that cannot). Either way its first token comes from its prompt's logits and its KV cache is spliced into the running
-batch (``kv_rows``). Each ``step`` is one forward pass over every held row's last token; every row samples with its own
-settings and generator, so its tokens do not depend on when it joined or which rows shared its steps.
+(``session_packing``), or share one left-padded prefill where prompts do not pack (a model or cache that cannot, a
+packed step of their own that failed). Either way its first token comes from its prompt's logits and its KV cache is
+spliced into the running batch (``kv_rows``). Each ``step`` is one forward pass over every held row's last token;
+every row samples with its own settings and generator, so its tokens do not depend on when it joined or which rows
+shared its steps.
 
 A newcomer beside running rows starts from its prompt's blocks cached by earlier jobs (``prefix_cache``: identical
 tokens only, the same adapters) and prefills only the rest; every prompt prefilled leaves its blocks there.

@@ -1,10 +1,10 @@
 """A text step session's packed step (``packed_rows``): the running rows' decode step with pending newcomers'
 prompts, or their next parts, in the same forward; the newcomers whose prompt ends there join the batch.
 
-A fresh session's first rows ride it too, beside no running rows (paged layout): their prompts are one packed
-sequence, not a left-padded batch (no padding for mixed lengths), their keys and values go straight into blocks
-(not copied from a prefill's cache), and a cached prefix is referenced (a left-padded prefill reads the shortest
-hit of its rows, as a copy)."""
+A fresh session's first rows ride it too, beside no running rows: their prompts are one packed sequence, not a
+left-padded batch (no padding for mixed lengths); on the paged layout their keys and values go straight into blocks
+(not copied from a prefill's cache) and a cached prefix is referenced (a left-padded prefill reads the shortest hit
+of its rows, as a copy)."""
 
 from __future__ import annotations
 
@@ -39,16 +39,20 @@ class PackedJoins:
         raise NotImplementedError
 
     def _packs_fresh(self) -> bool:
-        """With no rows held, whether newcomers' prompts ride a packed step of their own: the model packs, the
-        layout is paged, and its cache splices; the session then holds an empty paged cache for them."""
+        """With no rows held, whether newcomers' prompts ride a packed step of their own: the model packs and its
+        cache splices; the session then holds an empty cache of its layout (shaped as the block pool) for them."""
         pool = self.runtime.blocks
-        if self._rows or not (self._packs and self._layout == "paged" and pool is not None and pool.ensure()):
+        if self._rows or not (self._packs and pool is not None and pool.ensure()):
             return False
-        if not kv_rows.keeps_rows(self._cache):
-            cache = paged_kv.PagedCache(pool)
+        if self._cache is None:
+            if self._layout == "paged":
+                cache = paged_kv.PagedCache(pool)
+                mask = cache.mask()
+            else:
+                cache, mask = kv_rows.empty(pool.keys)
             if not kv_rows.splices(cache):
                 return False
-            self._cache, self._mask = cache, cache.mask()
+            self._cache, self._mask = cache, mask
         return True
 
     def _first_packed(self) -> list[RowResult]:
