@@ -215,3 +215,25 @@ def test_a_fresh_sessions_long_prompt_rides_in_parts_from_its_admission(
     assert session.admit([Row("short", job(0, 4)), Row("long", long)]) == []
     assert forwards == [(1, 16)] and session.progress() == {"short": (1, 4), "long": (0, 5)}
     assert run_out(session) == expected
+
+
+def test_a_fresh_sessions_packed_forward_out_of_memory_falls_back_to_the_left_padded_prefill(
+    textgen: TextGenerationRuntime, forwards: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing joined when the packed forward of a fresh session's prompts failed: they are prefilled left-padded
+    (which fails or isolates them as a fresh admission did), each with its tokens alone."""
+    from tests.device_budget import OutOfMemoryError
+
+    jobs = {f"j{i}": job(i, 5) for i in range(2)}
+    expected = dict(zip(jobs, (p.output for p in textgen.predict(list(jobs.values()))), strict=True))
+    forwards.clear()
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(packed_rows, "step", out_of_memory)
+    session: Any = textgen.open_session(())
+    assert session.admit([Row(handle, inp) for handle, inp in jobs.items()]) == []
+    assert len(forwards) == 1 and forwards[0][0] == 2 and not session._pending  # the left-padded prefill
+    monkeypatch.undo()
+    assert run_out(session) == expected
