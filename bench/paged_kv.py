@@ -9,6 +9,10 @@ genq's text step session in this process (the demo GPT-2, one torch thread, as a
   its own. Target: a joiner step <= 2x an ordinary step.
 - decode: 16 and 32 closed-loop rows of the workload's prompts (16-64 new tokens each, a finished row replaced at
   once), tokens/s of each layout.
+- fresh: a fresh paged session admits ``--fresh-prompts`` prompts of mixed lengths (8-127 tokens) at once; wall
+  and CPU time from the admission until every row has its first token: one left-padded prefill (copied into
+  blocks), against the packed forward beside no rows (in ``prefill_chunk`` parts, the steps after the admission
+  counted, and in one part). No prefix cache hit: it is emptied before each.
 
 Times are the model thread's CPU time (one torch thread: the forward runs in it), steadier than wall time on a
 shared machine. Layouts are interleaved over ``--rounds``; the tables give medians and paged/slab ratios::
@@ -109,6 +113,32 @@ def decode(runtime: Any, layout: str, rows: int, seconds: float) -> float:
     return tokens / (time.thread_time() - cpu)
 
 
+def fresh(runtime: Any, prompts: int, arm: str) -> tuple[float, float]:
+    """Wall and CPU ms from a fresh paged session's admission of ``prompts`` mixed-length prompts until each row
+    has its first token; ``arm``: "padded" (the left-padded prefill), "packed" or "packed_whole" (one part)."""
+    from worker.runtimes.base import Row
+
+    ids = runtime.tokenizer(long_prompt(runtime, 128))["input_ids"]
+    rows = [
+        Row(f"f{i}", TextGenerationInput(prompt=runtime.tokenizer.decode(ids[: 8 + (i * 37) % 120]), max_new_tokens=8))
+        for i in range(prompts)
+    ]
+    session = session_of(runtime, "paged")
+    if arm == "padded":
+        session._packs_fresh = lambda: False  # the left-padded prefill, its cache copied into blocks
+    elif arm == "packed_whole":
+        session._chunk = 1 << 20
+    if runtime.prefixes is not None:
+        runtime.prefixes.clear()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    session.admit(rows)
+    while any(not row.state.generated for row in session._rows + session._waiting):
+        session.step()
+    spent = 1000 * (time.perf_counter() - wall), 1000 * (time.thread_time() - cpu)
+    session.drop(session.handles)
+    return spent
+
+
 def attention_ms(rows: int, long: int, reps: int) -> dict[str, float]:
     """One layer's decode step (write the column, then attend) over paged rows, the demo GPT-2's 6 heads of 64:
     ``rows`` - 1 rows of 20-80 tokens and one of ``long``. Three ways, each with its own per-step bookkeeping: the
@@ -175,6 +205,7 @@ def main() -> None:
     parser.add_argument("--decode-rows", default="16,32")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--fresh-prompts", type=int, default=16)
     parser.add_argument("--smoke", action="store_true", help="tiny points: checks the script runs")
     parser.add_argument("--models", type=Path, default=Path(".genq/models"))
     args = parser.parse_args()
@@ -193,6 +224,11 @@ def main() -> None:
             joins[layout].append(joiner(runtime, layout, args.rows, args.every, prompt, args.seconds))
             for n in counts:
                 rates[layout, n].append(decode(runtime, layout, n, args.seconds))
+    admissions = ("padded", "packed", "packed_whole")
+    admitted: dict[str, list[tuple[float, float]]] = {arm: [] for arm in admissions}
+    for _ in range(1 if args.smoke else 5 * args.rounds):
+        for arm in admissions:  # interleaved, as the layouts
+            admitted[arm].append(fresh(runtime, args.fresh_prompts, arm))
     attention = {
         (n, long): attention_ms(n, long, 5 if args.smoke else 40) for n in counts for long in (80, args.prompt_tokens)
     }
@@ -215,6 +251,13 @@ def main() -> None:
     for n in counts:
         slab, paged = (statistics.median(rates[layout, n]) for layout in LAYOUTS)
         print(f"| {n} | {slab:.1f} | {paged:.1f} | {paged / slab:.2f} |")
+    print(f"\nA fresh session admits {args.fresh_prompts} prompts of 8-127 tokens: until every row's first token")
+    print("| admission | wall ms p50 | CPU ms p50 | CPU / left-padded |")
+    print("| --- | ---: | ---: | ---: |")
+    padded_cpu = statistics.median(cpu for _, cpu in admitted["padded"])
+    for arm, spent in admitted.items():
+        wall, cpu = (statistics.median(times[k] for times in spent) for k in (0, 1))
+        print(f"| {arm} | {wall:.1f} | {cpu:.1f} | {cpu / padded_cpu:.2f} |")
     print("\nOne layer's decode attention over paged rows (CPU ms): rows of 20-80 tokens and one of the longest")
     print("| rows | longest | by length group (genq) | one padded batch | one packed masked SDPA (transformers) |")
     print("| ---: | ---: | ---: | ---: | ---: |")

@@ -54,7 +54,7 @@ def test_newcomers_beside_running_rows_cost_no_forward_of_their_own(
 ) -> None:
     session = textgen.open_session(())
     session.admit([Row("a", job(0, 20)), Row("b", job(1, 20))])
-    assert forwards == [(2, max(len(textgen.tokenizer(p)["input_ids"]) for p in PROMPTS[:2]))]  # one prefill
+    assert forwards == [(1, sum(len(textgen.tokenizer(p)["input_ids"]) for p in PROMPTS[:2]))]  # one packed one
     session.step()
     forwards.clear()
     assert session.admit([Row("c", job(2)), Row("d", job(3))]) == []  # no forward at admission
@@ -172,3 +172,68 @@ def test_a_jobs_choices_ride_their_prompt_once_beside_running_rows(
     alone = textgen.predict([four])[0].output
     assert done["four"] == alone and len({c["text"] for c in alone["choices"]}) > 1  # own seeds: choices differ
     assert done["one"] == textgen.predict([job(1, 8)])[0].output
+
+
+@pytest.mark.parametrize("layout", ["paged", "slab"])
+def test_a_fresh_sessions_prompts_of_mixed_lengths_ride_one_packed_forward(
+    textgen: TextGenerationRuntime, forwards: list[Any], monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """Issue 44: a fresh session's first rows ride a packed forward of their own (no left-padded prefill, no
+    padding): their first tokens come at admission, and every row's tokens are its tokens alone."""
+    from worker.runtimes.text import session as session_module
+
+    jobs = {f"j{i}": job(i, 6 + 3 * i) for i in range(4)} | {"one": job(5, 1)}
+    with monkeypatch.context() as plain:  # the reference: each job alone through the left-padded prefill
+        plain.setattr(textgen, "packs_prompts", False)
+        alone = {handle: textgen.predict([inp])[0].output for handle, inp in jobs.items()}
+    forwards.clear()
+
+    def no_prefill(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a left-padded prefill")
+
+    monkeypatch.setattr(session_module, "prefill", no_prefill)
+    session: Any = textgen.open_session(())
+    session._layout = layout
+    ended = session.admit([Row(handle, inp) for handle, inp in jobs.items()])
+    lengths = [len(textgen.tokenizer(inp.prompt)["input_ids"]) for inp in jobs.values()]
+    assert forwards == [(1, sum(lengths))]  # one packed sequence of their prompts, nothing padded
+    assert [r.handle for r in ended] == ["one"]  # a one-token job ends with its admission, as before
+    done = {r.handle: r.prediction.output for r in ended if r.prediction} | run_out(session)
+    assert done == alone
+
+
+def test_a_fresh_sessions_long_prompt_rides_in_parts_from_its_admission(
+    textgen: TextGenerationRuntime, forwards: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside no rows, a prompt longer than ``prefill_chunk`` rides its first part at admission and the rest in the
+    next steps (the step loop steps right after an admission); the short prompt joins at once."""
+    long = TextGenerationInput(prompt=" ".join(PROMPTS * 4), max_new_tokens=5, do_sample=True, seed=3)
+    expected = {"long": textgen.predict([long])[0].output, "short": textgen.predict([job(0, 4)])[0].output}
+    forwards.clear()
+    session: Any = textgen.open_session(())
+    monkeypatch.setattr(session, "_chunk", 16)
+    assert session.admit([Row("short", job(0, 4)), Row("long", long)]) == []
+    assert forwards == [(1, 16)] and session.progress() == {"short": (1, 4), "long": (0, 5)}
+    assert run_out(session) == expected
+
+
+def test_a_fresh_sessions_packed_forward_out_of_memory_falls_back_to_the_left_padded_prefill(
+    textgen: TextGenerationRuntime, forwards: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing joined when the packed forward of a fresh session's prompts failed: they are prefilled left-padded
+    (which fails or isolates them as a fresh admission did), each with its tokens alone."""
+    from tests.device_budget import OutOfMemoryError
+
+    jobs = {f"j{i}": job(i, 5) for i in range(2)}
+    expected = dict(zip(jobs, (p.output for p in textgen.predict(list(jobs.values()))), strict=True))
+    forwards.clear()
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(packed_rows, "step", out_of_memory)
+    session: Any = textgen.open_session(())
+    assert session.admit([Row(handle, inp) for handle, inp in jobs.items()]) == []
+    assert len(forwards) == 1 and forwards[0][0] == 2 and not session._pending  # the left-padded prefill
+    monkeypatch.undo()
+    assert run_out(session) == expected

@@ -56,9 +56,11 @@ def test_newcomers_reference_the_cached_blocks_so_a_shared_prefix_is_held_once(
     prefixes.release(hit)
     tables = [cache.table(row) for row in range(1, 4)]  # the newcomers
     assert all(table[: len(pages)] == pages for table in tables)  # the hit's blocks, not copies of them
-    assert all(prefixes.pool.refs[page] == 1 + 3 for page in pages)  # the cache and each newcomer: held once
+    # The cache and every row, held once: the first row's prompt was cached by reference to its own blocks too.
+    assert all(table[: len(pages)] == pages for table in [cache.table(0), *tables])
+    assert all(prefixes.pool.refs[page] == 1 + 4 for page in pages)
     held = [page for row in range(4) for page in cache.table(row)]
-    assert len(held) - len(set(held)) == 2 * len(pages)  # the only blocks in two tables are the shared ones
+    assert len(held) - len(set(held)) == 3 * len(pages)  # the only blocks in several tables are the shared ones
     assert float(PREFIX_BYTES.labels(textgen.spec.id)._value.get()) == len(prefixes) * prefixes.pool.block_bytes
     session.drop(session.handles)
 

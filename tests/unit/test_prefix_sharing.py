@@ -104,21 +104,27 @@ def test_a_dropped_newcomer_releases_the_blocks_it_held(
     assert len(prefixes) > 0
     session.drop(["b"])
     assert all(block.refs == 0 for block in prefixes._blocks.values())
+    textgen.release_memory()  # what stays cached is the running row's own prompt blocks (cached by reference)
+    assert all(prefixes.pool.refs[block.page] > 1 for block in prefixes._blocks.values())
+    session.drop(["first"])
     textgen.release_memory()
     assert len(prefixes) == 0
 
 
 def test_a_fresh_sessions_prefill_reads_the_prefix_every_prompt_has_cached(
-    textgen: TextGenerationRuntime, prefixes: PrefixCache
+    textgen: TextGenerationRuntime, prefixes: PrefixCache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     jobs = [job(0, 10), job(1, 10), job(2, 10, n=2)]
+    # Every prompt whole in the first forward with sharing off too: both runs have the same shapes (a row's float
+    # sums, so its logprobs' last bits, depend on how many rows a matmul has).
+    monkeypatch.setattr(textgen.spec.batching, "prefill_chunk", 512)
     budget = prefixes.budget
     prefixes.resize(0)
     expected = [p.output for p in textgen.predict(jobs)]
     prefixes.resize(budget)
     textgen.predict([TextGenerationInput(prompt=SYSTEM + "Anything", max_new_tokens=1)])  # leaves SYSTEM's blocks
     before = hits(textgen)
-    assert [p.output for p in textgen.predict(jobs)] == expected  # one left-padded prefill over the rests
+    assert [p.output for p in textgen.predict(jobs)] == expected  # one packed forward over the rests
     assert hits(textgen) - before == 3 * (len(textgen.tokenizer(SYSTEM)["input_ids"]) // BLOCK) * BLOCK
 
 
@@ -157,3 +163,34 @@ def test_rows_with_an_adapter_do_not_read_base_rows_blocks(
     assert waiting["p"].prompt.done == 0 and waiting["p"].prompt.prefix is None
     assert waiting["b"].prompt.done >= BLOCK and waiting["b"].prompt.prefix is not None
     session.drop(["p", "b", "first"])
+
+
+def test_a_fresh_sessions_rows_reference_their_cached_prefix_blocks(
+    textgen: TextGenerationRuntime, prefixes: PrefixCache
+) -> None:
+    """Issue 44: a fresh session's first rows ride a packed forward, so each starts from its own prompt's cached
+    blocks by reference (no copy, no shortest hit of the group) and prefills only the rest."""
+    from worker.runtimes.text import paged_kv
+
+    jobs = {"a": job(0, 10), "b": job(1, 10)}
+    budget = prefixes.budget
+    prefixes.resize(0)
+    expected = dict(zip(jobs, (p.output for p in textgen.predict(list(jobs.values()))), strict=True))  # same shapes
+    prefixes.resize(budget)
+    textgen.predict([TextGenerationInput(prompt=SYSTEM + "Anything", max_new_tokens=1)])  # leaves SYSTEM's blocks
+    cached = {found.page for found in prefixes._blocks.values()}
+    assert cached
+    before = hits(textgen)
+    session: Any = textgen.open_session(())
+    assert session.admit([Row(handle, inp) for handle, inp in jobs.items()]) == []
+    assert isinstance(session._cache, paged_kv.PagedCache)
+    pool = session._cache.pages.pool
+    shared = [set(session._cache.table(row)) & cached for row in range(2)]
+    system = len(textgen.tokenizer(SYSTEM)["input_ids"]) // BLOCK
+    assert all(len(pages) >= system for pages in shared) and shared[0] == shared[1]
+    assert all(pool.refs[page] == 3 for page in shared[0])  # the cache and both rows hold each block
+    assert hits(textgen) - before >= 2 * system * BLOCK
+    done: dict[str, Any] = {}
+    while session.handles:
+        done.update({r.handle: r.prediction.output for r in session.step() if r.prediction})
+    assert done == expected

@@ -270,16 +270,16 @@ def test_the_models_file_template_replaces_the_tokenizers(textgen: TextGeneratio
 def test_n_choices_prefill_their_prompt_once_and_keep_their_tokens(
     textgen: TextGenerationRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 44: a job's ``n`` rows share one prefill of its prompt (each choice gets a copy of its keys and
-    values); every choice's tokens are the ones request-level gives it."""
+    """Issue 44: a job's ``n`` rows share one prefill of its prompt (each choice references its first choice's full
+    blocks of it, or gets a copy); every choice's tokens are the ones request-level gives it."""
     inp = TextGenerationInput(prompt="The weather today is", max_new_tokens=10, do_sample=True, seed=12, n=4)
     other = TextGenerationInput(prompt="Hello there", max_new_tokens=6, seed=2)
     expected, expected_other = (textgen.predict([x])[0].output for x in (inp, other))
-    widths: list[int] = []
+    shapes: list[tuple[int, ...]] = []
     forward = textgen.model.forward
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        widths.append(int(kwargs["input_ids"].shape[0]))
+        shapes.append(tuple(kwargs["input_ids"].shape))
         return forward(*args, **kwargs)
 
     monkeypatch.setattr(textgen.model, "forward", counted)
@@ -287,7 +287,8 @@ def test_n_choices_prefill_their_prompt_once_and_keep_their_tokens(
     done = {
         r.handle: r.prediction.output for r in session.admit([Row("job", inp), Row("other", other)]) if r.prediction
     }
-    assert widths[0] == 2  # two prompts prefilled, not five
+    prompts = sum(len(textgen.tokenizer(x.prompt)["input_ids"]) for x in (inp, other))
+    assert shapes[0] == (1, prompts)  # two prompts prefilled (one packed forward), not five
     for _ in range(100):
         if not session.handles:
             break

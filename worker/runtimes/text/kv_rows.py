@@ -116,6 +116,16 @@ def hold(cache: Any) -> Any:
     return cache
 
 
+def empty(like: list[Any]) -> tuple[Any, Any]:
+    """A held cache of no rows and its [0, 0] mask (a fresh session's, which its first rows join packed), its layers
+    shaped as ``like``'s tensors ([slots, heads, dim] per layer: the model's block pool)."""
+    import torch
+
+    cache = DynamicCache()
+    cache.layers = [SlabLayer(*(keys.new_empty((0, keys.shape[1], 0, keys.shape[2])) for _ in "kv")) for keys in like]
+    return cache, torch.zeros((0, 0), dtype=torch.long, device=like[0].device)
+
+
 def join(cache: Any, mask: Any, extra: Any, extra_mask: Any) -> tuple[Any, Any]:
     """``extra``'s rows appended after ``cache``'s (``cache`` held, each with its 2-D attention mask); ``cache`` is
     updated in place and returned with the joined mask."""

@@ -70,8 +70,9 @@ class PackedStep:
         column_k, column_v = (t[0, :, :r].transpose(0, 1).unsqueeze(2) for t in (key, value))
         layer = self.held.layers[layer_idx]
         if isinstance(layer, PagedLayer):  # paged rows are attended by length group (paged_kv): no padded batch
-            layer.step(column_k, column_v)
-        else:
+            if r:  # none: a fresh session's first prompts, nothing to step
+                layer.step(column_k, column_v)
+        else:  # a slab of no rows still takes the (empty) column: its width follows the mask's
             self._decode[layer_idx] = layer.update(column_k, column_v)
         self._fresh[layer_idx] = (key[0, :, r:], value[0, :, r:])
         return key, value
@@ -90,8 +91,10 @@ class PackedStep:
         """[1, tokens, heads, dim]: the running rows over their cache, each newcomer causally over its prompt."""
         q = query[0]  # [heads, tokens, dim]
         decode_q = q[:, : self.rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, dim]
-        held = self.held.layers[layer]
-        if isinstance(held, PagedLayer):
+        held = self.held.layers[layer] if self.rows else None
+        if held is None:  # no running rows: the prompts only
+            out = decode_q
+        elif isinstance(held, PagedLayer):
             out = held.attend(decode_q, scaling)
         else:
             keys, values = self._decode[layer]

@@ -1,5 +1,6 @@
-"""The left-padded prefill of newcomers admitted together (a fresh session's first rows, rows with an adapter, a
-model whose prompts do not pack), over what the prefix cache holds of their prompts (``session_prefixes``).
+"""The left-padded prefill of newcomers admitted together into a session of no rows where prompts do not pack (a
+model or cache that cannot; a packed step of their own that failed), over what the prefix cache holds of their
+prompts (``session_prefixes``).
 
 When every prompt starts with cached blocks, the forward runs over the rest only: each row's cached keys and values
 (as many tokens as the shortest hit) are its past and its rest follows left-padded, so a row's columns are

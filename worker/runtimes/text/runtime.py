@@ -141,8 +141,8 @@ class TextGenerationRuntime(Runtime[TextGenerationInput]):
         progress: ProgressFn | None = None,
         text_sinks: Sequence[TextSink] | None = None,
     ) -> list[Prediction]:
-        """Decode all inputs together as one step session (admit all, step until empty): one left-padded prefill,
-        then one forward pass per step; rows leave the batch as they finish.
+        """Decode all inputs together as one step session (admit all, step until empty): one packed forward over
+        their prompts (or a left-padded prefill), then one forward pass per step; rows leave the batch as they finish.
 
         With ``text_sinks`` (one per input), each row's new text goes to its sink as it is generated.
         """

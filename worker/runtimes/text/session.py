@@ -1,10 +1,12 @@
 """The text-generation step session: rows join and leave a running KV-cache decode batch between steps.
 
 Beside running rows, a newcomer's prompt rides in the next step's forward pass (``packed_rows``; each row's
-adapter on its own tokens); into a fresh session, newcomers admitted together share one left-padded prefill. Either
-way its first token comes from its prompt's logits and its KV cache is spliced into the running batch
-(``kv_rows``). Each ``step`` is one forward pass over every held row's last token; every row samples with its own
-settings and generator, so its tokens do not depend on when it joined or which rows shared its steps.
+adapter on its own tokens); into a fresh session, newcomers admitted together ride one of their own, beside no rows
+(``session_packing``), or share one left-padded prefill where prompts do not pack (a model or cache that cannot, a
+packed step of their own that failed). Either way its first token comes from its prompt's logits and its KV cache is
+spliced into the running batch (``kv_rows``). Each ``step`` is one forward pass over every held row's last token;
+every row samples with its own settings and generator, so its tokens do not depend on when it joined or which rows
+shared its steps.
 
 A newcomer beside running rows starts from its prompt's blocks cached by earlier jobs (``prefix_cache``: identical
 tokens only, the same adapters) and prefills only the rest; every prompt prefilled leaves its blocks there.
@@ -77,7 +79,8 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
 
     def admit(self, rows: Sequence[Row[TextGenerationInput]]) -> list[RowResult]:
         """Admit ``rows``: beside running rows their prompts ride in the next steps, else they are prefilled together
-        now (``_prefill_jobs``); returns the rows that failed or finished with their first token. A job whose adapter
+        now (a packed step of their own, or ``_prefill_jobs``; a prompt longer than ``prefill_chunk`` goes on in the
+        next steps); returns the rows that failed or finished with their first token. A job whose adapter
         is cold or whose grammar is compiling waits parked (both off the model thread) and joins later (``_unpark``)."""
         results: list[RowResult] = []
         now = []
@@ -104,9 +107,10 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
                 )
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
-        if self._rows and self._packs and kv_rows.splices(self._cache):
-            self._pending += jobs  # prefilled in the next steps' forwards
-            return results
+        fresh = not self._rows
+        if self._packs_fresh() if fresh else self._packs and kv_rows.splices(self._cache):
+            self._pending += jobs  # prefilled in the next steps' forwards (a fresh session's first one now)
+            return results + (self._first_packed() if fresh else [])
         return results + self._prefill_jobs(jobs, beside)
 
     def _prefill_jobs(self, jobs: list[list[SessionRow]], beside: bool = False) -> list[RowResult]:
@@ -136,10 +140,13 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
         import torch
 
         ended = self._unpark()
-        if self._pending and not self._rows:  # every running row was dropped: a prefill of their own
-            jobs, self._pending = self._pending, []
-            self.prefixes.keep([])
-            ended += self._prefill_jobs(jobs)
+        if self._pending and not self._rows:  # every running row was dropped, or no prompt has ended yet
+            if self._packs_fresh():
+                ended += self._first_packed()
+            else:
+                jobs, self._pending = self._pending, []
+                self.prefixes.keep([])
+                ended += self._prefill_jobs(jobs)
         if not self._rows:
             return self._left(ended)
         runtime = self.runtime
@@ -273,6 +280,8 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
         if len(positions) == len(self._rows):
             return
         if not positions:
+            if kv_rows.keeps_rows(self._cache):  # its blocks go back now, not when it is collected: cached prefixes
+                self._cache.keep([])  # that the rows shared may be evicted at once
             self._rows, self._cache, self._mask = [], None, None
             return
         self._mask = kv_rows.keep(self._cache, self._mask, positions)

@@ -1,13 +1,19 @@
 """A text step session's packed step (``packed_rows``): the running rows' decode step with pending newcomers'
-prompts, or their next parts, in the same forward; the newcomers whose prompt ends there join the batch."""
+prompts, or their next parts, in the same forward; the newcomers whose prompt ends there join the batch.
+
+A fresh session's first rows ride it too, beside no running rows: their prompts are one packed sequence, not a
+left-padded batch (no padding for mixed lengths); on the paged layout their keys and values go straight into blocks
+(not copied from a prefill's cache) and a cached prefix is referenced (a left-padded prefill reads the shortest hit
+of its rows, as a copy)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from worker.adapters.session_rows import SessionAdapters
+from worker.memory_errors import is_out_of_memory
 from worker.runtimes.base import RowResult
-from worker.runtimes.text import kv_rows, packed_rows, prompt_parts
+from worker.runtimes.text import kv_rows, packed_rows, paged_kv, prompt_parts
 from worker.runtimes.text.rows import Decoder, SessionRow
 from worker.runtimes.text.session_prefixes import SessionPrefixes
 
@@ -23,9 +29,46 @@ class PackedJoins:
     _cache: Any
     _mask: Any
     _chunk: int
+    _packs: bool
+    _layout: str
 
     def _advance(self, rows: list[SessionRow], logits: Any, held_yet: bool = True) -> tuple[list[RowResult], set[int]]:
         raise NotImplementedError
+
+    def _prefill_jobs(self, jobs: list[list[SessionRow]], beside: bool = False) -> list[RowResult]:
+        raise NotImplementedError
+
+    def _packs_fresh(self) -> bool:
+        """With no rows held, whether newcomers' prompts ride a packed step of their own: the model packs and its
+        cache splices; the session then holds an empty cache of its layout (shaped as the block pool) for them."""
+        pool = self.runtime.blocks
+        if self._rows or not (self._packs and pool is not None and pool.ensure()):
+            return False
+        if self._cache is None:
+            if self._layout == "paged":
+                cache = paged_kv.PagedCache(pool)
+                mask = cache.mask()
+            else:
+                cache, mask = kv_rows.empty(pool.keys)
+            if not kv_rows.splices(cache):
+                return False
+            self._cache, self._mask = cache, mask
+        return True
+
+    def _first_packed(self) -> list[RowResult]:
+        """The pending prompts' packed step with no running rows (``_packs_fresh``); the rows that finished with
+        their first token. A step that fails before any row joined (out of memory, a prompt that breaks it) falls
+        back to the left-padded prefill, which fails or isolates the jobs as a fresh session's admission does."""
+        try:
+            return self._packed_step()
+        except Exception as error:
+            if self._rows:  # rows joined and took tokens: as any step's failure
+                raise
+            jobs, self._pending, self._cache, self._mask = self._pending, [], None, None
+            self.prefixes.keep([])
+            if is_out_of_memory(error):
+                self.runtime.release_memory()
+            return self._prefill_jobs(jobs)
 
     def _packed_step(self) -> list[RowResult]:
         """The running rows' step with pending newcomers' prompts (or their next parts) in the same forward. A job's
@@ -53,4 +96,4 @@ class PackedJoins:
             self.prefixes.ran(leaders, parts)
             self._rows += [held for i in finished for held in self._pending[i]]
             self._pending = [job for i, job in enumerate(self._pending) if i not in set(finished)]
-            return self._advance(self._rows, logits)[0]
+            return self._advance(self._rows, logits)[0] if self._rows else []  # no prompt ended yet, nobody held

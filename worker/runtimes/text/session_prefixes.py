@@ -2,9 +2,9 @@
 step start from their prompt's cached blocks, and every prompt prefilled leaves its blocks for later ones.
 
 Newcomers beside running rows take their cached prefix as their first part's past (their prompt rides in parts, and
-a part may start anywhere: ``prompt_parts``); a left-padded prefill (a fresh session's first rows, rows with an
-adapter) reads the prefix every prompt of it has cached (``prefill``). A block's key holds the rows' adapters, so
-rows of different adapters (or with and without one) never share.
+a part may start anywhere: ``prompt_parts``), and so do a fresh session's first rows; a left-padded prefill (where
+prompts do not pack) reads the prefix every prompt of it has cached (``prefill``). A block's
+key holds the rows' adapters, so rows of different adapters (or with and without one) never share.
 """
 
 from __future__ import annotations
