@@ -108,7 +108,8 @@ class TextStepSession(PackedJoins, StepSession[TextGenerationInput]):
             except Exception as error:  # this row's own input (tokenizing it) failed: only it leaves
                 results.append(RowResult(row.handle, error=error))
         fresh = not self._rows
-        if self._packs_fresh() if fresh else self._packs and kv_rows.splices(self._cache):
+        packs = self._packs_fresh() if fresh else self._packs and kv_rows.splices(self._cache)
+        if packs:
             self._pending += jobs  # prefilled in the next steps' forwards (a fresh session's first one now)
             return results + (self._first_packed() if fresh else [])
         return results + self._prefill_jobs(jobs, beside)
