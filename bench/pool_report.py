@@ -41,14 +41,15 @@ class Run:
 
 
 def switch_seconds(metrics: str) -> Switches:
-    """``genq_pool_switch_seconds`` from a worker's /metrics, summed per model kind and origin: (sum, count)."""
+    """``genq_pool_switch_seconds`` from a worker's /metrics, summed per model kind and origin: (sum, count); and
+    ``genq_pool_drain_seconds`` (a running session ending for a model past its bound) as the origin "drain"."""
     out: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for family in text_string_to_metric_families(metrics):
-        if family.name != "genq_pool_switch_seconds":
+        if family.name not in ("genq_pool_switch_seconds", "genq_pool_drain_seconds"):
             continue
         for sample in family.samples:
             kind = sample.labels.get("model", "").split("-")[0]
-            key = (kind, sample.labels.get("origin", ""))
+            key = (kind, sample.labels.get("origin", "drain"))
             if sample.name.endswith("_sum"):
                 out[key][0] += sample.value
             elif sample.name.endswith("_count"):
@@ -70,14 +71,16 @@ def since(after: Switches, before: Switches) -> Switches:
 def table(runs: list[Run], cold: dict[str, float]) -> str:
     base = runs[0]
     lines = [
-        "| strategy | req/s (x resident) | device MB held (x resident) | switches: host s, disk s (count) | failed |"
+        "| strategy | req/s (x resident) | device MB held (x resident) | switches: host s, disk s (count) "
+        "| drains for a waiter: s (count) | failed |"
     ]
-    lines.append("| --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
     for r in runs:
-        (host, nh), (disk, nd) = r.switch_mean("host"), r.switch_mean("disk")
+        (host, nh), (disk, nd), (drain, n) = (r.switch_mean(origin) for origin in ("host", "disk", "drain"))
         lines.append(
             f"| {r.name} | {r.rps():.2f} ({r.rps() / base.rps():.2f}x) | {r.device_bytes / 1e6:.1f} "
-            f"({r.device_bytes / base.device_bytes:.2f}x) | {host:.3f}, {disk:.3f} ({nh} + {nd}) | {r.failures} |"
+            f"({r.device_bytes / base.device_bytes:.2f}x) | {host:.3f}, {disk:.3f} ({nh} + {nd}) | {drain:.3f} ({n}) "
+            f"| {r.failures} |"
         )
     lines += ["", "| model | requests | " + " | ".join(f"{r.name} p50 / p99 ms (p99 x resident)" for r in runs) + " |"]
     lines.append("| --- | --- |" + " --- |" * len(runs))

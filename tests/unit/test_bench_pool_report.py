@@ -19,6 +19,10 @@ genq_pool_switch_seconds_sum{model="text-1",origin="host"} 0.4
 genq_pool_switch_seconds_bucket{le="+Inf",model="image-2",origin="disk"} 1.0
 genq_pool_switch_seconds_count{model="image-2",origin="disk"} 1.0
 genq_pool_switch_seconds_sum{model="image-2",origin="disk"} 0.5
+# HELP genq_pool_drain_seconds Seconds a model's running work took to end once another model's job waited
+# TYPE genq_pool_drain_seconds histogram
+genq_pool_drain_seconds_count{model="text-2"} 2.0
+genq_pool_drain_seconds_sum{model="text-2"} 1.5
 # HELP genq_pool_bytes Bytes this pool worker holds per tier
 # TYPE genq_pool_bytes gauge
 genq_pool_bytes{tier="device"} 1.25e+08
@@ -28,7 +32,8 @@ genq_pool_bytes{tier="host"} 6.0e+07
 
 def test_switch_seconds_are_summed_per_kind_and_origin_and_taken_over_the_run():
     found = switch_seconds(METRICS)
-    assert found == {("text", "host"): (pytest.approx(0.6), 3), ("image", "disk"): (0.5, 1)}
+    drains = {("text", "drain"): (1.5, 2)}  # genq_pool_drain_seconds, as the origin "drain"
+    assert found == {("text", "host"): (pytest.approx(0.6), 3), ("image", "disk"): (0.5, 1), **drains}
     warm_up = {("text", "host"): (0.2, 1)}
     run = Run("pool", switches=since(found, warm_up))
     assert run.switch_mean("host") == (pytest.approx(0.2), 2) and run.switch_mean("disk", "text") == (0.0, 0)
@@ -38,10 +43,11 @@ def test_switch_seconds_are_summed_per_kind_and_origin_and_taken_over_the_run():
 def test_the_table_gives_ratios_to_resident_and_the_switch_against_a_cold_start():
     resident = Run("resident", seconds=2.0, device_bytes=200_000_000)
     resident.latencies.update({"text-0": [0.1, 0.2], "image-0": [0.05]})
-    pool = Run("pool", seconds=4.0, device_bytes=100_000_000, switches={("text", "host"): (1.0, 4)})
+    switches = {("text", "host"): (1.0, 4), ("text", "drain"): (0.9, 3)}
+    pool = Run("pool", seconds=4.0, device_bytes=100_000_000, switches=switches)
     pool.latencies.update({"text-0": [0.3, 0.4], "image-0": [0.1]})
     out = table([resident, pool], {"text": 10.0})
-    assert "| pool | 0.75 (0.50x) | 100.0 (0.50x) | 0.250, 0.000 (4 + 0) | 0 |" in out
+    assert "| pool | 0.75 (0.50x) | 100.0 (0.50x) | 0.250, 0.000 (4 + 0) | 0.300 (3) | 0 |" in out
     assert "| text-0 | 2 | 200 / 200 (1.00x) | 400 / 400 (2.00x) |" in out
     assert "| text | 10.00 | 0.250 (4) | 2.5% |" in out
 

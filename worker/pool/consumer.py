@@ -18,7 +18,7 @@ from worker.consumer import BatchingConsumer
 from worker.holdings import Holdings
 from worker.model_thread import ModelThread
 from worker.pool.members import Moved
-from worker.pool.metrics import count_move
+from worker.pool.metrics import DRAIN_SECONDS, count_move
 from worker.pool.process import PoolProcess
 from worker.pool.queues import model_of
 from worker.pool.tiers import DoesNotFit, Move, Tier
@@ -34,6 +34,7 @@ class PoolConsumer:
         self.process, self.pool, self.model = process, process.pool, model
         self.clock = self.pool.clock
         self.successor: PoolConsumer | None = None
+        self._draining_since: dict[str, float] = {}  # running models taking no joiners for a waiter, since when
         self.batching = {
             m: BatchingConsumer(
                 member.loaded, consumer, model, holdings, gate=partial(self._may_run, m), on_idle=self.next_turn
@@ -97,6 +98,7 @@ class PoolConsumer:
             return self.successor.next_turn()
         running = self._mark_running()
         waiting, now = self._waiting(), self.clock()
+        self._drains_ended(running, now)
         share = self.process.share_steps
         turns = choose(waiting, now, running, share)
         oldest = {w.model: w.oldest for w in waiting}
@@ -111,6 +113,8 @@ class PoolConsumer:
             draining |= running
         for m in running:
             self.batching[m].batcher.joiners_held = m in draining
+        # A drain no longer asked for (its waiter came in another way) is not timed.
+        self._draining_since = {m: self._draining_since.get(m, now) for m in draining & running}
         started = False
         for m in choose(self._waiting(), now, running, share).start:
             batching = self.batching[m]
@@ -118,6 +122,13 @@ class PoolConsumer:
             if batching.maybe_run():
                 started = self.pool.holdings[m].running = True  # not evicted from now on (``_tick`` may plan next)
         return started
+
+    def _drains_ended(self, running: frozenset[str], now: float) -> None:
+        """Sessions drained for a model past its bound that have ended: how long the waiter waited for them."""
+        for m, since in self._draining_since.items():
+            if m not in running:
+                DRAIN_SECONDS.labels(m).observe(now - since)
+        self._draining_since = {m: since for m, since in self._draining_since.items() if m in running}
 
     def _mark_running(self) -> frozenset[str]:
         """The models whose batch or session is on the model thread: never evicted meanwhile."""

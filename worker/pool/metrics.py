@@ -1,4 +1,4 @@
-"""Prometheus metrics of a pool worker's tiers: loads, evictions, switch seconds by tier, bytes held per tier."""
+"""Prometheus metrics of a pool worker's tiers: loads, evictions, switch seconds by tier, drains, bytes per tier."""
 
 from __future__ import annotations
 
@@ -17,6 +17,13 @@ SWITCH_SECONDS = Histogram(
     "Seconds one model took to come onto the device, by the tier it came from (host, disk)",
     ["model", "origin"],
     buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100),
+)
+DRAIN_SECONDS = Histogram(
+    "genq_pool_drain_seconds",
+    "Seconds a model's running work took to end once another model's job waited past its age bound and no room "
+    "could be made (it took no joiners meanwhile): what that job waited beyond its bound before its switch",
+    ["model"],
+    buckets=(0.03, 0.1, 0.3, 1, 3, 10, 30),
 )
 BYTES = Gauge("genq_pool_bytes", "Bytes this pool worker holds per tier (measured footprints)", ["tier"])
 BUDGET = Gauge(
