@@ -28,12 +28,17 @@ Behaviour = Callable[[socket.socket], None]
 
 
 class RawServer:
-    """A TCP server on loopback that reads a request head and then does ``behaviour``; logs each connection."""
+    """A TCP server on loopback that reads a request head and then does ``behaviour``; logs each connection.
+
+    Only requests for its own path are served and logged: a port is reused, and a sender left by an earlier test
+    (a worker still retrying a receiver that has gone) may connect to it.
+    """
 
     def __init__(self, behaviour: Behaviour) -> None:
         self.behaviour = behaviour
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
+        self.path = f"/hook-{uuid.uuid4().hex[:8]}"
         self.connections: list[list[float]] = []  # [opened, closed] (closed 0 while open), monotonic
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -45,9 +50,11 @@ class RawServer:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
+    def url(self, host: str) -> str:
+        return f"http://{host}:{self.port}{self.path}"
+
     def _serve(self, conn: socket.socket) -> None:
         span = [time.monotonic(), 0.0]
-        self.connections.append(span)
         try:
             head = b""
             while b"\r\n\r\n" not in head:
@@ -55,6 +62,9 @@ class RawServer:
                 if not chunk:
                     return
                 head += chunk
+            if f" {self.path} ".encode() not in head.split(b"\r\n", 1)[0]:
+                return  # not this test's request
+            self.connections.append(span)
             self.behaviour(conn)
         except OSError:
             pass  # the sender hung up
@@ -145,7 +155,7 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline_and_never_gets_a_duplic
             first.store, first.outbox, first.deferral, first.settings, FakeResolver("127.0.0.1"), start=False
         ),
     ]
-    url = f"http://hooks.example.com:{server.port}/hook"
+    url = server.url("hooks.example.com")
     delivery = one_delivery(senders[0], url)
     started = time.monotonic()
     assert senders[0].attempt(delivery) == "retry"
@@ -171,7 +181,7 @@ def test_an_oversized_answer_is_read_a_few_kilobytes_deep(settings, servers):
     server = RawServer(oversized(sent))
     servers.append(server)
     sender = sender_for(settings, FakeResolver("127.0.0.1"))
-    delivery = one_delivery(sender, f"http://hooks.example.com:{server.port}/hook")
+    delivery = one_delivery(sender, server.url("hooks.example.com"))
     tracemalloc.start()
     try:
         outcome = sender.attempt(delivery)
@@ -189,8 +199,8 @@ def test_a_slow_host_does_not_delay_deliveries_to_another(settings, servers):
     servers += [slow, fast]
     resolver = FakeResolver("127.0.0.1")
     sender = sender_for(settings, resolver, webhook_attempt_s=5.0)
-    slow_ids = [recorded(sender, f"http://slow.example.com:{slow.port}/hook") for _ in range(3)]
-    fast_id = recorded(sender, f"http://fast.example.com:{fast.port}/hook")
+    slow_ids = [recorded(sender, slow.url("slow.example.com")) for _ in range(3)]
+    fast_id = recorded(sender, fast.url("fast.example.com"))
     stop = threading.Event()
     threads = [threading.Thread(target=drive, args=(sender, stop), daemon=True) for _ in range(2)]
     started = time.monotonic()

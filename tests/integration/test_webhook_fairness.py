@@ -52,7 +52,7 @@ def test_an_owner_with_trickling_hosts_does_not_delay_another_owner(settings) ->
     slow, prompt = RawServer(trickle), RawServer(answer_after(0.0))
     sender = sender_for(settings, FakeResolver("127.0.0.1"), webhook_attempt_s=ATTEMPT_S, webhook_lease_s=30.0)
     for n in range(8):  # two deliveries each to four host names of owner A
-        recorded_for(sender, "owner-a", f"http://a{n % 4}.example.com:{slow.port}/hook")
+        recorded_for(sender, "owner-a", slow.url(f"a{n % 4}.example.com"))
     stop = threading.Event()
     threads = [threading.Thread(target=drive, args=(sender, stop), daemon=True) for _ in range(SENDER_THREADS)]
     for thread in threads:
@@ -63,7 +63,7 @@ def test_an_owner_with_trickling_hosts_does_not_delay_another_owner(settings) ->
         for n in range(4):
             # Owner B's own host, then a host name owner A's trickling receiver has too (another port).
             host = "b.example.com" if n % 2 == 0 else "a0.example.com"
-            job_id = recorded_for(sender, "owner-b", f"http://{host}:{prompt.port}/hook")
+            job_id = recorded_for(sender, "owner-b", prompt.url(host))
             late.append(delivered_within(sender, job_id, NORMAL_S))
         assert max(late) < NORMAL_S, f"owner B's deliveries took {late} s behind owner A's trickling receivers"
         assert len([s for s in slow.connections if not s[1]]) <= 2  # owner A holds its share of threads, no more
