@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+import httpx
 import redis
 
 from genq.redis_server import free_port, redis_server_binary, server_command
@@ -95,6 +96,15 @@ class WorkerProcess:
         """The worker's metrics port (started with ``metrics_port``); ``/healthz`` lives beside ``/metrics``."""
         assert self.metrics_port is not None, "start the worker with metrics_port"
         return f"http://127.0.0.1:{self.metrics_port}"
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the worker's /metrics with exactly these labels (0 when absent)."""
+        text = httpx.get(f"{self.metrics_url}/metrics", timeout=5).text
+        wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            if line.startswith(f"{name}{{") and line.split("{", 1)[1].split("}", 1)[0] == wanted:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
 
     @property
     def pid(self) -> int:

@@ -11,9 +11,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from api import create_app
 from genq.redis_server import free_port
 from tasks.settings import Settings
@@ -115,23 +112,14 @@ def test_a_session_drains_for_a_model_past_its_bound_and_the_drain_is_timed(
         steps = [line.split(" ", 2)[2].split("|") for line in Path(f"{steps_log}.steps").read_text().splitlines()]
         with_joiner = [rows for rows in steps if any(r.startswith("joiner") for r in rows)]
         assert with_joiner and not any(r.startswith("long") for rows in with_joiner for r in rows), with_joiner
-        count, seconds = drain_seconds(worker.metrics_url, f"long-{tag}")
+        count = worker.metric("genq_pool_drain_seconds_count", model=f"long-{tag}")
+        seconds = worker.metric("genq_pool_drain_seconds_sum", model=f"long-{tag}")
         assert count == 1, count
         # From the bound (0.5 s after the short job arrived) to the long row's end: the rest of its 60 steps.
         waited = at(long_done, "completed_at") - at(short, "created_at") - 0.5
         assert abs(seconds - waited) < 0.5, (seconds, waited)
     finally:
         worker.stop()
-
-
-def drain_seconds(metrics_url: str, model: str) -> tuple[int, float]:
-    found = {"count": 0.0, "sum": 0.0}
-    for family in text_string_to_metric_families(httpx.get(f"{metrics_url}/metrics").text):
-        if family.name == "genq_pool_drain_seconds":
-            for sample in family.samples:
-                if sample.labels.get("model") == model and sample.name.rpartition("_")[2] in found:
-                    found[sample.name.rpartition("_")[2]] = sample.value
-    return int(found["count"]), found["sum"]
 
 
 def poll_running(api: Any, job_id: str, seen: list[dict[str, Any]]) -> None:

@@ -8,7 +8,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.integration.jobs import poll, submit
@@ -62,19 +61,9 @@ def test_request_scheduling_still_runs_a_batch_to_its_end(api, worker_for):
     assert short["metrics"]["batch_size"] == 1 and short["metrics"]["rows_per_step"] is None
 
 
-def metric(worker: Any, name: str, **labels: str) -> float:
-    """One sample of the worker's /metrics (0 when absent)."""
-    text = httpx.get(f"{worker.metrics_url}/metrics", timeout=5).text
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{") and line.split("{", 1)[1].split("}", 1)[0] == wanted:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_a_canceled_row_stops_within_one_step_and_its_batch_mates_carry_on(api, worker_for, settings):
     worker = worker_for("stepper")
-    canceled_before = metric(worker, "genq_worker_step_rows_left_total", model="stepper", reason="canceled")
+    canceled_before = worker.metric("genq_worker_step_rows_left_total", model="stepper", reason="canceled")
     tag = uuid.uuid4().hex[:8]
     jobs = [submit(api, "stepper", {"text": f"{name}-{tag} steps=25 [MASK]"}) for name in ("a", "b", "c")]
     for job in jobs:
@@ -91,8 +80,8 @@ def test_a_canceled_row_stops_within_one_step_and_its_batch_mates_carry_on(api, 
     assert all(
         any(t.startswith(f"c-{tag}") for t in texts) for texts in after if any(t.startswith(f"a-{tag}") for t in texts)
     )
-    assert metric(worker, "genq_worker_step_rows_left_total", model="stepper", reason="canceled") == canceled_before + 1
-    assert metric(worker, "genq_worker_step_rows_count", model="stepper") >= 25  # the per-step histogram
+    assert worker.metric("genq_worker_step_rows_left_total", model="stepper", reason="canceled") == canceled_before + 1
+    assert worker.metric("genq_worker_step_rows_count", model="stepper") >= 25  # the per-step histogram
 
 
 def test_mixed_keys_under_load_all_finish_never_mixing_keys_or_exceeding_the_rows(api, worker_for, settings):
